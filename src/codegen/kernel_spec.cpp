@@ -1,0 +1,262 @@
+#include "codegen/kernel_spec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "ir/op_table.h"
+#include "support/error.h"
+
+namespace fusion_jit {
+namespace {
+
+const char* compute_c_type(DType t) {
+  switch (compute_dtype(t)) {
+    case DType::kFloat32: return "float";
+    default: return dtype_c_type(compute_dtype(t));
+  }
+}
+
+// A literal in the compute type `t`, as C text.
+std::string literal_in(const Literal& l, DType t) {
+  double d = 0;
+  int64_t i = 0;
+  bool is_int = false;
+  if (std::holds_alternative<double>(l)) d = std::get<double>(l);
+  else if (std::holds_alternative<int64_t>(l)) i = std::get<int64_t>(l), is_int = true;
+  else if (std::holds_alternative<bool>(l)) i = std::get<bool>(l), is_int = true;
+  else FJ_INTERNAL_ASSERT(false, "literal {} is not a number", literal_str(l));
+  DType c = compute_dtype(t);
+  if (c == DType::kFloat32 || c == DType::kFloat64) {
+    const char* ty = c == DType::kFloat32 ? "float" : "double";
+    if (is_int) return fmt::format("(({}){}LL)", ty, i);
+    if (std::isnan(d)) return fmt::format("(({})__builtin_nan(\"\"))", ty);
+    if (std::isinf(d)) return fmt::format("(({})({}__builtin_inf()))", ty, d < 0 ? "-" : "");
+    return fmt::format("(({}){:a})", ty, d);  // hex float: exact
+  }
+  if (c == DType::kBool) return (is_int ? i != 0 : d != 0) ? "true" : "false";
+  if (!is_int) return fmt::format("(({}){:a})", dtype_c_type(c), d);
+  return fmt::format("(({}){}LL)", dtype_c_type(c), i);
+}
+
+bool is_none(const Literal& l) { return std::holds_alternative<None>(l); }
+
+class Builder {
+ public:
+  explicit Builder(const FusionGroup& g) : g_(g) {}
+
+  KernelSpec build() {
+    spec_.name = fmt::format("fj_kernel_{}", g_.id);
+    spec_.group = g_.id;
+    std::set<const Node*> members(g_.nodes.begin(), g_.nodes.end());
+    for (const Node* n : g_.nodes) emit_node(*n, members);
+    for (const Value* o : g_.outputs) {
+      KernelBuffer b;
+      b.value = o;
+      b.dtype = o->tensor_type().dtype;
+      b.is_output = true;
+      b.strides = o->tensor_type().strides;
+      outputs_.push_back(b);
+      spec_.body.push_back(fmt::format("o{} = {};", outputs_.size() - 1, var_.at(o)));
+    }
+    layout();
+    return std::move(spec_);
+  }
+
+ private:
+  // The variable holding a tensor argument, loading it from a buffer when it comes from outside.
+  std::string arg_var(const Value* v, const std::set<const Node*>& members, bool channel) {
+    if (v->producer() && members.count(v->producer()) && !channel) return var_.at(v);
+    auto key = std::make_pair(v, channel);
+    auto it = loads_.find(key);
+    if (it != loads_.end()) return it->second;
+    const TensorType& t = v->tensor_type();
+    KernelBuffer b;
+    b.value = v;
+    b.dtype = t.dtype;
+    // Strides over the group's shape: numpy broadcasting (right-aligned), or the channel dim only.
+    int64_t nd = static_cast<int64_t>(g_.shape.size());
+    b.strides.assign(nd, 0);
+    if (channel) {
+      if (nd > 1 && t.sizes[0] != 1) b.strides[1] = t.strides[0];
+    } else {
+      int64_t off = nd - t.dim();
+      for (int64_t d = 0; d < t.dim(); ++d)
+        b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+    }
+    inputs_.push_back(b);
+    std::string name = fmt::format("b{}", inputs_.size() - 1);
+    loads_[key] = name;
+    return name;
+  }
+
+  void emit_node(const Node& n, const std::set<const Node*>& members) {
+    const OpInfo& op = *n.op();
+    const Value* out = n.output();
+    DType out_t = out->tensor_type().dtype;
+    DType ct = op_compute_dtype(op, n.args(), out_t);
+    const char* cty = compute_c_type(ct);
+    std::vector<std::string> tensors;  // converted to the compute type
+    std::vector<std::string> raw;      // as loaded
+    std::vector<Literal> lits;
+    for (size_t i = 0; i < op.args.size(); ++i) {
+      const ArgSpec& spec = op.args[i];
+      bool present = i < n.args().size();
+      if (spec.is_tensor()) {
+        if (!present || !n.args()[i].is_value()) {
+          raw.push_back("");
+          tensors.push_back("");
+          continue;
+        }
+        if (op.rule == DTypeRule::kCastLike && i == 1) continue;  // only its dtype matters
+        const Value* v = n.args()[i].value;
+        std::string var = arg_var(v, members, spec.kind == ArgKind::kChannel);
+        raw.push_back(var);
+        tensors.push_back(fmt::format("(({}){})", cty, var));
+      } else if (spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kScalarNoPromote ||
+                 spec.kind == ArgKind::kOptScalar || spec.kind == ArgKind::kMode) {
+        lits.push_back(present ? n.args()[i].literal : literal_arg(n, i));
+      }
+    }
+    const std::string& fn = op.kernel_fn;
+    std::string e;
+    auto L = [&](size_t k) { return literal_in(lits.at(k), ct); };
+    if (fn == "add" || fn == "sub" || fn == "rsub") {
+      // Tensor overloads: (a, b, alpha); Scalar overloads: (a, scalar, alpha).
+      std::string b = tensors.size() > 1 ? tensors[1] : L(0);
+      std::string alpha = tensors.size() > 1 ? L(0) : L(1);
+      e = fmt::format("fj_{}({}, {}, {})", fn, tensors[0], b, alpha);
+    } else if (fn == "div" && lits.size() > (tensors.size() > 1 ? 0u : 1u)) {
+      const Literal& mode = lits.back();
+      std::string b = tensors.size() > 1 ? tensors[1] : L(0);
+      std::string suffix = is_none(mode) ? "" : "_" + std::get<std::string>(mode);
+      e = fmt::format("fj_div{}({}, {})", suffix, tensors[0], b);
+    } else if (fn == "gelu") {
+      std::string mode = std::get<std::string>(lits.at(0));
+      e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : "", tensors[0]);
+    } else if (fn == "pow" && tensors.size() == 1) {
+      e = pow_scalar(tensors[0], lits.at(0), ct);
+    } else if (fn == "clamp") {
+      e = tensors[0];
+      if (!is_none(lits.at(0))) e = fmt::format("fj_clamp_min({}, {})", e, L(0));
+      if (!is_none(lits.at(1))) e = fmt::format("fj_clamp_max({}, {})", e, L(1));
+    } else if (fn == "where") {
+      // (cond, a, b) with either of a, b a scalar.
+      std::vector<std::string> vals;
+      size_t ti = 1, lit = 0;
+      for (size_t i = 1; i < op.args.size(); ++i) vals.push_back(op.args[i].is_tensor() ? tensors[ti++] : L(lit++));
+      e = fmt::format("({} ? {} : {})", raw[0], vals[0], vals[1]);
+    } else if (fn == "masked_fill") {
+      std::string v = tensors.size() > 2 ? tensors[2] : L(0);
+      e = fmt::format("({} ? {} : {})", raw[1], v, tensors[0]);
+    } else if (fn == "cast") {
+      e = fmt::format("(({}){})", cty, raw[0]);
+    } else if (fn == "batch_norm") {
+      // (x, weight, bias, mean, var, ..., eps): y = x * alpha + beta as ATen computes it.
+      std::string w = tensors[1].empty() ? fmt::format("(({})1)", cty) : tensors[1];
+      std::string b = tensors[2].empty() ? fmt::format("(({})0)", cty) : tensors[2];
+      e = fmt::format("fj_batch_norm({}, {}, {}, {}, {}, {})", tensors[0], w, b, tensors[3], tensors[4], L(0));
+    } else {
+      std::string args;
+      for (auto& t : tensors) args += (args.empty() ? "" : ", ") + t;
+      for (size_t k = 0; k < lits.size(); ++k) args += (args.empty() ? "" : ", ") + L(k);
+      e = fmt::format("fj_{}({})", fn, args);
+    }
+    // Convert to the output's compute type, and round where eager materializes a reduced float.
+    std::string ocy = compute_c_type(out_t);
+    std::string value = fmt::format("(({})({}))", ocy, e);
+    if (out_t == DType::kFloat16) value = fmt::format("fj_round_f16({})", value);
+    if (out_t == DType::kBFloat16) value = fmt::format("fj_round_bf16({})", value);
+    std::string name = fmt::format("t{}", out->id());
+    spec_.body.push_back(fmt::format("const {} {} = {};  // {}", ocy, name, value, n.schema()));
+    var_[out] = name;
+  }
+
+  // pow with a literal exponent: the special cases ATen's CPU kernel takes, else fj_pow.
+  std::string pow_scalar(const std::string& x, const Literal& exp, DType ct) {
+    double p = std::holds_alternative<double>(exp) ? std::get<double>(exp)
+               : std::holds_alternative<int64_t>(exp) ? static_cast<double>(std::get<int64_t>(exp))
+                                                      : static_cast<double>(std::get<bool>(exp));
+    if (is_floating(ct)) {
+      if (p == 2) return fmt::format("fj_sq({})", x);
+      if (p == 3) return fmt::format("fj_cube({})", x);
+      if (p == 0.5) return fmt::format("fj_sqrt({})", x);
+      if (p == -0.5) return fmt::format("fj_rsqrt({})", x);
+      if (p == -1) return fmt::format("fj_reciprocal({})", x);
+      if (p == -2) return fmt::format("fj_reciprocal(fj_sq({}))", x);
+    }
+    return fmt::format("fj_pow({}, {})", x, literal_in(exp, ct));
+  }
+
+  // Orders and merges the iteration dims, decides the index type.
+  void layout() {
+    spec_.buffers = inputs_;
+    for (auto& o : outputs_) spec_.buffers.push_back(o);
+    std::vector<int64_t> sizes = g_.shape;
+    int64_t nd = static_cast<int64_t>(sizes.size());
+    // Order dims by the first output's strides, outermost (largest stride) first; stable.
+    std::vector<int64_t> perm(nd);
+    std::iota(perm.begin(), perm.end(), 0);
+    if (!outputs_.empty()) {
+      const auto& os = outputs_[0].strides;
+      std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+        if (sizes[a] == 1 || sizes[b] == 1) return false;
+        return os[a] > os[b];
+      });
+    }
+    std::vector<int64_t> ps;
+    std::vector<std::vector<int64_t>> pst(spec_.buffers.size());
+    for (int64_t d : perm) {
+      if (sizes[d] == 1) continue;  // size-1 dims carry nothing
+      ps.push_back(sizes[d]);
+      for (size_t k = 0; k < spec_.buffers.size(); ++k) pst[k].push_back(spec_.buffers[k].strides[d]);
+    }
+    // Merge dim d into d+1 when every buffer's stride[d] == stride[d+1] * size[d+1].
+    std::vector<int64_t> ms;
+    std::vector<std::vector<int64_t>> mst(spec_.buffers.size());
+    for (size_t d = 0; d < ps.size(); ++d) {
+      bool merge = !ms.empty();
+      for (size_t k = 0; k < pst.size() && merge; ++k) merge = mst[k].back() == pst[k][d] * ps[d];
+      if (merge) {
+        ms.back() *= ps[d];
+        for (size_t k = 0; k < pst.size(); ++k) mst[k].back() = pst[k][d];
+      } else {
+        ms.push_back(ps[d]);
+        for (size_t k = 0; k < pst.size(); ++k) mst[k].push_back(pst[k][d]);
+      }
+    }
+    if (ms.empty()) {
+      ms.push_back(1);
+      for (auto& s : mst) s.push_back(0);
+    }
+    spec_.sizes = ms;
+    spec_.numel = 1;
+    for (auto s : ms) spec_.numel *= s;
+    const int64_t lim = std::numeric_limits<int32_t>::max();
+    spec_.index32 = spec_.numel < lim;
+    for (size_t k = 0; k < spec_.buffers.size(); ++k) {
+      auto& b = spec_.buffers[k];
+      b.strides = mst[k];
+      b.extent = b.value->tensor_type().extent();
+      int64_t reach = 1;
+      for (size_t d = 0; d < ms.size(); ++d) reach += (ms[d] - 1) * b.strides[d];
+      spec_.index32 = spec_.index32 && b.extent < lim && reach < lim;
+    }
+  }
+
+  const FusionGroup& g_;
+  KernelSpec spec_;
+  std::map<std::pair<const Value*, bool>, std::string> loads_;
+  std::map<const Value*, std::string> var_;
+  std::vector<KernelBuffer> inputs_, outputs_;
+};
+
+}  // namespace
+
+KernelSpec make_kernel_spec(const FusionGroup& group) { return Builder(group).build(); }
+
+}  // namespace fusion_jit

@@ -1,0 +1,39 @@
+// KernelSpec: a fusion group as a device-neutral kernel description.
+//
+// The iteration space is the group's shape, with its dims reordered by the first output's strides
+// (outermost first) and adjacent dims merged where every buffer allows, so that the innermost loop runs
+// over unit strides whenever the layouts permit. Each buffer has a stride per iteration dim: broadcast
+// dims have stride 0, per-channel arguments (batch_norm's) a stride only on the channel dim.
+// The body is straight-line scalar code over fj_* functions of the printers' preludes: it reads the
+// buffer values `b<k>` (already converted to their compute type) and assigns the outputs `o<k>`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fusion/fusion.h"
+
+namespace fusion_jit {
+
+struct KernelBuffer {
+  const Value* value = nullptr;
+  DType dtype = DType::kFloat32;
+  bool is_output = false;
+  std::vector<int64_t> strides;  // per iteration dim, in elements
+  int64_t extent = 0;            // elements reachable from the data pointer
+};
+
+struct KernelSpec {
+  std::string name;                 // fj_kernel_<group>
+  int group = 0;
+  std::vector<int64_t> sizes;       // iteration space after reordering and merging, at least one dim
+  int64_t numel = 0;
+  bool index32 = true;              // int32 offsets suffice for every buffer
+  std::vector<KernelBuffer> buffers;  // argument order: inputs, then outputs
+  std::vector<std::string> body;    // statements
+};
+
+KernelSpec make_kernel_spec(const FusionGroup& group);
+
+}  // namespace fusion_jit

@@ -1,0 +1,45 @@
+// The host compiler: a CPU plan's C++ source to a shared object, loaded with dlopen.
+//
+// Compiled libraries are kept in memory by the SHA-256 of source, compiler and flags, so the same source
+// is compiled once per process. Compiler flags keep IEEE semantics (no -ffast-math): -fno-math-errno and
+// -fno-trapping-math change no result, -fopenmp-simd enables the `omp simd` loops and the libmvec
+// declarations of the prelude, -fwrapv gives integers torch's wrap-around.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace fusion_jit {
+
+class CompiledLibrary {
+ public:
+  CompiledLibrary(void* handle, std::string path, std::string key, double compile_ms);
+  ~CompiledLibrary();
+  CompiledLibrary(const CompiledLibrary&) = delete;
+  CompiledLibrary& operator=(const CompiledLibrary&) = delete;
+  // The address of an extern "C" function; throws fusion_jit::Error naming it when it is missing.
+  void* symbol(const std::string& name) const;
+  const std::string& key() const { return key_; }
+  double compile_ms() const { return compile_ms_; }  // 0 when it came from the in-memory cache
+
+ private:
+  void* handle_;
+  std::string path_, key_;
+  double compile_ms_;
+};
+
+struct HostCompileStats {
+  int64_t compiles = 0;     // compiler invocations in this process
+  int64_t memory_hits = 0;  // sources found already compiled
+  double total_ms = 0;
+};
+
+// Compiles (or finds) `source`. Throws fusion_jit::Error with the compiler's log when it fails, and when
+// FUSION_JIT_ASSERT_NO_COMPILE is set and a compile would be needed.
+std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source);
+HostCompileStats host_compile_stats();
+// The flags used, for display and cache keys.
+std::string host_compile_flags();
+
+}  // namespace fusion_jit

@@ -1,0 +1,31 @@
+#include "cost/cost_model.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace fusion_jit {
+
+DeviceDescription host_cpu_description() {
+  DeviceDescription d;
+  d.name = "host-cpu";
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  d.cores = n > 0 ? static_cast<int>(n) : 1;
+  d.gflops = 25.0 * d.cores;
+  return d;
+}
+
+double RooflineCostModel::estimate_us(const WorkEstimate& w) const {
+  double memory_us = static_cast<double>(w.bytes) / (d_.memory_gbps * 1e3);
+  double compute_us = static_cast<double>(w.flops) / (d_.gflops * 1e3);
+  return memory_us + compute_us - d_.overlap * std::min(memory_us, compute_us) + w.launches * d_.launch_us;
+}
+
+std::string format_bytes(int64_t b) {
+  if (b >= (1 << 20)) return fmt::format("{:.1f} MB", b / 1048576.0);
+  if (b >= 1024) return fmt::format("{:.1f} KB", b / 1024.0);
+  return fmt::format("{} B", b);
+}
+
+}  // namespace fusion_jit

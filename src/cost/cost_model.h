@@ -1,0 +1,56 @@
+// Cost model: an interface over a device description, and a first roofline estimate.
+//
+// time = compute + memory - overlap * min(compute, memory) + launches * launch_overhead
+// (the shape of XLA's GPU performance model). Estimates rank alternatives; they are not predictions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fusion_jit {
+
+struct DeviceDescription {
+  std::string name;
+  double memory_gbps = 44.0;    // streaming bandwidth, measured (DESIGN.md: 2 threads, 44 GB/s)
+  double gflops = 50.0;         // scalar-op throughput of the cores together
+  double launch_us = 2.0;       // per kernel (CPU: dispatch to the thread pool)
+  double overlap = 0.95;
+  int cores = 1;
+};
+
+// The host CPU, with the core count of this machine.
+DeviceDescription host_cpu_description();
+
+// What a kernel (or an op run alone) does: bytes read and written, arithmetic ops, kernel launches.
+struct WorkEstimate {
+  int64_t bytes = 0;
+  int64_t flops = 0;
+  int launches = 0;
+  WorkEstimate& operator+=(const WorkEstimate& o) {
+    bytes += o.bytes;
+    flops += o.flops;
+    launches += o.launches;
+    return *this;
+  }
+};
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual double estimate_us(const WorkEstimate& w) const = 0;
+  virtual const DeviceDescription& device() const = 0;
+};
+
+class RooflineCostModel : public CostModel {
+ public:
+  explicit RooflineCostModel(DeviceDescription d) : d_(std::move(d)) {}
+  double estimate_us(const WorkEstimate& w) const override;
+  const DeviceDescription& device() const override { return d_; }
+
+ private:
+  DeviceDescription d_;
+};
+
+std::string format_bytes(int64_t bytes);
+
+}  // namespace fusion_jit

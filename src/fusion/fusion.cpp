@@ -1,0 +1,434 @@
+#include "fusion/fusion.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "ir/op_table.h"
+#include "support/error.h"
+
+namespace fusion_jit {
+namespace {
+
+int64_t op_flops(const Node& n) {
+  static const std::set<std::string> expensive = {
+      "exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "pow",
+      "gelu", "silu", "mish", "softplus", "elu", "remainder", "fmod"};
+  return n.op() && expensive.count(n.op()->kernel_fn) ? 20 : 1;
+}
+
+int64_t tensor_bytes(const Value* v) {
+  const TensorType& t = v->tensor_type();
+  return t.numel() * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
+bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != t && f != 1) return false;
+  }
+  return true;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string node_name(const Node* n) {
+  return n->schema() + (n->outputs().empty() ? "" : " " + n->output()->name());
+}
+
+// Note [Greedy fusion]
+// Nodes are visited from last to first. An unassigned fusible node starts a group (its output shape is the
+// group's iteration space); the group then grows by absorbing unassigned fusible neighbours, producers and
+// consumers, one at a time, while each step is legal and the cost model says it pays:
+//  - shape: a neighbour whose output has the iteration shape joins; one whose output only broadcasts to it
+//    joins when every user is inside the group (it is recomputed per element, never written out);
+//  - per-channel arguments (batch_norm's) are read as inputs, their producers never absorbed;
+//  - no cycle: contracting the group with the neighbour must leave the graph of groups acyclic, checked by
+//    searching a path between them through other nodes or groups;
+//  - cost: the roofline time of the merged kernel must be below that of the two run apart.
+// Values used outside the group, or returned by the graph, become extra outputs of the kernel.
+class GreedyFuser {
+ public:
+  GreedyFuser(const Graph& g, const CostModel& cost, bool enable) : g_(g), cost_(cost), enable_(enable) {
+    nodes_ = g.nodes();
+    for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = static_cast<int>(i);
+    users_ = g.users();
+    group_of_.assign(nodes_.size(), -1);
+    for (const Value* o : g.outputs()) graph_outputs_.insert(o);
+  }
+
+  FusionPlan run() {
+    std::vector<std::string> why_not(nodes_.size());
+    std::vector<bool> fusible(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) fusible[i] = can_fuse_node(*nodes_[i], &why_not[i]);
+    for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
+      if (!fusible[i] || group_of_[i] >= 0) continue;
+      int gid = static_cast<int>(members_.size());
+      members_.push_back({i});
+      decisions_.emplace_back();
+      group_of_[i] = gid;
+      shapes_.push_back(nodes_[i]->output()->tensor_type().sizes);
+      if (enable_) grow(gid, fusible);
+    }
+    return finish(why_not);
+  }
+
+ private:
+  void grow(int gid, const std::vector<bool>& fusible) {
+    std::set<int> rejected;
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int cand : neighbours(gid)) {
+        if (!fusible[cand] || group_of_[cand] >= 0 || rejected.count(cand)) continue;
+        std::string reason;
+        bool ok = try_add(gid, cand, &reason);
+        decisions_[gid].push_back({ok, node_name(nodes_[cand]) + ": " + reason});
+        if (ok) {
+          progress = true;
+          break;  // neighbours changed
+        }
+        rejected.insert(cand);
+      }
+    }
+  }
+
+  // Unassigned neighbours of a group, nearest first (latest producers, then earliest consumers).
+  std::vector<int> neighbours(int gid) {
+    std::set<int> members(members_[gid].begin(), members_[gid].end());
+    std::set<int> producers, consumers;
+    for (int m : members_[gid]) {
+      const Node* n = nodes_[m];
+      for (size_t a = 0; a < n->args().size(); ++a) {
+        const Arg& arg = n->args()[a];
+        if (!arg.is_value() || !arg.value->producer()) continue;
+        int p = index_.at(arg.value->producer());
+        if (!members.count(p)) producers.insert(p);
+      }
+      for (const Value* o : n->outputs())
+        for (const Node* u : users_[o->id()]) {
+          int c = index_.at(u);
+          if (!members.count(c)) consumers.insert(c);
+        }
+    }
+    std::vector<int> out(producers.rbegin(), producers.rend());
+    out.insert(out.end(), consumers.begin(), consumers.end());
+    return out;
+  }
+
+  bool try_add(int gid, int cand, std::string* reason) {
+    const Node* n = nodes_[cand];
+    const auto& shape = shapes_[gid];
+    std::set<int> members(members_[gid].begin(), members_[gid].end());
+    // Per-channel arguments: the group's node reads cand's output through a channel map.
+    for (int m : members_[gid]) {
+      const Node* mn = nodes_[m];
+      if (!mn->op()) continue;
+      for (size_t a = 0; a < mn->args().size() && a < mn->op()->args.size(); ++a)
+        if (mn->op()->args[a].kind == ArgKind::kChannel && mn->args()[a].is_value() &&
+            mn->args()[a].value->producer() == n) {
+          *reason = "read as a per-channel argument of " + node_name(mn) + "; not fused into it";
+          return false;
+        }
+    }
+    const auto& out_shape = n->output()->tensor_type().sizes;
+    bool recompute = false;
+    if (out_shape != shape) {
+      if (!broadcasts_to(out_shape, shape)) {
+        *reason = fmt::format("output shape {} does not broadcast to the group's {}", shape_str(out_shape),
+                              shape_str(shape));
+        return false;
+      }
+      bool all_inside = !graph_outputs_.count(n->output());
+      for (const Node* u : users_[n->output()->id()]) all_inside &= members.count(index_.at(u)) > 0;
+      if (!all_inside) {
+        *reason = fmt::format("output shape {} differs from the group's {} and is used outside the group",
+                              shape_str(out_shape), shape_str(shape));
+        return false;
+      }
+      recompute = true;
+    }
+    if (creates_cycle(gid, cand)) {
+      *reason = "would create a cycle: a path between it and the group runs through another step";
+      return false;
+    }
+    // Cost: the group and the candidate apart, against together.
+    std::vector<int> merged = members_[gid];
+    merged.push_back(cand);
+    WorkEstimate apart = group_work(members_[gid], shape);
+    apart += group_work({cand}, out_shape);
+    WorkEstimate together = group_work(merged, shape);
+    double t_apart = cost_.estimate_us(apart), t_together = cost_.estimate_us(together);
+    if (t_together >= t_apart) {
+      *reason = fmt::format("not profitable: {:.1f} us fused vs {:.1f} us apart", t_together, t_apart);
+      return false;
+    }
+    members_[gid] = merged;
+    std::sort(members_[gid].begin(), members_[gid].end());
+    group_of_[cand] = gid;
+    *reason = fmt::format("fused{}: saves {} of traffic and {} launch (est. {:.1f} -> {:.1f} us)",
+                          recompute ? " (broadcast, recomputed per element)" : "",
+                          format_bytes(apart.bytes - together.bytes), apart.launches - together.launches, t_apart,
+                          t_together);
+    return true;
+  }
+
+  // Work of a kernel over `shape` made of `ms`: its external reads and writes, its flops, one launch.
+  WorkEstimate group_work(const std::vector<int>& ms, const std::vector<int64_t>& shape) {
+    std::set<int> members(ms.begin(), ms.end());
+    std::set<const Value*> reads, writes;
+    int64_t numel = 1;
+    for (auto s : shape) numel *= s;
+    WorkEstimate w;
+    w.launches = 1;
+    for (int m : ms) {
+      const Node* n = nodes_[m];
+      w.flops += op_flops(*n) * numel;
+      for (const Value* v : n->value_inputs()) {
+        if (!v->is_tensor()) continue;
+        if (v->producer() && members.count(index_.at(v->producer()))) continue;
+        reads.insert(v);
+      }
+      const Value* o = n->output();
+      bool outside = graph_outputs_.count(o) > 0;
+      for (const Node* u : users_[o->id()]) outside |= !members.count(index_.at(u));
+      if (outside) writes.insert(o);
+    }
+    for (const Value* v : reads) w.bytes += tensor_bytes(v);
+    for (const Value* v : writes) w.bytes += tensor_bytes(v);
+    return w;
+  }
+
+  // Super node of a node: its group, or itself (as -1 - index).
+  int super(int i) const { return group_of_[i] >= 0 ? group_of_[i] : -1 - i; }
+
+  std::vector<int> super_members(int s) const {
+    if (s >= 0) return members_[s];
+    return {-1 - s};
+  }
+
+  std::vector<int> super_succ(int s) const {
+    std::set<int> out;
+    for (int m : super_members(s))
+      for (const Value* o : nodes_[m]->outputs())
+        for (const Node* u : users_[o->id()]) {
+          int t = super(index_.at(u));
+          if (t != s) out.insert(t);
+        }
+    return {out.begin(), out.end()};
+  }
+
+  // A path from `from` to `to` of length >= 2 in the graph of super nodes.
+  bool indirect_path(int from, int to) const {
+    std::set<int> seen;
+    std::vector<int> stack;
+    for (int s : super_succ(from))
+      if (s != to) stack.push_back(s);
+    while (!stack.empty()) {
+      int s = stack.back();
+      stack.pop_back();
+      if (s == to) return true;
+      if (!seen.insert(s).second) continue;
+      for (int t : super_succ(s)) stack.push_back(t);
+    }
+    return false;
+  }
+
+  bool creates_cycle(int gid, int cand) const {
+    int c = super(cand);
+    return indirect_path(gid, c) || indirect_path(c, gid);
+  }
+
+  FusionPlan finish(const std::vector<std::string>& why_not) {
+    FusionPlan plan;
+    // Groups, numbered in order of their first node.
+    std::vector<int> order(members_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return members_[a][0] < members_[b][0]; });
+    std::vector<int> renum(members_.size());
+    for (size_t k = 0; k < order.size(); ++k) renum[order[k]] = static_cast<int>(k);
+    for (int old : order) {
+      FusionGroup grp;
+      grp.id = renum[old];
+      grp.shape = shapes_[old];
+      std::set<int> members(members_[old].begin(), members_[old].end());
+      std::set<const Value*> seen_in;
+      WorkEstimate unfused;
+      for (int m : members_[old]) {
+        Node* n = nodes_[m];
+        grp.nodes.push_back(n);
+        unfused += node_work(*n);
+        for (Value* v : n->value_inputs()) {
+          if (!v->is_tensor()) continue;
+          if (v->producer() && members.count(index_.at(v->producer()))) continue;
+          if (seen_in.insert(v).second) grp.inputs.push_back(v);
+        }
+        Value* o = n->output();
+        bool outside = graph_outputs_.count(o) > 0;
+        for (const Node* u : users_[o->id()]) outside |= !members.count(index_.at(u));
+        if (outside) grp.outputs.push_back(o);
+      }
+      grp.estimated_us = cost_.estimate_us(group_work(members_[old], grp.shape));
+      grp.unfused_us = cost_.estimate_us(unfused);
+      for (auto& d : decisions_[old]) grp.decisions.push_back(d);
+      plan.groups.push_back(std::move(grp));
+    }
+    // Renumber the working state too, so that super nodes are the plan's group ids.
+    std::vector<std::vector<int>> renumbered(members_.size());
+    for (size_t old = 0; old < members_.size(); ++old) renumbered[renum[old]] = members_[old];
+    members_ = std::move(renumbered);
+    for (auto& grp : plan.groups)
+      for (const Node* n : grp.nodes) group_of_[index_.at(n)] = grp.id;
+    // Steps: a topological order of super nodes (Kahn's algorithm, ties by first node).
+    std::map<int, int> indegree;
+    std::map<int, int> first_node;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      int s = super(static_cast<int>(i));
+      if (!first_node.count(s)) first_node[s] = static_cast<int>(i);
+      indegree.emplace(s, 0);
+    }
+    for (auto& [s, _] : indegree)
+      for (int t : super_succ(s)) indegree[t]++;
+    auto cmp = [&](int a, int b) { return first_node[a] > first_node[b]; };
+    std::vector<int> ready;
+    for (auto& [s, d] : indegree)
+      if (d == 0) ready.push_back(s);
+    while (!ready.empty()) {
+      std::sort(ready.begin(), ready.end(), cmp);
+      int s = ready.back();
+      ready.pop_back();
+      PlanStep step;
+      if (s >= 0) {
+        step.group = s;
+      } else {
+        step.node = nodes_[-1 - s];
+        step.reason = why_not[-1 - s];
+      }
+      plan.steps.push_back(step);
+      for (int t : super_succ(s))
+        if (--indegree[t] == 0) ready.push_back(t);
+    }
+    FJ_INTERNAL_ASSERT(plan.steps.size() == indegree.size(), "fusion produced a cycle");
+    return plan;
+  }
+
+  const Graph& g_;
+  const CostModel& cost_;
+  bool enable_;
+  std::vector<Node*> nodes_;
+  std::unordered_map<const Node*, int> index_;
+  std::vector<std::vector<Node*>> users_;
+  std::set<const Value*> graph_outputs_;
+  std::vector<int> group_of_;
+  std::vector<std::vector<int>> members_;
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<std::vector<Decision>> decisions_;
+};
+
+}  // namespace
+
+WorkEstimate node_work(const Node& n) {
+  WorkEstimate w;
+  w.launches = 1;
+  std::set<const Value*> reads;
+  for (const Value* v : n.value_inputs())
+    if (v->is_tensor()) reads.insert(v);
+  for (const Value* v : reads) w.bytes += tensor_bytes(v);
+  for (const Value* o : n.outputs())
+    if (o->is_tensor()) {
+      w.bytes += tensor_bytes(o);
+      w.flops += op_flops(n) * o->tensor_type().numel();
+    }
+  return w;
+}
+
+bool can_fuse_node(const Node& n, std::string* why) {
+  auto no = [&](std::string r) {
+    if (why) *why = std::move(r);
+    return false;
+  };
+  if (n.is_constant()) return no("a frozen constant");
+  const OpInfo* op = n.op();
+  if (!op) return no("not in the op table: runs through ATen");
+  if (op->category != OpCategory::kElementwise)
+    return no(fmt::format("{} op: runs through ATen", category_name(op->category)));
+  if (n.side_effects()) return no("has side effects");
+  if (n.outputs().size() != 1 || !n.output()->is_tensor()) return no("does not return one tensor");
+  const TensorType& out = n.output()->tensor_type();
+  if (out.device != Device::kCPU) return no("not on the CPU (no CUDA code generation yet)");
+  if (out.dtype == DType::kOther) return no("unsupported dtype");
+  for (size_t i = 0; i < n.args().size() && i < op->args.size(); ++i) {
+    const Arg& a = n.args()[i];
+    const ArgSpec& spec = op->args[i];
+    if (spec.is_tensor()) {
+      if (!a.is_value()) {
+        if (spec.kind == ArgKind::kChannel && std::holds_alternative<None>(a.literal)) continue;
+        return no(fmt::format("argument {} is not a tensor", i));
+      }
+      if (!a.value->is_tensor()) return no(fmt::format("argument {} is a {}, not a tensor", i, a.value->type().str()));
+      const TensorType& t = a.value->tensor_type();
+      if (t.dtype == DType::kOther) return no(fmt::format("argument {} has an unsupported dtype", i));
+      if (t.device != out.device) return no(fmt::format("argument {} is on another device", i));
+      if (spec.kind != ArgKind::kChannel && !broadcasts_to(t.sizes, out.sizes))
+        return no(fmt::format("argument {} of shape {} does not broadcast to {}", i, shape_str(t.sizes),
+                              shape_str(out.sizes)));
+    } else if (a.is_value()) {
+      return no(fmt::format("argument {} is computed at run time ({}), not a constant", i, a.value->name()));
+    }
+  }
+  if (op->kernel_fn == "batch_norm") {
+    Literal training = literal_arg(n, 5);
+    if (!std::holds_alternative<bool>(training) || std::get<bool>(training))
+      return no("batch_norm in training mode");
+    for (int i : {3, 4})
+      if (i >= static_cast<int>(n.args().size()) || !n.args()[i].is_value())
+        return no("batch_norm without running statistics");
+    if (out.dim() < 2) return no("batch_norm of a tensor with fewer than 2 dims");
+    for (int i : {1, 2, 3, 4})
+      if (i < static_cast<int>(n.args().size()) && n.args()[i].is_value() &&
+          n.args()[i].value->tensor_type().sizes != std::vector<int64_t>{out.sizes[1]})
+        return no("batch_norm statistics of an unexpected shape");
+  }
+  if (op->kernel_fn == "pow" && is_integral(out.dtype, true)) {
+    // Integer powers with negative exponents raise in eager; keep ATen's checks.
+    return no("integer pow runs through ATen");
+  }
+  return true;
+}
+
+FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion) {
+  return GreedyFuser(g, cost, enable_fusion).run();
+}
+
+std::string explain_plan(const FusionPlan& p) {
+  std::string s;
+  for (const auto& step : p.steps) {
+    if (step.group >= 0) {
+      const FusionGroup& grp = p.groups[step.group];
+      s += fmt::format("group {}: {} op{} over {}, est. {:.1f} us fused vs {:.1f} us unfused\n", grp.id,
+                       grp.nodes.size(), grp.nodes.size() == 1 ? "" : "s", shape_str(grp.shape), grp.estimated_us,
+                       grp.unfused_us);
+      for (const Node* n : grp.nodes) s += "    " + node_name(n) + "\n";
+      std::string ins, outs;
+      for (const Value* v : grp.inputs) ins += " " + v->name();
+      for (const Value* v : grp.outputs) outs += " " + v->name();
+      s += "  reads:" + ins + "\n  writes:" + outs + "\n";
+      if (grp.nodes.size() == 1 && grp.decisions.empty()) s += "  single op: no neighbour could join\n";
+      for (const auto& d : grp.decisions) s += std::string("  ") + (d.fused ? "+ " : "- ") + d.text + "\n";
+    } else {
+      s += fmt::format("aten: {}: {}\n", node_name(step.node), step.reason);
+    }
+  }
+  return s;
+}
+
+}  // namespace fusion_jit

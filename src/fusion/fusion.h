@@ -1,0 +1,58 @@
+// Fusion: which nodes run together in one generated kernel, and why.
+//
+// Legality (can_fuse_node, and the shape and cycle rules in fusion.cpp), cost (cost/cost_model.h) and
+// mechanism (the greedy grouping) are separate; every decision, yes or no, is recorded with its reason and
+// printed by explain_plan.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "ir/graph.h"
+
+namespace fusion_jit {
+
+struct Decision {
+  bool fused;
+  std::string text;  // "aten::gelu %4 into group 0: saves 512.0 KB and 1 launch"
+};
+
+struct FusionGroup {
+  int id = 0;
+  std::vector<Node*> nodes;       // in graph order
+  std::vector<Value*> inputs;     // tensors read by the kernel, first use order
+  std::vector<Value*> outputs;    // tensors written: used outside the group or graph outputs
+  std::vector<int64_t> shape;     // the iteration space
+  double estimated_us = 0;        // fused
+  double unfused_us = 0;          // the same ops run one by one
+  std::vector<Decision> decisions;
+};
+
+// A step of the plan: a group (group >= 0) or one node run through ATen (node != nullptr).
+struct PlanStep {
+  int group = -1;
+  Node* node = nullptr;
+  std::string reason;  // for nodes run through ATen: why not fused
+};
+
+struct FusionPlan {
+  std::vector<FusionGroup> groups;
+  std::vector<PlanStep> steps;  // execution order
+};
+
+// Whether a node may be part of a generated kernel at all; `why` tells why not.
+bool can_fuse_node(const Node& n, std::string* why);
+
+// Greedy grouping over `g` (which must outlive the plan). With fusion disabled each fusible node becomes
+// its own group.
+FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion = true);
+
+// The plan as text: groups with their ops, estimated costs and decisions, then the ATen steps with
+// their reasons.
+std::string explain_plan(const FusionPlan& p);
+
+// Work of one node run alone: reads its tensor inputs, writes its output.
+WorkEstimate node_work(const Node& n);
+
+}  // namespace fusion_jit

@@ -1,0 +1,171 @@
+// The graph IR of fusion_jit.
+//
+// Semantics, written once:
+// - A Graph is a list of Nodes in a valid execution (topological) order, with input Values and output
+//   Values. Every Value is defined once: by a graph input or by exactly one Node.
+// - A Node is named by an ATen schema, `aten::add.Tensor`; its arguments follow that schema's positions.
+//   An argument is either a Value (a tensor or a non-tensor computed at run time) or a Literal (a constant
+//   known at compile time: None, bool, int, float, string, or a list of ints or floats).
+// - Tensor Values carry their concrete type from capture: dtype, sizes, strides, device. Plans are
+//   specialized on it, so sizes are numbers, never symbols.
+// - Tensor constants (frozen weights) are Nodes `fj::constant(INDEX)`; INDEX refers to a table of
+//   tensors held outside the IR by the torch adapter.
+// - Broadcasting is numpy's (sizes right-aligned, size 1 stretches), except where the op table says an
+//   argument is per-channel (batch_norm's weight, bias, mean, var index dim 1 of the input).
+// - Dtype promotion is torch's (ir/dtype.h); fusible ops' output dtypes follow the op table's rule and the
+//   verifier checks them.
+// - Known ops (the op table, ir/ops.def) are pure. A Node with `side_effects` (an op that mutates or
+//   whose schema is unknown to be pure) is never removed, duplicated or reordered by passes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/dtype.h"
+
+namespace fusion_jit {
+
+struct OpInfo;
+
+enum class Device : uint8_t { kCPU, kCUDA };
+
+struct TensorType {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  Device device = Device::kCPU;
+  int device_index = 0;
+
+  int64_t numel() const;
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  bool is_contiguous() const;
+  // The number of elements the strides reach: max offset + 1 (0 when empty).
+  int64_t extent() const;
+  bool operator==(const TensorType& o) const {
+    return dtype == o.dtype && sizes == o.sizes && strides == o.strides && device == o.device &&
+           device_index == o.device_index;
+  }
+  bool operator!=(const TensorType& o) const { return !(*this == o); }
+  // "f32[4,8]" with "{8,1}" strides when not contiguous and "@cuda:0" when not on CPU.
+  std::string str() const;
+};
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+// Non-tensor values are described by a kind name: int, float, bool, str, None, int[], Tensor[], ...
+struct ValueType {
+  std::optional<TensorType> tensor;  // set for tensors
+  std::string other;                 // otherwise: the kind's name
+  bool is_tensor() const { return tensor.has_value(); }
+  std::string str() const { return tensor ? tensor->str() : other; }
+};
+
+struct None {
+  bool operator==(const None&) const { return true; }
+};
+using Literal = std::variant<None, bool, int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+std::string literal_str(const Literal& l);
+
+class Node;
+
+class Value {
+ public:
+  int id() const { return id_; }
+  const ValueType& type() const { return type_; }
+  ValueType& mutable_type() { return type_; }
+  const TensorType& tensor_type() const;  // asserts is_tensor()
+  bool is_tensor() const { return type_.is_tensor(); }
+  Node* producer() const { return producer_; }  // nullptr for graph inputs
+  std::string name() const { return "%" + std::to_string(id_); }
+
+ private:
+  friend class Graph;
+  int id_ = 0;
+  ValueType type_;
+  Node* producer_ = nullptr;
+};
+
+struct Arg {
+  Value* value = nullptr;  // set, or else the literal
+  Literal literal;
+  static Arg of(Value* v) { return Arg{v, None{}}; }
+  static Arg lit(Literal l) { return Arg{nullptr, std::move(l)}; }
+  bool is_value() const { return value != nullptr; }
+};
+
+class Node {
+ public:
+  const std::string& schema() const { return schema_; }  // "aten::add.Tensor"
+  const OpInfo* op() const { return op_; }                // nullptr: not in the op table (opaque)
+  const std::vector<Arg>& args() const { return args_; }
+  std::vector<Arg>& mutable_args() { return args_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  Value* output(size_t i = 0) const { return outputs_.at(i); }
+  bool side_effects() const { return side_effects_; }
+  void set_side_effects(bool s) { side_effects_ = s; }
+  // Values among the arguments, in order (with repeats).
+  std::vector<Value*> value_inputs() const;
+  // For fj::constant nodes: the index of the tensor in the constants table.
+  int64_t constant_index() const;
+  bool is_constant() const { return schema_ == "fj::constant"; }
+
+ private:
+  friend class Graph;
+  std::string schema_;
+  const OpInfo* op_ = nullptr;
+  std::vector<Arg> args_;
+  std::vector<Value*> outputs_;
+  bool side_effects_ = false;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Value* add_input(ValueType type);
+  // Appends a node. Output types are given; ops of the table are linked by schema.
+  Node* append(const std::string& schema, std::vector<Arg> args, std::vector<ValueType> output_types);
+  // Inserts before `before` (nullptr: at the end).
+  Node* insert(Node* before, const std::string& schema, std::vector<Arg> args,
+               std::vector<ValueType> output_types);
+  void add_output(Value* v) { outputs_.push_back(v); }
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  std::vector<Value*>& mutable_outputs() { return outputs_; }
+  // Nodes in execution order.
+  std::vector<Node*> nodes() const;
+  size_t num_nodes() const { return nodes_.size(); }
+
+  // Replaces every use of `from` (arguments and graph outputs) by `to`.
+  void replace_all_uses(Value* from, Value* to);
+  // Removes a node whose outputs are unused.
+  void erase(Node* n);
+  // Users of each value, by value id: the nodes that take it as an argument (once per node).
+  std::vector<std::vector<Node*>> users() const;
+  int num_value_ids() const { return next_id_; }
+  // Renumbers values in definition order, so that the printed form is canonical.
+  void renumber();
+  std::unique_ptr<Graph> clone() const;
+
+ private:
+  Value* new_value(ValueType type, Node* producer);
+  std::vector<Value*> inputs_, outputs_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<std::unique_ptr<Value>> values_;
+  int next_id_ = 0;
+};
+
+// Textual form: prints and parses back to an identical graph (ir/text.cpp).
+std::string print_graph(const Graph& g);
+std::unique_ptr<Graph> parse_graph(const std::string& text);
+// Checks the invariants above and the op table's rules; throws InternalError naming the node.
+void verify_graph(const Graph& g);
+
+}  // namespace fusion_jit

@@ -1,0 +1,52 @@
+// The op table (ir/ops.def) as data: category, dtype rule and argument kinds of every known op.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace fusion_jit {
+
+// A lattice, lowest first: fusion legality is decided by category.
+enum class OpCategory { kElementwise, kBroadcast, kReduction, kView, kOpaque };
+const char* category_name(OpCategory c);
+
+enum class DTypeRule { kPromote, kFloat, kBool, kSame, kCastArg, kCastLike, kDivMode, kNone };
+
+enum class ArgKind : char {
+  kTensor = 'T', kTensorNoPromote = 't', kScalar = 'S', kScalarNoPromote = 's', kOptScalar = 'O',
+  kChannel = 'C', kMode = 'm', kDTypeArg = 'd', kBoolArg = 'b', kIgnored = 'x'
+};
+
+struct ArgSpec {
+  ArgKind kind;
+  bool has_default = false;
+  Literal default_value;
+  bool is_tensor() const {
+    return kind == ArgKind::kTensor || kind == ArgKind::kTensorNoPromote || kind == ArgKind::kChannel;
+  }
+};
+
+struct OpInfo {
+  std::string schema;  // "aten::add.Tensor"
+  OpCategory category;
+  DTypeRule rule;
+  std::vector<ArgSpec> args;
+  std::string kernel_fn;  // "add": fj_add in the preludes
+};
+
+// nullptr when the schema is not in the table.
+const OpInfo* find_op(const std::string& schema);
+const std::vector<OpInfo>& all_ops();
+
+// The output dtype the op's rule gives for these arguments (Values and literals); nullopt when the rule
+// cannot tell (kNone, or a literal where a tensor is expected).
+std::optional<DType> infer_dtype(const OpInfo& op, const std::vector<Arg>& args);
+// The type arithmetic of this op runs in (before rounding to the output dtype): the promoted type of its
+// promoting arguments, with f16/bf16 computed in f32.
+DType op_compute_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out);
+// The argument at position i, or the schema default; asserts that one exists.
+Literal literal_arg(const Node& n, size_t i);
+
+}  // namespace fusion_jit

@@ -1,0 +1,72 @@
+// The verifier: every value defined once before use, outputs defined, known ops with the arguments and
+// output dtype their table entry demands, tensor types self-consistent.
+#include <unordered_set>
+
+#include "ir/graph.h"
+#include "ir/op_table.h"
+#include "support/error.h"
+
+namespace fusion_jit {
+namespace {
+
+void verify_type(const ValueType& t, const std::string& what) {
+  if (!t.is_tensor()) return;
+  const TensorType& tt = *t.tensor;
+  FJ_INTERNAL_ASSERT(tt.sizes.size() == tt.strides.size(), "{}: {} sizes but {} strides", what, tt.sizes.size(),
+                     tt.strides.size());
+  for (auto s : tt.sizes) FJ_INTERNAL_ASSERT(s >= 0, "{}: negative size in {}", what, tt.str());
+}
+
+}  // namespace
+
+void verify_graph(const Graph& g) {
+  std::unordered_set<const Value*> defined;
+  for (const Value* v : g.inputs()) {
+    FJ_INTERNAL_ASSERT(defined.insert(v).second, "graph input {} listed twice", v->name());
+    verify_type(v->type(), "input " + v->name());
+  }
+  for (const Node* n : g.nodes()) {
+    std::string where = n->schema() + " defining " + (n->outputs().empty() ? "nothing" : n->output()->name());
+    for (const Arg& a : n->args())
+      if (a.is_value())
+        FJ_INTERNAL_ASSERT(defined.count(a.value), "{}: argument {} is used before it is defined", where,
+                           a.value->name());
+    for (const Value* o : n->outputs()) {
+      FJ_INTERNAL_ASSERT(o->producer() == n, "{}: output {} has another producer", where, o->name());
+      FJ_INTERNAL_ASSERT(defined.insert(o).second, "{}: {} is defined twice", where, o->name());
+      verify_type(o->type(), where);
+    }
+    if (n->is_constant()) {
+      FJ_INTERNAL_ASSERT(n->args().size() == 1 && !n->args()[0].is_value() &&
+                             std::holds_alternative<int64_t>(n->args()[0].literal),
+                         "{}: fj::constant takes one integer index", where);
+      continue;
+    }
+    const OpInfo* op = n->op();
+    if (!op) continue;
+    FJ_INTERNAL_ASSERT(n->args().size() <= op->args.size(), "{}: {} arguments, the schema has {}", where,
+                       n->args().size(), op->args.size());
+    for (size_t i = 0; i < op->args.size(); ++i) {
+      const ArgSpec& spec = op->args[i];
+      if (i >= n->args().size()) {
+        FJ_INTERNAL_ASSERT(spec.has_default, "{}: argument {} is missing and has no default", where, i);
+        continue;
+      }
+      const Arg& a = n->args()[i];
+      if (spec.kind == ArgKind::kTensor || spec.kind == ArgKind::kTensorNoPromote)
+        FJ_INTERNAL_ASSERT(a.is_value() && a.value->is_tensor(), "{}: argument {} must be a tensor", where, i);
+    }
+    if (op->category == OpCategory::kElementwise) {
+      FJ_INTERNAL_ASSERT(n->outputs().size() == 1 && n->output()->is_tensor(), "{}: one tensor output expected",
+                         where);
+      auto dt = infer_dtype(*op, n->args());
+      if (dt)
+        FJ_INTERNAL_ASSERT(*dt == n->output()->tensor_type().dtype, "{}: output dtype {} but the op's rule gives {}",
+                           where, dtype_name(n->output()->tensor_type().dtype), dtype_name(*dt));
+    }
+  }
+  for (const Value* o : g.outputs())
+    FJ_INTERNAL_ASSERT(defined.count(o), "graph output {} is not defined", o->name());
+}
+
+}  // namespace fusion_jit

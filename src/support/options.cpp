@@ -1,0 +1,126 @@
+#include "support/options.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "support/error.h"
+
+extern char** environ;
+
+namespace fusion_jit {
+namespace {
+
+std::set<std::string> split_list(const std::string& v) {
+  std::set<std::string> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t end = v.find(',', start);
+    if (end == std::string::npos) end = v.size();
+    std::string item = v.substr(start, end - start);
+    if (!item.empty()) out.insert(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+bool parse_bool(const std::string& name, const std::string& v) {
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no" || v.empty()) return false;
+  FJ_CHECK(false, "{}={}: expected 0 or 1", name, v);
+  return false;
+}
+
+int64_t parse_int(const std::string& name, const std::string& v, int64_t lo) {
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  FJ_CHECK(!v.empty() && *end == '\0' && x >= lo, "{}={}: expected an integer >= {}", name, v, lo);
+  return x;
+}
+
+void check_members(const std::string& name, const std::set<std::string>& got,
+                   const std::set<std::string>& allowed) {
+  for (const auto& g : got) {
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    FJ_CHECK(allowed.count(g), "{}: unknown item '{}' (known: {})", name, g, list);
+  }
+}
+
+struct Entry {
+  const char* name;
+  std::function<void(Options&, const std::string&)> set;
+};
+
+const std::vector<Entry>& table() {
+  static const std::vector<Entry> t = {
+      {"FUSION_JIT_LOG_LEVEL",
+       [](Options& o, const std::string& v) {
+         if (v == "error") o.log_level = LogLevel::kError;
+         else if (v == "warn") o.log_level = LogLevel::kWarn;
+         else if (v == "info") o.log_level = LogLevel::kInfo;
+         else if (v == "debug") o.log_level = LogLevel::kDebug;
+         else FJ_CHECK(false, "FUSION_JIT_LOG_LEVEL={}: expected error, warn, info or debug", v);
+       }},
+      {"FUSION_JIT_DUMP",
+       [](Options& o, const std::string& v) {
+         o.dump = split_list(v);
+         check_members("FUSION_JIT_DUMP", o.dump, {"ir", "plan", "source", "log", "all"});
+       }},
+      {"FUSION_JIT_DISABLE",
+       [](Options& o, const std::string& v) {
+         o.disabled = split_list(v);
+         check_members("FUSION_JIT_DISABLE", o.disabled, {"dce", "cse", "constant_fold", "fusion"});
+       }},
+      {"FUSION_JIT_SPECIALIZATION_LIMIT",
+       [](Options& o, const std::string& v) {
+         o.specialization_limit = static_cast<int>(parse_int("FUSION_JIT_SPECIALIZATION_LIMIT", v, 0));
+       }},
+      {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; }},
+      {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }},
+      {"FUSION_JIT_ASSERT_NO_COMPILE",
+       [](Options& o, const std::string& v) {
+         o.assert_no_compile = parse_bool("FUSION_JIT_ASSERT_NO_COMPILE", v);
+       }},
+      {"FUSION_JIT_CPU_GRAIN",
+       [](Options& o, const std::string& v) { o.cpu_grain = parse_int("FUSION_JIT_CPU_GRAIN", v, 1); }},
+      // Read by ./run, not by the library; listed so that it is not rejected as unknown.
+      {"FUSION_JIT_VENV", [](Options&, const std::string&) {}},
+      {"FUSION_JIT_BUILD_JOBS", [](Options&, const std::string&) {}},
+  };
+  return t;
+}
+
+}  // namespace
+
+Options Options::parse(const char* const* envp) {
+  Options o;
+  if (const char* cxx = std::getenv("CXX")) o.cxx = cxx;
+  for (; envp && *envp; ++envp) {
+    std::string_view kv(*envp);
+    if (kv.rfind("FUSION_JIT_", 0) != 0) continue;
+    size_t eq = kv.find('=');
+    std::string name(kv.substr(0, eq));
+    std::string value(eq == std::string_view::npos ? "" : kv.substr(eq + 1));
+    const Entry* found = nullptr;
+    for (const auto& e : table())
+      if (name == e.name) found = &e;
+    if (!found) {
+      std::string names;
+      for (const auto& e : table()) names += (names.empty() ? "" : ", ") + std::string(e.name);
+      FJ_CHECK(false, "unknown environment variable {} (known: {})", name, names);
+    }
+    found->set(o, value);
+  }
+  if (o.cxx.empty()) o.cxx = "g++";
+  return o;
+}
+
+const Options& Options::get() {
+  static const Options o = parse(environ);
+  return o;
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,41 @@
+// Options of fusion_jit, read from FUSION_JIT_* environment variables through one table.
+//
+// Every variable is documented in README.md. An unknown FUSION_JIT_* name, or a value that does not
+// parse, is an error that names the variable: a typo never silently does nothing.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+namespace fusion_jit {
+
+enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+
+struct Options {
+  LogLevel log_level = LogLevel::kWarn;
+  // FUSION_JIT_DUMP: comma list of ir, plan, source, log (or all); written to stderr.
+  std::set<std::string> dump;
+  // FUSION_JIT_DISABLE: comma list of passes (dce, cse, constant_fold) or "fusion".
+  std::set<std::string> disabled;
+  // FUSION_JIT_SPECIALIZATION_LIMIT: compiled signatures kept per model; later ones run eagerly.
+  int specialization_limit = 8;
+  // FUSION_JIT_CACHE_DIR: where compiled kernels are written ("" = default location).
+  std::string cache_dir;
+  // FUSION_JIT_CXX (else CXX, else g++): the host compiler for CPU kernels.
+  std::string cxx;
+  // FUSION_JIT_ASSERT_NO_COMPILE=1: any compiler invocation is an error.
+  bool assert_no_compile = false;
+  // FUSION_JIT_CPU_GRAIN: elements per parallel chunk of a CPU kernel.
+  int64_t cpu_grain = 32768;
+
+  bool dumps(const std::string& what) const { return dump.count(what) || dump.count("all"); }
+  bool is_disabled(const std::string& what) const { return disabled.count(what) > 0; }
+
+  // The options from the environment, parsed once; throws fusion_jit::Error on a bad variable.
+  static const Options& get();
+  // Parses a given environment (NAME=VALUE strings); for tests.
+  static Options parse(const char* const* envp);
+};
+
+}  // namespace fusion_jit

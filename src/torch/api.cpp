@@ -1,0 +1,216 @@
+#include "torch/api.h"
+
+#include <ATen/ops/empty.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
+
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+#include "passes/passes.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "support/options.h"
+#include "torch/executor.h"
+
+namespace fusion_jit {
+namespace tj = torch::jit;
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The signature of a call, as bytes.
+std::string signature_of(const std::vector<c10::IValue>& inputs) {
+  std::string key;
+  key.reserve(64 * inputs.size());
+  auto put = [&](int64_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  for (const auto& v : inputs) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      put(1);
+      if (!t.defined()) {
+        put(-1);
+        continue;
+      }
+      put(static_cast<int64_t>(t.scalar_type()));
+      put(static_cast<int64_t>(t.device().type()) * 1024 + t.device().index());
+      put(t.dim());
+      for (auto s : t.sizes()) put(s);
+      for (auto s : t.strides()) put(s);
+      put(t.requires_grad());
+    } else {
+      put(2);
+      key += c10::str(v.tagKind(), ":", v);  // non-tensor inputs specialize by value
+      key += '\0';
+    }
+  }
+  return key;
+}
+
+}  // namespace
+
+struct CompiledModule::Impl {
+  std::string name;
+  std::shared_ptr<tj::Graph> graph;
+  bool skip_self = false;
+  std::function<c10::IValue(const std::vector<c10::IValue>&)> eager;
+  int limit = 8;
+  bool enable_fusion = true;
+  std::shared_ptr<tj::Module> module_keepalive;
+
+  struct Entry {
+    std::unique_ptr<PlanInstance> instance;  // null: eager
+    std::string eager_reason;
+  };
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> entries;
+  ModuleStats stats;
+  std::string last_report;
+
+  // Returns the entry for these inputs, compiling it if new; `first_result` receives the capture run's
+  // result when this call compiled.
+  std::shared_ptr<Entry> entry_for(const std::vector<c10::IValue>& inputs, c10::IValue* first_result) {
+    std::string sig = signature_of(inputs);
+    std::lock_guard<std::mutex> g(mu);
+    auto it = entries.find(sig);
+    if (it != entries.end()) return it->second;
+    auto e = std::make_shared<Entry>();
+    if (stats.signatures >= limit) {
+      e->eager_reason = fmt::format("specialization limit of {} signatures reached", limit);
+      warn_once(name + ":limit", fmt::format("{}: {} new input signatures run eagerly (raise "
+                                             "FUSION_JIT_SPECIALIZATION_LIMIT to compile more)",
+                                             name, e->eager_reason));
+      entries.emplace(sig, e);
+      return e;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      auto inst = std::make_unique<PlanInstance>();
+      CaptureResult cap = capture_graph(graph, inputs, skip_self);
+      double capture_ms = ms_since(t0);
+      inst->captured = std::move(cap.captured);
+      auto t1 = std::chrono::steady_clock::now();
+      auto& constants = inst->captured.constants;
+      ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
+        std::vector<c10::IValue> args;
+        for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
+        try {
+          auto outs = call_aten(n, args);
+          std::vector<int64_t> idx;
+          for (auto& o : outs) {
+            idx.push_back(static_cast<int64_t>(constants.size()));
+            constants.push_back(std::move(o));
+          }
+          return idx;
+        } catch (const std::exception&) {
+          return std::nullopt;
+        }
+      };
+      run_pipeline(*inst->captured.graph, eval);
+      double passes_ms = ms_since(t1);
+      inst->plan = build_plan(std::move(inst->captured.graph), enable_fusion);
+      inst->captured.graph = nullptr;
+      const ExecutablePlan& p = *inst->plan;
+      last_report = fmt::format("capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms",
+                                capture_ms, passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms);
+      e->instance = std::move(inst);
+      stats.signatures++;
+      if (first_result) *first_result = std::move(cap.result);
+    } catch (const Error& err) {
+      if (Options::get().assert_no_compile && std::string(err.what()).find("FUSION_JIT_ASSERT_NO_COMPILE") != std::string::npos)
+        throw;
+      e->eager_reason = err.what();
+      warn_once(name + ":capture:" + err.what(),
+                fmt::format("{}: this input signature runs eagerly: {}", name, err.what()));
+    }
+    stats.compile_ms += ms_since(t0);
+    entries.emplace(sig, e);
+    return e;
+  }
+};
+
+c10::IValue CompiledModule::operator()(const std::vector<c10::IValue>& inputs) {
+  c10::IValue first;
+  auto e = impl_->entry_for(inputs, &first);
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->stats.calls++;
+    if (!e->instance) impl_->stats.eager_calls++;
+  }
+  if (!e->instance) return impl_->eager(inputs);
+  if (!first.isNone()) return first;
+  return run_plan(*e->instance, inputs);
+}
+
+const ExecutablePlan* CompiledModule::plan_for(const std::vector<c10::IValue>& inputs) {
+  auto e = impl_->entry_for(inputs, nullptr);
+  return e->instance ? e->instance->plan.get() : nullptr;
+}
+
+std::string CompiledModule::explain(const std::vector<c10::IValue>& inputs) {
+  auto e = impl_->entry_for(inputs, nullptr);
+  if (!e->instance) return "runs eagerly: " + e->eager_reason + "\n";
+  return e->instance->plan->explain();
+}
+
+std::string CompiledModule::last_compile_report() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->last_report;
+}
+
+ModuleStats CompiledModule::stats() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->stats;
+}
+
+CompiledModule compile(const torch::jit::Module& module, CompileOptions options) {
+  auto impl = std::make_shared<CompiledModule::Impl>();
+  impl->name = module.type()->name() ? module.type()->name()->name() : "module";
+  tj::Module copy = module.clone();
+  copy.eval();
+  auto frozen = std::make_shared<tj::Module>(tj::freeze_module(copy));
+  impl->graph = frozen->get_method("forward").graph()->copy();
+  prepare_torchscript_graph(impl->graph);
+  impl->skip_self = true;
+  impl->module_keepalive = frozen;
+  impl->eager = [frozen](const std::vector<c10::IValue>& in) { return frozen->forward(in); };
+  impl->limit = options.specialization_limit.value_or(Options::get().specialization_limit);
+  impl->enable_fusion = options.enable_fusion;
+  return CompiledModule(impl);
+}
+
+CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_inputs, CompileOptions options) {
+  auto impl = std::make_shared<CompiledModule::Impl>();
+  impl->name = "traced function";
+  tj::Stack stack(example_inputs.begin(), example_inputs.end());
+  auto traced = tj::tracer::trace(
+      stack,
+      [&fn](tj::Stack in) {
+        std::vector<at::Tensor> ts;
+        for (auto& v : in) ts.push_back(v.toTensor());
+        auto out = fn(ts);
+        c10::List<at::Tensor> list;
+        for (auto& t : out) list.push_back(t);
+        return tj::Stack{c10::IValue(list)};
+      },
+      [](const at::Tensor&) { return std::string(); }, /*strict=*/false, /*force_outplace=*/false);
+  impl->graph = traced.first->graph;
+  prepare_torchscript_graph(impl->graph);
+  impl->eager = [fn](const std::vector<c10::IValue>& in) {
+    std::vector<at::Tensor> ts;
+    for (const auto& v : in) ts.push_back(v.toTensor());
+    c10::List<at::Tensor> list;
+    for (auto& t : fn(ts)) list.push_back(t);
+    return c10::IValue(list);
+  };
+  impl->limit = options.specialization_limit.value_or(Options::get().specialization_limit);
+  impl->enable_fusion = options.enable_fusion;
+  return CompiledModule(impl);
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,72 @@
+// The public C++ API of fusion_jit.
+//
+//   auto fused = fusion_jit::compile(module);           // a TorchScript module
+//   c10::IValue out = fused({x, y});                     // compiles at the first call per input signature
+//   std::cout << fused.explain({x, y});                  // the plan: groups, ops, reasons, costs
+//
+//   auto f = fusion_jit::trace(fn, {x, y});              // a plain C++ function over tensors
+//
+// A signature is the inputs' dtypes, sizes, strides and devices (and the values of non-tensor inputs).
+// Each new signature is captured, optimized, fused, compiled and kept; past the specialization limit
+// (FUSION_JIT_SPECIALIZATION_LIMIT, default 8) new signatures run eagerly, with one warning. A signature
+// whose graph cannot be captured (control flow, in-place ops, ops outside ATen) also runs eagerly, with a
+// warning that says why.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch::jit {
+struct Module;
+}
+
+namespace fusion_jit {
+
+struct ExecutablePlan;
+
+struct CompileOptions {
+  std::optional<int> specialization_limit;  // default: the FUSION_JIT_SPECIALIZATION_LIMIT option
+  bool enable_fusion = true;                // false: one kernel per fusible op
+};
+
+struct ModuleStats {
+  int64_t calls = 0;
+  int64_t signatures = 0;     // signatures with a compiled plan
+  int64_t eager_calls = 0;    // calls run eagerly (past the limit, or not capturable)
+  double compile_ms = 0;      // capture + passes + fusion + codegen + compile, all signatures
+};
+
+class CompiledModule {
+ public:
+  c10::IValue operator()(const std::vector<c10::IValue>& inputs);
+  c10::IValue forward(const std::vector<c10::IValue>& inputs) { return (*this)(inputs); }
+  // The plan for these inputs' signature, compiling it if needed (which runs the model once); nullptr
+  // when the signature runs eagerly.
+  const ExecutablePlan* plan_for(const std::vector<c10::IValue>& inputs);
+  // The plan as text, or why the signature runs eagerly.
+  std::string explain(const std::vector<c10::IValue>& inputs);
+  // Time of the last compilation, split by phase, in ms: capture, passes, fusion, codegen, compile.
+  std::string last_compile_report() const;
+  ModuleStats stats() const;
+
+  struct Impl;
+  explicit CompiledModule(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Freezes (in eval mode) and inlines a copy of the module; the module itself is not changed.
+CompiledModule compile(const torch::jit::Module& module, CompileOptions options = {});
+
+using TensorFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+// Traces `fn` on the example inputs through torch's tracer. The result is called with tensors only and
+// returns a list of tensors.
+CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_inputs, CompileOptions options = {});
+
+}  // namespace fusion_jit

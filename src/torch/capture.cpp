@@ -1,0 +1,243 @@
+#include "torch/capture.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <set>
+#include <unordered_map>
+
+#include "support/error.h"
+
+namespace fusion_jit {
+namespace tj = torch::jit;
+
+TensorType tensor_type_of(const at::Tensor& t) {
+  TensorType tt;
+  tt.dtype = dtype_from_torch_code(static_cast<int>(t.scalar_type()));
+  tt.sizes = t.sizes().vec();
+  tt.strides = t.strides().vec();
+  tt.device = t.is_cuda() ? Device::kCUDA : Device::kCPU;
+  tt.device_index = t.is_cuda() ? t.get_device() : 0;
+  return tt;
+}
+
+c10::IValue literal_to_ivalue(const Literal& l) {
+  struct V {
+    c10::IValue operator()(const None&) const { return c10::IValue(); }
+    c10::IValue operator()(bool b) const { return b; }
+    c10::IValue operator()(int64_t i) const { return i; }
+    c10::IValue operator()(double d) const { return d; }
+    c10::IValue operator()(const std::string& s) const { return s; }
+    c10::IValue operator()(const std::vector<int64_t>& v) const { return v; }
+    c10::IValue operator()(const std::vector<double>& v) const { return v; }
+  };
+  return std::visit(V{}, l);
+}
+
+namespace {
+
+std::optional<Literal> ivalue_to_literal(const c10::IValue& v) {
+  if (v.isNone()) return Literal(None{});
+  if (v.isBool()) return Literal(v.toBool());
+  if (v.isInt()) return Literal(v.toInt());
+  if (v.isDouble()) return Literal(v.toDouble());
+  if (v.isString()) return Literal(v.toStringRef());
+  if (v.isIntList()) return Literal(v.toIntVector());
+  if (v.isDoubleList()) return Literal(v.toDoubleVector());
+  return std::nullopt;
+}
+
+std::string kind_name(const c10::IValue& v) {
+  if (v.isNone()) return "None";
+  if (v.isBool()) return "bool";
+  if (v.isInt()) return "int";
+  if (v.isDouble()) return "float";
+  if (v.isString()) return "str";
+  if (v.isIntList()) return "int[]";
+  if (v.isDoubleList()) return "float[]";
+  if (v.isTensorList()) return "Tensor[]";
+  if (v.isDevice()) return "Device";
+  return v.tagKind();
+}
+
+ValueType value_type_of(const c10::IValue& v) {
+  ValueType t;
+  if (v.isTensor() && v.toTensor().defined()) t.tensor = tensor_type_of(v.toTensor());
+  else t.other = kind_name(v);
+  return t;
+}
+
+std::string node_desc(const tj::Node* n) { return n->kind().toQualString(); }
+
+bool is_metadata_op(const tj::Node* n) {
+  static const std::set<std::string> ops = {"aten::size", "aten::dim", "aten::numel", "prim::device", "prim::dtype",
+                                            "aten::len", "prim::layout", "aten::__isnot__", "aten::__is__"};
+  return ops.count(n->kind().toQualString()) > 0;
+}
+
+class Importer {
+ public:
+  explicit Importer(const std::shared_ptr<tj::Graph>& g) : jg_(g) {}
+
+  CaptureResult run(const std::vector<c10::IValue>& inputs, bool skip_self) {
+    CaptureResult res;
+    auto& cap = res.captured;
+    cap.graph = std::make_unique<Graph>();
+    Graph& g = *cap.graph;
+    auto jin = jg_->inputs();
+    size_t first = skip_self ? 1 : 0;
+    FJ_CHECK(jin.size() - first == inputs.size(), "the model takes {} inputs, {} were given", jin.size() - first,
+             inputs.size());
+    for (size_t i = first; i < jin.size(); ++i) {
+      const c10::IValue& v = inputs[i - first];
+      values_[jin[i]] = v;
+      FJ_CHECK(!v.isTensor() || v.toTensor().defined(), "input {} is an undefined tensor", i - first);
+      map_[jin[i]] = g.add_input(value_type_of(v));
+    }
+    for (tj::Node* n : jg_->nodes()) import_node(n, cap);
+    // Outputs: one value, or the elements of a returned tuple or list.
+    tj::Value* ret = jg_->outputs().at(0);
+    std::vector<tj::Value*> outs = {ret};
+    tj::Node* rn = ret->node();
+    if (rn->kind() == c10::prim::TupleConstruct || (rn->kind() == c10::prim::ListConstruct && !literals_.count(ret))) {
+      cap.output_kind = rn->kind() == c10::prim::TupleConstruct ? OutputKind::kTuple : OutputKind::kList;
+      outs.assign(rn->inputs().begin(), rn->inputs().end());
+    }
+    for (tj::Value* o : outs) g.add_output(value_for_output(o, cap));
+    res.result = values_.at(ret);
+    verify_graph(g);
+    return res;
+  }
+
+ private:
+  void execute(tj::Node* n) {
+    tj::Stack stack;
+    for (tj::Value* in : n->inputs()) stack.push_back(values_.at(in));
+    tj::Operation op = n->getOperation();
+    op(stack);
+    FJ_INTERNAL_ASSERT(stack.size() == n->outputs().size(), "{} returned {} values", node_desc(n), stack.size());
+    for (size_t i = 0; i < stack.size(); ++i) values_[n->outputs()[i]] = std::move(stack[i]);
+  }
+
+  void import_node(tj::Node* n, CapturedGraph& cap) {
+    auto kind = n->kind();
+    std::string kname = kind.toQualString();
+    FJ_CHECK(n->blocks().empty(), "{}: control flow is not captured", kname);
+    FJ_CHECK(kind != c10::prim::CallMethod && kind != c10::prim::CallFunction, "{}: calls are not captured", kname);
+    execute(n);
+    if (kind == c10::prim::Constant) {
+      const c10::IValue& v = values_.at(n->output());
+      if (auto lit = ivalue_to_literal(v)) literals_[n->output()] = *lit;
+      else add_constant(n->output(), v, cap);
+      return;
+    }
+    // Non-tensor results of constants and tensor metadata fold into literals.
+    bool all_outputs_plain = true;
+    for (tj::Value* o : n->outputs()) all_outputs_plain &= !values_.at(o).isTensor() && !values_.at(o).isTensorList();
+    bool inputs_known = true;
+    for (tj::Value* in : n->inputs()) {
+      bool known = literals_.count(in) || (const_of_.count(in) && !values_.at(in).isTensor()) ||
+                   shape_tensors_.count(in);
+      if (!known && values_.at(in).isTensor()) known = is_metadata_op(n);
+      inputs_known &= known;
+    }
+    if (all_outputs_plain && inputs_known && !n->hasSideEffects()) {
+      for (tj::Value* o : n->outputs()) {
+        const c10::IValue& v = values_.at(o);
+        if (auto lit = ivalue_to_literal(v)) literals_[o] = *lit;
+        else add_constant(o, v, cap);
+      }
+      return;
+    }
+    if (kind == c10::prim::NumToTensor && literals_.count(n->input())) {
+      // A traced size as a 0-d tensor: a constant, and still a literal for aten::Int and friends.
+      add_constant(n->output(), values_.at(n->output()), cap);
+      shape_tensors_.insert(n->output());
+      return;
+    }
+    if (kind == c10::prim::TupleConstruct && n->output()->uses().size() == 1 &&
+        n->output()->uses()[0].user->kind() == c10::prim::Return)
+      return;  // the graph's result, flattened in run()
+    if (kind == c10::prim::ListConstruct || kind == c10::prim::ListUnpack) {
+      bool tensors = true;
+      for (tj::Value* in : n->inputs()) tensors &= values_.at(in).isTensor();
+      for (tj::Value* o : n->outputs()) tensors &= values_.at(o).isTensor() || values_.at(o).isTensorList();
+      FJ_CHECK(tensors, "{}: only lists of tensors are captured", kname);
+      if (kind == c10::prim::ListConstruct && n->output()->uses().size() == 1 &&
+          n->output()->uses()[0].user->kind() == c10::prim::Return)
+        return;  // the graph's result, flattened in run()
+      append(n, kname, cap);
+      return;
+    }
+    FJ_CHECK(kind.is_aten() && n->maybeSchema() != nullptr, "{}: not an ATen op; not captured", kname);
+    const c10::FunctionSchema& schema = n->schema();
+    FJ_CHECK(!schema.is_mutable(), "{}: in-place op left after mutation removal; not captured", kname);
+    std::string name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+    FJ_CHECK(c10::Dispatcher::singleton().findSchema({schema.name(), schema.overload_name()}).has_value(),
+             "{}: not a dispatcher op; not captured", name);
+    append(n, name, cap);
+  }
+
+  void append(tj::Node* n, const std::string& name, CapturedGraph& cap) {
+    std::vector<Arg> args;
+    for (tj::Value* in : n->inputs()) {
+      auto lit = literals_.find(in);
+      if (lit != literals_.end()) args.push_back(Arg::lit(lit->second));
+      else args.push_back(Arg::of(value_of(in, cap)));
+    }
+    std::vector<ValueType> types;
+    for (tj::Value* o : n->outputs()) types.push_back(value_type_of(values_.at(o)));
+    Node* node = cap.graph->append(name, std::move(args), std::move(types));
+    for (size_t i = 0; i < n->outputs().size(); ++i) map_[n->outputs()[i]] = node->output(i);
+  }
+
+  void add_constant(tj::Value* v, const c10::IValue& iv, CapturedGraph& cap) {
+    int64_t idx = static_cast<int64_t>(cap.constants.size());
+    cap.constants.push_back(iv);
+    Node* c = cap.graph->append("fj::constant", {Arg::lit(idx)}, {value_type_of(iv)});
+    map_[v] = c->output();
+    const_of_.insert(v);
+  }
+
+  Value* value_of(tj::Value* v, CapturedGraph& cap) {
+    auto it = map_.find(v);
+    FJ_INTERNAL_ASSERT(it != map_.end(), "value %{} has no IR value", v->debugName());
+    return it->second;
+  }
+
+  Value* value_for_output(tj::Value* v, CapturedGraph& cap) {
+    auto lit = literals_.find(v);
+    if (lit != literals_.end()) {
+      add_constant(v, values_.at(v), cap);
+      return map_.at(v);
+    }
+    return value_of(v, cap);
+  }
+
+  std::shared_ptr<tj::Graph> jg_;
+  std::unordered_map<tj::Value*, c10::IValue> values_;
+  std::unordered_map<tj::Value*, Value*> map_;
+  std::unordered_map<tj::Value*, Literal> literals_;
+  std::set<tj::Value*> const_of_;
+  std::set<tj::Value*> shape_tensors_;  // 0-d tensors made from literals by prim::NumToTensor
+};
+
+}  // namespace
+
+void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph) {
+  tj::Inline(*graph);
+  tj::LowerSimpleTuples(graph);
+  tj::RemoveTensorMutation(graph);
+  tj::InplaceToFunctionalActivation(graph);
+}
+
+CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
+                            bool skip_self) {
+  return Importer(graph).run(inputs, skip_self);
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,119 @@
+#include "torch/executor.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty_strided.h>
+
+#include "support/error.h"
+#include "support/options.h"
+
+namespace fusion_jit {
+namespace {
+
+const c10::OperatorHandle& find_handle(const std::string& schema) {
+  // Cached per schema: the lookup takes a lock and a hash of the name.
+  static std::mutex mu;
+  static std::unordered_map<std::string, c10::OperatorHandle>* cache =
+      new std::unordered_map<std::string, c10::OperatorHandle>();
+  std::lock_guard<std::mutex> g(mu);
+  auto it = cache->find(schema);
+  if (it != cache->end()) return it->second;
+  size_t dot = schema.find('.');
+  std::string name = schema.substr(0, dot);
+  std::string overload = dot == std::string::npos ? "" : schema.substr(dot + 1);
+  auto h = c10::Dispatcher::singleton().findSchema({name, overload});
+  FJ_CHECK(h.has_value(), "{}: no such operator in the dispatcher", schema);
+  return cache->emplace(schema, *h).first->second;
+}
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  at::parallel_for(0, n, grain, fn);
+}
+
+}  // namespace
+
+std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>& value_args) {
+  std::vector<c10::IValue> stack;
+  size_t vi = 0;
+  for (const Arg& a : n.args()) stack.push_back(a.is_value() ? value_args.at(vi++) : literal_to_ivalue(a.literal));
+  const std::string& s = n.schema();
+  if (s == "prim::ListConstruct") {
+    c10::List<at::Tensor> list;
+    for (auto& v : stack) list.push_back(v.toTensor());
+    return {c10::IValue(list)};
+  }
+  if (s == "prim::ListUnpack") {
+    auto list = stack.at(0).toTensorList();
+    FJ_CHECK(list.size() == n.outputs().size(), "prim::ListUnpack: {} elements, {} expected", list.size(),
+             n.outputs().size());
+    std::vector<c10::IValue> out;
+    for (size_t i = 0; i < list.size(); ++i) out.emplace_back(list.get(i));
+    return out;
+  }
+  find_handle(s).callBoxed(stack);
+  FJ_INTERNAL_ASSERT(stack.size() == n.outputs().size(), "{} returned {} values, {} expected", s, stack.size(),
+                     n.outputs().size());
+  return stack;
+}
+
+c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs) {
+  const ExecutablePlan& plan = *p.plan;
+  const Graph& g = *plan.graph;
+  std::vector<c10::IValue> env(g.num_value_ids());
+  FJ_INTERNAL_ASSERT(inputs.size() == g.inputs().size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]->id()] = inputs[i];
+  const int64_t grain = Options::get().cpu_grain;
+  std::vector<void*> ptrs;
+  std::vector<c10::IValue> args;
+  for (const ExecStep& st : plan.steps) {
+    if (st.kernel >= 0) {
+      const KernelLaunch& k = plan.kernels[st.kernel];
+      ptrs.clear();
+      for (const KernelBuffer& b : k.spec.buffers) {
+        const TensorType& t = b.value->tensor_type();
+        if (!b.is_output) {
+          const at::Tensor& in = env[b.value->id()].toTensor();
+          FJ_INTERNAL_ASSERT(in.sizes().equals(t.sizes) && in.strides().equals(t.strides),
+                             "{}: input {} has layout {} {}, the plan expects {}", k.spec.name, b.value->name(),
+                             c10::str(in.sizes()), c10::str(in.strides()), t.str());
+          ptrs.push_back(const_cast<void*>(in.const_data_ptr()));
+        } else {
+          at::Tensor out = at::empty_strided(t.sizes, t.strides,
+                                             at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype))));
+          ptrs.push_back(out.mutable_data_ptr());
+          env[b.value->id()] = std::move(out);
+        }
+      }
+      launch_cpu_kernel(k.fn, ptrs.data(), k.spec.numel, grain, parallel_for);
+    } else {
+      const Node& n = *st.node;
+      if (n.is_constant()) {
+        env[n.output()->id()] = p.captured.constants.at(n.constant_index());
+      } else {
+        args.clear();
+        for (const Value* v : n.value_inputs()) args.push_back(env[v->id()]);
+        auto outs = call_aten(n, args);
+        for (size_t i = 0; i < outs.size(); ++i) env[n.output(i)->id()] = std::move(outs[i]);
+      }
+    }
+    for (int id : st.release) env[id] = c10::IValue();
+  }
+  const auto& outs = g.outputs();
+  switch (p.captured.output_kind) {
+    case OutputKind::kSingle:
+      return env[outs.at(0)->id()];
+    case OutputKind::kTuple: {
+      std::vector<c10::IValue> items;
+      for (const Value* o : outs) items.push_back(env[o->id()]);
+      return c10::ivalue::Tuple::create(std::move(items));
+    }
+    case OutputKind::kList: {
+      c10::List<at::Tensor> list;
+      for (const Value* o : outs) list.push_back(env[o->id()].toTensor());
+      return list;
+    }
+  }
+  return c10::IValue();
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,25 @@
+// Running an ExecutablePlan on torch values: generated kernels on tensors allocated with eager's strides,
+// ATen steps through the c10 dispatcher (boxed calls by schema), intermediates released when dead.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <vector>
+
+#include "runtime/plan.h"
+#include "torch/capture.h"
+
+namespace fusion_jit {
+
+struct PlanInstance {
+  CapturedGraph captured;
+  std::unique_ptr<ExecutablePlan> plan;
+};
+
+// Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
+c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
+// Calls one node through the dispatcher with the given values for its value arguments (in order).
+std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>& value_args);
+
+}  // namespace fusion_jit

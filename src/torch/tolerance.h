@@ -1,0 +1,30 @@
+// How results are judged against eager PyTorch: the one tolerance table of the project (DESIGN.md).
+//
+// Integers and bools: equal. Floats: |a - e| <= atol + rtol * |e| elementwise, NaN equal to NaN, with the
+// torch.testing defaults per dtype. Where that is too strict (reductions), a float64 reference may be
+// given: the result then passes when its max error against the reference is at most 2x eager's own
+// (3x for float16 and bfloat16). Dtype, sizes and strides must equal eager's.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+namespace fusion_jit {
+
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance tolerance_for(at::ScalarType t);
+
+struct CheckResult {
+  bool ok = true;
+  double max_abs_err = 0;
+  std::string message;  // why not ok
+};
+
+CheckResult check_close(const at::Tensor& actual, const at::Tensor& expected,
+                        const std::optional<at::Tensor>& reference64 = std::nullopt, bool check_strides = true);
+
+}  // namespace fusion_jit

@@ -1,0 +1,49 @@
+#include <gtest/gtest.h>
+
+#include "support/error.h"
+#include "support/options.h"
+
+namespace fusion_jit {
+namespace {
+
+TEST(Options, Defaults) {
+  const char* env[] = {"PATH=/bin", nullptr};
+  Options o = Options::parse(env);
+  EXPECT_EQ(o.specialization_limit, 8);
+  EXPECT_FALSE(o.assert_no_compile);
+  EXPECT_TRUE(o.dump.empty());
+}
+
+TEST(Options, ParsesKnownVariables) {
+  const char* env[] = {"FUSION_JIT_DUMP=ir,plan", "FUSION_JIT_SPECIALIZATION_LIMIT=3", "FUSION_JIT_DISABLE=cse",
+                       "FUSION_JIT_ASSERT_NO_COMPILE=1", "FUSION_JIT_LOG_LEVEL=debug", nullptr};
+  Options o = Options::parse(env);
+  EXPECT_TRUE(o.dumps("ir"));
+  EXPECT_TRUE(o.dumps("plan"));
+  EXPECT_FALSE(o.dumps("source"));
+  EXPECT_EQ(o.specialization_limit, 3);
+  EXPECT_TRUE(o.is_disabled("cse"));
+  EXPECT_TRUE(o.assert_no_compile);
+  EXPECT_EQ(o.log_level, LogLevel::kDebug);
+}
+
+void expect_error(const char* var, const char* fragment) {
+  const char* env[] = {var, nullptr};
+  try {
+    Options::parse(env);
+    FAIL() << var;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Options, RejectsUnknownAndMalformed) {
+  expect_error("FUSION_JIT_DUMPS=ir", "unknown environment variable FUSION_JIT_DUMPS");
+  expect_error("FUSION_JIT_DUMP=kernels", "unknown item 'kernels'");
+  expect_error("FUSION_JIT_SPECIALIZATION_LIMIT=many", "FUSION_JIT_SPECIALIZATION_LIMIT=many");
+  expect_error("FUSION_JIT_LOG_LEVEL=loud", "expected error, warn, info or debug");
+  expect_error("FUSION_JIT_ASSERT_NO_COMPILE=maybe", "expected 0 or 1");
+}
+
+}  // namespace
+}  // namespace fusion_jit

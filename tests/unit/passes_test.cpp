@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include "passes/passes.h"
+
+namespace fusion_jit {
+namespace {
+
+std::string run(bool (*pass)(Graph&), const std::string& in, bool expect_change = true) {
+  auto g = parse_graph(in);
+  EXPECT_EQ(pass(*g), expect_change);
+  verify_graph(*g);
+  g->renumber();
+  return print_graph(*g);
+}
+
+TEST(DCE, RemovesUnusedKeepsSideEffects) {
+  EXPECT_EQ(run(dce, R"(graph(%0 : f32[4]):
+  %1 : f32[4] = aten::exp(%0)
+  %2 : f32[4] = aten::neg(%1)
+  %3 : f32[4] = aten::relu(%0)
+  %4 : f32[4] = !aten::relu_(%0)
+  return (%3)
+)"),
+            R"(graph(%0 : f32[4]):
+  %1 : f32[4] = aten::relu(%0)
+  %2 : f32[4] = !aten::relu_(%0)
+  return (%1)
+)");
+}
+
+TEST(DCE, NothingToDo) {
+  run(dce, "graph(%0 : f32[4]):\n  %1 : f32[4] = aten::exp(%0)\n  return (%1)\n", false);
+}
+
+TEST(CSE, MergesSameOpSameArgs) {
+  EXPECT_EQ(run(cse, R"(graph(%0 : f32[4], %1 : f32[4]):
+  %2 : f32[4] = aten::add.Tensor(%0, %1, 1)
+  %3 : f32[4] = aten::add.Tensor(%0, %1, 1)
+  %4 : f32[4] = aten::add.Tensor(%0, %1, 2)
+  %5 : f32[4] = aten::mul.Tensor(%2, %3)
+  %6 : f32[4] = aten::mul.Tensor(%5, %4)
+  return (%6)
+)"),
+            R"(graph(%0 : f32[4], %1 : f32[4]):
+  %2 : f32[4] = aten::add.Tensor(%0, %1, 1)
+  %3 : f32[4] = aten::add.Tensor(%0, %1, 2)
+  %4 : f32[4] = aten::mul.Tensor(%2, %2)
+  %5 : f32[4] = aten::mul.Tensor(%4, %3)
+  return (%5)
+)");
+}
+
+TEST(CSE, KeepsSideEffectsAndDistinctTypes) {
+  run(cse, R"(graph(%0 : f32[4]):
+  %1 : f32[4] = !aten::relu_(%0)
+  %2 : f32[4] = !aten::relu_(%0)
+  return (%1, %2)
+)",
+      false);
+}
+
+TEST(ConstantFold, FoldsNodesOverConstants) {
+  auto g = parse_graph(R"(graph(%0 : f32[4]):
+  %1 : f32[4] = fj::constant(0)
+  %2 : f32[4] = aten::mul.Scalar(%1, 2.0)
+  %3 : f32[4] = aten::add.Tensor(%0, %2, 1)
+  return (%3)
+)");
+  int evaluated = 0;
+  ConstantEvaluator eval = [&](const Node& n) -> std::optional<std::vector<int64_t>> {
+    EXPECT_EQ(n.schema(), "aten::mul.Scalar");
+    ++evaluated;
+    return std::vector<int64_t>{7};
+  };
+  EXPECT_TRUE(constant_fold(*g, eval));
+  dce(*g);
+  g->renumber();
+  EXPECT_EQ(evaluated, 1);
+  EXPECT_EQ(print_graph(*g), R"(graph(%0 : f32[4]):
+  %1 : f32[4] = fj::constant(7)
+  %2 : f32[4] = aten::add.Tensor(%0, %1, 1)
+  return (%2)
+)");
+}
+
+TEST(ConstantFold, LeavesNodesTheEvaluatorRefuses) {
+  auto g = parse_graph("graph():\n  %0 : f32[4] = fj::constant(0)\n  %1 : f32[4] = aten::exp(%0)\n  return (%1)\n");
+  EXPECT_FALSE(constant_fold(*g, [](const Node&) { return std::optional<std::vector<int64_t>>(); }));
+  EXPECT_EQ(g->num_nodes(), 2u);
+}
+
+}  // namespace
+}  // namespace fusion_jit
