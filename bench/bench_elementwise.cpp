@@ -1,0 +1,116 @@
+// Elementwise chains, eager vs fused vs a plain add loop, measured in one run.
+//
+//   ./run bench [--benchmark_filter=...]
+//
+// Each benchmark reports bytes_per_second for the bytes the computation must move (inputs read once,
+// output written once), so fused chains can be compared with the add loop, the bandwidth roofline.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include "torch/api.h"
+
+namespace {
+
+constexpr int64_t kN = 16 << 20;
+
+// The first n ops of a fixed chain of 8 over x.
+at::Tensor chain(const at::Tensor& x, int n) {
+  at::Tensor y = x;
+  for (int i = 0; i < n; ++i) {
+    switch (i) {
+      case 0: y = y * 0.5; break;
+      case 1: y = y + 1.0; break;
+      case 2: y = y.sigmoid(); break;
+      case 3: y = y * x; break;
+      case 4: y = y - 0.25; break;
+      case 5: y = y.relu(); break;
+      case 6: y = y.tanh(); break;
+      case 7: y = y + x; break;
+    }
+  }
+  return y;
+}
+
+at::Tensor input(at::ScalarType t, int64_t n) { return at::randn({n}).to(t); }
+
+void BM_Eager(benchmark::State& st) {
+  int ops = static_cast<int>(st.range(0));
+  auto t = static_cast<at::ScalarType>(st.range(1));
+  at::Tensor x = input(t, kN);
+  for (auto _ : st) benchmark::DoNotOptimize(chain(x, ops));
+  st.SetBytesProcessed(st.iterations() * 2 * kN * x.element_size());
+  st.SetLabel(c10::toString(t));
+}
+
+void BM_Fused(benchmark::State& st) {
+  int ops = static_cast<int>(st.range(0));
+  auto t = static_cast<at::ScalarType>(st.range(1));
+  at::Tensor x = input(t, kN);
+  auto f = fusion_jit::trace([ops](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{chain(in[0], ops)}; },
+                             {x});
+  std::vector<c10::IValue> args{x};
+  f(args);  // compile
+  for (auto _ : st) benchmark::DoNotOptimize(f(args));
+  st.SetBytesProcessed(st.iterations() * 2 * kN * x.element_size());
+  st.SetLabel(c10::toString(t));
+}
+
+// c = a + b over float32 with torch's thread pool: the bandwidth roofline of fused elementwise work.
+void BM_AddLoop(benchmark::State& st) {
+  at::Tensor a = input(at::kFloat, kN), b = input(at::kFloat, kN), c = at::empty({kN});
+  const float* __restrict__ pa = a.const_data_ptr<float>();
+  const float* __restrict__ pb = b.const_data_ptr<float>();
+  float* __restrict__ pc = c.mutable_data_ptr<float>();
+  for (auto _ : st) {
+    at::parallel_for(0, kN, 32768, [pa, pb, pc](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) pc[i] = pa[i] + pb[i];
+    });
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * 3 * kN * 4);
+}
+
+// Host overhead of a one-kernel plan on 1K elements.
+void BM_SmallEager(benchmark::State& st) {
+  at::Tensor x = input(at::kFloat, 1024);
+  for (auto _ : st) benchmark::DoNotOptimize((x * 0.5).relu());
+}
+void BM_SmallFused(benchmark::State& st) {
+  at::Tensor x = input(at::kFloat, 1024);
+  auto f = fusion_jit::trace([](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{(in[0] * 0.5).relu()}; },
+                             {x});
+  std::vector<c10::IValue> args{x};
+  f(args);
+  for (auto _ : st) benchmark::DoNotOptimize(f(args));
+}
+
+void chains(benchmark::internal::Benchmark* b) {
+  for (int64_t t : {static_cast<int64_t>(at::kFloat), static_cast<int64_t>(at::kBFloat16)})
+    for (int64_t ops : {2, 4, 6, 8}) b->Args({ops, t});
+}
+
+BENCHMARK(BM_AddLoop)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Eager)->Apply(chains)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Fused)->Apply(chains)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SmallEager)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SmallFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+
+namespace {
+void BM_TorchAddOut(benchmark::State& st) {
+  at::Tensor a = input(at::kFloat, kN), b = input(at::kFloat, kN), c = at::empty({kN});
+  for (auto _ : st) at::add_out(c, a, b);
+  st.SetBytesProcessed(st.iterations() * 3 * kN * 4);
+}
+void BM_TorchAddAlloc(benchmark::State& st) {
+  at::Tensor a = input(at::kFloat, kN), b = input(at::kFloat, kN);
+  for (auto _ : st) benchmark::DoNotOptimize(a + b);
+  st.SetBytesProcessed(st.iterations() * 3 * kN * 4);
+}
+BENCHMARK(BM_TorchAddOut)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TorchAddAlloc)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_MAIN();

@@ -1,0 +1,369 @@
+// fusion-jit: run, check, time and explain TorchScript models through fusion_jit.
+//
+//   fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu] [--seed N] [--check]
+//                  [--bench N] [--json] [--save-outputs FILE]
+//   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--dump-source]
+//
+// Exit codes: 0 success, 1 a --check mismatch, 2 bad input (one line on stderr, no stack trace).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/Context.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/serialization/import.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ir/dtype.h"
+#include "runtime/plan.h"
+#include "support/error.h"
+#include "torch/api.h"
+#include "torch/tolerance.h"
+
+namespace fj = fusion_jit;
+
+namespace {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
+
+const char* kUsage =
+    "usage: fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu] [--seed N] [--check]\n"
+    "                      [--bench N] [--json] [--save-outputs FILE]\n"
+    "       fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--dump-source]\n"
+    "SPEC: DTYPE[SIZES] with optional {STRIDES}, e.g. f32[64,1024], bf16[8,3,32,32], i64[16], b8[4,4],\n"
+    "      f32[1024,64]{1,1024}. DTYPE: f32 f64 f16 bf16 i8 i16 i32 i64 u8 b8.\n";
+
+struct Args {
+  std::string command, model;
+  std::vector<std::string> specs;
+  std::string inputs_file, save_outputs, device = "cpu";
+  int64_t seed = 0;
+  int bench = 0;
+  bool check = false, json = false, dump_source = false;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < lo) usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return x;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  if (argc < 2) usage_error("missing command (run or explain)");
+  a.command = argv[1];
+  if (a.command == "-h" || a.command == "--help") {
+    std::fputs(kUsage, stdout);
+    std::exit(0);
+  }
+  if (a.command != "run" && a.command != "explain") usage_error("unknown command '" + a.command + "' (run or explain)");
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  auto value = [&](size_t& i, const std::string& flag) {
+    if (i + 1 >= rest.size()) usage_error(flag + " needs a value");
+    return rest[++i];
+  };
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& r = rest[i];
+    bool is_run = a.command == "run";
+    if (r == "--input") {
+      a.specs.push_back(value(i, r));
+      while (i + 1 < rest.size() && rest[i + 1].rfind("--", 0) != 0) a.specs.push_back(rest[++i]);
+    } else if (r == "--inputs") {
+      a.inputs_file = value(i, r);
+    } else if (r == "--device") {
+      a.device = value(i, r);
+    } else if (r == "--seed") {
+      a.seed = parse_int(r, value(i, r), 0);
+    } else if (r == "--check" && is_run) {
+      a.check = true;
+    } else if (r == "--bench" && is_run) {
+      a.bench = static_cast<int>(parse_int(r, value(i, r), 1));
+    } else if (r == "--json" && is_run) {
+      a.json = true;
+    } else if (r == "--save-outputs" && is_run) {
+      a.save_outputs = value(i, r);
+    } else if (r == "--dump-source" && !is_run) {
+      a.dump_source = true;
+    } else if (r.rfind("--", 0) == 0) {
+      usage_error("unknown option " + r + " for " + a.command);
+    } else if (a.model.empty()) {
+      a.model = r;
+    } else {
+      usage_error("unexpected argument '" + r + "'");
+    }
+  }
+  if (a.model.empty()) usage_error("missing MODEL.pt");
+  if (a.specs.empty() == a.inputs_file.empty()) usage_error("give the inputs with --input SPEC ... or with --inputs FILE (one of the two)");
+  if (a.device != "cpu") {
+    if (a.device.rfind("cuda", 0) == 0) usage_error("--device " + a.device + ": no CUDA driver found (CUDA support is not built yet)");
+    usage_error("--device " + a.device + ": unknown device (cpu)");
+  }
+  return a;
+}
+
+at::Tensor make_input(const std::string& spec, size_t index) {
+  static const std::regex re(R"(^([a-z0-9]+)\[([0-9,\s]*)\](\{([0-9,\s]*)\})?$)");
+  std::smatch m;
+  if (!std::regex_match(spec, m, re))
+    usage_error("input " + std::to_string(index) + ": malformed SPEC '" + spec + "' (expected DTYPE[SIZES]{STRIDES}, e.g. f32[64,1024])");
+  auto dt = fj::dtype_from_name(m[1]);
+  if (!dt || *dt == fj::DType::kOther)
+    usage_error("input " + std::to_string(index) + ": unknown dtype '" + std::string(m[1]) + "' in SPEC '" + spec + "'");
+  auto ints = [&](const std::string& s) {
+    std::vector<int64_t> v;
+    std::string cur;
+    for (char c : s + ",") {
+      if (c == ',') {
+        if (!cur.empty()) v.push_back(std::stoll(cur));
+        cur.clear();
+      } else if (!std::isspace(static_cast<unsigned char>(c))) {
+        cur += c;
+      }
+    }
+    return v;
+  };
+  std::vector<int64_t> sizes = ints(m[2]);
+  std::vector<int64_t> strides = m[3].matched ? ints(m[4]) : fj::contiguous_strides(sizes);
+  if (strides.size() != sizes.size())
+    usage_error("input " + std::to_string(index) + ": SPEC '" + spec + "' has " + std::to_string(sizes.size()) + " sizes but " +
+                std::to_string(strides.size()) + " strides");
+  fj::TensorType tt{*dt, sizes, strides};
+  int64_t extent = std::max<int64_t>(tt.extent(), 1);
+  auto st = static_cast<at::ScalarType>(fj::dtype_to_torch_code(*dt));
+  at::Tensor base;
+  if (fj::is_floating(*dt)) base = at::randn({extent}, at::TensorOptions().dtype(at::kFloat)).to(st);
+  else if (*dt == fj::DType::kBool) base = at::randint(0, 2, {extent}).to(st);
+  else base = at::randint(-8, 9, {extent}, at::TensorOptions().dtype(at::kLong)).to(st);
+  return base.as_strided(sizes, strides);
+}
+
+std::vector<char> read_file(const std::string& path, const std::string& what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) usage_error(what + " " + path + ": cannot open (" + std::strerror(errno) + ")");
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::vector<c10::IValue> load_inputs(const std::string& path) {
+  auto data = read_file(path, "--inputs");
+  c10::IValue v;
+  try {
+    v = torch::jit::pickle_load(data);
+  } catch (const c10::Error& e) {
+    usage_error("--inputs " + path + ": not a file written by torch.save: " + e.what_without_backtrace());
+  }
+  std::vector<c10::IValue> out;
+  if (v.isTensor()) {
+    out.push_back(v);
+  } else if (v.isList() || v.isTuple()) {
+    auto items = v.isList() ? v.toListRef().vec() : v.toTupleRef().elements().vec();
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].isTensor()) usage_error("--inputs " + path + ": item " + std::to_string(i) + " is not a tensor");
+      out.push_back(items[i]);
+    }
+  } else {
+    usage_error("--inputs " + path + ": expected a list of tensors");
+  }
+  return out;
+}
+
+std::vector<at::Tensor> flatten(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  if (v.isTensor()) out.push_back(v.toTensor());
+  else if (v.isTuple()) for (const auto& e : v.toTupleRef().elements()) { auto f = flatten(e); out.insert(out.end(), f.begin(), f.end()); }
+  else if (v.isList()) for (const auto& e : v.toListRef()) { auto f = flatten(e); out.insert(out.end(), f.begin(), f.end()); }
+  return out;
+}
+
+void write_atomically(const std::string& path, const std::vector<char>& data) {
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) usage_error("--save-outputs " + path + ": cannot write (" + std::strerror(errno) + ")");
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      usage_error("--save-outputs " + path + ": write failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    usage_error("--save-outputs " + path + ": cannot rename into place (" + std::strerror(errno) + ")");
+  }
+}
+
+double median_ms(int n, const std::function<void()>& fn) {
+  for (int i = 0; i < std::min(n, 3); ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::string first_line(std::string s) {
+  s.erase(0, s.find_first_not_of("\n \t"));
+  auto p = s.find('\n');
+  return p == std::string::npos ? s : s.substr(0, p);
+}
+
+int run(const Args& a) {
+  struct stat st;
+  if (::stat(a.model.c_str(), &st) != 0) usage_error(a.model + ": no such file");
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(a.model);
+  } catch (const std::exception& e) {
+    usage_error(a.model + ": not a TorchScript model (" + first_line(e.what()) + ")");
+  }
+  at::manual_seed(static_cast<uint64_t>(a.seed));
+  std::vector<c10::IValue> inputs;
+  if (!a.inputs_file.empty()) inputs = load_inputs(a.inputs_file);
+  else for (size_t i = 0; i < a.specs.size(); ++i) inputs.push_back(make_input(a.specs[i], i));
+  size_t expected = module.get_method("forward").function().getSchema().arguments().size() - 1;
+  if (inputs.size() != expected)
+    usage_error(a.model + " takes " + std::to_string(expected) + " input" + (expected == 1 ? "" : "s") + ", " +
+                std::to_string(inputs.size()) + " given");
+  // The reference: TorchScript's interpreter without its optimizing executor (so without torch's fusers).
+  torch::jit::setGraphExecutorOptimize(false);
+  module.eval();
+  std::vector<c10::IValue> originals;
+  for (auto& v : inputs) originals.push_back(v.toTensor().clone());
+  c10::IValue eager_out;
+  try {
+    eager_out = module.forward(inputs);
+  } catch (const c10::Error& e) {
+    usage_error(a.model + " rejects these inputs: " + first_line(e.what_without_backtrace()));
+  }
+  auto fused = fj::compile(module);
+  const fj::ExecutablePlan* plan = nullptr;
+  plan = fused.plan_for(inputs);
+  if (a.command == "explain") {
+    std::cout << fused.explain(inputs);
+    if (plan) {
+      std::cout << "compile: " << fused.last_compile_report() << "\n";
+      if (a.dump_source) std::cout << "\n" << (plan->source.empty() ? "// no generated source\n" : plan->source);
+    }
+    return 0;
+  }
+  c10::IValue out = fused(inputs);
+  auto outs = flatten(out), eager_outs = flatten(eager_out);
+  std::string check = "skipped", why;
+  double max_err = 0;
+  if (a.check) {
+    check = "pass";
+    if (outs.size() != eager_outs.size()) {
+      check = "fail";
+      why = "fused returns " + std::to_string(outs.size()) + " tensors, eager " + std::to_string(eager_outs.size());
+    }
+    std::optional<c10::IValue> ref64;
+    for (size_t i = 0; i < outs.size() && check == "pass"; ++i) {
+      auto r = fj::check_close(outs[i], eager_outs[i]);
+      if (!r.ok && at::isFloatingType(outs[i].scalar_type())) {
+        if (!ref64) {
+          auto m64 = module.clone();
+          m64.to(at::kDouble);
+          std::vector<c10::IValue> in64;
+          for (auto& v : inputs) {
+            auto t = v.toTensor();
+            in64.push_back(at::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t);
+          }
+          ref64 = m64.forward(in64);
+        }
+        auto refs = flatten(*ref64);
+        r = fj::check_close(outs[i], eager_outs[i], refs.at(i).to(at::kDouble));
+      }
+      max_err = std::max(max_err, r.max_abs_err);
+      if (!r.ok) {
+        check = "fail";
+        why = "output " + std::to_string(i) + ": " + r.message;
+      }
+    }
+    for (size_t i = 0; i < inputs.size() && check == "pass"; ++i)
+      if (!inputs[i].toTensor().equal(originals[i].toTensor())) {
+        check = "fail";
+        why = "input " + std::to_string(i) + " was modified";
+      }
+  }
+  double eager_ms = -1, fused_ms = -1;
+  if (a.bench > 0) {
+    eager_ms = median_ms(a.bench, [&] { module.forward(inputs); });
+    fused_ms = median_ms(a.bench, [&] { fused(inputs); });
+  }
+  if (!a.save_outputs.empty()) {
+    c10::List<at::Tensor> list;
+    for (auto& t : outs) list.push_back(t);
+    write_atomically(a.save_outputs, torch::jit::pickle_save(c10::IValue(list)));
+  }
+  auto stats = fused.stats();
+  int ops = 0, groups = 0, kernels = 0;
+  std::map<std::string, int> fallback;
+  if (plan) {
+    ops = plan->fused_ops;
+    for (auto& [k, v] : plan->aten_ops) ops += v;
+    groups = static_cast<int>(plan->fusion.groups.size());
+    kernels = static_cast<int>(plan->kernels.size());
+    fallback = plan->aten_ops;
+  }
+  if (a.json) {
+    nlohmann::json j;
+    j["check"] = check;
+    if (!why.empty()) j["check_message"] = why;
+    j["ops"] = ops;
+    j["fused_groups"] = groups;
+    j["kernels"] = kernels;
+    j["fallback_ops"] = fallback;
+    j["max_abs_err"] = max_err;
+    j["eager_ms"] = eager_ms >= 0 ? nlohmann::json(eager_ms) : nlohmann::json(nullptr);
+    j["fused_ms"] = fused_ms >= 0 ? nlohmann::json(fused_ms) : nlohmann::json(nullptr);
+    j["compile_ms"] = stats.compile_ms;
+    j["eager_fallback"] = plan ? nlohmann::json(nullptr) : nlohmann::json(first_line(fused.explain(inputs)));
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("%s: %d ops, %d fused groups, %d kernels per call, %zu ATen ops, compile %.1f ms\n", a.model.c_str(), ops,
+                groups, kernels, fallback.size(), stats.compile_ms);
+    if (!plan) std::printf("%s", fused.explain(inputs).c_str());
+    if (a.check) std::printf("check: %s (max abs error %.3g)%s%s\n", check.c_str(), max_err, why.empty() ? "" : ": ", why.c_str());
+    if (a.bench > 0) std::printf("eager %.3f ms, fused %.3f ms, speedup %.2fx\n", eager_ms, fused_ms, eager_ms / fused_ms);
+  }
+  return check == "fail" ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "fusion-jit: %s\n", e.what());
+    return 2;
+  } catch (const fj::Error& e) {
+    std::fprintf(stderr, "fusion-jit: %s\n", first_line(e.what()).c_str());
+    return 2;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "fusion-jit: %s\n", first_line(e.what_without_backtrace()).c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fusion-jit: internal error: %s\n", first_line(e.what()).c_str());
+    return 3;
+  }
+}

@@ -86,6 +86,8 @@ const std::vector<Entry>& table() {
        }},
       {"FUSION_JIT_CPU_GRAIN",
        [](Options& o, const std::string& v) { o.cpu_grain = parse_int("FUSION_JIT_CPU_GRAIN", v, 1); }},
+      {"FUSION_JIT_CPU_POOL_MB",
+       [](Options& o, const std::string& v) { o.cpu_pool_mb = parse_int("FUSION_JIT_CPU_POOL_MB", v, 0); }},
       // Read by ./run, not by the library; listed so that it is not rejected as unknown.
       {"FUSION_JIT_VENV", [](Options&, const std::string&) {}},
       {"FUSION_JIT_BUILD_JOBS", [](Options&, const std::string&) {}},

@@ -28,6 +28,8 @@ struct Options {
   bool assert_no_compile = false;
   // FUSION_JIT_CPU_GRAIN: elements per parallel chunk of a CPU kernel.
   int64_t cpu_grain = 32768;
+  // FUSION_JIT_CPU_POOL_MB: megabytes of freed kernel outputs kept mapped for reuse (0 disables).
+  int64_t cpu_pool_mb = 1024;
 
   bool dumps(const std::string& what) const { return dump.count(what) || dump.count("all"); }
   bool is_disabled(const std::string& what) const { return disabled.count(what) > 0; }

@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/inliner.h>
 
 #include <chrono>
 #include <mutex>
@@ -171,9 +172,16 @@ ModuleStats CompiledModule::stats() const {
 CompiledModule compile(const torch::jit::Module& module, CompileOptions options) {
   auto impl = std::make_shared<CompiledModule::Impl>();
   impl->name = module.type()->name() ? module.type()->name()->name() : "module";
-  tj::Module copy = module.clone();
-  copy.eval();
-  auto frozen = std::make_shared<tj::Module>(tj::freeze_module(copy));
+  // freeze_module works on its own copy; a module in training mode is first copied and set to eval.
+  tj::Module source = module;
+  if (module.is_training()) {
+    source = module.deepcopy();
+    source.eval();
+  }
+  // Freezing needs the forward graph inlined (Python inlines at compile time; a module loaded in C++ is
+  // not). Inlining rewrites the method's graph in place, which keeps its meaning.
+  tj::Inline(*source.get_method("forward").graph());
+  auto frozen = std::make_shared<tj::Module>(tj::freeze_module(source));
   impl->graph = frozen->get_method("forward").graph()->copy();
   prepare_torchscript_graph(impl->graph);
   impl->skip_self = true;

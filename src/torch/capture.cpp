@@ -1,6 +1,7 @@
 #include "torch/capture.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
@@ -115,12 +116,49 @@ class Importer {
 
  private:
   void execute(tj::Node* n) {
+    if (n->kind() == c10::prim::Constant) {
+      auto v = tj::toIValue(n->output());
+      FJ_CHECK(v.has_value(), "prim::Constant %{}: unsupported constant", n->output()->debugName());
+      values_[n->output()] = *v;
+      return;
+    }
     tj::Stack stack;
     for (tj::Value* in : n->inputs()) stack.push_back(values_.at(in));
+    if (run_structural(n, stack)) {
+      for (size_t i = 0; i < stack.size(); ++i) values_[n->outputs()[i]] = std::move(stack[i]);
+      return;
+    }
+    FJ_CHECK(n->maybeOperator() != nullptr, "{}: no operator to run it; not captured", node_desc(n));
     tj::Operation op = n->getOperation();
     op(stack);
     FJ_INTERNAL_ASSERT(stack.size() == n->outputs().size(), "{} returned {} values", node_desc(n), stack.size());
     for (size_t i = 0; i < stack.size(); ++i) values_[n->outputs()[i]] = std::move(stack[i]);
+  }
+
+  // Lists and tuples, which the interpreter builds with instructions of its own rather than operators.
+  static bool run_structural(tj::Node* n, tj::Stack& stack) {
+    auto kind = n->kind();
+    if (kind == c10::prim::ListConstruct) {
+      auto elem = n->output()->type()->expectRef<c10::ListType>().getElementType();
+      c10::impl::GenericList list(elem);
+      for (auto& v : stack) list.push_back(std::move(v));
+      stack.assign(1, c10::IValue(std::move(list)));
+      return true;
+    }
+    if (kind == c10::prim::TupleConstruct) {
+      auto t = c10::ivalue::Tuple::create(std::vector<c10::IValue>(stack.begin(), stack.end()));
+      stack.assign(1, c10::IValue(std::move(t)));
+      return true;
+    }
+    if (kind == c10::prim::ListUnpack || kind == c10::prim::TupleUnpack) {
+      std::vector<c10::IValue> items = kind == c10::prim::ListUnpack ? stack.at(0).toListRef().vec()
+                                                                      : stack.at(0).toTupleRef().elements().vec();
+      FJ_CHECK(items.size() == n->outputs().size(), "{}: {} elements, {} expected", node_desc(n), items.size(),
+               n->outputs().size());
+      stack = std::move(items);
+      return true;
+    }
+    return false;
   }
 
   void import_node(tj::Node* n, CapturedGraph& cap) {

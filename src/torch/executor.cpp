@@ -3,6 +3,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/from_blob.h>
+
+#include "runtime/buffer_pool.h"
 
 #include "support/error.h"
 #include "support/options.h"
@@ -24,6 +27,17 @@ const c10::OperatorHandle& find_handle(const std::string& schema) {
   auto h = c10::Dispatcher::singleton().findSchema({name, overload});
   FJ_CHECK(h.has_value(), "{}: no such operator in the dispatcher", schema);
   return cache->emplace(schema, *h).first->second;
+}
+
+// An output tensor with eager's layout; large ones come from the buffer pool and go back to it when the
+// last reference dies.
+at::Tensor allocate_output(const TensorType& t) {
+  auto opts = at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype)));
+  size_t bytes = static_cast<size_t>(t.extent()) * dtype_size(t.dtype);
+  if (bytes < BufferPool::kMinPooled || Options::get().cpu_pool_mb == 0)
+    return at::empty_strided(t.sizes, t.strides, opts);
+  void* p = BufferPool::instance().acquire(bytes);
+  return at::from_blob(p, t.sizes, t.strides, [bytes](void* q) { BufferPool::instance().release(q, bytes); }, opts);
 }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
@@ -78,8 +92,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
                              c10::str(in.sizes()), c10::str(in.strides()), t.str());
           ptrs.push_back(const_cast<void*>(in.const_data_ptr()));
         } else {
-          at::Tensor out = at::empty_strided(t.sizes, t.strides,
-                                             at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype))));
+          at::Tensor out = allocate_output(t);
           ptrs.push_back(out.mutable_data_ptr());
           env[b.value->id()] = std::move(out);
         }

@@ -1,5 +1,6 @@
 #include "torch/tolerance.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/isnan.h>
 #include <ATen/ops/logical_and.h>
