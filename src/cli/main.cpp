@@ -7,6 +7,8 @@
 // Exit codes: 0 success, 1 a --check mismatch, 2 bad input (one line on stderr, no stack trace).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/logical_and.h>
+#include <ATen/ops/logical_or.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/Context.h>
@@ -208,6 +210,12 @@ void write_atomically(const std::string& path, const std::vector<char>& data) {
   }
 }
 
+// Equal values with NaN equal to NaN: the inputs must come back unchanged.
+bool same_values(const at::Tensor& a, const at::Tensor& b) {
+  if (!at::isFloatingType(a.scalar_type())) return a.equal(b);
+  return at::logical_or(a.eq(b), at::logical_and(a.isnan(), b.isnan())).all().item<bool>();
+}
+
 double median_ms(int n, const std::function<void()>& fn) {
   for (int i = 0; i < std::min(n, 3); ++i) fn();
   std::vector<double> t;
@@ -299,7 +307,7 @@ int run(const Args& a) {
       }
     }
     for (size_t i = 0; i < inputs.size() && check == "pass"; ++i)
-      if (!inputs[i].toTensor().equal(originals[i].toTensor())) {
+      if (!same_values(inputs[i].toTensor(), originals[i].toTensor())) {
         check = "fail";
         why = "input " + std::to_string(i) + " was modified";
       }
@@ -310,9 +318,10 @@ int run(const Args& a) {
     fused_ms = median_ms(a.bench, [&] { fused(inputs); });
   }
   if (!a.save_outputs.empty()) {
-    c10::List<at::Tensor> list;
-    for (auto& t : outs) list.push_back(t);
-    write_atomically(a.save_outputs, torch::jit::pickle_save(c10::IValue(list)));
+    // A tuple: LibTorch's pickler tags lists with their type, which torch.load(weights_only=True), the
+    // default, refuses; a tuple of tensors loads everywhere.
+    std::vector<c10::IValue> items(outs.begin(), outs.end());
+    write_atomically(a.save_outputs, torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(items))));
   }
   auto stats = fused.stats();
   int ops = 0, groups = 0, kernels = 0;

@@ -139,7 +139,7 @@ class Builder {
       std::string mode = std::get<std::string>(lits.at(0));
       e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : "", tensors[0]);
     } else if (fn == "pow" && tensors.size() == 1) {
-      e = pow_scalar(tensors[0], lits.at(0), ct);
+      e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16);
     } else if (fn == "clamp") {
       e = tensors[0];
       if (!is_none(lits.at(0))) e = fmt::format("fj_clamp_min({}, {})", e, L(0));
@@ -177,15 +177,17 @@ class Builder {
   }
 
   // pow with a literal exponent: the special cases ATen's CPU kernel takes, else fj_pow.
-  std::string pow_scalar(const std::string& x, const Literal& exp, DType ct) {
+  // (For float16 ATen takes the special cases only for integral exponents: pow(-inf, 0.5) is +inf there,
+  // sqrt(-inf) NaN in float32 and bfloat16.)
+  std::string pow_scalar(const std::string& x, const Literal& exp, DType ct, bool reduced) {
     double p = std::holds_alternative<double>(exp) ? std::get<double>(exp)
                : std::holds_alternative<int64_t>(exp) ? static_cast<double>(std::get<int64_t>(exp))
                                                       : static_cast<double>(std::get<bool>(exp));
     if (is_floating(ct)) {
       if (p == 2) return fmt::format("fj_sq({})", x);
       if (p == 3) return fmt::format("fj_cube({})", x);
-      if (p == 0.5) return fmt::format("fj_sqrt({})", x);
-      if (p == -0.5) return fmt::format("fj_rsqrt({})", x);
+      if (p == 0.5 && !reduced) return fmt::format("fj_sqrt({})", x);
+      if (p == -0.5 && !reduced) return fmt::format("fj_rsqrt({})", x);
       if (p == -1) return fmt::format("fj_reciprocal({})", x);
       if (p == -2) return fmt::format("fj_reciprocal(fj_sq({}))", x);
     }

@@ -398,6 +398,12 @@ bool can_fuse_node(const Node& n, std::string* why) {
           n.args()[i].value->tensor_type().sizes != std::vector<int64_t>{out.sizes[1]})
         return no("batch_norm statistics of an unexpected shape");
   }
+  if ((op->kernel_fn == "remainder" || op->kernel_fn == "fmod" ||
+       (op->kernel_fn == "div" && op->rule == DTypeRule::kDivMode)) &&
+      is_integral(out.dtype, true)) {
+    // Integer division by zero raises in eager; a kernel could only return garbage.
+    return no("integer division runs through ATen");
+  }
   if (op->kernel_fn == "pow" && is_integral(out.dtype, true)) {
     // Integer powers with negative exponents raise in eager; keep ATen's checks.
     return no("integer pow runs through ATen");

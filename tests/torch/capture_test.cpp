@@ -1,0 +1,111 @@
+// Capture, signatures, fallback and tracing, through the public API.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "support/error.h"
+#include "test_util.h"
+
+namespace fusion_jit::testing {
+namespace {
+
+TEST(Capture, ModuleWithParametersFreezesAndFuses) {
+  torch::jit::Module m("Block");
+  m.register_parameter("w", at::randn({16, 16}), false);
+  m.register_parameter("b", at::randn({16}), false);
+  m.define(R"(
+def forward(self, x):
+    h = torch.matmul(x, self.w) + self.b
+    return torch.gelu(h) + x
+)");
+  m.eval();
+  auto r = run_and_compare(m, {at::randn({4, 16})}, "block");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  EXPECT_EQ(r.plan->aten_ops.at("aten::matmul"), 1);
+}
+
+TEST(Capture, ShapeArithmeticBecomesLiterals) {
+  auto m = script("x", "    n = x.size(0) * 2\n    y = x.view(n, -1)\n    return torch.relu(y) * 2.0");
+  auto r = run_and_compare(m, {at::randn({4, 6})}, "view");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  r = run_and_compare(m, {at::randn({2, 10})}, "view, another shape");
+}
+
+TEST(Capture, TupleAndIntermediateOutputs) {
+  auto m = script("x", "    a = torch.exp(x)\n    b = a * 2.0\n    return (a, b, torch.cumsum(b, 0))");
+  auto r = run_and_compare(m, {at::randn({8})}, "tuple");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+}
+
+TEST(Capture, ControlFlowRunsEagerlyWithAReason) {
+  auto m = script("x", "    if bool(x.sum() > 0):\n        return x * 2.0\n    return x - 1.0");
+  auto fused = compile(m);
+  at::Tensor x = at::ones({3});
+  EXPECT_TRUE(fused({x}).toTensor().equal(x * 2.0));
+  EXPECT_EQ(fused.plan_for({x}), nullptr);
+  std::string why = fused.explain({x});
+  EXPECT_EQ(why.rfind("runs eagerly: ", 0), 0u) << why;
+  EXPECT_NE(why.find("not captured"), std::string::npos) << why;
+  EXPECT_EQ(fused.stats().eager_calls, 1);
+}
+
+TEST(Capture, InPlaceOpsAreMadeFunctional) {
+  auto m = script("x", "    y = x * 2.0\n    y.add_(1.0)\n    torch.relu_(y)\n    return y");
+  auto r = run_and_compare(m, {at::randn({16})}, "in-place");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+}
+
+TEST(Capture, OneCompiledPlanPerSignatureUpToTheLimit) {
+  auto m = script("x", "    return torch.sigmoid(x) * x");
+  auto fused = compile(m, CompileOptions{2, true});
+  for (int n : {3, 3, 4, 5, 6}) {
+    at::Tensor x = at::randn({n});
+    EXPECT_TRUE(at::allclose(fused({x}).toTensor(), at::sigmoid(x) * x));
+  }
+  auto s = fused.stats();
+  EXPECT_EQ(s.signatures, 2);    // [3] and [4]
+  EXPECT_EQ(s.eager_calls, 2);   // [5] and [6], past the limit
+  EXPECT_EQ(s.calls, 5);
+  // Strides are part of the signature.
+  at::Tensor t = at::randn({4, 3}).t();
+  EXPECT_NE(fused.explain({t}).find("specialization limit of 2 signatures reached"), std::string::npos);
+}
+
+TEST(Capture, WrongInputCountIsAUserError) {
+  auto m = script("x, y", "    return x + y");
+  auto fused = compile(m);
+  EXPECT_THROW(fused({at::ones({2})}), c10::Error);  // the eager fallback raises torch's own error
+}
+
+TEST(Trace, PlainFunctionIsTracedAndFused) {
+  auto fn = [](const std::vector<at::Tensor>& in) {
+    at::Tensor y = (in[0] * in[1] + 1.0).tanh();
+    return std::vector<at::Tensor>{y, y.relu() - in[1]};
+  };
+  at::Tensor a = at::randn({32, 8}), b = at::randn({8});
+  auto traced = trace(fn, {a, b});
+  const ExecutablePlan* plan = traced.plan_for({a, b});
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plan->kernels.size(), 1u) << plan->explain();
+  auto out = flatten(traced({a, b}));
+  auto ref = fn({a, b});
+  ASSERT_EQ(out.size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(check_close(out[i], ref[i]).ok);
+}
+
+TEST(Plan, IntermediatesAreReleasedAndConstantsFolded) {
+  torch::jit::Module m("Scale");
+  m.register_parameter("s", at::full({8}, 2.0), false);
+  m.define("def forward(self, x):\n    return x * (self.s * 3.0)\n");
+  m.eval();
+  auto r = run_and_compare(m, {at::randn({4, 8})}, "folded");
+  ASSERT_NE(r.plan, nullptr);
+  // s * 3.0 was folded into one constant: the kernel has one op.
+  EXPECT_EQ(r.plan->fused_ops, 1) << r.plan->explain();
+}
+
+}  // namespace
+}  // namespace fusion_jit::testing
