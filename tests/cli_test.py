@@ -1,0 +1,176 @@
+"""The fusion-jit CLI: successful runs and every error case (exit code 2, one line naming the problem).
+
+Usage: python tests/cli_test.py PATH/TO/fusion-jit
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+CLI = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="fj-cli-test-")
+results = []
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.sigmoid(x * y + 1.0) - torch.tanh(x), x.relu()
+
+
+class BitModel(torch.nn.Module):
+    def forward(self, x):
+        return x & 1
+
+
+MODEL = os.path.join(TMP, "model.pt")
+torch.jit.script(Model()).save(MODEL)
+BITS = os.path.join(TMP, "bits.pt")
+torch.jit.script(BitModel()).save(BITS)
+
+
+def cli(*args):
+    return subprocess.run([CLI, *args], capture_output=True, text=True)
+
+
+def case(name):
+    def wrap(fn):
+        try:
+            fn()
+            results.append((name, None))
+        except Exception as e:  # noqa: BLE001 - report every failure and go on
+            results.append((name, f"{type(e).__name__}: {e}"))
+        return fn
+
+    return wrap
+
+
+def expect_error(args, fragment, code=2):
+    p = cli(*args)
+    assert p.returncode == code, f"exit {p.returncode}, expected {code}; stderr: {p.stderr!r}"
+    err = p.stderr.strip()
+    assert fragment in err, f"{fragment!r} not in {err!r}"
+    assert len(err.splitlines()) == 1, f"expected one line, got: {err!r}"
+    assert "Traceback" not in err and "frame #" not in err
+
+
+@case("run --check --json passes and reports")
+def _():
+    p = cli("run", MODEL, "--input", "f32[64,32]", "f32[32]", "--check", "--json", "--bench", "3")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    for k in ("check", "ops", "fused_groups", "kernels", "fallback_ops", "max_abs_err", "eager_ms", "fused_ms", "compile_ms"):
+        assert k in j, k
+    assert j["check"] == "pass", j
+    # sigmoid(x*y+1) - tanh(x) is one group; relu(x) shares only an input with it, so it is another.
+    assert j["kernels"] == 2 and j["fused_groups"] == 2, j
+    assert j["ops"] == 6, j
+    assert j["eager_ms"] > 0 and j["fused_ms"] > 0, j
+
+
+@case("transposed, bf16 and 0-d specs")
+def _():
+    for specs in (["f32[32,64]{1,32}", "f32[64]"], ["bf16[8,16]", "bf16[16]"], ["f32[]", "f32[]"], ["f64[0,4]", "f64[4]"]):
+        p = cli("run", MODEL, "--input", *specs, "--check", "--json")
+        assert p.returncode == 0, (specs, p.stderr)
+        assert json.loads(p.stdout)["check"] == "pass", (specs, p.stdout)
+
+
+@case("--inputs and --save-outputs round trip through torch.save/torch.load")
+def _():
+    x, y = torch.randn(5, 7), torch.randn(7)
+    inputs = os.path.join(TMP, "in.pt")
+    torch.save([x, y], inputs)
+    out = os.path.join(TMP, "out.pt")
+    p = cli("run", MODEL, "--inputs", inputs, "--check", "--save-outputs", out)
+    assert p.returncode == 0, p.stderr
+    got = torch.load(out)
+    ref = Model()(x, y)
+    assert len(got) == 2
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r)
+
+
+@case("explain shows groups, reasons and the source on request")
+def _():
+    p = cli("explain", MODEL, "--input", "f32[64,32]", "f32[32]", "--dump-source")
+    assert p.returncode == 0, p.stderr
+    assert "group 0: 5 ops" in p.stdout and "group 1: 1 op" in p.stdout, p.stdout
+    assert "+ aten::" in p.stdout and "saves" in p.stdout, p.stdout
+    assert 'extern "C" void fj_kernel_0' in p.stdout, p.stdout
+
+
+@case("missing model file")
+def _():
+    expect_error(["run", os.path.join(TMP, "nope.pt"), "--input", "f32[4]"], "nope.pt: no such file")
+
+
+@case("not a TorchScript file")
+def _():
+    bad = os.path.join(TMP, "bad.pt")
+    with open(bad, "w") as f:
+        f.write("hello")
+    expect_error(["run", bad, "--input", "f32[4]"], "not a TorchScript model")
+
+
+@case("wrong input count")
+def _():
+    expect_error(["run", MODEL, "--input", "f32[4]"], "takes 2 inputs, 1 given")
+
+
+@case("malformed SPEC")
+def _():
+    expect_error(["run", MODEL, "--input", "f32[4", "f32[4]"], "input 0: malformed SPEC 'f32[4'")
+    expect_error(["run", MODEL, "--input", "f32[4]", "q8[4]"], "input 1: unknown dtype 'q8'")
+    expect_error(["run", MODEL, "--input", "f32[4,4]{1}", "f32[4]"], "has 2 sizes but 1 strides")
+
+
+@case("a dtype the model rejects")
+def _():
+    expect_error(["run", BITS, "--input", "f32[4]"], "rejects these inputs")
+
+
+@case("--device cuda without a driver")
+def _():
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--device", "cuda"], "no CUDA driver found")
+
+
+@case("bad options")
+def _():
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bogus"], "unknown option --bogus")
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench", "x"], "--bench expects an integer")
+    expect_error(["run", MODEL], "give the inputs")
+    expect_error(["frobnicate"], "unknown command 'frobnicate'")
+
+
+@case("bad --inputs file")
+def _():
+    junk = os.path.join(TMP, "junk.pt")
+    with open(junk, "wb") as f:
+        f.write(b"\x00\x01junk")
+    expect_error(["run", MODEL, "--inputs", junk], "not a file written by torch.save")
+    expect_error(["run", MODEL, "--inputs", os.path.join(TMP, "missing.pt")], "cannot open")
+
+
+@case("--save-outputs into a missing directory leaves nothing behind")
+def _():
+    target = os.path.join(TMP, "no", "such", "dir", "out.pt")
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--save-outputs", target], "cannot write")
+    assert not os.path.exists(os.path.dirname(target))
+
+
+@case("unknown FUSION_JIT_ variable is rejected by name")
+def _():
+    env = dict(os.environ, FUSION_JIT_DUMPZ="ir")
+    p = subprocess.run([CLI, "run", MODEL, "--input", "f32[4]", "f32[4]"], capture_output=True, text=True, env=env)
+    assert p.returncode == 2, p
+    assert "unknown environment variable FUSION_JIT_DUMPZ" in p.stderr, p.stderr
+
+
+failed = [(n, e) for n, e in results if e]
+for n, e in results:
+    print(("FAIL " if e else "ok   ") + n + (f": {e}" if e else ""))
+print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+sys.exit(1 if failed else 0)

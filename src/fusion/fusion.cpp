@@ -417,7 +417,12 @@ FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion
 
 std::string explain_plan(const FusionPlan& p) {
   std::string s;
+  int constants = 0;
   for (const auto& step : p.steps) {
+    if (step.node && step.node->is_constant()) {
+      ++constants;
+      continue;
+    }
     if (step.group >= 0) {
       const FusionGroup& grp = p.groups[step.group];
       s += fmt::format("group {}: {} op{} over {}, est. {:.1f} us fused vs {:.1f} us unfused\n", grp.id,
@@ -434,6 +439,7 @@ std::string explain_plan(const FusionPlan& p) {
       s += fmt::format("aten: {}: {}\n", node_name(step.node), step.reason);
     }
   }
+  if (constants) s += fmt::format("{} frozen constant{}\n", constants, constants == 1 ? "" : "s");
   return s;
 }
 

@@ -76,6 +76,51 @@ TEST(Codegen, Int64IndicesWhenAnExtentExceedsInt32) {
   EXPECT_NE(b.source.find("typedef int64_t I;"), std::string::npos);
 }
 
+TEST(Codegen, KernelTextOfATransposedInput) {
+  Built b = build(R"(graph(%0 : f16[4,3]{1,4}, %1 : f32[]):
+  %2 : f16[4,3] = aten::mul.Tensor(%0, %1)
+  return (%2)
+)");
+  std::string src = b.source.substr(b.source.find("// group 0"));
+  EXPECT_EQ(src, R"(// group 0: 12 elements as [4,3], int32_t offsets
+extern "C" void fj_kernel_0(void* const* buf, int64_t begin_, int64_t end_) {
+  typedef int32_t I;
+  const uint16_t* __restrict__ p0 = (const uint16_t*)buf[0];
+  const float* __restrict__ p1 = (const float*)buf[1];
+  uint16_t* __restrict__ p2 = (uint16_t*)buf[2];
+  I i = (I)begin_;
+  const I end = (I)end_;
+  while (i < end) {
+    const I row = i / 3, col = i - row * 3;
+    I n = 3 - col;
+    if (n > end - i) n = end - i;
+    I off0 = 0;
+    I off1 = 0;
+    I off2 = 0;
+    {
+      I r = row, c;
+      c = r;
+      off0 += c * 1;
+      off2 += c * 3;
+    }
+    const uint16_t* __restrict__ r0 = p0 + off0 + col * 4;
+    const float* __restrict__ r1 = p1 + off1;
+    uint16_t* __restrict__ r2 = p2 + off2 + col;
+#pragma omp simd
+    for (I j = 0; j < n; ++j) {
+      const float b0 = fj_h2f(r0[j * 4]);
+      const float b1 = r1[0];
+      float o0;
+      const float t2 = fj_round_f16(((float)(fj_mul(((float)b0), ((float)b1)))));  // aten::mul.Tensor
+      o0 = t2;
+      r2[j] = fj_f2h(o0);
+    }
+    i += n;
+  }
+}
+)");
+}
+
 TEST(Codegen, SourceIsDeterministic) { EXPECT_EQ(build(kChain).source, build(kChain).source); }
 
 TEST(Codegen, CompiledKernelComputesTheChain) {
