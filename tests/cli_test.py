@@ -169,6 +169,35 @@ def _():
     assert "unknown environment variable FUSION_JIT_DUMPZ" in p.stderr, p.stderr
 
 
+@case("a host compiler that fails: groups run through ATen with a warning, results still right")
+def _():
+    env = dict(os.environ, FUSION_JIT_CXX="false")
+    p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]", "--check", "--json"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["check"] == "pass" and j["kernels"] == 0, j
+    assert sum(j["fallback_ops"].values()) == 6, j
+    assert "groups fj_kernel_0, fj_kernel_1 run through ATen instead" in p.stderr, p.stderr
+
+
+@case("FUSION_JIT_ASSERT_NO_COMPILE turns a compile into an error")
+def _():
+    env = dict(os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1")
+    p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]"], capture_output=True, text=True, env=env)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "FUSION_JIT_ASSERT_NO_COMPILE is set" in p.stderr, p.stderr
+
+
+@case("FUSION_JIT_DUMP=ir,plan prints the IR after capture and the fusion plan")
+def _():
+    env = dict(os.environ, FUSION_JIT_DUMP="ir,plan")
+    p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "== IR after capture ==" in p.stderr and "aten::sigmoid" in p.stderr, p.stderr
+    assert "== fusion plan ==" in p.stderr and "group 0" in p.stderr, p.stderr
+
+
 failed = [(n, e) for n, e in results if e]
 for n, e in results:
     print(("FAIL " if e else "ok   ") + n + (f": {e}" if e else ""))

@@ -12,6 +12,8 @@ namespace fusion_jit {
 namespace {
 
 struct State {
+  // Read once: buffers may be released during exit, after other statics are gone.
+  size_t cap = static_cast<size_t>(Options::get().cpu_pool_mb) << 20;
   std::mutex mu;
   std::multimap<size_t, void*> free_list;  // rounded size -> buffer
   BufferPool::Stats stats;
@@ -59,11 +61,10 @@ void* BufferPool::acquire(size_t bytes) {
 
 void BufferPool::release(void* p, size_t bytes) {
   size_t r = rounded(bytes);
-  size_t cap = static_cast<size_t>(Options::get().cpu_pool_mb) << 20;
   State& s = state();
   {
     std::lock_guard<std::mutex> g(s.mu);
-    if (s.stats.cached_bytes + r <= cap) {
+    if (s.stats.cached_bytes + r <= s.cap) {
       s.free_list.emplace(r, p);
       s.stats.cached_bytes += r;
       return;

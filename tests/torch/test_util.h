@@ -85,7 +85,9 @@ inline RunResult run_and_compare(torch::jit::Module& m, const std::vector<c10::I
   }
   size_t k = 0;
   for (const auto& v : inputs)
-    if (v.isTensor()) EXPECT_TRUE(same_values(v.toTensor(), before[k++])) << what << ": an input was modified";
+    if (v.isTensor()) {
+      EXPECT_TRUE(same_values(v.toTensor(), before[k++])) << what << ": an input was modified";
+    }
   return r;
 }
 
