@@ -142,7 +142,7 @@ def _():
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bogus"], "unknown option --bogus")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench", "x"], "--bench expects an integer")
     expect_error(["run", MODEL], "give the inputs")
-    expect_error(["frobnicate"], "unknown command 'frobnicate'")
+    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain or fuzz)")
 
 
 @case("bad --inputs file")

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz/fuzzer.h"
 #include "ir/dtype.h"
 #include "runtime/plan.h"
 #include "support/error.h"
@@ -47,6 +48,7 @@ const char* kUsage =
     "usage: fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu] [--seed N] [--check]\n"
     "                      [--bench N] [--json] [--save-outputs FILE]\n"
     "       fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--dump-source]\n"
+    "       fusion-jit fuzz [--graphs N] [--minutes M] [--seed S] [--batch B] [--out DIR]\n"
     "SPEC: DTYPE[SIZES] with optional {STRIDES}, e.g. f32[64,1024], bf16[8,3,32,32], i64[16], b8[4,4],\n"
     "      f32[1024,64]{1,1024}. DTYPE: f32 f64 f16 bf16 i8 i16 i32 i64 u8 b8.\n";
 
@@ -68,13 +70,14 @@ int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  if (argc < 2) usage_error("missing command (run or explain)");
+  if (argc < 2) usage_error("missing command (run, explain or fuzz)");
   a.command = argv[1];
   if (a.command == "-h" || a.command == "--help") {
     std::fputs(kUsage, stdout);
     std::exit(0);
   }
-  if (a.command != "run" && a.command != "explain") usage_error("unknown command '" + a.command + "' (run or explain)");
+  if (a.command != "run" && a.command != "explain")
+    usage_error("unknown command '" + a.command + "' (run, explain or fuzz)");
   std::vector<std::string> rest(argv + 2, argv + argc);
   auto value = [&](size_t& i, const std::string& flag) {
     if (i + 1 >= rest.size()) usage_error(flag + " needs a value");
@@ -359,8 +362,49 @@ int run(const Args& a) {
 
 }  // namespace
 
+// fusion-jit fuzz: a differential fuzzing campaign (src/fuzz/fuzzer.h).
+int fuzz_main(int argc, char** argv) {
+  fj::fuzz::Options opt;
+  opt.cli = argv[0];
+  opt.max_graphs = -1;
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    auto value = [&](const std::string& flag) {
+      if (i + 1 >= rest.size()) usage_error(flag + " needs a value");
+      return rest[++i];
+    };
+    const std::string& r = rest[i];
+    if (r == "--graphs") opt.max_graphs = parse_int(r, value(r), 1);
+    else if (r == "--minutes") opt.max_seconds = 60.0 * static_cast<double>(parse_int(r, value(r), 1));
+    else if (r == "--seed") opt.seed = static_cast<uint64_t>(parse_int(r, value(r), 0));
+    else if (r == "--batch") opt.batch = static_cast<int>(parse_int(r, value(r), 1));
+    else if (r == "--out") opt.repro_dir = value(r);
+    else usage_error("unknown option " + r + " for fuzz");
+  }
+  if (opt.max_graphs < 0) opt.max_graphs = opt.max_seconds > 0 ? std::numeric_limits<int64_t>::max() : 2000;
+  if (opt.repro_dir.empty()) opt.repro_dir = "fuzz-repros";
+  struct stat st;
+  if (::stat(opt.repro_dir.c_str(), &st) != 0 && ::mkdir(opt.repro_dir.c_str(), 0755) != 0)
+    usage_error("--out " + opt.repro_dir + ": cannot create (" + std::strerror(errno) + ")");
+  torch::jit::setGraphExecutorOptimize(false);
+  std::fprintf(stderr, "fuzzing: seed %llu, %s, repros in %s\n", static_cast<unsigned long long>(opt.seed),
+               opt.max_seconds > 0 ? (std::to_string(static_cast<int>(opt.max_seconds / 60)) + " minutes").c_str()
+                                   : (std::to_string(opt.max_graphs) + " graphs").c_str(),
+               opt.repro_dir.c_str());
+  auto rep = fj::fuzz::run(opt, [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
+  std::printf("%lld graphs (%lld ops) in %.1f s, %.1f ms per graph; %zu failures%s\n",
+              static_cast<long long>(rep.graphs), static_cast<long long>(rep.ops), rep.seconds,
+              rep.graphs ? 1e3 * rep.seconds / static_cast<double>(rep.graphs) : 0.0, rep.failures.size(),
+              rep.failures.empty() ? "" : (", repros in " + opt.repro_dir).c_str());
+  for (const auto& f : rep.failures) std::printf("%s\n", f.c_str());
+  std::printf("%lld passed, %zu failed\n", static_cast<long long>(rep.graphs) - static_cast<long long>(rep.failures.size()),
+              rep.failures.size());
+  return rep.failures.empty() ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   try {
+    if (argc > 1 && std::string(argv[1]) == "fuzz") return fuzz_main(argc, argv);
     return run(parse_args(argc, argv));
   } catch (const UsageError& e) {
     std::fprintf(stderr, "fusion-jit: %s\n", e.what());

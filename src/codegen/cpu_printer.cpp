@@ -19,7 +19,8 @@ std::string load(DType t, const std::string& ref) {
 
 std::string store(DType t, const std::string& v) {
   if (t == DType::kFloat16) return "fj_f2h(" + v + ")";
-  if (t == DType::kBFloat16) return "fj_f2bf(" + v + ")";
+  if (t == DType::kBFloat16)
+    return (planted_bugs_for_tests().bf16_truncates ? "fj_f2bf_trunc(" : "fj_f2bf(") + v + ")";
   return "(" + std::string(dtype_c_type(t)) + ")(" + v + ")";
 }
 

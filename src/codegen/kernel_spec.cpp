@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -19,6 +21,20 @@ const char* compute_c_type(DType t) {
     case DType::kFloat32: return "float";
     default: return dtype_c_type(compute_dtype(t));
   }
+}
+
+// A double rounded to float16 or bfloat16 the way ATen converts a wrapped scalar: through float.
+double round_to(double d, DType t) {
+  float f = static_cast<float>(d);
+  if (t == DType::kFloat16) return static_cast<double>(static_cast<float>(static_cast<_Float16>(f)));
+  if (t == DType::kBFloat16 && !std::isnan(f)) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    std::memcpy(&f, &u, 4);
+  }
+  return f;
 }
 
 // A literal in the compute type `t`, as C text.
@@ -44,6 +60,11 @@ std::string literal_in(const Literal& l, DType t) {
 }
 
 bool is_none(const Literal& l) { return std::holds_alternative<None>(l); }
+
+const char* round_fn(DType t) {
+  if (t == DType::kFloat16) return "fj_round_f16";
+  return planted_bugs_for_tests().bf16_truncates ? "fj_round_bf16_trunc" : "fj_round_bf16";
+}
 
 class Builder {
  public:
@@ -83,6 +104,9 @@ class Builder {
     b.strides.assign(nd, 0);
     if (channel) {
       if (nd > 1 && t.sizes[0] != 1) b.strides[1] = t.strides[0];
+    } else if (planted_bugs_for_tests().left_aligned_broadcast && t.dim() < nd) {
+      for (int64_t d = 0; d < t.dim(); ++d)
+        b.strides[d] = t.sizes[d] == 1 || t.sizes[d] != g_.shape[d] ? 0 : t.strides[d];
     } else {
       int64_t off = nd - t.dim();
       for (int64_t d = 0; d < t.dim(); ++d)
@@ -103,6 +127,9 @@ class Builder {
     std::vector<std::string> tensors;  // converted to the compute type
     std::vector<std::string> raw;      // as loaded
     std::vector<Literal> lits;
+    // Scalars that take part in promotion become tensors of the promoted dtype in eager (ATen wraps
+    // them), so with f16/bf16 they are rounded to it before the arithmetic; so is masked_fill's value.
+    DType promoted = op_promoted_dtype(op, n.args(), out_t);
     for (size_t i = 0; i < op.args.size(); ++i) {
       const ArgSpec& spec = op.args[i];
       bool present = i < n.args().size();
@@ -116,13 +143,23 @@ class Builder {
         const Value* v = n.args()[i].value;
         std::string var = arg_var(v, members, spec.kind == ArgKind::kChannel);
         raw.push_back(var);
-        tensors.push_back(fmt::format("(({}){})", cty, var));
+        // Eager converts each operand to the promoted dtype first: into float16 or bfloat16 that rounds.
+        DType vt = v->tensor_type().dtype;
+        if (is_reduced_float(promoted) && vt != promoted && vt != DType::kBool)
+          tensors.push_back(fmt::format("{}((float){})", round_fn(promoted), var));
+        else
+          tensors.push_back(fmt::format("(({}){})", cty, var));
       } else if (spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kScalarNoPromote ||
                  spec.kind == ArgKind::kOptScalar || spec.kind == ArgKind::kMode) {
-        lits.push_back(present ? n.args()[i].literal : literal_arg(n, i));
+        Literal l = present ? n.args()[i].literal : literal_arg(n, i);
+        bool rounds = spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kOptScalar || op.kernel_fn == "masked_fill";
+        if (rounds && is_reduced_float(promoted) && std::holds_alternative<double>(l))
+          l = round_to(std::get<double>(l), promoted);
+        lits.push_back(l);
       }
     }
-    const std::string& fn = op.kernel_fn;
+    std::string fn = op.kernel_fn;
+    if (planted_bugs_for_tests().maximum_drops_nan && (fn == "maximum" || fn == "clamp")) fn += "_nonan";
     std::string e;
     auto L = [&](size_t k) { return literal_in(lits.at(k), ct); };
     if (fn == "add" || fn == "sub" || fn == "rsub") {
@@ -140,10 +177,11 @@ class Builder {
       e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : "", tensors[0]);
     } else if (fn == "pow" && tensors.size() == 1) {
       e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16);
-    } else if (fn == "clamp") {
+    } else if (fn == "clamp" || fn == "clamp_nonan") {
+      const char* sfx = fn == "clamp" ? "" : "_nonan";
       e = tensors[0];
-      if (!is_none(lits.at(0))) e = fmt::format("fj_clamp_min({}, {})", e, L(0));
-      if (!is_none(lits.at(1))) e = fmt::format("fj_clamp_max({}, {})", e, L(1));
+      if (!is_none(lits.at(0))) e = fmt::format("fj_clamp_min{}({}, {})", sfx, e, L(0));
+      if (!is_none(lits.at(1))) e = fmt::format("fj_clamp_max{}({}, {})", sfx, e, L(1));
     } else if (fn == "where") {
       // (cond, a, b) with either of a, b a scalar.
       std::vector<std::string> vals;
@@ -169,8 +207,7 @@ class Builder {
     // Convert to the output's compute type, and round where eager materializes a reduced float.
     std::string ocy = compute_c_type(out_t);
     std::string value = fmt::format("(({})({}))", ocy, e);
-    if (out_t == DType::kFloat16) value = fmt::format("fj_round_f16({})", value);
-    if (out_t == DType::kBFloat16) value = fmt::format("fj_round_bf16({})", value);
+    if (is_reduced_float(out_t)) value = fmt::format("{}({})", round_fn(out_t), value);
     std::string name = fmt::format("t{}", out->id());
     spec_.body.push_back(fmt::format("const {} {} = {};  // {}", ocy, name, value, n.schema()));
     var_[out] = name;
@@ -239,14 +276,14 @@ class Builder {
     spec_.numel = 1;
     for (auto s : ms) spec_.numel *= s;
     const int64_t lim = std::numeric_limits<int32_t>::max();
-    spec_.index32 = spec_.numel < lim;
+    spec_.index32 = spec_.numel < lim || planted_bugs_for_tests().int32_always;
     for (size_t k = 0; k < spec_.buffers.size(); ++k) {
       auto& b = spec_.buffers[k];
       b.strides = mst[k];
       b.extent = b.value->tensor_type().extent();
       int64_t reach = 1;
       for (size_t d = 0; d < ms.size(); ++d) reach += (ms[d] - 1) * b.strides[d];
-      spec_.index32 = spec_.index32 && b.extent < lim && reach < lim;
+      spec_.index32 = spec_.index32 && ((b.extent < lim && reach < lim) || planted_bugs_for_tests().int32_always);
     }
   }
 
@@ -260,5 +297,10 @@ class Builder {
 }  // namespace
 
 KernelSpec make_kernel_spec(const FusionGroup& group) { return Builder(group).build(); }
+
+PlantedBugs& planted_bugs_for_tests() {
+  static PlantedBugs bugs;
+  return bugs;
+}
 
 }  // namespace fusion_jit

@@ -36,4 +36,14 @@ struct KernelSpec {
 
 KernelSpec make_kernel_spec(const FusionGroup& group);
 
+// Known bugs that the fuzzer's self-test plants in code generation, to prove that the fuzzer catches
+// each. Only tests set them; everything else leaves them false.
+struct PlantedBugs {
+  bool left_aligned_broadcast = false;  // a lower-rank input is aligned left (only where sizes agree)
+  bool int32_always = false;            // int32 offsets even where an extent needs int64
+  bool maximum_drops_nan = false;       // maximum and clamp without their NaN checks
+  bool bf16_truncates = false;          // float -> bfloat16 truncates instead of rounding to nearest even
+};
+PlantedBugs& planted_bugs_for_tests();
+
 }  // namespace fusion_jit

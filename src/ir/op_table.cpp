@@ -152,12 +152,16 @@ std::optional<DType> infer_dtype(const OpInfo& op, const std::vector<Arg>& args)
   return std::nullopt;
 }
 
-DType op_compute_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out) {
+DType op_promoted_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out) {
   if (op.rule == DR::kBool) {
     auto ops = promotion_operands(op, args);
-    return compute_dtype(ops.empty() ? DType::kBool : result_type(ops));
+    return ops.empty() ? DType::kBool : result_type(ops);
   }
-  return compute_dtype(out);
+  return out;
+}
+
+DType op_compute_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out) {
+  return compute_dtype(op_promoted_dtype(op, args, out));
 }
 
 }  // namespace fusion_jit

@@ -43,6 +43,9 @@ const std::vector<OpInfo>& all_ops();
 // The output dtype the op's rule gives for these arguments (Values and literals); nullopt when the rule
 // cannot tell (kNone, or a literal where a tensor is expected).
 std::optional<DType> infer_dtype(const OpInfo& op, const std::vector<Arg>& args);
+// The dtype the op's operands are promoted to (before f16/bf16 are widened for arithmetic): for ops with
+// a bool result the promoted type of the inputs, else the output dtype.
+DType op_promoted_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out);
 // The type arithmetic of this op runs in (before rounding to the output dtype): the promoted type of its
 // promoting arguments, with f16/bf16 computed in f32.
 DType op_compute_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out);

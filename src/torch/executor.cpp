@@ -46,6 +46,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 
 }  // namespace
 
+void call_schema(const std::string& schema, std::vector<c10::IValue>& stack) { find_handle(schema).callBoxed(stack); }
+
 std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>& value_args) {
   std::vector<c10::IValue> stack;
   size_t vi = 0;
@@ -64,7 +66,7 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
     for (size_t i = 0; i < list.size(); ++i) out.emplace_back(list.get(i));
     return out;
   }
-  find_handle(s).callBoxed(stack);
+  call_schema(s, stack);
   FJ_INTERNAL_ASSERT(stack.size() == n.outputs().size(), "{} returned {} values, {} expected", s, stack.size(),
                      n.outputs().size());
   return stack;

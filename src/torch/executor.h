@@ -19,6 +19,9 @@ struct PlanInstance {
 
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
+// Calls an ATen op by schema ("aten::add.Tensor") through the dispatcher on a complete boxed stack;
+// the results replace the stack.
+void call_schema(const std::string& schema, std::vector<c10::IValue>& stack);
 // Calls one node through the dispatcher with the given values for its value arguments (in order).
 std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>& value_args);
 

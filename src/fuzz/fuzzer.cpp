@@ -1,0 +1,738 @@
+#include "fuzz/fuzzer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+
+#include "ir/op_table.h"
+#include "passes/passes.h"
+#include "support/error.h"
+#include "torch/executor.h"
+#include "torch/tolerance.h"
+
+namespace fusion_jit::fuzz {
+namespace {
+
+using Rng = std::mt19937_64;
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull + (a << 6) + (a >> 2));
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 29);
+}
+
+int uniform(Rng& r, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(r); }
+bool chance(Rng& r, double p) { return std::uniform_real_distribution<double>(0, 1)(r) < p; }
+template <class T>
+const T& pick(Rng& r, const std::vector<T>& v) {
+  return v[static_cast<size_t>(uniform(r, 0, static_cast<int>(v.size()) - 1))];
+}
+
+bool is_float_code(int c) { return c == 5 || c == 6 || c == 7 || c == 15; }
+bool is_int_code(int c) { return c == 0 || c == 1 || c == 2 || c == 3 || c == 4; }
+
+// Dense values of an input, deterministic from its spec.
+at::Tensor dense_values(const InputSpec& s) {
+  Rng r(s.value_seed);
+  int64_t n = 1;
+  for (auto d : s.sizes) n *= d;
+  auto st = static_cast<at::ScalarType>(s.dtype);
+  if (is_float_code(s.dtype)) {
+    std::normal_distribution<double> nd(0, 3);
+    static const double specials[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e30, -1e30, 1e-30, 65504.0, 0.5};
+    std::vector<double> v(static_cast<size_t>(n));
+    for (auto& x : v) x = s.specials && chance(r, 0.12) ? specials[uniform(r, 0, 9)] : nd(r);
+    return at::tensor(v, at::kDouble).reshape(s.sizes).to(st);
+  }
+  if (s.dtype == 11) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = uniform(r, 0, 1);
+    return at::tensor(v, at::kLong).reshape(s.sizes).to(at::kBool);
+  }
+  int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  if (s.dtype == 3) lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
+  if (s.dtype == 0) lo = 0, hi = 255;
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = s.specials && chance(r, 0.05) ? (chance(r, 0.5) ? lo : hi) : uniform(r, s.dtype == 0 ? 0 : -10, 10);
+  return at::tensor(v, at::kLong).reshape(s.sizes).to(st);
+}
+
+at::Tensor make_input(const InputSpec& s) {
+  at::Tensor v = dense_values(s);
+  int64_t nd = static_cast<int64_t>(s.sizes.size());
+  switch (s.layout) {
+    case Layout::kContiguous:
+      return v;
+    case Layout::kTransposed:
+      if (nd < 2) return v;
+      return v.transpose(-1, -2).contiguous().transpose(-1, -2);
+    case Layout::kSliced: {
+      std::vector<int64_t> big = s.sizes;
+      for (auto& d : big) d += 2;
+      at::Tensor base = at::zeros(big, v.options());
+      at::Tensor view = base;
+      for (int64_t d = 0; d < nd; ++d) view = view.narrow(d, 1, s.sizes[d]);
+      if (nd == 0) view = base.view({1}).narrow(0, 0, 1).view({});
+      view.copy_(v);
+      return view;
+    }
+    case Layout::kExpanded: {
+      for (int64_t d = 0; d < nd; ++d)
+        if (s.sizes[d] > 1) return v.narrow(d, 0, 1).expand(s.sizes);
+      return v;
+    }
+    case Layout::kChannelsLast:
+      if (nd != 4) return v;
+      return v.contiguous(at::MemoryFormat::ChannelsLast);
+    case Layout::kHugeStride: {
+      // A [2, K] view whose second row lies 2^31 + 16 elements after the first: offsets need int64. Only
+      // the view's pages are ever touched. Data starts 2^31 elements into the storage, so that int32
+      // offsets wrapping around land inside it (and read untouched zeros) instead of crashing.
+      FJ_INTERNAL_ASSERT(nd == 2 && s.sizes[0] == 2 && (s.dtype == 11 || s.dtype == 0));
+      const int64_t row = (int64_t{1} << 31) + 16, start = int64_t{1} << 31;
+      at::Tensor base = at::empty({start + row + s.sizes[1] + 64}, v.options());
+      at::Tensor view = base.as_strided(s.sizes, {row, 1}, start);
+      view.copy_(v);
+      return view;
+    }
+  }
+  return v;
+}
+
+std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b, bool* ok) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> out(n);
+  *ok = true;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) *ok = false;
+    out[n - 1 - i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+// Note [The fuzzer's oracle and ill-conditioned cases]
+// Eager and fused kernels agree bit for bit on IEEE arithmetic and mostly on transcendental functions
+// (both use SLEEF's 1-ulp vector functions), but eager's scalar loops (tails, strided inputs) use libm,
+// FMA contraction differs, and a few eager kernels have quirks of their own. Differences of a few ulps are within tolerance unless something amplifies
+// them, so the generator only builds graphs where the comparison means something:
+//  - values carry a flag "inexact" when a transcendental op (or FMA-contracted arithmetic) produced them
+//    or any of their inputs; discontinuous functions (comparisons, rounding, integer casts, sign,
+//    modulo, floor division, logical tests of floats) take only exact values;
+//  - exp-like functions, sin and cos of inexact values take |x| < 4, pow of inexact bases |exponent| <= 4
+//    (each ulp of input is amplified by |x| or by the exponent);
+//  - a zero whose sign is unspecified (eager's min/max-like ops return either zero depending on which
+//    loop runs) is never a divisor or the base of a negative power;
+//  - integer division never sees the type's minimum (INT_MIN / -1 traps in eager);
+//  - sin, cos, tan take |x| < 1e4 (argument reduction differs between libraries), tan only exact values;
+//  - fmod, remainder and rounded division take finite values with |a/b| < 2^22 and b != 0 (SLEEF's
+//    fmod returns NaN for huge quotients);
+//  - float -> integer casts take finite values in range (C++ UB in ATen);
+//  - the erf form of gelu takes finite values (eager's vectorized and scalar loops disagree on +-inf).
+// An op that breaks its precondition is not added (generation) or makes the recipe invalid (shrinking).
+bool in_set(const std::string& fn, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (fn == n) return true;
+  return false;
+}
+
+enum : uint8_t { kInexact = 1, kZeroSignUnspecified = 2 };
+
+bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
+              uint8_t* out_flags) {
+  const OpInfo* op = find_op(schema);
+  if (!op) return false;
+  const std::string& fn = op->kernel_fn;
+  auto is_float_tensor = [](const c10::IValue& v) { return v.isTensor() && at::isFloatingType(v.toTensor().scalar_type()); };
+  auto abs_max = [](const c10::IValue& v) {
+    at::Tensor d = v.toTensor().to(at::kDouble);
+    if (d.numel() == 0) return 0.0;
+    if (!d.isfinite().all().item<bool>()) return static_cast<double>(INFINITY);
+    return d.abs().max().item<double>();
+  };
+  bool any_inexact = false, float_in = false, zero_sign = false;
+  std::vector<bool> arg_inexact(stack.size(), false);
+  for (size_t i = 0; i < stack.size(); ++i) {
+    if (!is_float_tensor(stack[i])) continue;
+    float_in = true;
+    arg_inexact[i] = i < arg_flags.size() && (arg_flags[i] & kInexact);
+    any_inexact = any_inexact || arg_inexact[i];
+    zero_sign = zero_sign || (i < arg_flags.size() && (arg_flags[i] & kZeroSignUnspecified));
+  }
+  // Discontinuous functions of floats take exact values only.
+  int target = -1;
+  if (schema == "aten::to.dtype" && stack.size() > 1 && stack[1].isInt()) target = static_cast<int>(stack[1].toInt());
+  if (schema == "aten::type_as" && stack.size() > 1 && stack[1].isTensor())
+    target = static_cast<int>(stack[1].toTensor().scalar_type());
+  bool to_int = target >= 0 && (is_int_code(target) || target == 11);
+  bool discontinuous = op->rule == DTypeRule::kBool || to_int ||
+                       in_set(fn, {"floor", "ceil", "round", "trunc", "sign", "remainder", "fmod"}) ||
+                       (fn == "div" && op->rule == DTypeRule::kDivMode);
+  if (discontinuous && any_inexact) return false;
+  if (to_int && float_in) {
+    static const double bounds[] = {255, 127, 32767, 2147483647.0, 9.2e18};
+    if (target != 11 && abs_max(stack[0]) >= bounds[target]) return false;
+  }
+  if (float_in && (in_set(fn, {"remainder", "fmod"}) || (fn == "div" && op->rule == DTypeRule::kDivMode))) {
+    at::Tensor a = stack[0].toTensor().to(at::kDouble);
+    at::Tensor b = stack[1].isTensor() ? stack[1].toTensor().to(at::kDouble) : at::scalar_tensor(stack[1].toScalar().toDouble(), at::kDouble);
+    if (!a.isfinite().all().item<bool>() || !b.isfinite().all().item<bool>() || b.eq(0).any().item<bool>()) return false;
+    if (a.numel() && b.numel() && (a / b).abs().max().item<double>() >= 4194304.0) return false;
+  }
+  if (float_in && in_set(fn, {"sin", "cos", "tan"}) && abs_max(stack[0]) >= 1e4) return false;
+  if (fn == "tan" && any_inexact) return false;
+  if (any_inexact && in_set(fn, {"exp", "exp2", "expm1", "sigmoid", "silu", "mish", "softplus", "elu", "sin", "cos"}) &&
+      abs_max(stack[0]) >= 4)
+    return false;
+  if (any_inexact && fn == "pow") {
+    double e = stack[1].isTensor() ? abs_max(stack[1]) : std::abs(stack[1].toScalar().toDouble());
+    if (!(e <= 4)) return false;
+  }
+  // Singularities and domain edges at 0 (x/0, log 0, sqrt of -0.0 versus -1e-45): inexact values must
+  // keep clear of them, or a last-ulp difference moves a NaN or an Inf.
+  auto min_abs = [](const c10::IValue& v, double shift) {
+    at::Tensor d = (v.toTensor().to(at::kDouble) + shift).abs();
+    d = at::where(d.isnan(), at::full_like(d, INFINITY), d);  // NaN would hide a zero from min()
+    return d.numel() == 0 ? static_cast<double>(INFINITY) : d.min().item<double>();
+  };
+  if (any_inexact) {
+    size_t arg = in_set(fn, {"div", "remainder", "fmod"}) ? 1 : fn == "addcdiv" ? 2 : 0;
+    bool singular = in_set(fn, {"div", "addcdiv", "reciprocal", "rsqrt", "sqrt", "log", "log2", "log1p", "pow"});
+    if (singular && arg < stack.size() && stack[arg].isTensor() && arg < arg_inexact.size() && arg_inexact[arg] &&
+        min_abs(stack[arg], fn == "log1p" ? 1.0 : 0.0) < 1e-6)
+      return false;
+  }
+  if (schema == "aten::gelu" && stack.size() > 1 && stack[1].isString() && stack[1].toStringRef() == "none" &&
+      std::isinf(abs_max(stack[0])))
+    return false;
+  // The sign of a zero from min/max-like ops is unspecified (eager's vector and scalar loops differ); ops
+  // that turn it into an infinity of either sign must not see such zeros.
+  if (zero_sign) {
+    size_t base = fn == "div" ? 1 : fn == "addcdiv" ? 2 : 0;
+    bool sensitive = in_set(fn, {"div", "addcdiv", "reciprocal", "rsqrt", "pow"});
+    if (sensitive && base < stack.size() && stack[base].isTensor() && base < arg_flags.size() &&
+        (arg_flags[base] & kZeroSignUnspecified) && min_abs(stack[base], 0.0) == 0)
+      return false;
+  }
+  // Integer division of the type's minimum by -1 traps in eager (SIGFPE): keep the minimum away from it.
+  if (!float_in && stack.size() > 1 && (in_set(fn, {"remainder", "fmod"}) || (fn == "div" && op->rule == DTypeRule::kDivMode)) &&
+      stack[0].isTensor()) {
+    const at::Tensor& a = stack[0].toTensor();
+    if (a.numel() && a.scalar_type() != at::kBool && a.to(at::kDouble).min().item<double>() <= -2147483648.0) return false;
+  }
+  // ATen contracts a + alpha * b into an FMA when alpha != 1: exact only with alpha 1.
+  bool alpha_one = stack.size() > 2 && stack[2].isScalar() && stack[2].toScalar().toDouble() == 1.0;
+  try {
+    call_schema(schema, stack);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (stack.size() != 1 || !stack[0].isTensor()) return false;
+  bool exact_op = in_set(fn, {"neg", "abs", "relu", "sign", "floor", "ceil", "round", "trunc", "minimum", "maximum",
+                              "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "cast", "hardtanh", "mul",
+                              "div", "reciprocal", "sqrt", "leaky_relu", "bitwise_and", "bitwise_or", "bitwise_xor",
+                              "bitwise_not"}) ||
+                  op->rule == DTypeRule::kBool || (in_set(fn, {"add", "sub", "rsub"}) && alpha_one);
+  bool is_float_out = at::isFloatingType(stack[0].toTensor().scalar_type());
+  bool makes_zero_sign = in_set(fn, {"minimum", "maximum", "clamp", "clamp_min", "clamp_max", "hardtanh", "relu",
+                                     "where", "masked_fill"});
+  *out_flags = static_cast<uint8_t>((is_float_out && (any_inexact || !exact_op) ? kInexact : 0) |
+                                    (is_float_out && (zero_sign || makes_zero_sign) && fn != "abs" ? kZeroSignUnspecified : 0));
+  return true;
+}
+
+// Eager evaluation of a recipe; optionally builds its IR graph into `g` (appending inputs and nodes) and
+// optionally in float64. Returns false when eager rejects an op.
+struct Replay {
+  std::vector<at::Tensor> values;  // inputs, then op results
+  std::vector<uint8_t> flags;      // per value: see Note [The fuzzer's oracle and ill-conditioned cases]
+  std::vector<Value*> ir;          // the same, in `g`
+};
+
+bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, Graph* g, Replay* out) {
+  out->values.clear();
+  out->flags.clear();
+  out->ir.clear();
+  for (const auto& t : inputs) {
+    at::Tensor x = to64 && at::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t;
+    out->values.push_back(x);
+    out->flags.push_back(0);
+    if (g) out->ir.push_back(g->add_input(ValueType{tensor_type_of(x), ""}));
+  }
+  for (const auto& op : r.ops) {
+    std::vector<c10::IValue> stack;
+    std::vector<uint8_t> flags;
+    std::vector<Arg> args;
+    const OpInfo* info = find_op(op.schema);
+    bool widen = to64 && info && (info->rule == DTypeRule::kFloat || info->rule == DTypeRule::kDivMode);
+    for (size_t i = 0; i < op.args.size(); ++i) {
+      const auto& a = op.args[i];
+      flags.push_back(a.value >= 0 ? out->flags.at(static_cast<size_t>(a.value)) : 0);
+      if (a.value >= 0) {
+        at::Tensor v = out->values.at(static_cast<size_t>(a.value));
+        // The float64 reference computes ops that turn integers into float32 in float64 too.
+        if (widen && !at::isFloatingType(v.scalar_type()) && v.scalar_type() != at::kBool) v = v.to(at::kDouble);
+        stack.emplace_back(v);
+        if (g) args.push_back(Arg::of(out->ir.at(static_cast<size_t>(a.value))));
+        continue;
+      }
+      Literal l = a.literal;
+      if (to64 && op.schema == "aten::to.dtype" && i == 1 && is_float_code(static_cast<int>(std::get<int64_t>(l))))
+        l = int64_t{7};
+      stack.push_back(literal_to_ivalue(l));
+      if (g) args.push_back(Arg::lit(l));
+    }
+    uint8_t res_flags = 0;
+    if (!eager_op(op.schema, stack, flags, &res_flags)) return false;
+    at::Tensor res = stack[0].toTensor();
+    if (to64 && at::isFloatingType(res.scalar_type()) && res.scalar_type() != at::kDouble &&
+        !(info && info->rule == DTypeRule::kCastArg))
+      res = res.to(at::kDouble);
+    out->values.push_back(res);
+    out->flags.push_back(res_flags);
+    if (g) out->ir.push_back(g->append(op.schema, std::move(args), {ValueType{tensor_type_of(res), ""}})->output());
+  }
+  return true;
+}
+
+bool same_values(const at::Tensor& a, const at::Tensor& b) {
+  if (!at::isFloatingType(a.scalar_type())) return a.equal(b);
+  return at::logical_or(a.eq(b), at::logical_and(a.isnan(), b.isnan())).all().item<bool>();
+}
+
+// The ops the generator draws from: the table's elementwise ops, except batch_norm (its per-channel
+// arguments need shapes of their own).
+const std::vector<const OpInfo*>& fuzz_ops() {
+  static const std::vector<const OpInfo*> ops = [] {
+    std::vector<const OpInfo*> v;
+    for (const auto& op : all_ops())
+      if (op.category == OpCategory::kElementwise && op.kernel_fn != "batch_norm") v.push_back(&op);
+    return v;
+  }();
+  return ops;
+}
+
+Literal random_scalar(Rng& r, bool integral_only) {
+  static const std::vector<double> doubles = {0.5, 2.0, -1.5, 1e-3, 100.0, -0.25, 3.0};
+  static const std::vector<int64_t> ints = {0, 1, -1, 2, 3, -2, 7};
+  if (integral_only || chance(r, 0.4)) return pick(r, ints);
+  return pick(r, doubles);
+}
+
+}  // namespace
+
+std::vector<at::Tensor> make_inputs(const Recipe& r) {
+  std::vector<at::Tensor> v;
+  for (const auto& s : r.inputs) v.push_back(make_input(s));
+  return v;
+}
+
+std::string Recipe::describe() const {
+  std::string s = fmt::format("seed {}; inputs:", seed);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = inputs[i];
+    s += fmt::format(" x{}={}[", i, dtype_name(dtype_from_torch_code(in.dtype)));
+    for (size_t d = 0; d < in.sizes.size(); ++d) s += (d ? "," : "") + std::to_string(in.sizes[d]);
+    static const char* layouts[] = {"contiguous", "transposed", "sliced", "expanded", "channels_last", "huge_stride"};
+    s += fmt::format("] {}{}", layouts[static_cast<int>(in.layout)], in.specials ? "" : " finite");
+  }
+  s += "\n";
+  for (size_t k = 0; k < ops.size(); ++k) {
+    s += fmt::format("  v{} = {}(", inputs.size() + k, ops[k].schema);
+    for (size_t i = 0; i < ops[k].args.size(); ++i) {
+      const auto& a = ops[k].args[i];
+      s += (i ? ", " : "") + (a.value >= 0 ? "v" + std::to_string(a.value) : literal_str(a.literal));
+    }
+    s += ")\n";
+  }
+  s += "  outputs:";
+  for (int o : outputs) s += " v" + std::to_string(o);
+  return s + "\n";
+}
+
+Recipe generate(uint64_t seed) {
+  for (uint64_t attempt = 0;; ++attempt) {
+    Rng r(mix(seed, attempt));
+    Recipe rec;
+    rec.seed = seed;
+    static const std::vector<int> dtypes = {6, 6, 6, 7, 5, 5, 15, 15, 3, 4, 11};
+    static const std::vector<std::vector<int64_t>> shapes = {
+        {}, {0}, {1}, {7}, {8}, {9}, {15}, {16}, {17}, {31}, {33}, {64}, {65}, {3, 5}, {5, 1}, {4, 8},
+        {0, 3}, {2, 3, 5}, {2, 1, 4, 3}, {2, 3, 4, 5}, {3, 11, 13}, {32769}, {2, 16385}};
+    int base = pick(r, dtypes);
+    bool specials = !chance(r, 0.3);
+    bool huge = chance(r, 0.04);
+    std::vector<int64_t> shape = huge ? std::vector<int64_t>{2, 33} : pick(r, shapes);
+    int n_inputs = uniform(r, 1, 3);
+    for (int i = 0; i < n_inputs; ++i) {
+      InputSpec in;
+      in.dtype = huge && i == 0 ? 11 : (chance(r, 0.2) ? pick(r, dtypes) : base);
+      in.sizes = shape;
+      if (i > 0 && !in.sizes.empty() && chance(r, 0.5)) {
+        // A broadcasting variant: fewer leading dims, or size-1 dims.
+        if (chance(r, 0.5)) in.sizes.erase(in.sizes.begin(), in.sizes.begin() + uniform(r, 0, static_cast<int>(in.sizes.size())));
+        for (auto& d : in.sizes)
+          if (chance(r, 0.3)) d = 1;
+      }
+      static const std::vector<Layout> layouts = {Layout::kContiguous, Layout::kContiguous, Layout::kTransposed,
+                                                  Layout::kSliced, Layout::kExpanded, Layout::kChannelsLast};
+      in.layout = huge && i == 0 ? Layout::kHugeStride : pick(r, layouts);
+      in.value_seed = mix(seed, 1000 + static_cast<uint64_t>(i) + attempt * 7);
+      in.specials = specials;
+      rec.inputs.push_back(in);
+    }
+    std::vector<at::Tensor> vals = make_inputs(rec);
+    std::vector<uint8_t> vflags(vals.size(), 0);
+    int n_ops = uniform(r, 2, 16);
+    const auto& ops = fuzz_ops();
+    for (int k = 0; k < n_ops; ++k) {
+      for (int tries = 0; tries < 30; ++tries) {
+        const OpInfo& op = *pick(r, ops);
+        OpSpec spec;
+        spec.schema = op.schema;
+        std::vector<int64_t> out_shape;
+        bool have_shape = false, ok = true;
+        int first_tensor = -1;
+        for (size_t i = 0; i < op.args.size() && ok; ++i) {
+          const ArgSpec& a = op.args[i];
+          RecipeArg ra;
+          if (a.is_tensor()) {
+            // Prefer recent values; the mask and condition of where/masked_fill must be bool.
+            std::vector<int> cands;
+            for (int v = 0; v < static_cast<int>(vals.size()); ++v) {
+              if (a.kind == ArgKind::kTensorNoPromote && op.kernel_fn != "cast" &&
+                  vals[static_cast<size_t>(v)].scalar_type() != at::kBool)
+                continue;
+              bool bok = true;
+              if (have_shape) broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &bok);
+              if (bok) cands.push_back(v);
+            }
+            if (cands.empty()) {
+              ok = false;
+              break;
+            }
+            int v = chance(r, 0.6) ? cands.back() : pick(r, cands);
+            if (chance(r, 0.3) && cands.size() > 1) v = cands[cands.size() - 2];
+            ra.value = v;
+            out_shape = have_shape ? broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &ok)
+                                   : vals[static_cast<size_t>(v)].sizes().vec();
+            have_shape = true;
+            if (first_tensor < 0) first_tensor = v;
+          } else if (a.kind == ArgKind::kScalar || a.kind == ArgKind::kScalarNoPromote) {
+            bool int_only = op.kernel_fn.rfind("bitwise", 0) == 0 ||
+                            (first_tensor >= 0 && !at::isFloatingType(vals[static_cast<size_t>(first_tensor)].scalar_type()) &&
+                             (op.kernel_fn == "add" || op.kernel_fn == "sub" || op.kernel_fn == "rsub") && i == 2);
+            ra.literal = a.has_default && chance(r, 0.5) ? a.default_value : random_scalar(r, int_only);
+          } else if (a.kind == ArgKind::kOptScalar) {
+            ra.literal = chance(r, 0.3) ? Literal(None{}) : random_scalar(r, false);
+          } else if (a.kind == ArgKind::kMode) {
+            if (op.kernel_fn == "gelu") ra.literal = std::string(chance(r, 0.5) ? "none" : "tanh");
+            else ra.literal = std::string(chance(r, 0.5) ? "trunc" : "floor");
+          } else if (a.kind == ArgKind::kDTypeArg) {
+            static const std::vector<int64_t> codes = {11, 3, 4, 5, 15, 6, 7};
+            ra.literal = pick(r, codes);
+          } else {
+            FJ_INTERNAL_ASSERT(a.has_default, "{}: argument {} has no default", op.schema, i);
+            ra.literal = a.default_value;
+          }
+          spec.args.push_back(ra);
+        }
+        if (!ok) continue;
+        std::vector<c10::IValue> stack;
+        std::vector<uint8_t> flags;
+        for (const auto& a : spec.args) {
+          stack.push_back(a.value >= 0 ? c10::IValue(vals[static_cast<size_t>(a.value)]) : literal_to_ivalue(a.literal));
+          flags.push_back(a.value >= 0 ? vflags[static_cast<size_t>(a.value)] : 0);
+        }
+        uint8_t res_flags = 0;
+        if (!eager_op(spec.schema, stack, flags, &res_flags)) continue;
+        vals.push_back(stack.at(0).toTensor());
+        vflags.push_back(res_flags);
+        rec.ops.push_back(std::move(spec));
+        break;
+      }
+    }
+    if (rec.ops.empty()) continue;
+    int n_in = static_cast<int>(rec.inputs.size());
+    int last = n_in + static_cast<int>(rec.ops.size()) - 1;
+    for (int v = n_in; v < last; ++v)
+      if (chance(r, 0.25)) rec.outputs.push_back(v);
+    rec.outputs.push_back(last);
+    return rec;
+  }
+}
+
+std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes) {
+  std::vector<CaseResult> results(recipes.size());
+  auto g = std::make_unique<Graph>();
+  std::vector<c10::IValue> all_inputs;
+  std::vector<std::vector<at::Tensor>> inputs(recipes.size()), before(recipes.size()), eager(recipes.size());
+  std::vector<bool> valid(recipes.size(), true);
+  for (size_t k = 0; k < recipes.size(); ++k) {
+    inputs[k] = make_inputs(recipes[k]);
+    for (auto& t : inputs[k]) before[k].push_back(t.clone());
+    // Validate first (a shrunk recipe may be one eager rejects), then build into the batch graph.
+    Replay into;
+    if (!replay(recipes[k], inputs[k], false, nullptr, &into)) {
+      valid[k] = false;
+      results[k] = {true, "eager rejects this recipe"};
+      continue;
+    }
+    replay(recipes[k], inputs[k], false, g.get(), &into);
+    for (auto& t : inputs[k]) all_inputs.emplace_back(t);
+    for (int o : recipes[k].outputs) {
+      g->add_output(into.ir.at(static_cast<size_t>(o)));
+      eager[k].push_back(into.values.at(static_cast<size_t>(o)));
+    }
+  }
+  std::vector<at::Tensor> fused;
+  try {
+    verify_graph(*g);
+    run_pipeline(*g, nullptr);
+    PlanInstance inst;
+    inst.captured.output_kind = OutputKind::kTuple;
+    inst.plan = build_plan(std::move(g), true);
+    c10::IValue out = run_plan(inst, all_inputs);
+    for (const auto& e : out.toTupleRef().elements()) fused.push_back(e.toTensor());
+  } catch (const std::exception& e) {
+    for (size_t k = 0; k < recipes.size(); ++k)
+      if (valid[k]) results[k] = {false, std::string("fused run failed: ") + e.what()};
+    return results;
+  }
+  size_t pos = 0;
+  for (size_t k = 0; k < recipes.size(); ++k) {
+    if (!valid[k]) continue;
+    std::vector<at::Tensor> ref;
+    for (size_t i = 0; i < eager[k].size(); ++i, ++pos) {
+      const at::Tensor& f = fused.at(pos);
+      auto c = check_close(f, eager[k][i]);
+      if (!c.ok && at::isFloatingType(f.scalar_type()) && c.message.find("values differ") != std::string::npos) {
+        if (ref.empty()) {
+          Replay r64;
+          if (replay(recipes[k], inputs[k], true, nullptr, &r64))
+            for (int o : recipes[k].outputs) ref.push_back(r64.values.at(static_cast<size_t>(o)));
+        }
+        if (!ref.empty()) c = check_close(f, eager[k][i], ref[i].to(at::kDouble));
+      }
+      if (!c.ok && results[k].ok) results[k] = {false, fmt::format("output {} (v{}): {}", i, recipes[k].outputs[i], c.message)};
+    }
+    for (size_t i = 0; i < inputs[k].size() && results[k].ok; ++i)
+      if (!same_values(inputs[k][i], before[k][i])) results[k] = {false, fmt::format("input {} was modified", i)};
+  }
+  return results;
+}
+
+namespace {
+
+bool still_fails(const Recipe& r) {
+  Replay rp;
+  if (!replay(r, make_inputs(r), false, nullptr, &rp)) return false;
+  return !check_batch({r}).at(0).ok;
+}
+
+// The recipe without op k, its uses replaced by value `with`; dead ops dropped.
+std::optional<Recipe> bypass(const Recipe& r, size_t k, int with) {
+  int n_in = static_cast<int>(r.inputs.size());
+  int removed = n_in + static_cast<int>(k);
+  Recipe out = r;
+  out.ops.clear();
+  std::map<int, int> remap;
+  for (int i = 0; i < n_in; ++i) remap[i] = i;
+  for (size_t j = 0; j < r.ops.size(); ++j) {
+    int old = n_in + static_cast<int>(j);
+    if (old == removed) {
+      remap[old] = remap.at(with);
+      continue;
+    }
+    OpSpec op = r.ops[j];
+    for (auto& a : op.args)
+      if (a.value >= 0) a.value = remap.at(a.value);
+    remap[old] = n_in + static_cast<int>(out.ops.size());
+    out.ops.push_back(op);
+  }
+  out.outputs.clear();
+  for (int o : r.outputs) {
+    int m = remap.at(o);
+    if (m >= n_in && std::find(out.outputs.begin(), out.outputs.end(), m) == out.outputs.end()) out.outputs.push_back(m);
+  }
+  if (out.outputs.empty() || out.ops.empty()) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+Recipe shrink(const Recipe& start, const std::function<void(const std::string&)>& log) {
+  Recipe r = start;
+  int checks = 0;
+  const int kMaxChecks = 300;
+  bool progress = true;
+  while (progress && checks < kMaxChecks) {
+    progress = false;
+    // One output at a time.
+    if (r.outputs.size() > 1) {
+      for (int o : r.outputs) {
+        Recipe c = r;
+        c.outputs = {o};
+        ++checks;
+        if (still_fails(c)) {
+          r = c;
+          progress = true;
+          break;
+        }
+      }
+    }
+    // Bypass ops, last first.
+    for (size_t k = r.ops.size(); k-- > 0 && checks < kMaxChecks;) {
+      std::set<int> withs;
+      for (const auto& a : r.ops[k].args)
+        if (a.value >= 0) withs.insert(a.value);
+      bool done = false;
+      for (int w : withs) {
+        auto c = bypass(r, k, w);
+        if (!c) continue;
+        ++checks;
+        if (still_fails(*c)) {
+          r = *c;
+          progress = done = true;
+          break;
+        }
+      }
+      if (done) break;
+    }
+    // Smaller shapes, simpler values and layouts.
+    for (size_t i = 0; i < r.inputs.size() && checks < kMaxChecks; ++i) {
+      auto& in = r.inputs[i];
+      for (size_t d = 0; d < in.sizes.size(); ++d) {
+        if (in.sizes[d] <= 1 || in.layout == Layout::kHugeStride) continue;
+        Recipe c = r;
+        c.inputs[i].sizes[d] = (in.sizes[d] + 1) / 2;
+        ++checks;
+        if (still_fails(c)) {
+          r = c;
+          progress = true;
+        }
+      }
+      if (r.inputs[i].specials) {
+        Recipe c = r;
+        c.inputs[i].specials = false;
+        ++checks;
+        if (still_fails(c)) r = c, progress = true;
+      }
+      if (r.inputs[i].layout != Layout::kContiguous && r.inputs[i].layout != Layout::kHugeStride) {
+        Recipe c = r;
+        c.inputs[i].layout = Layout::kContiguous;
+        ++checks;
+        if (still_fails(c)) r = c, progress = true;
+      }
+    }
+  }
+  if (log) log(fmt::format("shrunk from {} ops to {} in {} checks", start.ops.size(), r.ops.size(), checks));
+  return r;
+}
+
+std::string torchscript_source(const Recipe& r) {
+  auto lit = [](const Literal& l) -> std::string {
+    if (std::holds_alternative<double>(l)) {
+      double d = std::get<double>(l);
+      if (std::isnan(d)) return "float('nan')";
+      if (std::isinf(d)) return d > 0 ? "float('inf')" : "-float('inf')";
+    }
+    if (std::holds_alternative<std::string>(l)) return "'" + std::get<std::string>(l) + "'";
+    return literal_str(l);
+  };
+  std::string s = "def forward(self";
+  for (size_t i = 0; i < r.inputs.size(); ++i) s += fmt::format(", v{}", i);
+  s += "):\n";
+  for (size_t k = 0; k < r.ops.size(); ++k) {
+    const auto& op = r.ops[k];
+    size_t dot = op.schema.find('.');
+    std::string name = op.schema.substr(6, dot == std::string::npos ? std::string::npos : dot - 6);
+    std::string overload = dot == std::string::npos ? "" : op.schema.substr(dot + 1);
+    auto handle = c10::Dispatcher::singleton().findSchema({"aten::" + name, overload});
+    FJ_INTERNAL_ASSERT(handle.has_value(), "{}: no schema", op.schema);
+    const auto& sargs = handle->schema().arguments();
+    auto arg = [&](size_t i) {
+      std::string v = op.args[i].value >= 0 ? "v" + std::to_string(op.args[i].value) : lit(op.args[i].literal);
+      return i < sargs.size() && sargs[i].kwarg_only() ? sargs[i].name() + "=" + v : v;
+    };
+    // Method syntax binds the first argument as `self` (TorchScript resolves x.name(...) to aten::name);
+    // ops without a tensor `self` go through torch.name(...).
+    bool method = !sargs.empty() && sargs[0].name() == "self" && op.args[0].value >= 0;
+    std::string call = method ? fmt::format("v{}.{}(", op.args[0].value, name) : fmt::format("torch.{}(", name);
+    for (size_t i = method ? 1 : 0, n = 0; i < op.args.size(); ++i, ++n) call += (n ? ", " : "") + arg(i);
+    s += fmt::format("    v{} = {})\n", r.inputs.size() + k, call);
+  }
+  s += "    return (";
+  for (int o : r.outputs) s += fmt::format("v{}, ", o);
+  return s + ")\n";
+}
+
+std::string write_repro(const Recipe& r, const std::string& message, const std::string& dir, const std::string& cli) {
+  std::string base = fmt::format("{}/repro-{}", dir, r.seed);
+  torch::jit::Module m("FuzzRepro");
+  m.define(torchscript_source(r));
+  m.save(base + ".pt");
+  std::vector<c10::IValue> items;
+  bool huge = false;
+  for (auto& t : make_inputs(r)) {
+    huge |= t.storage().nbytes() > (size_t{1} << 30);
+    items.emplace_back(t.storage().nbytes() > (size_t{1} << 30) ? t.contiguous() : t);
+  }
+  auto data = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(items)));
+  std::ofstream(base + "-inputs.pt", std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+  std::string cmd = fmt::format("{} run {}.pt --inputs {}-inputs.pt --check", cli, base, base);
+  std::ofstream txt(base + ".txt");
+  txt << message << "\n\n" << r.describe() << "\n" << torchscript_source(r) << "\nreplay: " << cmd << "\n";
+  if (huge) txt << "note: an input with a >2^31-element stride was saved contiguous; its layout is in the recipe above\n";
+  return cmd;
+}
+
+Report run(const Options& opt, const std::function<void(const std::string&)>& log) {
+  Report rep;
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  double last_log = 0;
+  uint64_t index = 0;
+  while (rep.graphs < opt.max_graphs && (opt.max_seconds <= 0 || elapsed() < opt.max_seconds)) {
+    std::vector<Recipe> batch;
+    int64_t n = std::min<int64_t>(opt.batch, opt.max_graphs - rep.graphs);
+    for (int64_t i = 0; i < n; ++i) batch.push_back(generate(mix(opt.seed, index++)));
+    auto results = check_batch(batch);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      rep.graphs++;
+      rep.ops += static_cast<int64_t>(batch[k].ops.size());
+      if (results[k].ok) continue;
+      // Confirm alone, then shrink and write the repro.
+      auto alone = check_batch({batch[k]}).at(0);
+      if (alone.ok) alone = results[k];
+      Recipe small = opt.shrink ? shrink(batch[k], log) : batch[k];
+      auto small_result = check_batch({small}).at(0);
+      std::string msg = fmt::format("graph seed {}: {}", batch[k].seed, small_result.ok ? alone.message : small_result.message);
+      if (!opt.repro_dir.empty()) msg += "\n  replay: " + write_repro(small, msg, opt.repro_dir, opt.cli);
+      msg += "\n" + small.describe();
+      if (log) log("FAIL " + msg);
+      rep.failures.push_back(msg);
+      if (opt.stop_at_first_failure) break;
+    }
+    if (opt.stop_at_first_failure && !rep.failures.empty()) break;
+    if (log && elapsed() - last_log > 10) {
+      last_log = elapsed();
+      log(fmt::format("{} graphs, {} failures, {:.1f} ms per graph", rep.graphs, rep.failures.size(),
+                      1e3 * elapsed() / static_cast<double>(rep.graphs)));
+    }
+  }
+  rep.seconds = elapsed();
+  return rep;
+}
+
+}  // namespace fusion_jit::fuzz

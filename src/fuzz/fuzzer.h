@@ -1,0 +1,89 @@
+// The differential fuzzer: random graphs of fusible ops, run fused and eagerly, compared.
+//
+// A case is a Recipe: input specifications (dtype, sizes, layout, values) and a list of ATen ops over
+// earlier values with literal arguments. Generation is driven by eager PyTorch: each op is run on the
+// concrete tensors as it is added, so only ops that eager accepts enter a graph, and the IR takes its
+// types from eager's results. Cases run in batches (the disjoint union of several graphs in one plan, one
+// compile). A failing case is shrunk (outputs, ops, shapes, values) and written as a TorchScript model
+// and an inputs file that `fusion-jit run MODEL --inputs FILE --check` replays.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace fusion_jit::fuzz {
+
+enum class Layout { kContiguous, kTransposed, kSliced, kExpanded, kChannelsLast, kHugeStride };
+
+struct InputSpec {
+  int dtype = 6;                  // c10::ScalarType code
+  std::vector<int64_t> sizes;
+  Layout layout = Layout::kContiguous;
+  uint64_t value_seed = 0;
+  bool specials = true;           // NaN, +-Inf, +-0, extremes among the values
+};
+
+struct RecipeArg {
+  int value = -1;                 // index into inputs, then op results; -1: the literal
+  Literal literal;
+};
+
+struct OpSpec {
+  std::string schema;
+  std::vector<RecipeArg> args;
+};
+
+struct Recipe {
+  uint64_t seed = 0;
+  std::vector<InputSpec> inputs;
+  std::vector<OpSpec> ops;
+  std::vector<int> outputs;       // value indices
+  std::string describe() const;   // one line per op
+};
+
+// Makes the input tensors of a recipe (deterministic from the specs).
+std::vector<at::Tensor> make_inputs(const Recipe& r);
+// A random recipe of 2 to 16 ops.
+Recipe generate(uint64_t seed);
+
+struct CaseResult {
+  bool ok = true;
+  std::string message;  // the first mismatch
+};
+// Runs recipes in one plan and checks each against eager; one result per recipe.
+std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes);
+// Smaller recipe that still fails (or the same one).
+Recipe shrink(const Recipe& r, const std::function<void(const std::string&)>& log);
+// TorchScript source of a recipe's forward.
+std::string torchscript_source(const Recipe& r);
+// Writes DIR/repro-SEED.pt (the model), DIR/repro-SEED-inputs.pt and DIR/repro-SEED.txt; returns the
+// command that replays it.
+std::string write_repro(const Recipe& r, const std::string& message, const std::string& dir, const std::string& cli);
+
+struct Options {
+  uint64_t seed = 1;
+  int64_t max_graphs = 2000;
+  double max_seconds = 0;         // 0: no time limit
+  int batch = 16;
+  std::string repro_dir;          // "" : no repros written
+  std::string cli = "fusion-jit";
+  bool stop_at_first_failure = false;
+  bool shrink = true;
+};
+
+struct Report {
+  int64_t graphs = 0;
+  int64_t ops = 0;
+  double seconds = 0;
+  std::vector<std::string> failures;  // message and, where written, the repro command
+};
+
+Report run(const Options& opt, const std::function<void(const std::string&)>& log);
+
+}  // namespace fusion_jit::fuzz
