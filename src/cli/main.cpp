@@ -213,12 +213,6 @@ void write_atomically(const std::string& path, const std::vector<char>& data) {
   }
 }
 
-// Equal values with NaN equal to NaN: the inputs must come back unchanged.
-bool same_values(const at::Tensor& a, const at::Tensor& b) {
-  if (!at::isFloatingType(a.scalar_type())) return a.equal(b);
-  return at::logical_or(a.eq(b), at::logical_and(a.isnan(), b.isnan())).all().item<bool>();
-}
-
 double median_ms(int n, const std::function<void()>& fn) {
   for (int i = 0; i < std::min(n, 3); ++i) fn();
   std::vector<double> t;
@@ -310,7 +304,7 @@ int run(const Args& a) {
       }
     }
     for (size_t i = 0; i < inputs.size() && check == "pass"; ++i)
-      if (!same_values(inputs[i].toTensor(), originals[i].toTensor())) {
+      if (!fj::same_values(inputs[i].toTensor(), originals[i].toTensor())) {
         check = "fail";
         why = "input " + std::to_string(i) + " was modified";
       }

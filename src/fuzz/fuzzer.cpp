@@ -149,9 +149,20 @@ bool in_set(const std::string& fn, std::initializer_list<const char*> names) {
 enum : uint8_t { kInexact = 1, kZeroSignUnspecified = 2 };
 
 bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
-              uint8_t* out_flags) {
+              uint8_t* out_flags, bool check_preconditions = true) {
   const OpInfo* op = find_op(schema);
   if (!op) return false;
+  if (!check_preconditions) {
+    // The float64 reference replays a recipe already accepted: its values differ, its preconditions
+    // were checked on the real ones.
+    try {
+      call_schema(schema, stack);
+    } catch (const std::exception&) {
+      return false;
+    }
+    *out_flags = 0;
+    return stack.size() == 1 && stack[0].isTensor();
+  }
   const std::string& fn = op->kernel_fn;
   auto is_float_tensor = [](const c10::IValue& v) { return v.isTensor() && at::isFloatingType(v.toTensor().scalar_type()); };
   auto abs_max = [](const c10::IValue& v) {
@@ -293,7 +304,7 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
       if (g) args.push_back(Arg::lit(l));
     }
     uint8_t res_flags = 0;
-    if (!eager_op(op.schema, stack, flags, &res_flags)) return false;
+    if (!eager_op(op.schema, stack, flags, &res_flags, !to64)) return false;
     at::Tensor res = stack[0].toTensor();
     if (to64 && at::isFloatingType(res.scalar_type()) && res.scalar_type() != at::kDouble &&
         !(info && info->rule == DTypeRule::kCastArg))
@@ -303,11 +314,6 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
     if (g) out->ir.push_back(g->append(op.schema, std::move(args), {ValueType{tensor_type_of(res), ""}})->output());
   }
   return true;
-}
-
-bool same_values(const at::Tensor& a, const at::Tensor& b) {
-  if (!at::isFloatingType(a.scalar_type())) return a.equal(b);
-  return at::logical_or(a.eq(b), at::logical_and(a.isnan(), b.isnan())).all().item<bool>();
 }
 
 // The ops the generator draws from: the table's elementwise ops, except batch_norm (its per-channel

@@ -37,6 +37,12 @@ double max_err(const at::Tensor& a64, const at::Tensor& b64) {
 
 }  // namespace
 
+bool same_values(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.sizes().equals(b.sizes()) || a.scalar_type() != b.scalar_type()) return false;
+  if (!at::isFloatingType(a.scalar_type())) return a.equal(b);
+  return at::logical_or(a.eq(b), at::logical_and(a.isnan(), b.isnan())).all().item<bool>();
+}
+
 CheckResult check_close(const at::Tensor& actual, const at::Tensor& expected,
                         const std::optional<at::Tensor>& reference64, bool check_strides) {
   CheckResult r;

@@ -24,6 +24,10 @@ struct CheckResult {
   std::string message;  // why not ok
 };
 
+// Equal values with NaN equal to NaN (bit-for-bit sameness up to NaN payloads): inputs must come back
+// unchanged from a fused run.
+bool same_values(const at::Tensor& a, const at::Tensor& b);
+
 CheckResult check_close(const at::Tensor& actual, const at::Tensor& expected,
                         const std::optional<at::Tensor>& reference64 = std::nullopt, bool check_strides = true);
 

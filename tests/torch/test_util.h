@@ -33,13 +33,6 @@ inline std::vector<at::Tensor> flatten(const c10::IValue& v) {
   return out;
 }
 
-// Equal values, NaN equal to NaN (inputs must come back bit for bit unchanged).
-inline bool same_values(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.sizes().equals(b.sizes()) || a.scalar_type() != b.scalar_type()) return false;
-  if (!at::isFloatingType(a.scalar_type())) return a.equal(b);
-  return at::logical_or(a.eq(b), at::logical_and(a.isnan(), b.isnan())).all().item<bool>();
-}
-
 // The module run in float64: floating inputs and parameters converted.
 inline std::vector<at::Tensor> reference64(const torch::jit::Module& m, const std::vector<c10::IValue>& inputs) {
   torch::jit::Module m64 = m.clone();
