@@ -138,7 +138,11 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 //  - fmod, remainder and rounded division take finite values with |a/b| < 2^22 and b != 0 (SLEEF's
 //    fmod returns NaN for huge quotients);
 //  - float -> integer casts take finite values in range (C++ UB in ATen);
-//  - the erf form of gelu takes finite values (eager's vectorized and scalar loops disagree on +-inf).
+//  - the erf form of gelu takes finite values (eager's vectorized and scalar loops disagree on +-inf);
+//  - no cancellation: a sum or difference of inexact values at least 1000x smaller than its operands;
+//  - no transcendental result within a factor of 2 of the dtype's largest value;
+//  - pow with an inexact exponent takes no negative base (the exponent decides whether the result is NaN).
+// And an inexact output may differ from eager's by 4 ulps of its dtype (where the tolerance is stricter).
 // An op that breaks its precondition is not added (generation) or makes the recipe invalid (shrinking).
 bool in_set(const std::string& fn, std::initializer_list<const char*> names) {
   for (const char* n : names)
@@ -204,6 +208,9 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   if (fn == "tan" && any_inexact) return false;
   if (any_inexact && in_set(fn, {"exp", "exp2", "expm1", "sigmoid", "silu", "mish", "softplus", "elu", "sin", "cos"}) &&
       abs_max(stack[0]) >= 4)
+    return false;
+  if (fn == "pow" && stack.size() > 1 && stack[1].isTensor() && arg_inexact.size() > 1 && arg_inexact[1] &&
+      stack[0].isTensor() && stack[0].toTensor().numel() && stack[0].toTensor().to(at::kDouble).lt(0).any().item<bool>())
     return false;
   if (any_inexact && fn == "pow") {
     double e = stack[1].isTensor() ? abs_max(stack[1]) : std::abs(stack[1].toScalar().toDouble());
@@ -499,11 +506,25 @@ Recipe generate(uint64_t seed) {
   }
 }
 
+namespace {
+// |a - b| <= n ulps of the dtype at max(|a|, |b|), elementwise (equal infinities pass). The fuzzer accepts
+// this for values computed through transcendental functions: two correct 1-ulp libraries differ by a few
+// ulps, and in float16/bfloat16 every intermediate rounding can turn that into a whole ulp of the result.
+bool within_ulps(const at::Tensor& a, const at::Tensor& b, double n) {
+  double eps = a.scalar_type() == at::kHalf ? 0x1p-10 : a.scalar_type() == at::kBFloat16 ? 0x1p-7
+               : a.scalar_type() == at::kDouble ? 0x1p-52 : 0x1p-23;
+  at::Tensor x = a.to(at::kDouble), y = b.to(at::kDouble);
+  at::Tensor ok = at::logical_or((x - y).abs().le(n * eps * at::maximum(x.abs(), y.abs()) + 1e-30), x.eq(y));
+  return at::logical_or(ok, at::logical_and(x.isnan(), y.isnan())).all().item<bool>();
+}
+}  // namespace
+
 std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes) {
   std::vector<CaseResult> results(recipes.size());
   auto g = std::make_unique<Graph>();
   std::vector<c10::IValue> all_inputs;
   std::vector<std::vector<at::Tensor>> inputs(recipes.size()), before(recipes.size()), eager(recipes.size());
+  std::vector<std::vector<bool>> inexact_out(recipes.size());
   std::vector<bool> valid(recipes.size(), true);
   for (size_t k = 0; k < recipes.size(); ++k) {
     inputs[k] = make_inputs(recipes[k]);
@@ -520,6 +541,7 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes) {
     for (int o : recipes[k].outputs) {
       g->add_output(into.ir.at(static_cast<size_t>(o)));
       eager[k].push_back(into.values.at(static_cast<size_t>(o)));
+      inexact_out[k].push_back(into.flags.at(static_cast<size_t>(o)) & kInexact);
     }
   }
   std::vector<at::Tensor> fused;
@@ -551,6 +573,7 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes) {
         }
         if (!ref.empty()) c = check_close(f, eager[k][i], ref[i].to(at::kDouble));
       }
+      if (!c.ok && inexact_out[k][i] && c.message.find("NaN") == std::string::npos && within_ulps(f, eager[k][i], 4)) c.ok = true;
       if (!c.ok && results[k].ok) results[k] = {false, fmt::format("output {} (v{}): {}", i, recipes[k].outputs[i], c.message)};
     }
     for (size_t i = 0; i < inputs[k].size() && results[k].ok; ++i)
