@@ -104,7 +104,7 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
     FJ_CHECK(f.good(), "cannot write generated source {}", src);
   }
   std::string cmd = opt.cxx + " " + host_compile_flags() + " " + shell_quote(src) + " -o " + shell_quote(so) +
-                    " -lsleefgnuabi -lm";
+                    " -lmvec -lm";
   std::string out;
   int rc = run_command(cmd, &out);
   if (opt.dumps("log") && !out.empty()) std::fprintf(stderr, "== host compiler log ==\n%s", out.c_str());

@@ -122,9 +122,9 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 }
 
 // Note [The fuzzer's oracle and ill-conditioned cases]
-// Eager and fused kernels agree bit for bit on IEEE arithmetic and mostly on transcendental functions
-// (both use SLEEF's 1-ulp vector functions), but eager's scalar loops (tails, strided inputs) use libm,
-// FMA contraction differs, and a few eager kernels have quirks of their own. Differences of a few ulps are within tolerance unless something amplifies
+// Eager and fused kernels agree bit for bit on IEEE arithmetic, but transcendental functions come from
+// different libraries (eager: SLEEF, 1 ulp, and libm in its scalar loops; kernels: glibc's libmvec,
+// 4 ulp), FMA contraction differs, and a few eager kernels have quirks of their own. Differences of a few ulps are within tolerance unless something amplifies
 // them, so the generator only builds graphs where the comparison means something:
 //  - values carry a flag "inexact" when a transcendental op (or FMA-contracted arithmetic) produced them
 //    or any of their inputs; discontinuous functions (comparisons, rounding, integer casts, sign,
