@@ -142,7 +142,8 @@ def _():
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bogus"], "unknown option --bogus")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench", "x"], "--bench expects an integer")
     expect_error(["run", MODEL], "give the inputs")
-    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain or fuzz)")
+    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain, compile or fuzz)")
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--device", "tpu"], "unknown device")
 
 
 @case("bad --inputs file")
@@ -196,6 +197,62 @@ def _():
     assert p.returncode == 0, p.stderr
     assert "== IR after capture ==" in p.stderr and "aten::sigmoid" in p.stderr, p.stderr
     assert "== fusion plan ==" in p.stderr and "group 0" in p.stderr, p.stderr
+
+
+# The demo's models, for ahead-of-time CUDA compilation.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from models import make_models, MODELS  # noqa: E402
+
+DEMO = make_models(os.path.join(TMP, "demo"))
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+@case("compile --device cuda: the demo models' kernels for sm_80 and sm_90, no spills, same files every run")
+def _():
+    for name, (_, specs) in MODELS.items():
+        for arch in ("sm_80", "sm_90"):
+            outs = []
+            for run in range(2):
+                out = os.path.join(TMP, f"aot-{name}-{arch}-{run}")
+                p = cli("compile", DEMO[name], "--input", *specs, "--device", "cuda", "--arch", arch, "--out", out)
+                assert p.returncode == 0, p.stderr
+                assert f"CUDA kernels for {arch}" in p.stdout and "NVRTC" in p.stdout, p.stdout
+                outs.append(out)
+            j = json.loads(read(os.path.join(outs[0], "kernels.json")))
+            assert j["arch"] == arch and j["nvrtc_calls"] == 1 and j["kernels"], j
+            for k in j["kernels"]:
+                assert k["registers"] > 0 and k["spill_stores"] == 0 and k["spill_loads"] == 0, (name, arch, k)
+            cubin = read(os.path.join(outs[0], "plan.cubin"), "rb")
+            assert cubin[:4] == b"\x7fELF", "a CUBIN is an ELF image"
+            src = read(os.path.join(outs[0], "plan.cu"))
+            assert 'extern "C" __global__' in src
+            assert src == read(os.path.join(outs[1], "plan.cu")), "generated source differs between runs"
+            assert "registers" in read(os.path.join(outs[0], "explain.txt"))
+
+
+@case("compile for compute_90 writes PTX")
+def _():
+    out = os.path.join(TMP, "aot-ptx")
+    p = cli("compile", MODEL, "--input", "f32[64,32]", "f32[32]", "--device", "cuda", "--arch", "compute_90", "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert ".entry fj_kernel_0" in read(os.path.join(out, "plan.ptx"))
+
+
+@case("compile: bad arch, missing --out, CPU device, --out a file")
+def _():
+    base = ["compile", MODEL, "--input", "f32[4]", "f32[4]"]
+    expect_error(base + ["--device", "cuda", "--arch", "sm_70", "--out", os.path.join(TMP, "x")], "--arch sm_70")
+    expect_error(base + ["--device", "cuda", "--arch", "volta", "--out", os.path.join(TMP, "x")], "expected sm_XY")
+    expect_error(base + ["--device", "cuda"], "--out DIR is required")
+    expect_error(base + ["--out", os.path.join(TMP, "x")], "--device cuda is required")
+    afile = os.path.join(TMP, "a-file")
+    with open(afile, "w") as f:
+        f.write("x")
+    expect_error(base + ["--device", "cuda", "--out", afile], "not a directory")
 
 
 failed = [(n, e) for n, e in results if e]

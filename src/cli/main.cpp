@@ -2,7 +2,12 @@
 //
 //   fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu] [--seed N] [--check]
 //                  [--bench N] [--json] [--save-outputs FILE]
-//   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--dump-source]
+//   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--dump-source]
+//   fusion-jit compile MODEL.pt (--input SPEC ... | --inputs FILE) --device cuda [--arch sm_90] --out DIR
+//
+// `compile` is ahead-of-time CUDA compilation with NVRTC and needs no GPU: it writes DIR/plan.cu, the
+// binary (DIR/plan.cubin, or DIR/plan.ptx for compute_XY), DIR/kernels.json (each kernel's registers,
+// shared memory, stack and spills) and DIR/explain.txt.
 //
 // Exit codes: 0 success, 1 a --check mismatch, 2 bad input (one line on stderr, no stack trace).
 #include <ATen/core/Tensor.h>
@@ -29,9 +34,11 @@
 
 #include "fuzz/fuzzer.h"
 #include "ir/dtype.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/plan.h"
 #include "support/error.h"
 #include "torch/api.h"
+#include "torch/cuda_support.h"
 #include "torch/tolerance.h"
 
 namespace fj = fusion_jit;
@@ -45,17 +52,19 @@ struct UsageError : std::runtime_error {
 [[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
 
 const char* kUsage =
-    "usage: fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu] [--seed N] [--check]\n"
-    "                      [--bench N] [--json] [--save-outputs FILE]\n"
-    "       fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--dump-source]\n"
-    "       fusion-jit fuzz [--graphs N] [--minutes M] [--seed S] [--batch B] [--out DIR]\n"
+    "usage: fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--seed N]\n"
+    "                      [--check] [--bench N] [--json] [--save-outputs FILE]\n"
+    "       fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--dump-source]\n"
+    "       fusion-jit compile MODEL.pt (--input SPEC ... | --inputs FILE) --device cuda [--arch sm_90] --out DIR\n"
+    "       fusion-jit fuzz [--graphs N] [--minutes M] [--seed S] [--batch B] [--out DIR] [--device cpu|cuda]\n"
+    "                       [--nvrtc ARCH] [--graph-seeds S1,S2,...]\n"
     "SPEC: DTYPE[SIZES] with optional {STRIDES}, e.g. f32[64,1024], bf16[8,3,32,32], i64[16], b8[4,4],\n"
     "      f32[1024,64]{1,1024}. DTYPE: f32 f64 f16 bf16 i8 i16 i32 i64 u8 b8.\n";
 
 struct Args {
   std::string command, model;
   std::vector<std::string> specs;
-  std::string inputs_file, save_outputs, device = "cpu";
+  std::string inputs_file, save_outputs, device = "cpu", arch = "sm_90", out_dir;
   int64_t seed = 0;
   int bench = 0;
   bool check = false, json = false, dump_source = false;
@@ -70,14 +79,14 @@ int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  if (argc < 2) usage_error("missing command (run, explain or fuzz)");
+  if (argc < 2) usage_error("missing command (run, explain, compile or fuzz)");
   a.command = argv[1];
   if (a.command == "-h" || a.command == "--help") {
     std::fputs(kUsage, stdout);
     std::exit(0);
   }
-  if (a.command != "run" && a.command != "explain")
-    usage_error("unknown command '" + a.command + "' (run, explain or fuzz)");
+  if (a.command != "run" && a.command != "explain" && a.command != "compile")
+    usage_error("unknown command '" + a.command + "' (run, explain, compile or fuzz)");
   std::vector<std::string> rest(argv + 2, argv + argc);
   auto value = [&](size_t& i, const std::string& flag) {
     if (i + 1 >= rest.size()) usage_error(flag + " needs a value");
@@ -103,8 +112,12 @@ Args parse_args(int argc, char** argv) {
       a.json = true;
     } else if (r == "--save-outputs" && is_run) {
       a.save_outputs = value(i, r);
-    } else if (r == "--dump-source" && !is_run) {
+    } else if (r == "--dump-source" && a.command == "explain") {
       a.dump_source = true;
+    } else if (r == "--arch" && a.command == "compile") {
+      a.arch = value(i, r);
+    } else if (r == "--out" && a.command == "compile") {
+      a.out_dir = value(i, r);
     } else if (r.rfind("--", 0) == 0) {
       usage_error("unknown option " + r + " for " + a.command);
     } else if (a.model.empty()) {
@@ -115,9 +128,15 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.model.empty()) usage_error("missing MODEL.pt");
   if (a.specs.empty() == a.inputs_file.empty()) usage_error("give the inputs with --input SPEC ... or with --inputs FILE (one of the two)");
-  if (a.device != "cpu") {
-    if (a.device.rfind("cuda", 0) == 0) usage_error("--device " + a.device + ": no CUDA driver found (CUDA support is not built yet)");
-    usage_error("--device " + a.device + ": unknown device (cpu)");
+  static const std::regex device_re("cpu|cuda(:[0-9]+)?");
+  if (!std::regex_match(a.device, device_re)) usage_error("--device " + a.device + ": unknown device (cpu, cuda or cuda:N)");
+  if (a.command == "compile") {
+    if (a.device != "cuda") usage_error("compile: --device cuda is required (CPU plans are compiled when they first run)");
+    if (a.out_dir.empty()) usage_error("compile: --out DIR is required");
+  } else if (a.device != "cpu") {
+    std::string why;
+    if (!fj::cuda_driver_available(&why)) usage_error("--device " + a.device + ": " + why);
+    if (fj::torch_cuda_device_count() == 0) usage_error("--device " + a.device + ": torch sees no CUDA device");
   }
   return a;
 }
@@ -195,21 +214,22 @@ std::vector<at::Tensor> flatten(const c10::IValue& v) {
   return out;
 }
 
-void write_atomically(const std::string& path, const std::vector<char>& data) {
+// Writes a whole file or nothing: a temporary file in the same directory, renamed into place.
+void write_atomically(const std::string& what, const std::string& path, const char* data, size_t size) {
   std::string tmp = path + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary);
-    if (!f) usage_error("--save-outputs " + path + ": cannot write (" + std::strerror(errno) + ")");
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!f) usage_error(what + " " + path + ": cannot write (" + std::strerror(errno) + ")");
+    f.write(data, static_cast<std::streamsize>(size));
     f.close();
     if (!f) {
       std::remove(tmp.c_str());
-      usage_error("--save-outputs " + path + ": write failed");
+      usage_error(what + " " + path + ": write failed");
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    usage_error("--save-outputs " + path + ": cannot rename into place (" + std::strerror(errno) + ")");
+    usage_error(what + " " + path + ": cannot rename into place (" + std::strerror(errno) + ")");
   }
 }
 
@@ -231,6 +251,62 @@ std::string first_line(std::string s) {
   return p == std::string::npos ? s : s.substr(0, p);
 }
 
+// `fusion-jit compile`: the plan's CUDA kernels through NVRTC, written to a directory.
+int compile_cuda(const Args& a, torch::jit::Module& module, const std::vector<c10::IValue>& inputs) {
+  std::string why;
+  if (!fj::nvrtc_available(&why)) usage_error("compile: " + why);
+  fj::check_cuda_arch(a.arch);
+  struct stat st;
+  if (::stat(a.out_dir.c_str(), &st) != 0 && ::mkdir(a.out_dir.c_str(), 0755) != 0)
+    usage_error("--out " + a.out_dir + ": cannot create (" + std::strerror(errno) + ")");
+  if (::stat(a.out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) usage_error("--out " + a.out_dir + ": not a directory");
+  torch::jit::setGraphExecutorOptimize(false);
+  module.eval();
+  auto t0 = std::chrono::steady_clock::now();
+  auto fused = fj::compile(module);
+  auto plan = fused.compile_cuda(inputs, a.arch);
+  double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const std::string dir = a.out_dir + "/";
+  nlohmann::json j;
+  j["model"] = a.model;
+  j["arch"] = a.arch;
+  j["nvrtc_version"] = fj::nvrtc_version();
+  j["codegen_ms"] = plan->codegen_ms;
+  j["nvrtc_ms"] = plan->cuda_binary ? plan->cuda_binary->compile_ms : 0.0;
+  j["nvrtc_calls"] = plan->cuda_binary ? 1 : 0;
+  j["total_ms"] = total_ms;
+  j["aten_ops"] = plan->aten_ops;
+  j["kernels"] = nlohmann::json::array();
+  for (const auto& k : plan->kernels) {
+    nlohmann::json kj;
+    kj["name"] = k.spec.name;
+    kj["ops"] = plan->fusion.groups.at(k.spec.group).nodes.size();
+    kj["elements"] = k.spec.numel;
+    kj["vector_width"] = k.cuda_vector;
+    kj["index_bits"] = k.spec.index32 ? 32 : 64;
+    if (const fj::CudaKernelInfo* info = plan->cuda_binary ? plan->cuda_binary->kernel(k.spec.name) : nullptr) {
+      kj["registers"] = info->registers;
+      kj["shared_bytes"] = info->shared_bytes;
+      kj["stack_bytes"] = info->stack_bytes;
+      kj["spill_stores"] = info->spill_stores;
+      kj["spill_loads"] = info->spill_loads;
+    }
+    j["kernels"].push_back(kj);
+  }
+  std::string json = j.dump(2) + "\n", explain = plan->explain();
+  write_atomically("--out", dir + "plan.cu", plan->cuda_source.data(), plan->cuda_source.size());
+  if (plan->cuda_binary) {
+    const std::string& image = plan->cuda_binary->image;
+    write_atomically("--out", dir + (plan->cuda_binary->is_ptx ? "plan.ptx" : "plan.cubin"), image.data(), image.size());
+  }
+  write_atomically("--out", dir + "kernels.json", json.data(), json.size());
+  write_atomically("--out", dir + "explain.txt", explain.data(), explain.size());
+  std::printf("%s: %zu CUDA kernels for %s, %zu ATen ops; codegen %.1f ms, NVRTC %.1f ms (1 call), total %.1f ms; "
+              "written to %s\n", a.model.c_str(), plan->kernels.size(), a.arch.c_str(), plan->aten_ops.size(),
+              plan->codegen_ms, j["nvrtc_ms"].get<double>(), total_ms, a.out_dir.c_str());
+  return 0;
+}
+
 int run(const Args& a) {
   struct stat st;
   if (::stat(a.model.c_str(), &st) != 0) usage_error(a.model + ": no such file");
@@ -248,6 +324,12 @@ int run(const Args& a) {
   if (inputs.size() != expected)
     usage_error(a.model + " takes " + std::to_string(expected) + " input" + (expected == 1 ? "" : "s") + ", " +
                 std::to_string(inputs.size()) + " given");
+  if (a.command == "compile") return compile_cuda(a, module, inputs);
+  if (a.device != "cpu") {
+    const at::Device dev(a.device);
+    module.to(dev);
+    for (auto& v : inputs) v = v.toTensor().to(dev);
+  }
   // The reference: TorchScript's interpreter without its optimizing executor (so without torch's fusers).
   torch::jit::setGraphExecutorOptimize(false);
   module.eval();
@@ -266,7 +348,11 @@ int run(const Args& a) {
     std::cout << fused.explain(inputs);
     if (plan) {
       std::cout << "compile: " << fused.last_compile_report() << "\n";
-      if (a.dump_source) std::cout << "\n" << (plan->source.empty() ? "// no generated source\n" : plan->source);
+      if (a.dump_source) {
+        if (plan->source.empty() && plan->cuda_source.empty()) std::cout << "\n// no generated source\n";
+        if (!plan->source.empty()) std::cout << "\n" << plan->source;
+        if (!plan->cuda_source.empty()) std::cout << "\n" << plan->cuda_source;
+      }
     }
     return 0;
   }
@@ -318,7 +404,8 @@ int run(const Args& a) {
     // A tuple: LibTorch's pickler tags lists with their type, which torch.load(weights_only=True), the
     // default, refuses; a tuple of tensors loads everywhere.
     std::vector<c10::IValue> items(outs.begin(), outs.end());
-    write_atomically(a.save_outputs, torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(items))));
+    auto bytes = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(items)));
+    write_atomically("--save-outputs", a.save_outputs, bytes.data(), bytes.size());
   }
   auto stats = fused.stats();
   int ops = 0, groups = 0, kernels = 0;
@@ -373,10 +460,38 @@ int fuzz_main(int argc, char** argv) {
     else if (r == "--seed") opt.seed = static_cast<uint64_t>(parse_int(r, value(r), 0));
     else if (r == "--batch") opt.batch = static_cast<int>(parse_int(r, value(r), 1));
     else if (r == "--out") opt.repro_dir = value(r);
-    else usage_error("unknown option " + r + " for fuzz");
+    else if (r == "--nvrtc") opt.check.nvrtc_arch = value(r);
+    else if (r == "--graph-seeds") {
+      std::string list = value(r);
+      size_t start = 0;
+      while (start <= list.size()) {
+        size_t end = std::min(list.find(',', start), list.size());
+        std::string item = list.substr(start, end - start);
+        char* stop = nullptr;
+        unsigned long long v = std::strtoull(item.c_str(), &stop, 10);
+        if (item.empty() || *stop != '\0') usage_error("--graph-seeds: '" + item + "' is not a graph seed");
+        opt.graph_seeds.push_back(v);
+        start = end + 1;
+      }
+    }
+    else if (r == "--device") {
+      std::string d = value(r);
+      if (d != "cpu" && d != "cuda") usage_error("--device " + d + ": fuzz runs on cpu or cuda");
+      opt.check.cuda = d == "cuda";
+    } else usage_error("unknown option " + r + " for fuzz");
   }
-  if (opt.max_graphs < 0) opt.max_graphs = opt.max_seconds > 0 ? std::numeric_limits<int64_t>::max() : 2000;
+  if (opt.max_graphs < 0) opt.max_graphs = opt.max_seconds > 0 || !opt.graph_seeds.empty() ? std::numeric_limits<int64_t>::max() : 2000;
   if (opt.repro_dir.empty()) opt.repro_dir = "fuzz-repros";
+  if (!opt.check.nvrtc_arch.empty()) {
+    std::string why;
+    if (!fj::nvrtc_available(&why)) usage_error("--nvrtc: " + why);
+    fj::check_cuda_arch(opt.check.nvrtc_arch);
+  }
+  if (opt.check.cuda) {
+    std::string why;
+    if (!fj::cuda_driver_available(&why)) usage_error("--device cuda: " + why);
+    if (fj::torch_cuda_device_count() == 0) usage_error("--device cuda: torch sees no CUDA device");
+  }
   struct stat st;
   if (::stat(opt.repro_dir.c_str(), &st) != 0 && ::mkdir(opt.repro_dir.c_str(), 0755) != 0)
     usage_error("--out " + opt.repro_dir + ": cannot create (" + std::strerror(errno) + ")");
@@ -391,6 +506,9 @@ int fuzz_main(int argc, char** argv) {
               rep.graphs ? 1e3 * rep.seconds / static_cast<double>(rep.graphs) : 0.0, rep.failures.size(),
               rep.failures.empty() ? "" : (", repros in " + opt.repro_dir).c_str());
   for (const auto& f : rep.failures) std::printf("%s\n", f.c_str());
+  if (rep.nvrtc_kernels > 0)
+    std::printf("NVRTC (%s): %lld kernels compiled in %.1f s\n", opt.check.nvrtc_arch.c_str(),
+                static_cast<long long>(rep.nvrtc_kernels), rep.nvrtc_seconds);
   std::printf("%lld passed, %zu failed\n", static_cast<long long>(rep.graphs) - static_cast<long long>(rep.failures.size()),
               rep.failures.size());
   return rep.failures.empty() ? 0 : 1;

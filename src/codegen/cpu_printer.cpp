@@ -7,22 +7,11 @@ namespace {
 
 const char* kPrelude =
 #include "codegen/cpu_prelude.inc"
+#include "codegen/common_prelude.inc"
     ;
 
 std::string storage_type(DType t) { return dtype_c_type(t); }
 
-std::string load(DType t, const std::string& ref) {
-  if (t == DType::kFloat16) return "fj_h2f(" + ref + ")";
-  if (t == DType::kBFloat16) return "fj_bf2f(" + ref + ")";
-  return ref;
-}
-
-std::string store(DType t, const std::string& v) {
-  if (t == DType::kFloat16) return "fj_f2h(" + v + ")";
-  if (t == DType::kBFloat16)
-    return (planted_bugs_for_tests().bf16_truncates ? "fj_f2bf_trunc(" : "fj_f2bf(") + v + ")";
-  return "(" + std::string(dtype_c_type(t)) + ")(" + v + ")";
-}
 
 std::string index_expr(const std::string& j, int64_t stride) {
   if (stride == 0) return "0";
@@ -75,7 +64,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
     if (kb.is_output) continue;
     std::string cty = is_reduced_float(kb.dtype) ? "float" : dtype_c_type(kb.dtype);
     s += fmt::format("      const {} b{} = {};\n", cty, b,
-                     load(kb.dtype, fmt::format("r{}[{}]", b, index_expr("j", kb.strides[nd - 1]))));
+                     load_expr(kb.dtype, fmt::format("r{}[{}]", b, index_expr("j", kb.strides[nd - 1]))));
   }
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
@@ -87,7 +76,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   for (size_t b = first_out; b < k.buffers.size(); ++b) {
     const auto& kb = k.buffers[b];
     s += fmt::format("      r{}[{}] = {};\n", b, index_expr("j", kb.strides[nd - 1]),
-                     store(kb.dtype, fmt::format("o{}", b - first_out)));
+                     store_expr(kb.dtype, fmt::format("o{}", b - first_out)));
   }
   s += "    }\n    i += n;\n  }\n}\n";
 }

@@ -61,6 +61,38 @@ std::string literal_in(const Literal& l, DType t) {
 
 bool is_none(const Literal& l) { return std::holds_alternative<None>(l); }
 
+// ATen's TensorIterator::is_scalar(arg): the operand's stride is 0 in every dim of the op's shape that
+// is not 1 (a wrapped number, a 0-dim or one-element tensor, or one expanded in every dim).
+bool eager_is_scalar(const Value* v, const Value* out) {
+  const TensorType& t = v->tensor_type();
+  const TensorType& o = out->tensor_type();
+  int64_t off = o.dim() - t.dim();
+  for (int64_t d = 0; d < o.dim(); ++d) {
+    int64_t k = d - off;
+    if (o.sizes[d] != 1 && k >= 0 && t.sizes[k] != 1 && t.strides[k] != 0) return false;
+  }
+  return true;
+}
+
+// Whether eager's CPU kernel for a float16/bfloat16 result rounds argument i (`v`: the value, null for a
+// literal) to the dtype before the arithmetic. It does for operands and for Scalars that take part in
+// promotion (ATen wraps them in tensors and TensorIterator casts those), for masked_fill's value, and for
+// add/sub/rsub's alpha (the ufunc kernel takes alpha.to<scalar_t>()). It does not for the scalar second
+// operand of mul and div (every rounding mode): BinaryOpsKernel.cpp takes `iter.is_scalar(2) &&
+// isReducedFloatingType(dtype)` -> `iter.original_scalar_value<opmath_t>(2)`, the value before the cast
+// (a double 0.001 becomes (float)0.001, not float16's 0.0010004); nor for lerp's Scalar weight
+// (weight.to<opmath_t>()); nor for the other non-promoting Scalars (addcmul's value, leaky_relu's slope).
+// CUDA keeps the previous rule (its kernels were not checked here).
+bool eager_rounds(const OpInfo& op, size_t i, ArgKind kind, const Value* v, const Value* out, bool cpu) {
+  bool promoting = v ? true : kind == ArgKind::kScalar || kind == ArgKind::kOptScalar || op.kernel_fn == "masked_fill";
+  if (!cpu) return promoting;
+  const std::string& fn = op.kernel_fn;
+  if ((fn == "mul" || fn == "div") && i == 1 && (!v || eager_is_scalar(v, out))) return false;
+  if (fn == "lerp" && i == 2 && !v) return false;
+  if ((fn == "add" || fn == "sub" || fn == "rsub") && i == 2 && !v) return true;  // alpha
+  return promoting;
+}
+
 const char* round_fn(DType t) {
   if (t == DType::kFloat16) return "fj_round_f16";
   return planted_bugs_for_tests().bf16_truncates ? "fj_round_bf16_trunc" : "fj_round_bf16";
@@ -73,6 +105,7 @@ class Builder {
   KernelSpec build() {
     spec_.name = fmt::format("fj_kernel_{}", g_.id);
     spec_.group = g_.id;
+    spec_.device = group_device(g_);
     std::set<const Node*> members(g_.nodes.begin(), g_.nodes.end());
     for (const Node* n : g_.nodes) emit_node(*n, members);
     for (const Value* o : g_.outputs) {
@@ -129,6 +162,8 @@ class Builder {
     std::vector<Literal> lits;
     // Scalars that take part in promotion become tensors of the promoted dtype in eager (ATen wraps
     // them), so with f16/bf16 they are rounded to it before the arithmetic; so is masked_fill's value.
+    // The exceptions are in eager_rounds.
+    const bool cpu = spec_.device == Device::kCPU;
     DType promoted = op_promoted_dtype(op, n.args(), out_t);
     for (size_t i = 0; i < op.args.size(); ++i) {
       const ArgSpec& spec = op.args[i];
@@ -145,20 +180,26 @@ class Builder {
         raw.push_back(var);
         // Eager converts each operand to the promoted dtype first: into float16 or bfloat16 that rounds.
         DType vt = v->tensor_type().dtype;
-        if (is_reduced_float(promoted) && vt != promoted && vt != DType::kBool)
+        bool rounds = is_reduced_float(promoted) && vt != promoted && vt != DType::kBool;
+        if (rounds && eager_rounds(op, i, spec.kind, v, out, cpu))
           tensors.push_back(fmt::format("{}((float){})", round_fn(promoted), var));
         else
           tensors.push_back(fmt::format("(({}){})", cty, var));
       } else if (spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kScalarNoPromote ||
                  spec.kind == ArgKind::kOptScalar || spec.kind == ArgKind::kMode) {
         Literal l = present ? n.args()[i].literal : literal_arg(n, i);
-        bool rounds = spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kOptScalar || op.kernel_fn == "masked_fill";
-        if (rounds && is_reduced_float(promoted) && std::holds_alternative<double>(l))
-          l = round_to(std::get<double>(l), promoted);
+        bool rounds = eager_rounds(op, i, spec.kind, nullptr, out, cpu) && is_reduced_float(promoted);
+        if (rounds && std::holds_alternative<double>(l)) l = round_to(std::get<double>(l), promoted);
+        // Integers too: float16 has no 2049.
+        if (rounds && std::holds_alternative<int64_t>(l))
+          l = round_to(static_cast<double>(std::get<int64_t>(l)), promoted);
         lits.push_back(l);
       }
     }
     std::string fn = op.kernel_fn;
+    // Eager's CPU erf of float16/bfloat16 computes in float through Vectorized<float>::erf, an
+    // Abramowitz-Stegun polynomial (1.5e-7 absolute error; tiny inputs give 0), not libm's erff.
+    if (fn == "erf" && is_reduced_float(out_t) && spec_.device == Device::kCPU) fn = "erf_as";
     if (planted_bugs_for_tests().maximum_drops_nan && (fn == "maximum" || fn == "clamp")) fn += "_nonan";
     std::string e;
     auto L = [&](size_t k) { return literal_in(lits.at(k), ct); };
@@ -176,7 +217,8 @@ class Builder {
       std::string mode = std::get<std::string>(lits.at(0));
       e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : "", tensors[0]);
     } else if (fn == "pow" && tensors.size() == 1) {
-      e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16);
+      // ATen's CPU kernel skips the sqrt/rsqrt special cases for float16, its CUDA kernel does not.
+      e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16 && spec_.device == Device::kCPU);
     } else if (fn == "clamp" || fn == "clamp_nonan") {
       const char* sfx = fn == "clamp" ? "" : "_nonan";
       e = tensors[0];
@@ -297,6 +339,24 @@ class Builder {
 }  // namespace
 
 KernelSpec make_kernel_spec(const FusionGroup& group) { return Builder(group).build(); }
+
+std::string load_expr(DType t, const std::string& ref) {
+  if (t == DType::kFloat16) return "fj_h2f(" + ref + ")";
+  if (t == DType::kBFloat16) return "fj_bf2f(" + ref + ")";
+  return ref;
+}
+
+std::string store_expr(DType t, const std::string& v) {
+  if (t == DType::kFloat16) return "fj_f2h(" + v + ")";
+  if (t == DType::kBFloat16)
+    return (planted_bugs_for_tests().bf16_truncates ? "fj_f2bf_trunc(" : "fj_f2bf(") + v + ")";
+  return "(" + std::string(dtype_c_type(t)) + ")(" + v + ")";
+}
+
+Device group_device(const FusionGroup& group) {
+  FJ_INTERNAL_ASSERT(!group.outputs.empty(), "group {} has no outputs", group.id);
+  return group.outputs.front()->tensor_type().device;
+}
 
 PlantedBugs& planted_bugs_for_tests() {
   static PlantedBugs bugs;

@@ -27,6 +27,7 @@ struct KernelBuffer {
 struct KernelSpec {
   std::string name;                 // fj_kernel_<group>
   int group = 0;
+  Device device = Device::kCPU;     // the target: the device of the group's outputs
   std::vector<int64_t> sizes;       // iteration space after reordering and merging, at least one dim
   int64_t numel = 0;
   bool index32 = true;              // int32 offsets suffice for every buffer
@@ -35,6 +36,14 @@ struct KernelSpec {
 };
 
 KernelSpec make_kernel_spec(const FusionGroup& group);
+
+// For the printers: a buffer element `ref` of dtype `t` loaded into its compute type (float for f16 and
+// bf16, through the preludes' fj_h2f / fj_bf2f), and a compute-type value `v` converted for storing.
+std::string load_expr(DType t, const std::string& ref);
+std::string store_expr(DType t, const std::string& v);
+
+// The device a group's kernel runs on (its first output's).
+Device group_device(const FusionGroup& group);
 
 // Known bugs that the fuzzer's self-test plants in code generation, to prove that the fuzzer catches
 // each. Only tests set them; everything else leaves them false.

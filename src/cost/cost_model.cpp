@@ -16,6 +16,16 @@ DeviceDescription host_cpu_description() {
   return d;
 }
 
+DeviceDescription cuda_gpu_description(int sm_count) {
+  DeviceDescription d;
+  d.name = "cuda-gpu";
+  d.cores = sm_count > 0 ? sm_count : 132;
+  d.memory_gbps = 3000.0;
+  d.gflops = 50000.0 * d.cores / 132.0;
+  d.launch_us = 5.0;
+  return d;
+}
+
 double RooflineCostModel::estimate_us(const WorkEstimate& w) const {
   double memory_us = static_cast<double>(w.bytes) / (d_.memory_gbps * 1e3);
   double compute_us = static_cast<double>(w.flops) / (d_.gflops * 1e3);

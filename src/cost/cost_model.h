@@ -20,6 +20,9 @@ struct DeviceDescription {
 
 // The host CPU, with the core count of this machine.
 DeviceDescription host_cpu_description();
+// A data-center GPU (H100/H200 class: about 3 TB/s achieved, 50 TFLOP/s fp32, 5 us per launch), scaled
+// to `sm_count` SMs when known (0: 132).
+DeviceDescription cuda_gpu_description(int sm_count = 0);
 
 // What a kernel (or an op run alone) does: bytes read and written, arithmetic ops, kernel launches.
 struct WorkEstimate {

@@ -364,7 +364,6 @@ bool can_fuse_node(const Node& n, std::string* why) {
   if (n.side_effects()) return no("has side effects");
   if (n.outputs().size() != 1 || !n.output()->is_tensor()) return no("does not return one tensor");
   const TensorType& out = n.output()->tensor_type();
-  if (out.device != Device::kCPU) return no("not on the CPU (no CUDA code generation yet)");
   if (out.dtype == DType::kOther) return no("unsupported dtype");
   for (size_t i = 0; i < n.args().size() && i < op->args.size(); ++i) {
     const Arg& a = n.args()[i];

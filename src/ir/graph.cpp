@@ -206,4 +206,15 @@ std::unique_ptr<Graph> Graph::clone() const {
   return g;
 }
 
+void set_device(Graph& g, Device device, int index) {
+  auto move = [&](Value* v) {
+    if (!v->is_tensor()) return;
+    v->mutable_type().tensor->device = device;
+    v->mutable_type().tensor->device_index = device == Device::kCPU ? 0 : index;
+  };
+  for (Value* v : g.inputs()) move(v);
+  for (Node* n : g.nodes())
+    for (Value* v : n->outputs()) move(v);
+}
+
 }  // namespace fusion_jit

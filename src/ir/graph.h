@@ -162,6 +162,10 @@ class Graph {
   int next_id_ = 0;
 };
 
+// Moves every tensor of the graph to `device` (types only): a plan captured on CPU tensors becomes the
+// plan of the same model on a GPU, for ahead-of-time CUDA compilation without a GPU.
+void set_device(Graph& g, Device device, int index);
+
 // Textual form: prints and parses back to an identical graph (ir/text.cpp).
 std::string print_graph(const Graph& g);
 std::unique_ptr<Graph> parse_graph(const std::string& text);

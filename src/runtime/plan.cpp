@@ -6,7 +6,9 @@
 #include <cstdio>
 
 #include "codegen/cpu_printer.h"
+#include "codegen/cuda_printer.h"
 #include "cost/cost_model.h"
+#include "runtime/cuda_driver.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
@@ -18,49 +20,100 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+bool graph_on_cuda(const Graph& g, int* index) {
+  auto on = [&](const Value* v) {
+    if (!v->is_tensor() || v->tensor_type().device != Device::kCUDA) return false;
+    *index = v->tensor_type().device_index;
+    return true;
+  };
+  for (const Value* v : g.inputs())
+    if (on(v)) return true;
+  for (const Node* n : g.nodes())
+    for (const Value* v : n->outputs())
+      if (on(v)) return true;
+  return false;
+}
+
 }  // namespace
 
-std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, bool enable_fusion) {
+std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target) {
   const Options& opt = Options::get();
   auto plan = std::make_unique<ExecutablePlan>();
   plan->graph = std::move(graph);
   auto t0 = std::chrono::steady_clock::now();
-  RooflineCostModel cost(host_cpu_description());
-  plan->fusion = plan_fusion(*plan->graph, cost, enable_fusion && !opt.is_disabled("fusion"));
+  int cuda_index = 0;
+  const bool on_cuda = graph_on_cuda(*plan->graph, &cuda_index);
+  RooflineCostModel cost(on_cuda ? cuda_gpu_description() : host_cpu_description());
+  plan->fusion = plan_fusion(*plan->graph, cost, target.enable_fusion && !opt.is_disabled("fusion"));
   plan->fusion_ms = ms_since(t0);
   if (opt.dumps("plan")) std::fprintf(stderr, "== fusion plan ==\n%s", explain_plan(plan->fusion).c_str());
 
   t0 = std::chrono::steady_clock::now();
-  std::vector<KernelSpec> specs;
-  for (const auto& g : plan->fusion.groups) specs.push_back(make_kernel_spec(g));
-  if (!specs.empty()) plan->source = print_cpu_source(specs);
+  std::vector<KernelSpec> cpu_specs, cuda_specs;
+  for (const auto& g : plan->fusion.groups) {
+    KernelSpec k = make_kernel_spec(g);
+    (k.device == Device::kCUDA ? cuda_specs : cpu_specs).push_back(std::move(k));
+  }
+  if (!cpu_specs.empty()) plan->source = print_cpu_source(cpu_specs);
+  if (!cuda_specs.empty()) plan->cuda_source = print_cuda_source(cuda_specs);
   plan->codegen_ms = ms_since(t0);
   if (opt.dumps("source") && !plan->source.empty())
     std::fprintf(stderr, "== generated source ==\n%s", plan->source.c_str());
+  if (opt.dumps("source") && !plan->cuda_source.empty())
+    std::fprintf(stderr, "== generated CUDA source ==\n%s", plan->cuda_source.c_str());
 
-  bool compiled = false;
-  if (!specs.empty()) {
+  // Compiles one target's kernels; on failure their groups run through ATen, with a warning.
+  auto compile_or_fall_back = [&](std::vector<KernelSpec>& specs, const char* what, auto compile) {
+    if (specs.empty()) return false;
     try {
-      plan->library = compile_cpu_source(plan->source);
-      plan->compile_ms = plan->library->compile_ms();
-      compiled = true;
+      compile();
+      return true;
     } catch (const Error& e) {
       if (opt.assert_no_compile) throw;
       std::string names;
       for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
-      log_warn("compiling fused kernels failed; groups {} run through ATen instead: {}", names, e.what());
+      log_warn("compiling fused {} kernels failed; groups {} run through ATen instead: {}", what, names, e.what());
       for (const auto& s : specs) plan->fallback_groups.push_back(s.name);
+      return false;
+    }
+  };
+  std::vector<int> kernel_of_group(plan->fusion.groups.size(), -1);
+  auto add_kernel = [&](KernelSpec&& s, CpuKernelFn fn) {
+    KernelLaunch k;
+    k.fn = fn;
+    if (s.device == Device::kCUDA) {
+      k.cuda_work = cuda_work_items(s);
+      k.cuda_vector = cuda_vector_width(s);
+    }
+    kernel_of_group[s.group] = static_cast<int>(plan->kernels.size());
+    k.spec = std::move(s);
+    plan->kernels.push_back(std::move(k));
+  };
+  if (!target.compile) {
+    for (auto* specs : {&cpu_specs, &cuda_specs})
+      for (auto& s : *specs) add_kernel(std::move(s), nullptr);
+    cpu_specs.clear();
+    cuda_specs.clear();
+  }
+  if (compile_or_fall_back(cpu_specs, "CPU", [&] {
+        plan->library = compile_cpu_source(plan->source);
+        plan->compile_ms += plan->library->compile_ms();
+      })) {
+    for (auto& s : cpu_specs) {
+      auto fn = reinterpret_cast<CpuKernelFn>(plan->library->symbol(s.name));
+      add_kernel(std::move(s), fn);
     }
   }
-  std::vector<int> kernel_of_group(plan->fusion.groups.size(), -1);
-  if (compiled) {
-    for (auto& s : specs) {
-      KernelLaunch k;
-      k.fn = reinterpret_cast<CpuKernelFn>(plan->library->symbol(s.name));
-      kernel_of_group[s.group] = static_cast<int>(plan->kernels.size());
-      k.spec = std::move(s);
-      plan->kernels.push_back(std::move(k));
-    }
+  if (compile_or_fall_back(cuda_specs, "CUDA", [&] {
+        plan->cuda_arch = target.cuda_arch;
+        if (plan->cuda_arch.empty()) {
+          CudaDeviceInfo info = cuda_device_info(cuda_index);
+          plan->cuda_arch = cuda_arch_for(info.major, info.minor);
+        }
+        plan->cuda_binary = compile_cuda_source(plan->cuda_source, plan->cuda_arch);
+        plan->compile_ms += plan->cuda_binary->compile_ms;
+      })) {
+    for (auto& s : cuda_specs) add_kernel(std::move(s), nullptr);
   }
   // Steps in fusion order; groups whose kernels are missing expand into their nodes.
   for (const auto& ps : plan->fusion.steps) {
@@ -99,11 +152,40 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, bool en
 std::string ExecutablePlan::explain() const {
   std::string s = explain_plan(fusion);
   for (const auto& f : fallback_groups) s += "fallback: " + f + " failed to compile and runs through ATen\n";
+  for (const auto& k : kernels) {
+    if (k.spec.device != Device::kCUDA) continue;
+    const CudaKernelInfo* info = cuda_binary ? cuda_binary->kernel(k.spec.name) : nullptr;
+    s += fmt::format("cuda {} ({}): {} elements, vector width {}, {} offsets", k.spec.name, cuda_arch, k.spec.numel,
+                     k.cuda_vector, k.spec.index32 ? "int32" : "int64");
+    if (info)
+      s += fmt::format(", {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded", info->registers,
+                       info->shared_bytes, info->stack_bytes, info->spill_stores, info->spill_loads);
+    s += "\n";
+  }
   s += fmt::format("{} kernel{}, {} fused op{}, {} ATen step{}; fusion {:.2f} ms, codegen {:.2f} ms, compile {:.1f} ms\n",
                    kernels.size(), kernels.size() == 1 ? "" : "s", fused_ops, fused_ops == 1 ? "" : "s",
                    steps.size() - kernels.size(), steps.size() - kernels.size() == 1 ? "" : "s", fusion_ms, codegen_ms,
                    compile_ms);
   return s;
+}
+
+ExecutablePlan::~ExecutablePlan() = default;
+
+const std::vector<void*>& ExecutablePlan::cuda_functions(int device) const {
+  std::lock_guard<std::mutex> g(cuda_mu_);
+  if (cuda_module_) {
+    FJ_CHECK(cuda_module_->device() == device, "a plan compiled for cuda:{} was run on cuda:{}", cuda_module_->device(),
+             device);
+    return cuda_functions_;
+  }
+  FJ_INTERNAL_ASSERT(cuda_binary != nullptr, "the plan has no CUDA binary");
+  auto module = std::make_unique<CudaModule>(*cuda_binary, device);
+  std::vector<void*> fns(kernels.size(), nullptr);
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (kernels[i].spec.device == Device::kCUDA) fns[i] = module->function(kernels[i].spec.name);
+  cuda_module_ = std::move(module);
+  cuda_functions_ = std::move(fns);
+  return cuda_functions_;
 }
 
 }  // namespace fusion_jit

@@ -1,18 +1,21 @@
 // ExecutablePlan: what runs at each call for one input signature.
 //
-// Built from a graph after the passes: fusion groups become generated kernels (one C++ source per plan,
-// one host compiler call), the other nodes run through ATen. If the kernels fail to compile or load, their
+// Built from a graph after the passes: fusion groups become generated kernels (per target one source per
+// plan and one compiler call: C++ by the host compiler for CPU groups, CUDA C++ by NVRTC for GPU
+// groups), the other nodes run through ATen. If the kernels fail to compile or load, their
 // groups run through ATen with a warning that names them, and the plan counts the fallback. The plan
 // also says when each value dies, so that the executor releases intermediates as soon as possible.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "codegen/kernel_spec.h"
 #include "compile/host_compiler.h"
+#include "compile/nvrtc.h"
 #include "fusion/fusion.h"
 #include "runtime/cpu_launch.h"
 
@@ -20,8 +23,12 @@ namespace fusion_jit {
 
 struct KernelLaunch {
   KernelSpec spec;
-  CpuKernelFn fn = nullptr;
+  CpuKernelFn fn = nullptr;   // CPU kernels
+  int64_t cuda_work = 0;      // CUDA kernels: threads with work (cuda_work_items)
+  int cuda_vector = 1;        // CUDA kernels: elements per thread on the vector path
 };
+
+class CudaModule;
 
 struct ExecStep {
   int kernel = -1;               // index into kernels, or -1
@@ -35,16 +42,37 @@ struct ExecutablePlan {
   std::vector<KernelLaunch> kernels;
   std::vector<ExecStep> steps;
   std::shared_ptr<CompiledLibrary> library;
-  std::string source;              // generated C++ (empty when no group)
+  std::string source;              // generated C++ (empty when no CPU group)
+  std::string cuda_source;         // generated CUDA C++ (empty when no GPU group)
+  std::string cuda_arch;           // what it was compiled for
+  std::shared_ptr<const CudaBinary> cuda_binary;
   std::vector<std::string> fallback_groups;  // groups run through ATen because compiling failed
   std::map<std::string, int> aten_ops;       // schema -> count of nodes run through ATen per call
   int fused_ops = 0;               // nodes inside kernels
   double codegen_ms = 0, compile_ms = 0, fusion_ms = 0;
 
   std::string explain() const;
+  // The CUDA kernels' handles, by kernel index (nullptr for CPU kernels), loading the binary into the
+  // device's context at the first call.
+  const std::vector<void*>& cuda_functions(int device) const;
+  ~ExecutablePlan();
+
+ private:
+  mutable std::mutex cuda_mu_;
+  mutable std::unique_ptr<CudaModule> cuda_module_;
+  mutable std::vector<void*> cuda_functions_;
 };
 
-// Builds the plan from a verified graph. `enable_fusion` false gives one kernel per fusible node.
-std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, bool enable_fusion);
+struct PlanTarget {
+  bool enable_fusion = true;  // false: one kernel per fusible node
+  // For GPU groups: the architecture to compile for ("sm_90"); empty: the device's, asked of the driver.
+  std::string cuda_arch;
+  // false: generate the sources only; the plan's kernels carry no binary and cannot run (for tests and
+  // tools that compile many plans' kernels together).
+  bool compile = true;
+};
+
+// Builds the plan from a verified graph.
+std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target = {});
 
 }  // namespace fusion_jit

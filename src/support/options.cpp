@@ -84,6 +84,9 @@ const std::vector<Entry>& table() {
        [](Options& o, const std::string& v) {
          o.assert_no_compile = parse_bool("FUSION_JIT_ASSERT_NO_COMPILE", v);
        }},
+      {"FUSION_JIT_CUDA_HOME", [](Options& o, const std::string& v) { o.cuda_home = v; }},
+      {"FUSION_JIT_CUDA_GRAPHS",
+       [](Options& o, const std::string& v) { o.cuda_graphs = parse_bool("FUSION_JIT_CUDA_GRAPHS", v); }},
       {"FUSION_JIT_CPU_GRAIN",
        [](Options& o, const std::string& v) { o.cpu_grain = parse_int("FUSION_JIT_CPU_GRAIN", v, 1); }},
       {"FUSION_JIT_CPU_POOL_MB",

@@ -26,6 +26,11 @@ struct Options {
   std::string cxx;
   // FUSION_JIT_ASSERT_NO_COMPILE=1: any compiler invocation is an error.
   bool assert_no_compile = false;
+  // FUSION_JIT_CUDA_HOME: a CUDA toolkit directory to take NVRTC (lib64/) and its headers (include/)
+  // from, before the default places (the loader's path, torch's nvidia packages, /usr/local/cuda).
+  std::string cuda_home;
+  // FUSION_JIT_CUDA_GRAPHS=1: compiled modules replay their plans as CUDA Graphs by default.
+  bool cuda_graphs = false;
   // FUSION_JIT_CPU_GRAIN: elements per parallel chunk of a CPU kernel.
   int64_t cpu_grain = 32768;
   // FUSION_JIT_CPU_POOL_MB: megabytes of freed kernel outputs kept mapped for reuse (0 disables).

@@ -62,6 +62,7 @@ struct CompiledModule::Impl {
   std::function<c10::IValue(const std::vector<c10::IValue>&)> eager;
   int limit = 8;
   bool enable_fusion = true;
+  bool cuda_graphs = false;
   std::shared_ptr<tj::Module> module_keepalive;
 
   struct Entry {
@@ -72,6 +73,63 @@ struct CompiledModule::Impl {
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries;
   ModuleStats stats;
   std::string last_report;
+
+  // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
+  std::unique_ptr<PlanInstance> prepare(const std::vector<c10::IValue>& inputs, c10::IValue* result,
+                                        double* capture_ms, double* passes_ms) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto inst = std::make_unique<PlanInstance>();
+    CaptureResult cap = capture_graph(graph, inputs, skip_self);
+    *capture_ms = ms_since(t0);
+    inst->captured = std::move(cap.captured);
+    *result = std::move(cap.result);
+    auto t1 = std::chrono::steady_clock::now();
+    auto& constants = inst->captured.constants;
+    ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
+      std::vector<c10::IValue> args;
+      for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
+      try {
+        auto outs = call_aten(n, args);
+        std::vector<int64_t> idx;
+        for (auto& o : outs) {
+          idx.push_back(static_cast<int64_t>(constants.size()));
+          constants.push_back(std::move(o));
+        }
+        return idx;
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+    };
+    run_pipeline(*inst->captured.graph, eval);
+    *passes_ms = ms_since(t1);
+    return inst;
+  }
+
+  // Runs a compiled instance: through its CUDA Graph when enabled and possible, else step by step.
+  c10::IValue run(PlanInstance& inst, const std::vector<c10::IValue>& inputs) {
+    if (!cuda_graphs) return run_plan(inst, inputs);
+    std::lock_guard<std::mutex> g(inst.graph_mu);
+    if (!inst.graph_tried) {
+      inst.graph_tried = true;
+      int device = -1;
+      inst.graph_note = cuda_graph_blocker(*inst.plan, inputs, &device);
+      if (inst.graph_note.empty()) {
+        try {
+          inst.cuda_graph = std::make_unique<CudaGraphReplay>(
+              inputs, [&inst](const std::vector<c10::IValue>& in) { return run_plan(inst, in); }, device);
+        } catch (const Error& e) {
+          inst.graph_note = e.what();
+          log_warn("{}: this signature runs without CUDA Graphs: {}", name, e.what());
+        }
+      }
+    }
+    if (!inst.cuda_graph) return run_plan(inst, inputs);
+    {
+      std::lock_guard<std::mutex> s(mu);
+      stats.graph_replays++;
+    }
+    return inst.cuda_graph->replay(inputs);
+  }
 
   // Returns the entry for these inputs, compiling it if new; `first_result` receives the capture run's
   // result when this call compiled.
@@ -91,37 +149,19 @@ struct CompiledModule::Impl {
     }
     auto t0 = std::chrono::steady_clock::now();
     try {
-      auto inst = std::make_unique<PlanInstance>();
-      CaptureResult cap = capture_graph(graph, inputs, skip_self);
-      double capture_ms = ms_since(t0);
-      inst->captured = std::move(cap.captured);
-      auto t1 = std::chrono::steady_clock::now();
-      auto& constants = inst->captured.constants;
-      ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
-        std::vector<c10::IValue> args;
-        for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
-        try {
-          auto outs = call_aten(n, args);
-          std::vector<int64_t> idx;
-          for (auto& o : outs) {
-            idx.push_back(static_cast<int64_t>(constants.size()));
-            constants.push_back(std::move(o));
-          }
-          return idx;
-        } catch (const std::exception&) {
-          return std::nullopt;
-        }
-      };
-      run_pipeline(*inst->captured.graph, eval);
-      double passes_ms = ms_since(t1);
-      inst->plan = build_plan(std::move(inst->captured.graph), enable_fusion);
+      double capture_ms = 0, passes_ms = 0;
+      c10::IValue result;
+      auto inst = prepare(inputs, &result, &capture_ms, &passes_ms);
+      PlanTarget target;
+      target.enable_fusion = enable_fusion;
+      inst->plan = build_plan(std::move(inst->captured.graph), target);
       inst->captured.graph = nullptr;
       const ExecutablePlan& p = *inst->plan;
       last_report = fmt::format("capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms",
                                 capture_ms, passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms);
       e->instance = std::move(inst);
       stats.signatures++;
-      if (first_result) *first_result = std::move(cap.result);
+      if (first_result) *first_result = std::move(result);
     } catch (const Error& err) {
       if (Options::get().assert_no_compile && std::string(err.what()).find("FUSION_JIT_ASSERT_NO_COMPILE") != std::string::npos)
         throw;
@@ -145,7 +185,7 @@ c10::IValue CompiledModule::operator()(const std::vector<c10::IValue>& inputs) {
   }
   if (!e->instance) return impl_->eager(inputs);
   if (!first.isNone()) return first;
-  return run_plan(*e->instance, inputs);
+  return impl_->run(*e->instance, inputs);
 }
 
 const ExecutablePlan* CompiledModule::plan_for(const std::vector<c10::IValue>& inputs) {
@@ -156,7 +196,14 @@ const ExecutablePlan* CompiledModule::plan_for(const std::vector<c10::IValue>& i
 std::string CompiledModule::explain(const std::vector<c10::IValue>& inputs) {
   auto e = impl_->entry_for(inputs, nullptr);
   if (!e->instance) return "runs eagerly: " + e->eager_reason + "\n";
-  return e->instance->plan->explain();
+  std::string s = e->instance->plan->explain();
+  if (impl_->cuda_graphs) {
+    std::lock_guard<std::mutex> g(e->instance->graph_mu);
+    if (e->instance->cuda_graph) s += fmt::format("cuda graphs: captured, {} replays\n", e->instance->cuda_graph->replays());
+    else if (e->instance->graph_tried) s += "cuda graphs: not used: " + e->instance->graph_note + "\n";
+    else s += "cuda graphs: captured at the next call\n";
+  }
+  return s;
 }
 
 std::string CompiledModule::last_compile_report() const {
@@ -167,6 +214,24 @@ std::string CompiledModule::last_compile_report() const {
 ModuleStats CompiledModule::stats() const {
   std::lock_guard<std::mutex> g(impl_->mu);
   return impl_->stats;
+}
+
+std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::vector<c10::IValue>& inputs,
+                                                                 const std::string& arch, bool run_nvrtc) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    FJ_CHECK(!inputs[i].isTensor() || !inputs[i].toTensor().is_cuda(),
+             "compile_cuda: input {} is already on a GPU; give CPU inputs (the plan is moved to cuda:0)", i);
+  double capture_ms = 0, passes_ms = 0;
+  c10::IValue result;
+  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms);
+  set_device(*inst->captured.graph, Device::kCUDA, 0);
+  PlanTarget target;
+  target.enable_fusion = impl_->enable_fusion;
+  target.cuda_arch = arch;
+  target.compile = run_nvrtc;
+  std::shared_ptr<ExecutablePlan> plan = build_plan(std::move(inst->captured.graph), target);
+  if (!plan->fallback_groups.empty()) compile_cuda_source(plan->cuda_source, arch);  // throws NVRTC's log
+  return plan;
 }
 
 CompiledModule compile(const torch::jit::Module& module, CompileOptions options) {
@@ -189,6 +254,7 @@ CompiledModule compile(const torch::jit::Module& module, CompileOptions options)
   impl->eager = [frozen](const std::vector<c10::IValue>& in) { return frozen->forward(in); };
   impl->limit = options.specialization_limit.value_or(Options::get().specialization_limit);
   impl->enable_fusion = options.enable_fusion;
+  impl->cuda_graphs = options.cuda_graphs.value_or(Options::get().cuda_graphs);
   return CompiledModule(impl);
 }
 
@@ -218,6 +284,7 @@ CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_i
   };
   impl->limit = options.specialization_limit.value_or(Options::get().specialization_limit);
   impl->enable_fusion = options.enable_fusion;
+  impl->cuda_graphs = options.cuda_graphs.value_or(Options::get().cuda_graphs);
   return CompiledModule(impl);
 }
 

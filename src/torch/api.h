@@ -32,12 +32,17 @@ struct ExecutablePlan;
 struct CompileOptions {
   std::optional<int> specialization_limit;  // default: the FUSION_JIT_SPECIALIZATION_LIMIT option
   bool enable_fusion = true;                // false: one kernel per fusible op
+  // Replay each CUDA plan as a CUDA Graph (captured at the second call of a signature; see
+  // CudaGraphReplay in torch/cuda_support.h for what replay does to inputs and outputs). Default: the
+  // FUSION_JIT_CUDA_GRAPHS option. Plans that cannot be captured run normally; explain() says why.
+  std::optional<bool> cuda_graphs;
 };
 
 struct ModuleStats {
   int64_t calls = 0;
   int64_t signatures = 0;     // signatures with a compiled plan
   int64_t eager_calls = 0;    // calls run eagerly (past the limit, or not capturable)
+  int64_t graph_replays = 0;  // calls served by a CUDA Graph replay
   double compile_ms = 0;      // capture + passes + fusion + codegen + compile, all signatures
 };
 
@@ -53,6 +58,12 @@ class CompiledModule {
   // Time of the last compilation, split by phase, in ms: capture, passes, fusion, codegen, compile.
   std::string last_compile_report() const;
   ModuleStats stats() const;
+  // Ahead-of-time CUDA compilation, no GPU needed: captures the model on these (CPU) inputs, moves the
+  // graph to cuda:0, and fuses, generates and compiles its kernels with NVRTC for `arch` ("sm_90"). The
+  // plan is not kept and cannot run here; it carries the source, the binary and the kernels' resources.
+  // With `run_nvrtc` false the kernels are generated but not compiled.
+  std::shared_ptr<const ExecutablePlan> compile_cuda(const std::vector<c10::IValue>& inputs, const std::string& arch,
+                                                     bool run_nvrtc = true);
 
   struct Impl;
   explicit CompiledModule(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -6,6 +6,8 @@
 #include <ATen/ops/from_blob.h>
 
 #include "runtime/buffer_pool.h"
+#include "runtime/cuda_driver.h"
+#include "torch/cuda_support.h"
 
 #include "support/error.h"
 #include "support/options.h"
@@ -33,6 +35,8 @@ const c10::OperatorHandle& find_handle(const std::string& schema) {
 // last reference dies.
 at::Tensor allocate_output(const TensorType& t) {
   auto opts = at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype)));
+  if (t.device == Device::kCUDA)  // torch's caching allocator (a graph's private pool under capture)
+    return at::empty_strided(t.sizes, t.strides, opts.device(at::Device(at::kCUDA, t.device_index)));
   size_t bytes = static_cast<size_t>(t.extent()) * dtype_size(t.dtype);
   if (bytes < BufferPool::kMinPooled || Options::get().cpu_pool_mb == 0)
     return at::empty_strided(t.sizes, t.strides, opts);
@@ -72,6 +76,27 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
   return stack;
 }
 
+std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10::IValue>& inputs, int* device) {
+  *device = -1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].isTensor()) continue;
+    const at::Tensor& t = inputs[i].toTensor();
+    if (!t.is_cuda()) return fmt::format("input {} is on {}, not on a GPU", i, t.device().str());
+    if (*device >= 0 && t.get_device() != *device) return fmt::format("input {} is on another GPU", i);
+    *device = t.get_device();
+  }
+  if (*device < 0) return "the plan has no CUDA tensor input";
+  for (const auto& k : plan.kernels)
+    if (k.spec.device != Device::kCUDA) return fmt::format("{} is a CPU kernel", k.spec.name);
+  for (const auto& st : plan.steps) {
+    if (!st.node || st.node->is_constant()) continue;
+    for (const Value* v : st.node->outputs())
+      if (v->is_tensor() && v->tensor_type().device != Device::kCUDA)
+        return fmt::format("{} computes on the CPU", st.node->schema());
+  }
+  return "";
+}
+
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs) {
   const ExecutablePlan& plan = *p.plan;
   const Graph& g = *plan.graph;
@@ -79,7 +104,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
   FJ_INTERNAL_ASSERT(inputs.size() == g.inputs().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]->id()] = inputs[i];
   const int64_t grain = Options::get().cpu_grain;
-  std::vector<void*> ptrs;
+  std::vector<void*> ptrs, cuda_args;
   std::vector<c10::IValue> args;
   for (const ExecStep& st : plan.steps) {
     if (st.kernel >= 0) {
@@ -99,7 +124,15 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
           env[b.value->id()] = std::move(out);
         }
       }
-      launch_cpu_kernel(k.fn, ptrs.data(), k.spec.numel, grain, parallel_for);
+      if (k.spec.device == Device::kCUDA) {
+        const int device = k.spec.buffers.back().value->tensor_type().device_index;
+        void* fn = plan.cuda_functions(device)[st.kernel];
+        cuda_args.clear();
+        for (void*& p : ptrs) cuda_args.push_back(&p);
+        cuda_launch(fn, device, k.cuda_work, cuda_args.data(), current_cuda_stream(device));
+      } else {
+        launch_cpu_kernel(k.fn, ptrs.data(), k.spec.numel, grain, parallel_for);
+      }
     } else {
       const Node& n = *st.node;
       if (n.is_constant()) {

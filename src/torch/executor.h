@@ -5,17 +5,28 @@
 #include <ATen/core/ivalue.h>
 
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/plan.h"
 #include "torch/capture.h"
+#include "torch/cuda_support.h"
 
 namespace fusion_jit {
 
 struct PlanInstance {
   CapturedGraph captured;
   std::unique_ptr<ExecutablePlan> plan;
+  // CUDA Graph replay (CompileOptions::cuda_graphs): captured at the first call after the compiling one.
+  std::mutex graph_mu;
+  bool graph_tried = false;
+  std::unique_ptr<CudaGraphReplay> cuda_graph;
+  std::string graph_note;  // why the plan is not replayed as a graph, when it is not
 };
+
+// Why the plan cannot be captured as a CUDA Graph for these inputs ("" when it can).
+std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10::IValue>& inputs, int* device);
 
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);

@@ -60,7 +60,9 @@ TEST(Capture, InPlaceOpsAreMadeFunctional) {
 
 TEST(Capture, OneCompiledPlanPerSignatureUpToTheLimit) {
   auto m = script("x", "    return torch.sigmoid(x) * x");
-  auto fused = compile(m, CompileOptions{2, true});
+  CompileOptions o;
+  o.specialization_limit = 2;
+  auto fused = compile(m, o);
   for (int n : {3, 3, 4, 5, 6}) {
     at::Tensor x = at::randn({n});
     EXPECT_TRUE(at::allclose(fused({x}).toTensor(), at::sigmoid(x) * x));

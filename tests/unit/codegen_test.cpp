@@ -76,7 +76,8 @@ TEST(Codegen, Int64IndicesWhenAnExtentExceedsInt32) {
   EXPECT_NE(b.source.find("typedef int64_t I;"), std::string::npos);
 }
 
-// The f32 0-d operand is rounded to f16 first, as eager converts operands to the promoted dtype.
+// The f32 0-d operand of mul is not rounded to f16: eager's CPU kernel takes a scalar second operand of a
+// reduced-float mul or div at its original value (in float), though it rounds other operands.
 TEST(Codegen, KernelTextOfATransposedInput) {
   Built b = build(R"(graph(%0 : f16[4,3]{1,4}, %1 : f32[]):
   %2 : f16[4,3] = aten::mul.Tensor(%0, %1)
@@ -112,7 +113,7 @@ extern "C" void fj_kernel_0(void* const* buf, int64_t begin_, int64_t end_) {
       const float b0 = fj_h2f(r0[j * 4]);
       const float b1 = r1[0];
       float o0;
-      const float t2 = fj_round_f16(((float)(fj_mul(((float)b0), fj_round_f16((float)b1)))));  // aten::mul.Tensor
+      const float t2 = fj_round_f16(((float)(fj_mul(((float)b0), ((float)b1)))));  // aten::mul.Tensor
       o0 = t2;
       r2[j] = fj_f2h(o0);
     }

@@ -1,0 +1,139 @@
+// GPU benchmarks, each against a baseline measured in the same run (they skip without a GPU):
+//
+//   build/bench_cuda --benchmark_format=json     (tests/gpu/run.sh runs them and prints the ratios)
+//
+// - BM_CudaCopy: a device-to-device copy of 256M float32 (bytes read + written): the bandwidth roofline.
+// - BM_CudaChainEager / BM_CudaChainFused: the 6-op float32 chain of bench_elementwise on 256M elements;
+//   bytes_per_second counts the input read once and the output written once, like the copy.
+// - BM_CudaLaunchesEager / BM_CudaReplay: a 10-op plan on 4K elements, one kernel per op (fusion off),
+//   run by eager's launches or replayed as one CUDA Graph; the "host_us" counter is the host time per
+//   call (the GPU is synchronized every 64 calls, outside the timed region).
+#include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+#include "runtime/cuda_driver.h"
+#include "runtime/plan.h"
+#include "torch/api.h"
+#include "torch/cuda_support.h"
+
+namespace {
+
+constexpr int64_t kBig = 256LL << 20;
+constexpr int64_t kSmall = 4096;
+
+bool skip_without_gpu(benchmark::State& st) {
+  std::string why;
+  if (!fusion_jit::cuda_driver_available(&why) || fusion_jit::torch_cuda_device_count() == 0) {
+    st.SkipWithError(("no GPU: " + (why.empty() ? std::string("torch sees no CUDA device") : why)).c_str());
+    return true;
+  }
+  return false;
+}
+
+at::Tensor chain6(const at::Tensor& x) {
+  at::Tensor y = x * 0.5;
+  y = y + 1.0;
+  y = y.sigmoid();
+  y = y * x;
+  y = y - 0.25;
+  return y.relu();
+}
+
+at::Tensor chain10(const at::Tensor& x) {
+  at::Tensor y = x;
+  for (int i = 0; i < 5; ++i) y = (y * 0.9).sin();
+  return y;
+}
+
+void sync() { fusion_jit::cuda_synchronize(0); }
+
+void BM_CudaCopy(benchmark::State& st) {
+  if (skip_without_gpu(st)) return;
+  at::Tensor a = at::randn({kBig}, at::kCUDA), b = at::empty_like(a);
+  for (auto _ : st) {
+    b.copy_(a);
+    sync();
+  }
+  st.SetBytesProcessed(st.iterations() * 2 * kBig * 4);
+}
+
+void BM_CudaChainEager(benchmark::State& st) {
+  if (skip_without_gpu(st)) return;
+  at::Tensor x = at::randn({kBig}, at::kCUDA);
+  for (auto _ : st) {
+    benchmark::DoNotOptimize(chain6(x));
+    sync();
+  }
+  st.SetBytesProcessed(st.iterations() * 2 * kBig * 4);
+}
+
+void BM_CudaChainFused(benchmark::State& st) {
+  if (skip_without_gpu(st)) return;
+  at::Tensor x = at::randn({kBig}, at::kCUDA);
+  auto f = fusion_jit::trace([](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{chain6(in[0])}; },
+                             {x});
+  std::vector<c10::IValue> args{x};
+  f(args);  // compile
+  f(args);
+  sync();
+  for (auto _ : st) {
+    benchmark::DoNotOptimize(f(args));
+    sync();
+  }
+  st.SetBytesProcessed(st.iterations() * 2 * kBig * 4);
+  st.SetLabel(std::to_string(f.plan_for(args) ? 1 : 0) + " plan");
+}
+
+// Host time per call, synchronizing every 64 calls outside the timed region.
+template <class F>
+void host_time(benchmark::State& st, F&& call) {
+  double total_us = 0;
+  int64_t n = 0;
+  for (auto _ : st) {
+    auto t0 = std::chrono::steady_clock::now();
+    call();
+    total_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (++n % 64 == 0) {
+      st.PauseTiming();
+      sync();
+      st.ResumeTiming();
+    }
+  }
+  sync();
+  st.counters["host_us"] = total_us / static_cast<double>(std::max<int64_t>(n, 1));
+}
+
+void BM_CudaLaunchesEager(benchmark::State& st) {
+  if (skip_without_gpu(st)) return;
+  at::Tensor x = at::randn({kSmall}, at::kCUDA);
+  host_time(st, [&] { benchmark::DoNotOptimize(chain10(x)); });
+}
+
+void BM_CudaReplay(benchmark::State& st) {
+  if (skip_without_gpu(st)) return;
+  at::Tensor x = at::randn({kSmall}, at::kCUDA);
+  fusion_jit::CompileOptions o;
+  o.enable_fusion = false;  // one kernel per op: a 10-kernel plan
+  o.cuda_graphs = true;
+  auto f = fusion_jit::trace([](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{chain10(in[0])}; },
+                             {x}, o);
+  std::vector<c10::IValue> args{x};
+  f(args);  // compile
+  f(args);  // capture
+  sync();
+  host_time(st, [&] { benchmark::DoNotOptimize(f(args)); });
+  st.SetLabel(std::to_string(f.plan_for(args)->kernels.size()) + " kernels, " +
+              std::to_string(f.stats().graph_replays) + " replays");
+}
+
+BENCHMARK(BM_CudaCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaChainEager)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaChainFused)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaLaunchesEager)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_CudaReplay)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

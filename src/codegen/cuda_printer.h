@@ -1,0 +1,36 @@
+// The CUDA code printer: a plan's KernelSpecs as one CUDA C++ translation unit for NVRTC, one
+// `extern "C" __global__` kernel per spec, taking one pointer per buffer (inputs, then outputs) and
+// nothing else: sizes and strides are constants of the plan's signature.
+//
+// Schedule (pointwise): a grid-stride loop over the flattened iteration space. When every buffer's
+// innermost stride is 0 or 1 and the sizes allow, a kernel also has a vector path: each thread handles
+// `vector width` consecutive elements with one 128-bit load or store per contiguous buffer (one scalar
+// load per broadcast buffer); the path is taken at run time when every contiguous buffer's pointer is
+// aligned, and the elements past the last whole vector run through the scalar loop. The scalar body is
+// the KernelSpec's, in one device function per kernel shared by both paths. Index math is int32 or
+// int64 by KernelSpec::index32, the same rule as the CPU path. Deterministic: same specs, same text.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_spec.h"
+
+namespace fusion_jit {
+
+constexpr int kCudaBlockSize = 256;
+// __launch_bounds__'s minimum resident blocks per SM. 1 leaves ptxas free to use as many registers as a
+// kernel's body needs: without the minimum, sm_90's ptxas aimed at full occupancy (32 registers) and
+// spilled batch_norm's chain; with 4 (64 registers) long fused chains of transcendental ops spilled.
+// Elementwise kernels are memory-bound and use 128-bit accesses, so fewer resident warps cost little.
+constexpr int kCudaMinBlocksPerSm = 1;
+
+// Elements per thread on the vector path; 1 when the kernel has no vector path.
+int cuda_vector_width(const KernelSpec& k);
+// Threads that have work on the kernel's main path (whole vectors, or elements); the launch sizes the
+// grid from it and the device's SM count.
+int64_t cuda_work_items(const KernelSpec& k);
+
+std::string print_cuda_source(const std::vector<KernelSpec>& kernels);
+
+}  // namespace fusion_jit

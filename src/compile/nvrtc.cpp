@@ -1,0 +1,295 @@
+#include "compile/nvrtc.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <regex>
+
+#include "support/error.h"
+#include "support/hash.h"
+#include "support/log.h"
+#include "support/options.h"
+
+#ifndef FJ_CUDA_SEARCH_DIRS
+#define FJ_CUDA_SEARCH_DIRS "/usr/local/cuda"
+#endif
+
+namespace fusion_jit {
+namespace {
+
+using nvrtcResult = int;
+using nvrtcProgram = struct _nvrtcProgram*;
+
+struct Nvrtc {
+  void* handle = nullptr;
+  std::string path, include_dir, error;
+  nvrtcResult (*Version)(int*, int*) = nullptr;
+  nvrtcResult (*GetNumSupportedArchs)(int*) = nullptr;
+  nvrtcResult (*GetSupportedArchs)(int*) = nullptr;
+  nvrtcResult (*CreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                               const char* const*) = nullptr;
+  nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
+  nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*GetProgramLog)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*GetCUBIN)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*GetPTX)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*DestroyProgram)(nvrtcProgram*) = nullptr;
+  const char* (*GetErrorString)(nvrtcResult) = nullptr;
+  int version = 0;
+  std::vector<int> archs;
+};
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+// The toolkit-like directories to look in, in order.
+std::vector<std::string> search_dirs() {
+  std::vector<std::string> dirs;
+  if (!Options::get().cuda_home.empty()) dirs.push_back(Options::get().cuda_home);
+  std::string d = FJ_CUDA_SEARCH_DIRS;
+  size_t start = 0;
+  while (start <= d.size()) {
+    size_t end = d.find(':', start);
+    if (end == std::string::npos) end = d.size();
+    if (end > start) dirs.push_back(d.substr(start, end - start));
+    start = end + 1;
+  }
+  return dirs;
+}
+
+const Nvrtc& nvrtc() {
+  static const Nvrtc* lib = [] {
+    auto* n = new Nvrtc();
+    std::vector<std::string> candidates;
+    const auto dirs = search_dirs();
+    if (!Options::get().cuda_home.empty()) candidates.push_back(dirs[0] + "/lib64/libnvrtc.so.13");
+    candidates.push_back("libnvrtc.so.13");
+    for (const auto& dir : dirs) {
+      candidates.push_back(dir + "/lib/libnvrtc.so.13");
+      candidates.push_back(dir + "/lib64/libnvrtc.so.13");
+    }
+    std::string tried;
+    for (const auto& c : candidates) {
+      if (c.find('/') != std::string::npos && !exists(c)) continue;
+      n->handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (n->handle) {
+        n->path = c;
+        break;
+      }
+      tried += fmt::format("\n  {}: {}", c, dlerror());
+    }
+    for (const auto& dir : dirs)
+      if (n->include_dir.empty() && exists(dir + "/include/cuda_fp16.h")) n->include_dir = dir + "/include";
+    if (!n->handle) {
+      n->error = "NVRTC (libnvrtc.so.13) not found; set FUSION_JIT_CUDA_HOME to a CUDA 13 toolkit" + tried;
+      return n;
+    }
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(n->handle, name));
+      if (!fn && n->error.empty()) n->error = fmt::format("{} has no {}", n->path, name);
+    };
+    sym(n->Version, "nvrtcVersion");
+    sym(n->GetNumSupportedArchs, "nvrtcGetNumSupportedArchs");
+    sym(n->GetSupportedArchs, "nvrtcGetSupportedArchs");
+    sym(n->CreateProgram, "nvrtcCreateProgram");
+    sym(n->CompileProgram, "nvrtcCompileProgram");
+    sym(n->GetProgramLogSize, "nvrtcGetProgramLogSize");
+    sym(n->GetProgramLog, "nvrtcGetProgramLog");
+    sym(n->GetCUBINSize, "nvrtcGetCUBINSize");
+    sym(n->GetCUBIN, "nvrtcGetCUBIN");
+    sym(n->GetPTXSize, "nvrtcGetPTXSize");
+    sym(n->GetPTX, "nvrtcGetPTX");
+    sym(n->DestroyProgram, "nvrtcDestroyProgram");
+    sym(n->GetErrorString, "nvrtcGetErrorString");
+    if (!n->error.empty()) return n;
+    int major = 0, minor = 0;
+    n->Version(&major, &minor);
+    n->version = major * 1000 + minor * 10;
+    int count = 0;
+    n->GetNumSupportedArchs(&count);
+    n->archs.resize(count);
+    if (count > 0) n->GetSupportedArchs(n->archs.data());
+    std::sort(n->archs.begin(), n->archs.end());
+    log_info("NVRTC {}.{} from {}; headers from {}", major, minor, n->path,
+             n->include_dir.empty() ? "(none found)" : n->include_dir);
+    return n;
+  }();
+  return *lib;
+}
+
+const Nvrtc& checked() {
+  const Nvrtc& n = nvrtc();
+  FJ_CHECK(n.error.empty(), "{}", n.error);
+  return n;
+}
+
+void check(const Nvrtc& n, nvrtcResult r, const char* what) {
+  FJ_CHECK(r == 0, "NVRTC {} failed: {}", what, n.GetErrorString(r));
+}
+
+std::mutex g_mu;
+NvrtcStats g_stats;
+
+std::map<std::string, std::weak_ptr<const CudaBinary>>& binary_cache() {
+  static auto* m = new std::map<std::string, std::weak_ptr<const CudaBinary>>();
+  return *m;
+}
+
+int64_t to_int(const std::string& s) { return std::stoll(s); }
+
+}  // namespace
+
+const CudaKernelInfo* CudaBinary::kernel(const std::string& name) const {
+  for (const auto& k : kernels)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+bool nvrtc_available(std::string* why) {
+  const Nvrtc& n = nvrtc();
+  if (why) *why = n.error;
+  return n.error.empty();
+}
+
+int nvrtc_version() { return checked().version; }
+
+std::vector<int> nvrtc_supported_archs() { return checked().archs; }
+
+std::string cuda_arch_for(int major, int minor) {
+  const auto& archs = checked().archs;
+  int sm = major * 10 + minor;
+  if (std::find(archs.begin(), archs.end(), sm) != archs.end()) return fmt::format("sm_{}", sm);
+  FJ_CHECK(!archs.empty() && sm > archs.front(), "a GPU of compute capability {}.{} is older than NVRTC {} supports "
+           "(oldest: sm_{})", major, minor, nvrtc_version() / 1000, archs.empty() ? 0 : archs.front());
+  return fmt::format("compute_{}", archs.back());
+}
+
+void check_cuda_arch(const std::string& arch) {
+  const auto& archs = checked().archs;
+  std::string known;
+  for (int a : archs) known += (known.empty() ? "" : ", ") + fmt::format("sm_{}", a);
+  std::smatch m;
+  static const std::regex re("(sm|compute)_([0-9]+)");
+  FJ_CHECK(std::regex_match(arch, m, re), "--arch {}: expected sm_XY or compute_XY (NVRTC knows {})", arch, known);
+  int sm = std::stoi(m[2].str());
+  FJ_CHECK(std::find(archs.begin(), archs.end(), sm) != archs.end(), "--arch {}: NVRTC {}.{} does not support it "
+           "(it knows {})", arch, nvrtc_version() / 1000, nvrtc_version() % 1000 / 10, known);
+}
+
+std::vector<std::string> nvrtc_options(const std::string& arch) {
+  const Nvrtc& n = checked();
+  std::vector<std::string> o = {"--gpu-architecture=" + arch, "--std=c++17", "--ptxas-options=-v",
+                                "--diag-suppress=177"};  // the prelude's unused functions
+  if (!n.include_dir.empty()) o.push_back("--include-path=" + n.include_dir);
+  return o;
+}
+
+std::vector<CudaKernelInfo> parse_ptxas_report(const std::string& log) {
+  std::vector<CudaKernelInfo> out;
+  static const std::regex entry("Compiling entry function '([^']+)'");
+  static const std::regex frame("([0-9]+) bytes stack frame, ([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads");
+  static const std::regex used("Used ([0-9]+) registers");
+  static const std::regex smem("([0-9]+) bytes smem");
+  size_t pos = 0;
+  while (pos < log.size()) {
+    size_t end = log.find('\n', pos);
+    if (end == std::string::npos) end = log.size();
+    std::string line = log.substr(pos, end - pos);
+    pos = end + 1;
+    std::smatch m;
+    if (std::regex_search(line, m, entry)) {
+      out.push_back(CudaKernelInfo{m[1].str()});
+      continue;
+    }
+    if (out.empty()) continue;
+    CudaKernelInfo& k = out.back();
+    if (std::regex_search(line, m, frame)) {
+      k.stack_bytes = to_int(m[1].str());
+      k.spill_stores = to_int(m[2].str());
+      k.spill_loads = to_int(m[3].str());
+    }
+    if (std::regex_search(line, m, used)) {
+      k.registers = static_cast<int>(to_int(m[1].str()));
+      if (std::regex_search(line, m, smem)) k.shared_bytes = to_int(m[1].str());
+    }
+  }
+  return out;
+}
+
+NvrtcStats nvrtc_stats() {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_stats;
+}
+
+std::shared_ptr<const CudaBinary> compile_cuda_source(const std::string& source, const std::string& arch) {
+  const Nvrtc& n = checked();
+  check_cuda_arch(arch);
+  const Options& opt = Options::get();
+  auto options = nvrtc_options(arch);
+  std::string key_text = fmt::format("nvrtc {}\n", n.version);
+  for (const auto& o : options) key_text += o + "\n";
+  std::string key = sha256_hex(key_text + source);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (auto b = binary_cache()[key].lock()) {
+      g_stats.memory_hits++;
+      return b;
+    }
+  }
+  // NVRTC compiles programs on several threads at once; the lock guards only the cache and the counters.
+  FJ_CHECK(!opt.assert_no_compile, "FUSION_JIT_ASSERT_NO_COMPILE is set, but CUDA kernels {} would be compiled",
+           key.substr(0, 16));
+  auto t0 = std::chrono::steady_clock::now();
+  nvrtcProgram prog = nullptr;
+  check(n, n.CreateProgram(&prog, source.c_str(), "fusion_jit_plan.cu", 0, nullptr, nullptr), "program creation");
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  nvrtcResult rc = n.CompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+  auto b = std::make_shared<CudaBinary>();
+  b->arch = arch;
+  b->is_ptx = arch.rfind("compute_", 0) == 0;
+  b->key = key;
+  size_t size = 0;
+  n.GetProgramLogSize(prog, &size);
+  b->log.resize(size);
+  if (size) n.GetProgramLog(prog, b->log.data());
+  while (!b->log.empty() && (b->log.back() == '\0' || b->log.back() == '\n')) b->log.pop_back();
+  if (opt.dumps("log") && !b->log.empty()) std::fprintf(stderr, "== NVRTC log (%s) ==\n%s\n", arch.c_str(), b->log.c_str());
+  if (rc != 0) {
+    n.DestroyProgram(&prog);
+    std::string shown = b->log.size() > 8000 ? b->log.substr(0, 8000) + "\n[log truncated]" : b->log;
+    FJ_CHECK(false, "NVRTC failed to compile CUDA kernels {} for {}: {}\n{}", key.substr(0, 16), arch,
+             n.GetErrorString(rc), shown);
+  }
+  if (b->is_ptx) {
+    n.GetPTXSize(prog, &size);
+    b->image.resize(size);
+    n.GetPTX(prog, b->image.data());
+  } else {
+    n.GetCUBINSize(prog, &size);
+    b->image.resize(size);
+    n.GetCUBIN(prog, b->image.data());
+  }
+  n.DestroyProgram(&prog);
+  b->kernels = parse_ptxas_report(b->log);
+  b->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  log_info("compiled CUDA kernels {} for {} in {:.0f} ms", key.substr(0, 16), arch, b->compile_ms);
+  std::lock_guard<std::mutex> g(g_mu);
+  g_stats.compiles++;
+  g_stats.total_ms += b->compile_ms;
+  if (auto other = binary_cache()[key].lock()) return other;  // another thread compiled it meanwhile
+  std::shared_ptr<const CudaBinary> result = b;
+  binary_cache()[key] = result;
+  return result;
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,194 @@
+#include "runtime/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "codegen/cuda_printer.h"
+#include "support/error.h"
+#include "support/log.h"
+
+namespace fusion_jit {
+namespace {
+
+// The few Driver API types and constants used, as cuda.h (CUDA 13.0) defines them.
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+constexpr int kAttrMultiprocessorCount = 16;
+constexpr int kAttrComputeCapabilityMajor = 75;
+constexpr int kAttrComputeCapabilityMinor = 76;
+constexpr int kCudaVersion = 12000;  // the ABI version of the entry points asked for
+
+struct Driver {
+  void* handle = nullptr;
+  std::string error;
+  CUresult (*Init)(unsigned) = nullptr;
+  CUresult (*DeviceGetCount)(int*) = nullptr;
+  CUresult (*DeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*DeviceGetAttribute)(int*, int, CUdevice) = nullptr;
+  CUresult (*DeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*CtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*ModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*ModuleUnload)(CUmodule) = nullptr;
+  CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           CUstream, void**, void**) = nullptr;
+  CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
+  std::mutex mu;
+  std::map<int, CUcontext> contexts;   // primary contexts retained, by device
+  std::map<int, CudaDeviceInfo> infos;
+};
+
+Driver& driver() {
+  static Driver* d = [] {
+    auto* d = new Driver();
+    d->handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d->handle) {
+      d->error = fmt::format("no CUDA driver found (libcuda.so.1: {})", dlerror());
+      return d;
+    }
+    using GetProc2 = CUresult (*)(const char*, void**, int, uint64_t, int*);
+    using GetProc1 = CUresult (*)(const char*, void**, int, uint64_t);
+    auto gp2 = reinterpret_cast<GetProc2>(dlsym(d->handle, "cuGetProcAddress_v2"));
+    auto gp1 = reinterpret_cast<GetProc1>(dlsym(d->handle, "cuGetProcAddress"));
+    if (!gp2 && !gp1) {
+      d->error = "no CUDA driver found (libcuda.so.1 has no cuGetProcAddress: the driver predates CUDA 11.3)";
+      return d;
+    }
+    auto sym = [&](auto& fn, const char* name) {
+      void* p = nullptr;
+      int status = 0;
+      CUresult r = gp2 ? gp2(name, &p, kCudaVersion, 0, &status) : gp1(name, &p, kCudaVersion, 0);
+      if (r != 0 || !p) {
+        if (d->error.empty()) d->error = fmt::format("no CUDA driver found (libcuda.so.1 has no {}, error {})", name, r);
+        return;
+      }
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    sym(d->Init, "cuInit");
+    sym(d->DeviceGetCount, "cuDeviceGetCount");
+    sym(d->DeviceGet, "cuDeviceGet");
+    sym(d->DeviceGetAttribute, "cuDeviceGetAttribute");
+    sym(d->DeviceGetName, "cuDeviceGetName");
+    sym(d->DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    sym(d->CtxSetCurrent, "cuCtxSetCurrent");
+    sym(d->ModuleLoadData, "cuModuleLoadData");
+    sym(d->ModuleUnload, "cuModuleUnload");
+    sym(d->ModuleGetFunction, "cuModuleGetFunction");
+    sym(d->LaunchKernel, "cuLaunchKernel");
+    sym(d->GetErrorString, "cuGetErrorString");
+    if (!d->error.empty()) return d;
+    CUresult r = d->Init(0);
+    if (r != 0) {
+      const char* msg = nullptr;
+      d->GetErrorString(r, &msg);
+      d->error = fmt::format("no CUDA device usable: cuInit failed: {}", msg ? msg : "unknown error");
+    }
+    return d;
+  }();
+  return *d;
+}
+
+Driver& checked() {
+  Driver& d = driver();
+  FJ_CHECK(d.error.empty(), "{}", d.error);
+  return d;
+}
+
+void check(Driver& d, CUresult r, const std::string& what) {
+  if (r == 0) return;
+  const char* msg = nullptr;
+  d.GetErrorString(r, &msg);
+  FJ_CHECK(false, "CUDA driver: {} failed: {} (error {})", what, msg ? msg : "unknown error", r);
+}
+
+// Makes the device's primary context current on this thread (retaining it once per process).
+void make_current(Driver& d, int device) {
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> g(d.mu);
+    auto it = d.contexts.find(device);
+    if (it == d.contexts.end()) {
+      CUdevice dev = 0;
+      check(d, d.DeviceGet(&dev, device), fmt::format("cuDeviceGet({})", device));
+      check(d, d.DevicePrimaryCtxRetain(&ctx, dev), fmt::format("retaining the primary context of cuda:{}", device));
+      d.contexts[device] = ctx;
+    } else {
+      ctx = it->second;
+    }
+  }
+  check(d, d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+}  // namespace
+
+bool cuda_driver_available(std::string* why) {
+  Driver& d = driver();
+  if (why) *why = d.error;
+  return d.error.empty();
+}
+
+CudaDeviceInfo cuda_device_info(int device) {
+  Driver& d = checked();
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.infos.find(device);
+  if (it != d.infos.end()) return it->second;
+  int count = 0;
+  check(d, d.DeviceGetCount(&count), "cuDeviceGetCount");
+  FJ_CHECK(device >= 0 && device < count, "cuda:{}: no such device ({} CUDA devices)", device, count);
+  CUdevice dev = 0;
+  check(d, d.DeviceGet(&dev, device), fmt::format("cuDeviceGet({})", device));
+  CudaDeviceInfo info;
+  char name[256] = {0};
+  check(d, d.DeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
+  info.name = name;
+  check(d, d.DeviceGetAttribute(&info.major, kAttrComputeCapabilityMajor, dev), "cuDeviceGetAttribute");
+  check(d, d.DeviceGetAttribute(&info.minor, kAttrComputeCapabilityMinor, dev), "cuDeviceGetAttribute");
+  check(d, d.DeviceGetAttribute(&info.sm_count, kAttrMultiprocessorCount, dev), "cuDeviceGetAttribute");
+  d.infos[device] = info;
+  return info;
+}
+
+CudaModule::CudaModule(const CudaBinary& binary, int device) : device_(device) {
+  Driver& d = checked();
+  make_current(d, device);
+  CUmodule m = nullptr;
+  check(d, d.ModuleLoadData(&m, binary.image.c_str()),
+        fmt::format("loading the {} kernels {} on cuda:{}", binary.arch, binary.key.substr(0, 16), device));
+  module_ = m;
+}
+
+CudaModule::~CudaModule() {
+  Driver& d = driver();
+  if (module_ && d.error.empty()) d.ModuleUnload(static_cast<CUmodule>(module_));
+}
+
+void* CudaModule::function(const std::string& name) const {
+  Driver& d = checked();
+  CUfunction f = nullptr;
+  check(d, d.ModuleGetFunction(&f, static_cast<CUmodule>(module_), name.c_str()), "cuModuleGetFunction(" + name + ")");
+  return f;
+}
+
+void cuda_launch(void* function, int device, int64_t work_items, void** args, CudaStream stream) {
+  if (work_items <= 0) return;
+  Driver& d = checked();
+  const CudaDeviceInfo info = cuda_device_info(device);
+  make_current(d, device);
+  const int64_t per_sm = 2048 / kCudaBlockSize;  // one full wave of resident threads
+  int64_t blocks = (work_items + kCudaBlockSize - 1) / kCudaBlockSize;
+  blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, per_sm * std::max(1, info.sm_count)));
+  check(d,
+        d.LaunchKernel(static_cast<CUfunction>(function), static_cast<unsigned>(blocks), 1, 1, kCudaBlockSize, 1, 1,
+                       0, static_cast<CUstream>(stream), args, nullptr),
+        "cuLaunchKernel");
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,122 @@
+// GPU tests (ctest label "gpu"): fused CUDA kernels against eager CUDA PyTorch on the foundation's op
+// corpus, CUDA Graph replay against normal runs, and the fuzzer on CUDA. Each test needs a CUDA device
+// and skips, saying why, where there is none (our build machines have no GPU; tests/gpu/run.sh runs
+// these on a GPU machine).
+#include <gtest/gtest.h>
+
+#include "../torch/op_corpus.h"
+#include "fuzz/fuzzer.h"
+#include "runtime/cuda_driver.h"
+#include "torch/cuda_support.h"
+
+namespace fusion_jit::testing {
+namespace {
+
+bool have_gpu(std::string* why) {
+  if (!cuda_driver_available(why)) return false;
+  if (torch_cuda_device_count() == 0) {
+    *why = "torch sees no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_GPU()                                      \
+  do {                                                          \
+    std::string why_;                                           \
+    if (!have_gpu(&why_)) GTEST_SKIP() << "no GPU: " << why_;   \
+  } while (0)
+
+const at::Device kCuda(at::kCUDA, 0);
+
+class GpuCorpus : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(GpuCorpus, MatchesEagerCuda) {
+  SKIP_WITHOUT_GPU();
+  const OpCase& c = GetParam();
+  auto m = corpus_module(c);
+  for (at::ScalarType t : dtypes_of(c.dtypes)) {
+    std::vector<c10::IValue> inputs;
+    for (const auto& v : corpus_inputs(c, t)) inputs.emplace_back(fuzz::to_device_same_layout(v.toTensor(), kCuda));
+    std::string what = std::string(c.name) + " " + c10::toString(t) + " on cuda";
+    RunResult r = run_and_compare(m, inputs, what);
+    ASSERT_NE(r.plan, nullptr) << what << " ran eagerly";
+    for (const auto& k : r.plan->kernels) EXPECT_EQ(k.spec.device, Device::kCUDA) << what;
+    if (!(c.ints_via_aten && at::isIntegralType(t, true))) {
+      EXPECT_FALSE(r.plan->kernels.empty()) << what << ": no fused kernel\n" << r.plan->explain();
+    }
+    for (const auto& f : r.fused) EXPECT_TRUE(f.is_cuda()) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, GpuCorpus, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<OpCase>& i) { return std::string(i.param.name); });
+
+const char* kBlockArgs = "x, gate, scale";
+const char* kBlockBody =
+    "    y = x * scale + 0.25\n"
+    "    y = torch.silu(y) * torch.sigmoid(gate)\n"
+    "    y = torch.clamp(y, -4.0, 4.0)\n"
+    "    return torch.hardswish(y) + x, y.sum()";
+
+TEST(CudaGraphs, ReplayEqualsNormalRuns) {
+  SKIP_WITHOUT_GPU();
+  auto m = script(kBlockArgs, kBlockBody);
+  CompileOptions with, without;
+  with.cuda_graphs = true;
+  without.cuda_graphs = false;
+  auto graphed = compile(m, with);
+  auto plain = compile(m, without);
+  at::Tensor scale = at::rand({512}, kCuda) + 0.5;
+  for (int call = 0; call < 4; ++call) {
+    at::manual_seed(call);
+    std::vector<c10::IValue> in{at::randn({256, 512}, kCuda), at::randn({256, 512}, kCuda), scale};
+    auto g = flatten(graphed(in));
+    std::vector<at::Tensor> kept;
+    for (auto& t : g) kept.push_back(t.clone());  // replay outputs are overwritten by the next replay
+    auto p = flatten(plain(in));
+    auto e = flatten(m.forward(in));
+    ASSERT_EQ(kept.size(), p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_TRUE(same_values(kept[i], p[i])) << "call " << call << " output " << i;
+      EXPECT_TRUE(check_close(kept[i], e[i]).ok) << "call " << call << " output " << i;
+    }
+  }
+  std::vector<c10::IValue> in{at::randn({256, 512}, kCuda), at::randn({256, 512}, kCuda), scale};
+  std::string ex = graphed.explain(in);
+  EXPECT_NE(ex.find("cuda graphs: captured"), std::string::npos) << ex;
+  EXPECT_EQ(graphed.stats().graph_replays, 3) << "calls 2, 3 and 4 replay (call 1 compiles)";
+}
+
+TEST(CudaGraphs, PlansThatCannotBeCapturedRunNormallyAndSayWhy) {
+  // No GPU needed: CPU inputs are a reason not to capture.
+  auto m = script(kBlockArgs, kBlockBody);
+  CompileOptions with;
+  with.cuda_graphs = true;
+  auto graphed = compile(m, with);
+  std::vector<c10::IValue> in{at::randn({8, 16}), at::randn({8, 16}), at::rand({16})};
+  for (int i = 0; i < 3; ++i) graphed(in);
+  std::string ex = graphed.explain(in);
+  EXPECT_NE(ex.find("cuda graphs: not used: input 0 is on cpu, not on a GPU"), std::string::npos) << ex;
+  EXPECT_EQ(graphed.stats().graph_replays, 0);
+  auto out = flatten(graphed(in));
+  auto e = flatten(m.forward(in));
+  EXPECT_TRUE(check_close(out[0], e[0]).ok);
+}
+
+TEST(GpuFuzz, BatchAgainstEagerCuda) {
+  SKIP_WITHOUT_GPU();
+  fuzz::Options opt;
+  opt.seed = 7;
+  opt.max_graphs = 480;
+  opt.check.cuda = true;
+  opt.shrink = true;
+  auto rep = fuzz::run(opt, nullptr);
+  EXPECT_EQ(rep.graphs, 480);
+  std::string all;
+  for (const auto& f : rep.failures) all += f + "\n";
+  EXPECT_TRUE(rep.failures.empty()) << all;
+}
+
+}  // namespace
+}  // namespace fusion_jit::testing

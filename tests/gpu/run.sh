@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with an NVIDIA GPU and its own torch 2.11 (the H200 machine: python3 is
+# /opt/torch/.venv/bin/python3). Builds there, runs the gpu tests, a CUDA fuzz batch, the demo models on
+# cuda and the GPU benchmarks, and prints a short table last. Meant to finish in about 8 minutes.
+#
+#   tests/gpu/run.sh            (full logs and JSON under $OUT when set, else build-gpu/out)
+#
+# Debian packages the build needs (fmt, GoogleTest, Google Benchmark, nlohmann-json, OpenSSL headers)
+# are used from the system when present, else from .debs/ in the checkout (tests/gpu/fetch_debs.sh
+# downloads them on a build machine; carry .debs with the call), unpacked under /tmp/fj-deps.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="$ROOT/build-gpu"
+OUT="${OUT:-$BUILD/out}"
+mkdir -p "$BUILD" "$OUT"
+PY="${FJ_GPU_PYTHON:-python3}"
+step() { printf '\n== %s (%s)\n' "$*" "$(date +%T)"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+TORCH_DIR="$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())'
+
+PREFIX_ARGS=()
+if [ -d "$ROOT/.debs" ] && ! [ -f /usr/include/fmt/format.h ]; then
+  step "unpacking carried Debian packages"
+  DEPS=/tmp/fj-deps
+  for f in "$ROOT"/.debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  PREFIX_ARGS=(-DCMAKE_PREFIX_PATH="$DEPS/usr" -DOPENSSL_ROOT_DIR="$DEPS/usr")
+fi
+
+step "build"
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFJ_TORCH_DIR="$TORCH_DIR" -DFJ_PYTHON="$(command -v "$PY")" \
+  "${PREFIX_ARGS[@]}" > "$OUT/cmake.log"
+cmake --build "$BUILD" -j"$(nproc)" --target unit_tests gpu_tests bench_cuda fusion-jit > "$OUT/build.log" 2>&1 ||
+  { tail -40 "$OUT/build.log"; exit 1; }
+
+step "unit tests"
+"$BUILD/unit_tests" --gtest_brief=1 > "$OUT/unit_tests.log" 2>&1 && echo ok || { tail -30 "$OUT/unit_tests.log"; }
+
+step "gpu tests"
+set +e
+timeout 300 "$BUILD/gpu_tests" --gtest_brief=1 --gtest_output="json:$OUT/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1
+GPU_RC=$?
+tail -15 "$OUT/gpu_tests.log"
+
+step "fuzz on cuda"
+timeout 120 "$BUILD/fusion-jit" fuzz --device cuda --graphs 800 --seed 11 --out "$OUT/fuzz-repros" > "$OUT/fuzz.log" 2>&1
+FUZZ_RC=$?
+tail -4 "$OUT/fuzz.log"
+
+step "demo models on cuda"
+"$PY" - "$ROOT" "$BUILD/fusion-jit" > "$OUT/demo.log" 2>&1 <<'PYEOF'
+import json, subprocess, sys, tempfile
+sys.path.insert(0, sys.argv[1] + "/examples")
+from models import make_models, MODELS
+paths = make_models(tempfile.mkdtemp())
+for name, (_, specs) in MODELS.items():
+    p = subprocess.run([sys.argv[2], "run", paths[name], "--input", *specs, "--device", "cuda", "--check",
+                        "--bench", "50", "--json"], capture_output=True, text=True)
+    print(name, p.stdout.strip() or p.stderr.strip())
+PYEOF
+cat "$OUT/demo.log"
+
+step "benchmarks"
+timeout 180 "$BUILD/bench_cuda" --benchmark_format=json --benchmark_min_time=0.5 > "$OUT/bench_cuda.json" 2> "$OUT/bench_cuda.log"
+BENCH_RC=$?
+set -e
+
+step "summary"
+"$PY" - "$OUT" "$GPU_RC" "$FUZZ_RC" "$BENCH_RC" <<'PYEOF'
+import json, os, re, sys
+out, gpu_rc, fuzz_rc, bench_rc = sys.argv[1], *sys.argv[2:5]
+rows = []
+try:
+    g = json.load(open(os.path.join(out, "gpu_tests.json")))
+    tests = [t for s in g["testsuites"] for t in s["testsuite"]]
+    failed = sum(1 for t in tests if t.get("failures"))
+    skipped = sum(1 for t in tests if t.get("result") == "SKIPPED")
+    rows.append(("gpu tests", f"{len(tests) - failed - skipped} passed, {failed} failed, {skipped} skipped (rc {gpu_rc})"))
+except Exception as e:  # noqa: BLE001
+    rows.append(("gpu tests", f"no report ({e}), rc {gpu_rc}"))
+fz = open(os.path.join(out, "fuzz.log")).read() if os.path.exists(os.path.join(out, "fuzz.log")) else ""
+m = re.search(r"(\d+) graphs .*?; (\d+) failures", fz)
+rows.append(("fuzz on cuda", f"{m.group(1)} graphs, {m.group(2)} failures" if m else f"rc {fuzz_rc}"))
+for line in open(os.path.join(out, "demo.log")):
+    name, _, rest = line.partition(" ")
+    try:
+        j = json.loads(rest)
+        rows.append((f"demo {name}", f"check {j['check']}, eager {j['eager_ms']:.3f} ms, fused {j['fused_ms']:.3f} ms, "
+                                     f"{j['eager_ms'] / j['fused_ms']:.2f}x, compile {j['compile_ms']:.0f} ms"))
+    except Exception:  # noqa: BLE001
+        rows.append((f"demo {name}", rest.strip()[:100]))
+try:
+    b = {x["name"].split("/")[0]: x for x in json.load(open(os.path.join(out, "bench_cuda.json")))["benchmarks"]}
+    gbs = lambda n: b[n]["bytes_per_second"] / 1e9
+    rows.append(("copy 256M f32", f"{gbs('BM_CudaCopy'):.0f} GB/s"))
+    rows.append(("6-op chain eager", f"{gbs('BM_CudaChainEager'):.0f} GB/s"))
+    rows.append(("6-op chain fused", f"{gbs('BM_CudaChainFused'):.0f} GB/s = {100 * gbs('BM_CudaChainFused') / gbs('BM_CudaCopy'):.0f}% of copy (bar 80%)"))
+    e, r = b["BM_CudaLaunchesEager"]["host_us"], b["BM_CudaReplay"]["host_us"]
+    rows.append(("10-kernel plan, host/call", f"replay {r:.1f} us (bar 15), eager launches {e:.1f} us"))
+except Exception as e:  # noqa: BLE001
+    rows.append(("benchmarks", f"no report ({e}), rc {bench_rc}"))
+w = max(len(k) for k, _ in rows)
+for k, v in rows:
+    print(f"{k:<{w}}  {v}")
+PYEOF

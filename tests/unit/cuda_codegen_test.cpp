@@ -1,0 +1,183 @@
+// CUDA code generation and NVRTC without a GPU: kernels printed for graphs on cuda:0, compiled for the
+// architectures we ship for, with ptxas's report parsed; the Driver API's absence reported clearly.
+#include <gtest/gtest.h>
+
+#include "codegen/cuda_printer.h"
+#include "compile/nvrtc.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/plan.h"
+#include "support/error.h"
+
+namespace fusion_jit {
+namespace {
+
+std::vector<KernelSpec> cuda_specs(const std::string& ir) {
+  auto g = parse_graph(ir);
+  verify_graph(*g);
+  set_device(*g, Device::kCUDA, 0);
+  verify_graph(*g);
+  RooflineCostModel cost(cuda_gpu_description());
+  FusionPlan plan = plan_fusion(*g, cost);
+  std::vector<KernelSpec> specs;
+  for (const auto& grp : plan.groups) specs.push_back(make_kernel_spec(grp));
+  static std::vector<std::unique_ptr<Graph>> keep;  // specs point into the graph
+  keep.push_back(std::move(g));
+  return specs;
+}
+
+const char* kChain = R"(graph(%0 : f32[64,256], %1 : f32[256], %2 : f16[64,256]):
+  %3 : f32[64,256] = aten::add.Tensor(%0, %1, 1)
+  %4 : f32[64,256] = aten::mul.Tensor(%3, %2)
+  %5 : f32[64,256] = aten::maximum(%4, %0)
+  %6 : f32[64,256] = aten::sigmoid(%5)
+  return (%6)
+)";
+
+TEST(CudaCodegen, VectorWidthFollowsLayoutAndDtype) {
+  auto k = cuda_specs(kChain);
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(k[0].device, Device::kCUDA);
+  EXPECT_EQ(cuda_vector_width(k[0]), 4);  // f32 is the widest contiguous buffer: 16 bytes = 4 elements
+  EXPECT_EQ(cuda_work_items(k[0]), 64 * 256 / 4);
+  auto h = cuda_specs(R"(graph(%0 : f16[4096]):
+  %1 : f16[4096] = aten::relu(%0)
+  %2 : f16[4096] = aten::neg(%1)
+  return (%2)
+)");
+  EXPECT_EQ(cuda_vector_width(h[0]), 8);
+  auto t = cuda_specs(R"(graph(%0 : f32[64,32]{1,64}, %1 : f32[64,32]):
+  %2 : f32[64,32] = aten::mul.Tensor(%0, %1)
+  %3 : f32[64,32] = aten::exp(%2)
+  return (%3)
+)");
+  EXPECT_EQ(cuda_vector_width(t[0]), 1) << "a transposed input has no vector path";
+  auto odd = cuda_specs(R"(graph(%0 : f32[5,7], %1 : f32[7]):
+  %2 : f32[5,7] = aten::mul.Tensor(%0, %1)
+  %3 : f32[5,7] = aten::exp(%2)
+  return (%3)
+)");
+  EXPECT_EQ(cuda_vector_width(odd[0]), 1) << "rows of 7 do not start on vector boundaries";
+}
+
+TEST(CudaCodegen, SourceIsDeterministicAndOnlyIncludesHalfHeadersWhenNeeded) {
+  std::string a = print_cuda_source(cuda_specs(kChain));
+  std::string b = print_cuda_source(cuda_specs(kChain));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a.find("#include <cuda_fp16.h>"), std::string::npos);
+  EXPECT_NE(a.find("extern \"C\" __global__ void __launch_bounds__(256, 1) fj_kernel_0("), std::string::npos) << a;
+  std::string f32 = print_cuda_source(cuda_specs(R"(graph(%0 : f32[100]):
+  %1 : f32[100] = aten::relu(%0)
+  %2 : f32[100] = aten::neg(%1)
+  return (%2)
+)"));
+  EXPECT_EQ(f32.find("cuda_fp16.h"), std::string::npos);
+}
+
+TEST(Nvrtc, CompilesForSm80AndSm90WithoutSpills) {
+  std::string why;
+  ASSERT_TRUE(nvrtc_available(&why)) << why;
+  std::string src = print_cuda_source(cuda_specs(kChain));
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto bin = compile_cuda_source(src, arch);
+    EXPECT_FALSE(bin->is_ptx);
+    EXPECT_GT(bin->image.size(), 1000u);
+    ASSERT_EQ(bin->kernels.size(), 1u) << bin->log;
+    const CudaKernelInfo& k = bin->kernels[0];
+    EXPECT_EQ(k.name, "fj_kernel_0");
+    EXPECT_GT(k.registers, 0) << bin->log;
+    EXPECT_EQ(k.spill_stores, 0) << bin->log;
+    EXPECT_EQ(k.spill_loads, 0) << bin->log;
+    EXPECT_EQ(compile_cuda_source(src, arch), bin) << "the same source is compiled once per process";
+  }
+  auto ptx = compile_cuda_source(src, "compute_90");
+  EXPECT_TRUE(ptx->is_ptx);
+  EXPECT_NE(ptx->image.find(".entry fj_kernel_0"), std::string::npos);
+}
+
+TEST(Nvrtc, ArchitecturesAreCheckedAndChosen) {
+  ASSERT_TRUE(nvrtc_available());
+  EXPECT_EQ(cuda_arch_for(9, 0), "sm_90");
+  EXPECT_EQ(cuda_arch_for(8, 0), "sm_80");
+  auto archs = nvrtc_supported_archs();
+  ASSERT_FALSE(archs.empty());
+  EXPECT_EQ(cuda_arch_for(99, 0), "compute_" + std::to_string(archs.back())) << "newer GPUs get PTX";
+  EXPECT_THROW(cuda_arch_for(3, 0), Error);
+  try {
+    check_cuda_arch("sm_70");
+    ADD_FAILURE() << "sm_70 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sm_70"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sm_90"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_cuda_arch("volta"), Error);
+}
+
+TEST(Nvrtc, CompileErrorCarriesTheLog) {
+  ASSERT_TRUE(nvrtc_available());
+  try {
+    compile_cuda_source("extern \"C\" __global__ void k() { undeclared_thing(); }", "sm_90");
+    ADD_FAILURE() << "bad source compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("undeclared_thing"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Nvrtc, ParsesPtxasReport) {
+  const char* log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'fj_kernel_0' for 'sm_90'\n"
+      "ptxas info    : Function properties for fj_kernel_0\n"
+      "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 17 registers, used 0 barriers, 8 bytes stack frame, 64 bytes smem, 392 bytes cmem[0]\n"
+      "ptxas info    : Compiling entry function 'fj_kernel_1' for 'sm_90'\n"
+      "ptxas info    : Function properties for fj_kernel_1\n"
+      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 9 registers, used 0 barriers, 368 bytes cmem[0]\n";
+  auto ks = parse_ptxas_report(log);
+  ASSERT_EQ(ks.size(), 2u);
+  EXPECT_EQ(ks[0].name, "fj_kernel_0");
+  EXPECT_EQ(ks[0].registers, 17);
+  EXPECT_EQ(ks[0].stack_bytes, 8);
+  EXPECT_EQ(ks[0].spill_stores, 4);
+  EXPECT_EQ(ks[0].spill_loads, 12);
+  EXPECT_EQ(ks[0].shared_bytes, 64);
+  EXPECT_EQ(ks[1].registers, 9);
+  EXPECT_EQ(ks[1].spill_loads, 0);
+}
+
+TEST(CudaPlan, BuildsWithAGivenArchWithoutAGpu) {
+  auto g = parse_graph(kChain);
+  set_device(*g, Device::kCUDA, 0);
+  PlanTarget target;
+  target.cuda_arch = "sm_90";
+  auto plan = build_plan(std::move(g), target);
+  ASSERT_EQ(plan->kernels.size(), 1u) << plan->explain();
+  EXPECT_TRUE(plan->source.empty());
+  EXPECT_FALSE(plan->cuda_source.empty());
+  ASSERT_NE(plan->cuda_binary, nullptr);
+  EXPECT_EQ(plan->kernels[0].cuda_vector, 4);
+  std::string ex = plan->explain();
+  EXPECT_NE(ex.find("cuda fj_kernel_0 (sm_90): 16384 elements, vector width 4, int32 offsets"), std::string::npos) << ex;
+  EXPECT_NE(ex.find("spills 0 B stored / 0 B loaded"), std::string::npos) << ex;
+}
+
+TEST(CudaDriver, AbsentDriverIsReportedClearly) {
+  std::string why;
+  if (cuda_driver_available(&why)) GTEST_SKIP() << "a CUDA driver is present on this machine";
+  EXPECT_EQ(why.rfind("no CUDA driver found", 0), 0u) << why;
+  try {
+    cuda_device_info(0);
+    ADD_FAILURE() << "no error without a driver";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("no CUDA driver found"), 0u) << e.what();
+  }
+  // Without an architecture, a CUDA plan asks the driver: its groups fall back to ATen, with the reason.
+  auto g = parse_graph(kChain);
+  set_device(*g, Device::kCUDA, 0);
+  auto plan = build_plan(std::move(g));
+  EXPECT_TRUE(plan->kernels.empty());
+  EXPECT_EQ(plan->fallback_groups.size(), 1u);
+}
+
+}  // namespace
+}  // namespace fusion_jit
