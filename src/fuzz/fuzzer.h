@@ -47,6 +47,10 @@ struct Recipe {
   std::string describe() const;   // one line per op
 };
 
+// The same tensor on another device: its whole storage moved, then viewed with the same sizes, strides
+// and offset (Tensor::to would make expanded and sliced inputs contiguous).
+at::Tensor to_device_same_layout(const at::Tensor& t, const at::Device& device);
+
 // Makes the input tensors of a recipe (deterministic from the specs).
 std::vector<at::Tensor> make_inputs(const Recipe& r);
 // A random recipe of 2 to 16 ops.
@@ -56,10 +60,19 @@ struct CaseResult {
   bool ok = true;
   std::string message;  // the first mismatch
 };
+
+struct CheckOptions {
+  // Run on cuda:0 against eager CUDA (inputs keep their layouts, offsets and strides there).
+  bool cuda = false;
+  // Also generate each batch's kernels for a GPU and compile them with NVRTC for this architecture
+  // ("sm_90"; no GPU needed): a compile error or a spill fails the batch's recipes. Empty: off.
+  std::string nvrtc_arch;
+};
+
 // Runs recipes in one plan and checks each against eager; one result per recipe.
-std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes);
+std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const CheckOptions& co = {});
 // Smaller recipe that still fails (or the same one).
-Recipe shrink(const Recipe& r, const std::function<void(const std::string&)>& log);
+Recipe shrink(const Recipe& r, const std::function<void(const std::string&)>& log, const CheckOptions& co = {});
 // TorchScript source of a recipe's forward.
 std::string torchscript_source(const Recipe& r);
 // Writes DIR/repro-SEED.pt (the model), DIR/repro-SEED-inputs.pt and DIR/repro-SEED.txt; returns the
@@ -75,11 +88,17 @@ struct Options {
   std::string cli = "fusion-jit";
   bool stop_at_first_failure = false;
   bool shrink = true;
+  CheckOptions check;
+  // When set: only these graph seeds (as a failure's "graph seed N" names them), in batches, and the rest
+  // of the campaign options are ignored. For re-checking a campaign's findings after a fix.
+  std::vector<uint64_t> graph_seeds;
 };
 
 struct Report {
   int64_t graphs = 0;
   int64_t ops = 0;
+  int64_t nvrtc_kernels = 0;      // kernels compiled with NVRTC (CheckOptions::nvrtc_arch)
+  double nvrtc_seconds = 0;
   double seconds = 0;
   std::vector<std::string> failures;  // message and, where written, the repro command
 };
