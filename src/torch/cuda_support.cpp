@@ -28,6 +28,18 @@ void cuda_synchronize(int device) {
   c10::cuda::device_synchronize();
 }
 
+namespace {
+
+// The tensor without its stride-0 dims (narrowed to one element): the distinct elements, with no two
+// indices at one address, so that copy_ can write it.
+at::Tensor distinct_view(at::Tensor t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) t = t.narrow(d, 0, 1);
+  return t;
+}
+
+}  // namespace
+
 struct CudaGraphReplay::Impl {
   at::cuda::CUDAGraph graph;
   std::vector<c10::IValue> static_inputs;
@@ -47,8 +59,9 @@ CudaGraphReplay::CudaGraphReplay(const std::vector<c10::IValue>& inputs, const R
     const at::Tensor& t = v.toTensor();
     FJ_CHECK(t.is_cuda() && t.get_device() == device, "CUDA Graphs: input {} is on {}, not cuda:{}", i,
              t.device().str(), device);
+    // The same strides as the input (the plan was compiled for them), expanded dims included.
     at::Tensor s = at::empty_strided(t.sizes(), t.strides(), t.options());
-    s.copy_(t);
+    distinct_view(s).copy_(distinct_view(t));
     impl_->static_inputs.emplace_back(s);
   }
   c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
@@ -89,7 +102,7 @@ c10::IValue CudaGraphReplay::replay(const std::vector<c10::IValue>& inputs) {
     if (!inputs[i].isTensor()) continue;
     const at::Tensor& in = inputs[i].toTensor();
     at::Tensor& s = impl_->static_inputs[i].toTensor();
-    if (in.data_ptr() != s.data_ptr()) s.copy_(in, /*non_blocking=*/true);
+    if (in.data_ptr() != s.data_ptr()) distinct_view(s).copy_(distinct_view(in), /*non_blocking=*/true);
   }
   impl_->graph.replay();
   ++replays_;
