@@ -12,6 +12,8 @@ import torch
 
 CLI = sys.argv[1]
 TMP = tempfile.mkdtemp(prefix="fj-cli-test-")
+# A kernel cache of this run's own: cases that must see a compile do not meet kernels of earlier runs.
+os.environ["FUSION_JIT_CACHE_DIR"] = os.path.join(TMP, "cache")
 results = []
 
 
@@ -142,7 +144,7 @@ def _():
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bogus"], "unknown option --bogus")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench", "x"], "--bench expects an integer")
     expect_error(["run", MODEL], "give the inputs")
-    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain, compile or fuzz)")
+    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain, compile, fuzz or cache)")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--device", "tpu"], "unknown device")
 
 
@@ -172,7 +174,7 @@ def _():
 
 @case("a host compiler that fails: groups run through ATen with a warning, results still right")
 def _():
-    env = dict(os.environ, FUSION_JIT_CXX="false")
+    env = dict(os.environ, FUSION_JIT_CXX="false", FUSION_JIT_CACHE_DIR=os.path.join(TMP, "cache-cxx-false"))
     p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]", "--check", "--json"],
                        capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
@@ -184,7 +186,7 @@ def _():
 
 @case("FUSION_JIT_ASSERT_NO_COMPILE turns a compile into an error")
 def _():
-    env = dict(os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1")
+    env = dict(os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1", FUSION_JIT_CACHE_DIR=os.path.join(TMP, "cache-empty"))
     p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]"], capture_output=True, text=True, env=env)
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "FUSION_JIT_ASSERT_NO_COMPILE is set" in p.stderr, p.stderr
@@ -253,6 +255,60 @@ def _():
     with open(afile, "w") as f:
         f.write("x")
     expect_error(base + ["--device", "cuda", "--out", afile], "not a directory")
+
+
+@case("warm start of each demo model in a fresh process under FUSION_JIT_ASSERT_NO_COMPILE=1, bit-identical")
+def _():
+    cache = os.path.join(TMP, "cache-warm")
+    for name, (_, specs) in MODELS.items():
+        cold = dict(os.environ, FUSION_JIT_CACHE_DIR=cache)
+        out_cold, out_warm = os.path.join(TMP, name + "-cold.pt"), os.path.join(TMP, name + "-warm.pt")
+        p = subprocess.run([CLI, "run", DEMO[name], "--input", *specs, "--check", "--json", "--save-outputs", out_cold],
+                           capture_output=True, text=True, env=cold)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["compiler_invocations"] == 1, p.stdout
+        warm = dict(cold, FUSION_JIT_ASSERT_NO_COMPILE="1")
+        p = subprocess.run([CLI, "run", DEMO[name], "--input", *specs, "--check", "--json", "--save-outputs", out_warm],
+                           capture_output=True, text=True, env=warm)
+        assert p.returncode == 0, (name, p.stderr)
+        j = json.loads(p.stdout)
+        assert j["check"] == "pass" and j["kernels"] > 0 and j["compiler_invocations"] == 0, j
+        a, b = torch.load(out_cold), torch.load(out_warm)
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), "cold and warm-from-disk results differ"
+
+
+@case("cache stats, ls, verify (a corrupt entry is found), prune, clear")
+def _():
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(TMP, "cache-cli"))
+    run = lambda *a: subprocess.run([CLI, *a], capture_output=True, text=True, env=env)  # noqa: E731
+    p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]")
+    assert p.returncode == 0, p.stderr
+    p = run("cache", "stats")
+    assert p.returncode == 0 and "entries: 1" in p.stdout, p.stdout
+    p = run("cache", "ls")
+    assert p.returncode == 0 and len(p.stdout.split()) == 4, p.stdout
+    key = p.stdout.split()[0]
+    p = run("cache", "verify")
+    assert p.returncode == 0 and "1 entries checked, 0 bad" in p.stdout, p.stdout
+    path = os.path.join(TMP, "cache-cli", "v1", key[:2], key + ".fjk")
+    data = bytearray(read(path, "rb"))
+    data[len(data) // 2] ^= 0x40
+    with open(path, "wb") as f:
+        f.write(data)
+    p = run("cache", "verify")
+    assert p.returncode == 1 and "BAD " + key in p.stdout, p.stdout
+    # The corrupt entry is a miss: the run recompiles, replaces it and passes.
+    p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]", "--check")
+    assert p.returncode == 0 and "check: pass" in p.stdout, (p.stdout, p.stderr)
+    assert "corrupt" in p.stderr, p.stderr
+    assert run("cache", "verify").returncode == 0
+    p = run("cache", "prune", "--max-size", "0")
+    assert p.returncode == 0 and "0 entries left" in p.stdout, p.stdout
+    run("run", MODEL, "--input", "f32[16,8]", "f32[8]")
+    p = run("cache", "clear")
+    assert p.returncode == 0 and "removed 1 entries" in p.stdout, p.stdout
+    expect_error(["cache", "prune", "--max-size", "lots"], "expected a size")
+    expect_error(["cache", "frob"], "unknown command 'frob'")
 
 
 failed = [(n, e) for n, e in results if e]

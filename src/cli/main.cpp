@@ -33,7 +33,9 @@
 #include <unistd.h>
 
 #include "fuzz/fuzzer.h"
+#include "cost/cost_model.h"
 #include "ir/dtype.h"
+#include "kernels_cache/kernels_cache.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/plan.h"
 #include "support/error.h"
@@ -58,6 +60,7 @@ const char* kUsage =
     "       fusion-jit compile MODEL.pt (--input SPEC ... | --inputs FILE) --device cuda [--arch sm_90] --out DIR\n"
     "       fusion-jit fuzz [--graphs N] [--minutes M] [--seed S] [--batch B] [--out DIR] [--device cpu|cuda]\n"
     "                       [--nvrtc ARCH] [--graph-seeds S1,S2,...]\n"
+    "       fusion-jit cache stats | ls | verify | clear | prune [--max-size SIZE]\n"
     "SPEC: DTYPE[SIZES] with optional {STRIDES}, e.g. f32[64,1024], bf16[8,3,32,32], i64[16], b8[4,4],\n"
     "      f32[1024,64]{1,1024}. DTYPE: f32 f64 f16 bf16 i8 i16 i32 i64 u8 b8.\n";
 
@@ -79,14 +82,14 @@ int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  if (argc < 2) usage_error("missing command (run, explain, compile or fuzz)");
+  if (argc < 2) usage_error("missing command (run, explain, compile, fuzz or cache)");
   a.command = argv[1];
   if (a.command == "-h" || a.command == "--help") {
     std::fputs(kUsage, stdout);
     std::exit(0);
   }
   if (a.command != "run" && a.command != "explain" && a.command != "compile")
-    usage_error("unknown command '" + a.command + "' (run, explain, compile or fuzz)");
+    usage_error("unknown command '" + a.command + "' (run, explain, compile, fuzz or cache)");
   std::vector<std::string> rest(argv + 2, argv + argc);
   auto value = [&](size_t& i, const std::string& flag) {
     if (i + 1 >= rest.size()) usage_error(flag + " needs a value");
@@ -336,13 +339,17 @@ int run(const Args& a) {
   std::vector<c10::IValue> originals;
   for (auto& v : inputs) originals.push_back(v.toTensor().clone());
   c10::IValue eager_out;
+  double eager_first_ms = 0;
   try {
+    auto t_eager = std::chrono::steady_clock::now();
     eager_out = module.forward(inputs);
+    eager_first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_eager).count();
   } catch (const c10::Error& e) {
     usage_error(a.model + " rejects these inputs: " + first_line(e.what_without_backtrace()));
   }
   auto fused = fj::compile(module);
   const fj::ExecutablePlan* plan = nullptr;
+  auto t_first = std::chrono::steady_clock::now();
   plan = fused.plan_for(inputs);
   if (a.command == "explain") {
     std::cout << fused.explain(inputs);
@@ -357,6 +364,7 @@ int run(const Args& a) {
     return 0;
   }
   c10::IValue out = fused(inputs);
+  const double first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_first).count();
   auto outs = flatten(out), eager_outs = flatten(eager_out);
   std::string check = "skipped", why;
   double max_err = 0;
@@ -429,6 +437,9 @@ int run(const Args& a) {
     j["eager_ms"] = eager_ms >= 0 ? nlohmann::json(eager_ms) : nlohmann::json(nullptr);
     j["fused_ms"] = fused_ms >= 0 ? nlohmann::json(fused_ms) : nlohmann::json(nullptr);
     j["compile_ms"] = stats.compile_ms;
+    j["eager_first_ms"] = eager_first_ms;  // eager's first call in this process
+    j["first_call_ms"] = first_ms;         // the fused first call: capture, plan (or cache), run
+    j["compiler_invocations"] = fj::host_compile_stats().compiles + fj::nvrtc_stats().compiles;
     j["eager_fallback"] = plan ? nlohmann::json(nullptr) : nlohmann::json(first_line(fused.explain(inputs)));
     std::cout << j.dump() << "\n";
   } else {
@@ -442,6 +453,62 @@ int run(const Args& a) {
 }
 
 }  // namespace
+
+// fusion-jit cache: the on-disk kernel cache (src/kernels_cache/kernels_cache.h).
+int cache_main(int argc, char** argv) {
+  if (argc < 3) usage_error("cache: missing command (stats, ls, verify, clear or prune)");
+  const std::string cmd = argv[2];
+  std::vector<std::string> rest(argv + 3, argv + argc);
+  fj::KernelsCache& c = fj::KernelsCache::instance();
+  auto human = [](int64_t b) { return fj::format_bytes(b); };
+  if (cmd == "stats" || cmd == "ls" || cmd == "verify" || cmd == "clear") {
+    if (!rest.empty()) usage_error("cache " + cmd + ": unexpected argument '" + rest[0] + "'");
+  } else if (cmd != "prune") {
+    usage_error("cache: unknown command '" + cmd + "' (stats, ls, verify, clear or prune)");
+  }
+  if (cmd == "stats") {
+    auto entries = c.list();
+    int64_t total = 0;
+    for (const auto& e : entries) total += e.bytes;
+    std::printf("directory: %s\nentries: %zu\nsize: %s of %s\n", c.dir().c_str(), entries.size(), human(total).c_str(),
+                human(c.max_bytes()).c_str());
+    return 0;
+  }
+  if (cmd == "ls" || cmd == "verify") {
+    const time_t now = ::time(nullptr);
+    int bad = 0;
+    for (const auto& e : c.list(cmd == "verify")) {
+      if (cmd == "verify" && !e.valid) {
+        bad++;
+        std::printf("BAD %s %s\n", e.key.c_str(), e.path.c_str());
+      } else if (cmd == "ls") {
+        std::printf("%s %10lld %8llds ago\n", e.key.c_str(), static_cast<long long>(e.bytes),
+                    static_cast<long long>(now - e.mtime));
+      }
+    }
+    if (cmd == "verify") std::printf("%zu entries checked, %d bad\n", c.list().size(), bad);
+    return bad ? 1 : 0;
+  }
+  if (cmd == "clear") {
+    size_t n = c.list().size();
+    c.clear();
+    std::printf("removed %zu entries from %s\n", n, c.dir().c_str());
+    return 0;
+  }
+  int64_t max = c.max_bytes();
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] != "--max-size" || i + 1 >= rest.size())
+      usage_error("cache prune: expected [--max-size SIZE], got '" + rest[i] + "'");
+    static const std::regex re(R"(^([0-9]+)([KMG]?)$)");
+    std::smatch m;
+    const std::string v = rest[++i];
+    if (!std::regex_match(v, m, re)) usage_error("cache prune --max-size " + v + ": expected a size such as 512M or 2G");
+    max = std::stoll(m[1].str()) << (m[2] == "K" ? 10 : m[2] == "M" ? 20 : m[2] == "G" ? 30 : 0);
+  }
+  int64_t removed = c.prune(max);
+  std::printf("removed %s; %zu entries left\n", human(removed).c_str(), c.list().size());
+  return 0;
+}
 
 // fusion-jit fuzz: a differential fuzzing campaign (src/fuzz/fuzzer.h).
 int fuzz_main(int argc, char** argv) {
@@ -517,6 +584,7 @@ int fuzz_main(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     if (argc > 1 && std::string(argv[1]) == "fuzz") return fuzz_main(argc, argv);
+    if (argc > 1 && std::string(argv[1]) == "cache") return cache_main(argc, argv);
     return run(parse_args(argc, argv));
   } catch (const UsageError& e) {
     std::fprintf(stderr, "fusion-jit: %s\n", e.what());

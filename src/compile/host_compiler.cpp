@@ -1,6 +1,7 @@
 #include "compile/host_compiler.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,8 +12,10 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <cstring>
 #include <vector>
 
+#include "kernels_cache/kernels_cache.h"
 #include "support/error.h"
 #include "support/hash.h"
 #include "support/log.h"
@@ -59,6 +62,53 @@ int run_command(const std::string& cmd, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
+// The host compiler's identity for cache keys: its path, `--version` line and a fingerprint of its binary.
+const std::string& compiler_identity() {
+  static const std::string id = [] {
+    const std::string& cxx = Options::get().cxx;
+    std::string path, version;
+    run_command("command -v " + shell_quote(cxx), &path);
+    run_command(shell_quote(cxx) + " --version", &version);
+    path = path.substr(0, path.find('\n'));
+    version = version.substr(0, version.find('\n'));
+    std::ifstream bin(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(bin)), {});
+    return path + " | " + version + " | " + sha256_hex(bytes).substr(0, 16);
+  }();
+  return id;
+}
+
+// The host CPU's ISA (-march=native code crashes on another CPU): model and feature flags.
+const std::string& host_isa() {
+  static const std::string isa = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(f, line) && (model.empty() || flags.empty())) {
+      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+    }
+    return model + " | " + sha256_hex(flags).substr(0, 16);
+  }();
+  return isa;
+}
+
+// Loads a shared object from memory (a memfd: no file to clean up, works where the cache is noexec).
+void* load_shared_object(const std::string& image, const std::string& key) {
+  int fd = ::memfd_create(("fj_" + key.substr(0, 16)).c_str(), MFD_CLOEXEC);
+  FJ_CHECK(fd >= 0, "cannot create an in-memory file for kernels {}: {}", key.substr(0, 16), std::strerror(errno));
+  size_t done = 0;
+  while (done < image.size()) {
+    ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  void* h = done == image.size() ? dlopen(("/proc/self/fd/" + std::to_string(fd)).c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
+  std::string err = h ? "" : (done == image.size() ? dlerror() : "short write");
+  ::close(fd);
+  FJ_CHECK(h != nullptr, "cannot load compiled kernels {}: {}", key.substr(0, 16), err);
+  return h;
+}
+
 }  // namespace
 
 CompiledLibrary::CompiledLibrary(void* handle, std::string path, std::string key, double compile_ms)
@@ -71,7 +121,7 @@ CompiledLibrary::~CompiledLibrary() {
 
 void* CompiledLibrary::symbol(const std::string& name) const {
   void* f = dlsym(handle_, name.c_str());
-  FJ_CHECK(f != nullptr, "generated library {} has no function {}", path_, name);
+  FJ_CHECK(f != nullptr, "compiled kernels {} have no function {}", key_.substr(0, 16), name);
   return f;
 }
 
@@ -87,38 +137,50 @@ HostCompileStats host_compile_stats() {
 
 std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
   const Options& opt = Options::get();
-  std::string key = sha256_hex(opt.cxx + "\n" + host_compile_flags() + "\n" + source);
+  const std::string key = cache_key({"cpu-so", source, compiler_identity(), host_compile_flags(), host_isa()});
   std::lock_guard<std::mutex> g(g_mu);
   if (auto lib = library_cache()[key].lock()) {
     g_stats.memory_hits++;
     return lib;
   }
-  FJ_CHECK(!opt.assert_no_compile,
-           "FUSION_JIT_ASSERT_NO_COMPILE is set, but CPU kernels {} would be compiled", key.substr(0, 16));
   auto t0 = std::chrono::steady_clock::now();
-  std::string base = work_dir() + "/" + key.substr(0, 24);
-  std::string src = base + ".cpp", so = base + ".so";
-  {
-    std::ofstream f(src);
-    f << source;
-    FJ_CHECK(f.good(), "cannot write generated source {}", src);
-  }
-  std::string cmd = opt.cxx + " " + host_compile_flags() + " " + shell_quote(src) + " -o " + shell_quote(so) +
-                    " -lmvec -lm";
-  std::string out;
-  int rc = run_command(cmd, &out);
-  if (opt.dumps("log") && !out.empty()) std::fprintf(stderr, "== host compiler log ==\n%s", out.c_str());
-  if (rc != 0) {
-    FJ_CHECK(false, "host compiler failed (exit {}) on {}:\n{}\ncommand: {}", rc, src, out, cmd);
-  }
-  std::remove(src.c_str());
-  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  FJ_CHECK(h != nullptr, "cannot load generated library {}: {}", so, dlerror());
+  // Compiles to a private file and returns the shared object's bytes.
+  auto compile = [&]() -> std::string {
+    FJ_CHECK(!opt.assert_no_compile,
+             "FUSION_JIT_ASSERT_NO_COMPILE is set, but CPU kernels {} would be compiled", key.substr(0, 16));
+    std::string base = work_dir() + "/" + key.substr(0, 24);
+    std::string src = base + ".cpp", so = base + ".so";
+    {
+      std::ofstream f(src);
+      f << source;
+      FJ_CHECK(f.good(), "cannot write generated source {}", src);
+    }
+    std::string cmd = opt.cxx + " " + host_compile_flags() + " " + shell_quote(src) + " -o " + shell_quote(so) +
+                      " -lmvec -lm";
+    std::string out;
+    int rc = run_command(cmd, &out);
+    if (opt.dumps("log") && !out.empty()) std::fprintf(stderr, "== host compiler log ==\n%s", out.c_str());
+    if (rc != 0) FJ_CHECK(false, "host compiler failed (exit {}) on {}:\n{}\ncommand: {}", rc, src, out, cmd);
+    std::remove(src.c_str());
+    std::ifstream f(so, std::ios::binary);
+    std::string image((std::istreambuf_iterator<char>(f)), {});
+    std::remove(so.c_str());
+    FJ_CHECK(!image.empty(), "the host compiler wrote no shared object {}", so);
+    g_stats.compiles++;
+    return image;
+  };
+  bool made = true;
+  std::string image = opt.is_disabled("cache") ? compile() : KernelsCache::instance().get_or_make(key, compile, &made);
+  if (!made) g_stats.disk_hits++;
+  void* h = load_shared_object(image, key);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  g_stats.compiles++;
-  g_stats.total_ms += ms;
-  log_info("compiled CPU kernels {} in {:.0f} ms", key.substr(0, 16), ms);
-  auto lib = std::make_shared<CompiledLibrary>(h, so, key, ms);
+  if (made) {
+    g_stats.total_ms += ms;
+    log_info("compiled CPU kernels {} in {:.0f} ms", key.substr(0, 16), ms);
+  } else {
+    log_info("loaded CPU kernels {} from the kernel cache in {:.1f} ms", key.substr(0, 16), ms);
+  }
+  auto lib = std::make_shared<CompiledLibrary>(h, "", key, made ? ms : 0.0);
   library_cache()[key] = lib;
   return lib;
 }

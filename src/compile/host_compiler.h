@@ -1,7 +1,9 @@
 // The host compiler: a CPU plan's C++ source to a shared object, loaded with dlopen.
 //
-// Compiled libraries are kept in memory by the SHA-256 of source, compiler and flags, so the same source
-// is compiled once per process. Compiler flags keep IEEE semantics (no -ffast-math): -fno-math-errno and
+// Compiled libraries are kept in memory, and their shared objects in the on-disk kernel cache
+// (kernels_cache/), by the SHA-256 of source, compiler identity (path, version, binary fingerprint),
+// flags and the host CPU's ISA: the same source is compiled once per process, and a restarted process
+// loads it from disk (through a memfd) without a compiler. Compiler flags keep IEEE semantics (no -ffast-math): -fno-math-errno and
 // -fno-trapping-math change no result, -fopenmp-simd enables the `omp simd` loops and the libmvec
 // declarations of the prelude, -fwrapv gives integers torch's wrap-around.
 #pragma once
@@ -21,7 +23,7 @@ class CompiledLibrary {
   // The address of an extern "C" function; throws fusion_jit::Error naming it when it is missing.
   void* symbol(const std::string& name) const;
   const std::string& key() const { return key_; }
-  double compile_ms() const { return compile_ms_; }  // 0 when it came from the in-memory cache
+  double compile_ms() const { return compile_ms_; }  // 0 when it came from a cache
 
  private:
   void* handle_;
@@ -32,6 +34,7 @@ class CompiledLibrary {
 struct HostCompileStats {
   int64_t compiles = 0;     // compiler invocations in this process
   int64_t memory_hits = 0;  // sources found already compiled
+  int64_t disk_hits = 0;    // shared objects loaded from the kernel cache
   double total_ms = 0;
 };
 

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <regex>
 
+#include "kernels_cache/kernels_cache.h"
 #include "support/error.h"
 #include "support/hash.h"
 #include "support/log.h"
@@ -230,14 +232,37 @@ NvrtcStats nvrtc_stats() {
   return g_stats;
 }
 
+namespace {
+
+// A binary as a cache payload: u8 is_ptx | u64 image length | image | log.
+std::string serialize(const CudaBinary& b) {
+  std::string s(1, b.is_ptx ? '\1' : '\0');
+  uint64_t n = b.image.size();
+  s.append(reinterpret_cast<const char*>(&n), 8);
+  return s + b.image + b.log;
+}
+
+void deserialize(const std::string& s, CudaBinary* b) {
+  uint64_t n = 0;
+  FJ_INTERNAL_ASSERT(s.size() >= 9, "a cached CUDA binary of {} bytes", s.size());
+  std::memcpy(&n, s.data() + 1, 8);
+  FJ_INTERNAL_ASSERT(s.size() >= 9 + n, "a cached CUDA binary shorter than its image");
+  b->is_ptx = s[0] != 0;
+  b->image = s.substr(9, n);
+  b->log = s.substr(9 + n);
+}
+
+}  // namespace
+
 std::shared_ptr<const CudaBinary> compile_cuda_source(const std::string& source, const std::string& arch) {
   const Nvrtc& n = checked();
   check_cuda_arch(arch);
   const Options& opt = Options::get();
   auto options = nvrtc_options(arch);
-  std::string key_text = fmt::format("nvrtc {}\n", n.version);
-  for (const auto& o : options) key_text += o + "\n";
-  std::string key = sha256_hex(key_text + source);
+  std::string flags;
+  for (const auto& o : options) flags += o + "\n";
+  const std::string key = cache_key({arch.rfind("compute_", 0) == 0 ? "ptx" : "cubin", source,
+                                     fmt::format("nvrtc {}", n.version), flags, arch});
   {
     std::lock_guard<std::mutex> g(g_mu);
     if (auto b = binary_cache()[key].lock()) {
@@ -245,48 +270,61 @@ std::shared_ptr<const CudaBinary> compile_cuda_source(const std::string& source,
       return b;
     }
   }
-  // NVRTC compiles programs on several threads at once; the lock guards only the cache and the counters.
-  FJ_CHECK(!opt.assert_no_compile, "FUSION_JIT_ASSERT_NO_COMPILE is set, but CUDA kernels {} would be compiled",
-           key.substr(0, 16));
   auto t0 = std::chrono::steady_clock::now();
-  nvrtcProgram prog = nullptr;
-  check(n, n.CreateProgram(&prog, source.c_str(), "fusion_jit_plan.cu", 0, nullptr, nullptr), "program creation");
-  std::vector<const char*> argv;
-  for (const auto& o : options) argv.push_back(o.c_str());
-  nvrtcResult rc = n.CompileProgram(prog, static_cast<int>(argv.size()), argv.data());
   auto b = std::make_shared<CudaBinary>();
   b->arch = arch;
-  b->is_ptx = arch.rfind("compute_", 0) == 0;
   b->key = key;
-  size_t size = 0;
-  n.GetProgramLogSize(prog, &size);
-  b->log.resize(size);
-  if (size) n.GetProgramLog(prog, b->log.data());
-  while (!b->log.empty() && (b->log.back() == '\0' || b->log.back() == '\n')) b->log.pop_back();
-  if (opt.dumps("log") && !b->log.empty()) std::fprintf(stderr, "== NVRTC log (%s) ==\n%s\n", arch.c_str(), b->log.c_str());
-  if (rc != 0) {
+  // NVRTC compiles programs on several threads at once; the lock guards only the caches and the counters.
+  auto compile = [&]() -> std::string {
+    FJ_CHECK(!opt.assert_no_compile, "FUSION_JIT_ASSERT_NO_COMPILE is set, but CUDA kernels {} would be compiled",
+             key.substr(0, 16));
+    nvrtcProgram prog = nullptr;
+    check(n, n.CreateProgram(&prog, source.c_str(), "fusion_jit_plan.cu", 0, nullptr, nullptr), "program creation");
+    std::vector<const char*> argv;
+    for (const auto& o : options) argv.push_back(o.c_str());
+    nvrtcResult rc = n.CompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+    CudaBinary out;
+    out.is_ptx = arch.rfind("compute_", 0) == 0;
+    size_t size = 0;
+    n.GetProgramLogSize(prog, &size);
+    out.log.resize(size);
+    if (size) n.GetProgramLog(prog, out.log.data());
+    while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
+    if (opt.dumps("log") && !out.log.empty())
+      std::fprintf(stderr, "== NVRTC log (%s) ==\n%s\n", arch.c_str(), out.log.c_str());
+    if (rc != 0) {
+      n.DestroyProgram(&prog);
+      std::string shown = out.log.size() > 8000 ? out.log.substr(0, 8000) + "\n[log truncated]" : out.log;
+      FJ_CHECK(false, "NVRTC failed to compile CUDA kernels {} for {}: {}\n{}", key.substr(0, 16), arch,
+               n.GetErrorString(rc), shown);
+    }
+    if (out.is_ptx) {
+      n.GetPTXSize(prog, &size);
+      out.image.resize(size);
+      n.GetPTX(prog, out.image.data());
+    } else {
+      n.GetCUBINSize(prog, &size);
+      out.image.resize(size);
+      n.GetCUBIN(prog, out.image.data());
+    }
     n.DestroyProgram(&prog);
-    std::string shown = b->log.size() > 8000 ? b->log.substr(0, 8000) + "\n[log truncated]" : b->log;
-    FJ_CHECK(false, "NVRTC failed to compile CUDA kernels {} for {}: {}\n{}", key.substr(0, 16), arch,
-             n.GetErrorString(rc), shown);
-  }
-  if (b->is_ptx) {
-    n.GetPTXSize(prog, &size);
-    b->image.resize(size);
-    n.GetPTX(prog, b->image.data());
-  } else {
-    n.GetCUBINSize(prog, &size);
-    b->image.resize(size);
-    n.GetCUBIN(prog, b->image.data());
-  }
-  n.DestroyProgram(&prog);
+    return serialize(out);
+  };
+  bool made = true;
+  std::string payload = opt.is_disabled("cache") ? compile() : KernelsCache::instance().get_or_make(key, compile, &made);
+  deserialize(payload, b.get());
   b->kernels = parse_ptxas_report(b->log);
-  b->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  log_info("compiled CUDA kernels {} for {} in {:.0f} ms", key.substr(0, 16), arch, b->compile_ms);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  b->compile_ms = made ? ms : 0.0;
+  log_info("{} CUDA kernels {} for {} in {:.0f} ms", made ? "compiled" : "loaded cached", key.substr(0, 16), arch, ms);
   std::lock_guard<std::mutex> g(g_mu);
-  g_stats.compiles++;
-  g_stats.total_ms += b->compile_ms;
-  if (auto other = binary_cache()[key].lock()) return other;  // another thread compiled it meanwhile
+  if (made) {
+    g_stats.compiles++;
+    g_stats.total_ms += ms;
+  } else {
+    g_stats.disk_hits++;
+  }
+  if (auto other = binary_cache()[key].lock()) return other;  // another thread made it meanwhile
   std::shared_ptr<const CudaBinary> result = b;
   binary_cache()[key] = result;
   return result;

@@ -4,8 +4,9 @@
 // the loader's path, torch's nvidia packages or /usr/local/cuda; the directory whose include/ holds
 // cuda_fp16.h is passed to NVRTC for kernels that use float16 or bfloat16. Each compile asks ptxas for
 // its per-kernel report (registers, stack, spills, shared memory), parsed into CudaKernelInfo.
-// Binaries are kept in memory by the SHA-256 of source, options and NVRTC version: the same source is
-// compiled once per process.
+// Binaries are kept in memory and in the on-disk kernel cache (kernels_cache/) by the SHA-256 of source,
+// options, architecture and NVRTC version: the same source is compiled once per process, and a restarted
+// process loads it from disk without NVRTC.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,7 @@ struct CudaBinary {
   std::string log;    // NVRTC's program log (ptxas's report included)
   std::vector<CudaKernelInfo> kernels;
   std::string key;    // SHA-256 of what determined it
-  double compile_ms = 0;  // 0 when it came from the in-memory cache
+  double compile_ms = 0;  // 0 when it came from a cache
 
   const CudaKernelInfo* kernel(const std::string& name) const;
 };
@@ -39,6 +40,7 @@ struct CudaBinary {
 struct NvrtcStats {
   int64_t compiles = 0;     // NVRTC programs compiled in this process
   int64_t memory_hits = 0;  // sources found already compiled
+  int64_t disk_hits = 0;    // binaries loaded from the kernel cache
   double total_ms = 0;
 };
 

@@ -72,13 +72,15 @@ const std::vector<Entry>& table() {
       {"FUSION_JIT_DISABLE",
        [](Options& o, const std::string& v) {
          o.disabled = split_list(v);
-         check_members("FUSION_JIT_DISABLE", o.disabled, {"dce", "cse", "constant_fold", "fusion"});
+         check_members("FUSION_JIT_DISABLE", o.disabled, {"dce", "cse", "constant_fold", "fusion", "cache"});
        }},
       {"FUSION_JIT_SPECIALIZATION_LIMIT",
        [](Options& o, const std::string& v) {
          o.specialization_limit = static_cast<int>(parse_int("FUSION_JIT_SPECIALIZATION_LIMIT", v, 0));
        }},
       {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; }},
+      {"FUSION_JIT_CACHE_MAX_MB",
+       [](Options& o, const std::string& v) { o.cache_max_mb = parse_int("FUSION_JIT_CACHE_MAX_MB", v, 1); }},
       {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }},
       {"FUSION_JIT_ASSERT_NO_COMPILE",
        [](Options& o, const std::string& v) {

@@ -16,12 +16,15 @@ struct Options {
   LogLevel log_level = LogLevel::kWarn;
   // FUSION_JIT_DUMP: comma list of ir, plan, source, log (or all); written to stderr.
   std::set<std::string> dump;
-  // FUSION_JIT_DISABLE: comma list of passes (dce, cse, constant_fold) or "fusion".
+  // FUSION_JIT_DISABLE: comma list of passes (dce, cse, constant_fold), "fusion" or "cache".
   std::set<std::string> disabled;
   // FUSION_JIT_SPECIALIZATION_LIMIT: compiled signatures kept per model; later ones run eagerly.
   int specialization_limit = 8;
-  // FUSION_JIT_CACHE_DIR: where compiled kernels are written ("" = default location).
+  // FUSION_JIT_CACHE_DIR: the on-disk kernel cache ("" = $XDG_CACHE_HOME/fusion_jit, else
+  // ~/.cache/fusion_jit). FUSION_JIT_DISABLE=cache turns it off.
   std::string cache_dir;
+  // FUSION_JIT_CACHE_MAX_MB: the cache's size cap; least recently used entries are evicted past it.
+  int64_t cache_max_mb = 1024;
   // FUSION_JIT_CXX (else CXX, else g++): the host compiler for CPU kernels.
   std::string cxx;
   // FUSION_JIT_ASSERT_NO_COMPILE=1: any compiler invocation is an error.

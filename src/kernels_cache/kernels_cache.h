@@ -1,0 +1,92 @@
+// kernels_cache: the on-disk cache of compiled kernels, shared by processes (no torch, no CUDA).
+//
+// Layout: DIR/v1/<first two hex digits of the key>/<key>.fjk, one framed file per entry:
+//   "FJKC" | u32 format version | u32 key length | key | u64 payload length | payload | SHA-256 of all before
+// written to DIR/v1/xx/<key>.tmp.<pid>.<n> and renamed into place, so a reader sees nothing or a whole
+// entry, and a file another process may have read is never rewritten in place. A file that fails any
+// check (magic, version, the key inside, the length, the checksum) is counted as corrupt, removed and
+// treated as a miss. One producer per key across processes: get_or_make holds an flock on
+// DIR/v1/xx/<key>.lock while it makes the entry (the kernel drops the lock of a killed process); the
+// others wait, bounded, then load. A directory that cannot be created or written leaves the cache
+// working from memory, with one warning. Entries past the size cap are evicted least recently used
+// first (a hit refreshes an entry's time); readers copy entries into memory, so eviction breaks nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fusion_jit {
+
+constexpr uint32_t kCacheFormatVersion = 1;
+
+// What determines a compiled artifact. The key is SHA-256 over every field (length-prefixed) and the
+// cache format version.
+struct CacheKeyParts {
+  std::string kind;      // "cpu-so", "cubin", ...
+  std::string source;    // the canonical source
+  std::string compiler;  // identity and version (and a fingerprint of the binary for host compilers)
+  std::string flags;
+  std::string target;    // the GPU architecture, or the host CPU's ISA
+};
+std::string cache_key(const CacheKeyParts& parts);
+
+struct CacheStats {
+  int64_t hits = 0, misses = 0, corrupt = 0, evictions = 0, writes = 0, write_failures = 0;
+  int64_t bytes_read = 0, bytes_written = 0;
+};
+
+struct CacheEntryInfo {
+  std::string key, path;
+  int64_t bytes = 0;
+  int64_t mtime = 0;  // seconds since the epoch: the last write or hit
+  bool valid = true;  // verify() only
+};
+
+class KernelsCache {
+ public:
+  // The process's cache: FUSION_JIT_CACHE_DIR, else $XDG_CACHE_HOME/fusion_jit, else ~/.cache/fusion_jit;
+  // capped at FUSION_JIT_CACHE_MAX_MB (default 1024).
+  static KernelsCache& instance();
+
+  KernelsCache(std::string dir, int64_t max_bytes);
+  const std::string& dir() const { return dir_; }
+  int64_t max_bytes() const { return max_bytes_; }
+
+  // The payload stored under `key`, or nothing (a miss; a bad file is counted, removed and a miss).
+  std::optional<std::string> get(const std::string& key);
+  // Stores the payload (best effort: an I/O failure is counted and warned about once, never thrown).
+  void put(const std::string& key, const std::string& payload);
+  // The entry for `key`, made by `make` under the key's lock when no process has it. `made` says whether
+  // this call ran `make`. Errors of `make` propagate and store nothing.
+  std::string get_or_make(const std::string& key, const std::function<std::string()>& make, bool* made = nullptr);
+
+  CacheStats stats() const;
+  // Entries (with `verify`, each file read and checked; bad ones are reported, not removed).
+  std::vector<CacheEntryInfo> list(bool verify = false) const;
+  // Removes entries, least recently used first, until the total is at most `max_bytes`, and temporary
+  // files older than a minute (left by killed writers). Returns the bytes removed.
+  int64_t prune(int64_t max_bytes);
+  // Removes every entry, lock and temporary file.
+  void clear();
+  // False once the directory proved unwritable (the cache then only reads).
+  bool writable() const;
+
+ private:
+  std::string entry_path(const std::string& key) const;
+  bool ensure_dir(const std::string& path);
+  void note_write_failure(const std::string& what);
+  void maybe_evict(int64_t added);
+
+  std::string dir_, root_;
+  int64_t max_bytes_;
+  mutable std::mutex mu_;
+  CacheStats stats_;
+  bool writable_ = true, warned_ = false;
+  int64_t estimate_ = -1;  // bytes on disk as far as this process knows (-1: not scanned yet)
+};
+
+}  // namespace fusion_jit
