@@ -273,6 +273,8 @@ def _():
         assert p.returncode == 0, (name, p.stderr)
         j = json.loads(p.stdout)
         assert j["check"] == "pass" and j["kernels"] > 0 and j["compiler_invocations"] == 0, j
+        p = subprocess.run([CLI, "explain", DEMO[name], "--input", *specs], capture_output=True, text=True, env=warm)
+        assert p.returncode == 0 and "plan from the plan cache" in p.stdout, p.stdout
         a, b = torch.load(out_cold), torch.load(out_warm)
         assert all(torch.equal(x, y) for x, y in zip(a, b)), "cold and warm-from-disk results differ"
 
@@ -284,12 +286,12 @@ def _():
     p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]")
     assert p.returncode == 0, p.stderr
     p = run("cache", "stats")
-    assert p.returncode == 0 and "entries: 1" in p.stdout, p.stdout
+    assert p.returncode == 0 and "entries: 2" in p.stdout, p.stdout  # the kernels and the plan
     p = run("cache", "ls")
-    assert p.returncode == 0 and len(p.stdout.split()) == 4, p.stdout
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 2, p.stdout
     key = p.stdout.split()[0]
     p = run("cache", "verify")
-    assert p.returncode == 0 and "1 entries checked, 0 bad" in p.stdout, p.stdout
+    assert p.returncode == 0 and "2 entries checked, 0 bad" in p.stdout, p.stdout
     path = os.path.join(TMP, "cache-cli", "v1", key[:2], key + ".fjk")
     data = bytearray(read(path, "rb"))
     data[len(data) // 2] ^= 0x40
@@ -306,7 +308,7 @@ def _():
     assert p.returncode == 0 and "0 entries left" in p.stdout, p.stdout
     run("run", MODEL, "--input", "f32[16,8]", "f32[8]")
     p = run("cache", "clear")
-    assert p.returncode == 0 and "removed 1 entries" in p.stdout, p.stdout
+    assert p.returncode == 0 and "removed 2 entries" in p.stdout, p.stdout
     expect_error(["cache", "prune", "--max-size", "lots"], "expected a size")
     expect_error(["cache", "frob"], "unknown command 'frob'")
 

@@ -283,7 +283,7 @@ int compile_cuda(const Args& a, torch::jit::Module& module, const std::vector<c1
   for (const auto& k : plan->kernels) {
     nlohmann::json kj;
     kj["name"] = k.spec.name;
-    kj["ops"] = plan->fusion.groups.at(k.spec.group).nodes.size();
+    kj["ops"] = plan->group_ops.at(&k - plan->kernels.data());
     kj["elements"] = k.spec.numel;
     kj["vector_width"] = k.cuda_vector;
     kj["index_bits"] = k.spec.index32 ? 32 : 64;
@@ -421,7 +421,7 @@ int run(const Args& a) {
   if (plan) {
     ops = plan->fused_ops;
     for (auto& [k, v] : plan->aten_ops) ops += v;
-    groups = static_cast<int>(plan->fusion.groups.size());
+    groups = plan->num_groups;
     kernels = static_cast<int>(plan->kernels.size());
     fallback = plan->aten_ops;
   }

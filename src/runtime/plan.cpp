@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "codegen/cpu_printer.h"
 #include "codegen/cuda_printer.h"
 #include "cost/cost_model.h"
+#include "kernels_cache/kernels_cache.h"
 #include "runtime/cuda_driver.h"
 #include "support/error.h"
 #include "support/log.h"
@@ -34,6 +36,119 @@ bool graph_on_cuda(const Graph& g, int* index) {
   return false;
 }
 
+#ifndef FJ_BUILD_ID
+#define FJ_BUILD_ID "unknown"
+#endif
+constexpr int kPlanFormat = 1;
+
+// Everything a plan holds besides the graph, as JSON: kernels (specs with value ids), steps (a kernel or
+// a node's position), what explain shows.
+std::string serialize_plan(const ExecutablePlan& p) {
+  nlohmann::json j;
+  j["format"] = kPlanFormat;
+  j["source"] = p.source;
+  j["cuda_source"] = p.cuda_source;
+  j["cuda_arch"] = p.cuda_arch;
+  j["fusion_text"] = p.fusion_text;
+  j["num_groups"] = p.num_groups;
+  j["group_ops"] = p.group_ops;
+  j["fused_ops"] = p.fused_ops;
+  j["aten_ops"] = p.aten_ops;
+  std::map<const Node*, int> position;
+  for (const Node* n : p.graph->nodes()) position.emplace(n, static_cast<int>(position.size()));
+  for (const auto& k : p.kernels) {
+    nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group},  {"cuda", k.spec.device == Device::kCUDA},
+                      {"sizes", k.spec.sizes}, {"numel", k.spec.numel},  {"index32", k.spec.index32},
+                      {"body", k.spec.body},   {"cuda_work", k.cuda_work}, {"cuda_vector", k.cuda_vector}};
+    for (const auto& b : k.spec.buffers)
+      kj["buffers"].push_back({{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
+                               {"strides", b.strides}, {"extent", b.extent}});
+    j["kernels"].push_back(kj);
+  }
+  for (const auto& st : p.steps)
+    j["steps"].push_back({{"kernel", st.kernel}, {"node", st.node ? position.at(st.node) : -1}, {"release", st.release}});
+  return j.dump();
+}
+
+// Fills `p` (whose graph is set) from serialize_plan's text; false when it does not fit the graph.
+bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || j.value("format", 0) != kPlanFormat) return false;
+  std::vector<Node*> nodes = p->graph->nodes();
+  std::map<int, const Value*> values;
+  for (const Value* v : p->graph->inputs()) values[v->id()] = v;
+  for (const Node* n : nodes)
+    for (const Value* v : n->outputs()) values[v->id()] = v;
+  p->source = j.at("source").get<std::string>();
+  p->cuda_source = j.at("cuda_source").get<std::string>();
+  p->cuda_arch = j.at("cuda_arch").get<std::string>();
+  p->fusion_text = j.at("fusion_text").get<std::string>();
+  p->num_groups = j.at("num_groups").get<int>();
+  p->group_ops = j.at("group_ops").get<std::vector<int>>();
+  p->fused_ops = j.at("fused_ops").get<int>();
+  p->aten_ops = j.at("aten_ops").get<std::map<std::string, int>>();
+  for (const auto& kj : j.value("kernels", nlohmann::json::array())) {
+    KernelLaunch k;
+    k.spec.name = kj.at("name").get<std::string>();
+    k.spec.group = kj.at("group").get<int>();
+    k.spec.device = kj.at("cuda").get<bool>() ? Device::kCUDA : Device::kCPU;
+    k.spec.sizes = kj.at("sizes").get<std::vector<int64_t>>();
+    k.spec.numel = kj.at("numel").get<int64_t>();
+    k.spec.index32 = kj.at("index32").get<bool>();
+    k.spec.body = kj.at("body").get<std::vector<std::string>>();
+    k.cuda_work = kj.at("cuda_work").get<int64_t>();
+    k.cuda_vector = kj.at("cuda_vector").get<int>();
+    for (const auto& bj : kj.at("buffers")) {
+      auto it = values.find(bj.at("value").get<int>());
+      if (it == values.end() || !it->second->is_tensor()) return false;
+      KernelBuffer b;
+      b.value = it->second;
+      b.dtype = static_cast<DType>(bj.at("dtype").get<int>());
+      b.is_output = bj.at("out").get<bool>();
+      b.strides = bj.at("strides").get<std::vector<int64_t>>();
+      b.extent = bj.at("extent").get<int64_t>();
+      if (b.dtype != b.value->tensor_type().dtype || b.extent != b.value->tensor_type().extent()) return false;
+      k.spec.buffers.push_back(std::move(b));
+    }
+    p->kernels.push_back(std::move(k));
+  }
+  for (const auto& sj : j.value("steps", nlohmann::json::array())) {
+    ExecStep st;
+    st.kernel = sj.at("kernel").get<int>();
+    int node = sj.at("node").get<int>();
+    if (node >= static_cast<int>(nodes.size()) || st.kernel >= static_cast<int>(p->kernels.size())) return false;
+    st.node = node >= 0 ? nodes[node] : nullptr;
+    st.release = sj.at("release").get<std::vector<int>>();
+    p->steps.push_back(std::move(st));
+  }
+  return true;
+}
+
+// Compiles (or finds in the caches) a deserialized plan's kernels; false when that fails.
+bool load_cached_kernels(ExecutablePlan* p) {
+  try {
+    if (!p->source.empty()) p->library = compile_cpu_source(p->source);
+    if (!p->cuda_source.empty()) p->cuda_binary = compile_cuda_source(p->cuda_source, p->cuda_arch);
+    for (auto& k : p->kernels)
+      if (k.spec.device == Device::kCPU) k.fn = reinterpret_cast<CpuKernelFn>(p->library->symbol(k.spec.name));
+    return true;
+  } catch (const Error& e) {
+    if (Options::get().assert_no_compile) throw;
+    log_warn("a cached plan's kernels could not be loaded; building the plan again: {}", e.what());
+    return false;
+  }
+}
+
+std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::string& cuda_arch) {
+  const Options& opt = Options::get();
+  const PlantedBugs& bugs = planted_bugs_for_tests();
+  std::string flags = fmt::format("fusion={} bugs={}{}{}{}", target.enable_fusion && !opt.is_disabled("fusion"),
+                                  bugs.left_aligned_broadcast, bugs.int32_always, bugs.maximum_drops_nan,
+                                  bugs.bf16_truncates);
+  std::string where = fmt::format("cpu cores {} | cuda {}", host_cpu_description().cores, cuda_arch);
+  return cache_key({"plan", print_graph(g), std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});
+}
+
 }  // namespace
 
 std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target) {
@@ -43,9 +158,31 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   auto t0 = std::chrono::steady_clock::now();
   int cuda_index = 0;
   const bool on_cuda = graph_on_cuda(*plan->graph, &cuda_index);
+  // The plan cache: the JIT path only (AOT plans and tools set an arch or skip compiling).
+  std::string plan_key;
+  if (target.compile && target.cuda_arch.empty() && !opt.is_disabled("cache")) {
+    std::string arch;
+    if (on_cuda && cuda_driver_available()) {
+      CudaDeviceInfo info = cuda_device_info(cuda_index);
+      arch = cuda_arch_for(info.major, info.minor);
+    }
+    plan_key = plan_cache_key(*plan->graph, target, arch);
+    if (auto text = KernelsCache::instance().get(plan_key)) {
+      auto cached = std::make_unique<ExecutablePlan>();
+      cached->graph = std::move(plan->graph);
+      if (deserialize_plan(*text, cached.get()) && load_cached_kernels(cached.get())) {
+        cached->from_plan_cache = true;
+        cached->fusion_ms = ms_since(t0);
+        return cached;
+      }
+      plan->graph = std::move(cached->graph);
+    }
+  }
   RooflineCostModel cost(on_cuda ? cuda_gpu_description() : host_cpu_description());
   plan->fusion = plan_fusion(*plan->graph, cost, target.enable_fusion && !opt.is_disabled("fusion"));
   plan->fusion_ms = ms_since(t0);
+  plan->fusion_text = explain_plan(plan->fusion);
+  plan->num_groups = static_cast<int>(plan->fusion.groups.size());
   if (opt.dumps("plan")) std::fprintf(stderr, "== fusion plan ==\n%s", explain_plan(plan->fusion).c_str());
 
   t0 = std::chrono::steady_clock::now();
@@ -144,13 +281,17 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     for (const Value* v : reads) last_use[v->id()] = static_cast<int>(i);
   }
   for (const Value* o : plan->graph->outputs()) last_use[o->id()] = -1;
+  for (const auto& k : plan->kernels) plan->group_ops.push_back(static_cast<int>(plan->fusion.groups.at(k.spec.group).nodes.size()));
   for (size_t id = 0; id < last_use.size(); ++id)
     if (last_use[id] >= 0) plan->steps[last_use[id]].release.push_back(static_cast<int>(id));
+  // Plans whose kernels all compiled go into the plan cache.
+  if (!plan_key.empty() && plan->fallback_groups.empty()) KernelsCache::instance().put(plan_key, serialize_plan(*plan));
   return plan;
 }
 
 std::string ExecutablePlan::explain() const {
-  std::string s = explain_plan(fusion);
+  std::string s = fusion_text;
+  if (from_plan_cache) s += "(plan from the plan cache: fusion and code generation skipped)\n";
   for (const auto& f : fallback_groups) s += "fallback: " + f + " failed to compile and runs through ATen\n";
   for (const auto& k : kernels) {
     if (k.spec.device != Device::kCUDA) continue;
@@ -162,10 +303,13 @@ std::string ExecutablePlan::explain() const {
                        info->shared_bytes, info->stack_bytes, info->spill_stores, info->spill_loads);
     s += "\n";
   }
-  s += fmt::format("{} kernel{}, {} fused op{}, {} ATen step{}; fusion {:.2f} ms, codegen {:.2f} ms, compile {:.1f} ms\n",
-                   kernels.size(), kernels.size() == 1 ? "" : "s", fused_ops, fused_ops == 1 ? "" : "s",
-                   steps.size() - kernels.size(), steps.size() - kernels.size() == 1 ? "" : "s", fusion_ms, codegen_ms,
-                   compile_ms);
+  s += fmt::format("{} kernel{}, {} fused op{}, {} ATen step{}; ", kernels.size(), kernels.size() == 1 ? "" : "s",
+                   fused_ops, fused_ops == 1 ? "" : "s", steps.size() - kernels.size(),
+                   steps.size() - kernels.size() == 1 ? "" : "s");
+  if (from_plan_cache)
+    s += fmt::format("plan cache {:.2f} ms (lookup and kernels loaded)\n", fusion_ms);
+  else
+    s += fmt::format("fusion {:.2f} ms, codegen {:.2f} ms, compile {:.1f} ms\n", fusion_ms, codegen_ms, compile_ms);
   return s;
 }
 

@@ -49,6 +49,10 @@ struct ExecutablePlan {
   std::vector<std::string> fallback_groups;  // groups run through ATen because compiling failed
   std::map<std::string, int> aten_ops;       // schema -> count of nodes run through ATen per call
   int fused_ops = 0;               // nodes inside kernels
+  int num_groups = 0;              // fusion groups
+  std::vector<int> group_ops;      // nodes per kernel, by kernel index
+  std::string fusion_text;         // explain_plan of the fusion plan
+  bool from_plan_cache = false;    // fusion and code generation were skipped (the plan cache had it)
   double codegen_ms = 0, compile_ms = 0, fusion_ms = 0;
 
   std::string explain() const;
@@ -72,7 +76,11 @@ struct PlanTarget {
   bool compile = true;
 };
 
-// Builds the plan from a verified graph.
+// Builds the plan from a verified graph. Plans of the JIT path (compile, no given arch) are kept in the
+// on-disk kernel cache too, keyed by the printed graph, the options that shape the plan, the target and
+// the library's build: a warm start with the same graph skips fusion and code generation
+// (`from_plan_cache`). `fusion` is empty for such plans; `fusion_text`, `num_groups` and `group_ops` hold
+// what is shown of it.
 std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target = {});
 
 }  // namespace fusion_jit

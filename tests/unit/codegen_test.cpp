@@ -9,6 +9,10 @@
 #include "codegen/cpu_printer.h"
 #include "compile/host_compiler.h"
 #include "runtime/cpu_launch.h"
+#include "runtime/plan.h"
+
+#include <ctime>
+#include <unistd.h>
 #include "support/error.h"
 
 namespace fusion_jit {
@@ -173,6 +177,43 @@ TEST(Codegen, CompilerErrorCarriesTheLog) {
     EXPECT_NE(std::string(e.what()).find("host compiler failed"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("error"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+// The plan cache: a second build of the same graph takes the plan from the kernel cache (no fusion, no
+// code generation) and computes the same results. A graph of its own (a unique literal), so that the
+// first build is a miss in any cache.
+TEST(PlanCache, ASecondBuildOfAGraphSkipsFusionAndCodegenAndComputesTheSame) {
+  const std::string salt = std::to_string(::getpid()) + "." + std::to_string(std::time(nullptr));
+  const std::string ir = "graph(%0 : f32[3,5], %1 : f32[5]):\n"
+                         "  %2 : f32[3,5] = aten::add.Tensor(%0, %1, 1)\n"
+                         "  %3 : f32[3,5] = aten::mul.Scalar(%2, 0.5)\n"
+                         "  %4 : f32[3,5] = aten::add.Scalar(%3, " + salt + ", 1)\n"
+                         "  return (%4)\n";
+  auto run = [&](const ExecutablePlan& p) {
+    std::vector<float> x(15), bias(5), out(15);
+    for (int i = 0; i < 15; ++i) x[i] = static_cast<float>(i) * 0.3f - 2.0f;
+    for (int j = 0; j < 5; ++j) bias[j] = static_cast<float>(j) * 0.25f;
+    EXPECT_EQ(p.kernels.size(), 1u);
+    void* bufs[] = {x.data(), bias.data(), out.data()};
+    p.kernels.at(0).fn(bufs, 0, 15);
+    return out;
+  };
+  auto first = build_plan(parse_graph(ir));
+  EXPECT_FALSE(first->from_plan_cache);
+  auto second = build_plan(parse_graph(ir));
+  ASSERT_TRUE(second->from_plan_cache) << "the plan was not found in the cache";
+  EXPECT_TRUE(second->fusion.groups.empty()) << "no fusion ran";
+  EXPECT_EQ(second->source, first->source);
+  EXPECT_EQ(second->num_groups, 1);
+  EXPECT_EQ(second->fused_ops, 3);
+  EXPECT_NE(second->explain().find("plan from the plan cache"), std::string::npos);
+  EXPECT_EQ(run(*second), run(*first));
 }
 
 }  // namespace
