@@ -126,7 +126,7 @@ void* CompiledLibrary::symbol(const std::string& name) const {
 }
 
 std::string host_compile_flags() {
-  return "-std=c++17 -O3 -march=native -shared -fPIC -fopenmp-simd -fno-math-errno -fno-trapping-math -fwrapv "
+  return "-std=c++17 -O3 -march=native -shared -fPIC -fopenmp-simd -fno-math-errno -fwrapv "
          "-fno-semantic-interposition";
 }
 

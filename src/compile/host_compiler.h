@@ -3,9 +3,11 @@
 // Compiled libraries are kept in memory, and their shared objects in the on-disk kernel cache
 // (kernels_cache/), by the SHA-256 of source, compiler identity (path, version, binary fingerprint),
 // flags and the host CPU's ISA: the same source is compiled once per process, and a restarted process
-// loads it from disk (through a memfd) without a compiler. Compiler flags keep IEEE semantics (no -ffast-math): -fno-math-errno and
-// -fno-trapping-math change no result, -fopenmp-simd enables the `omp simd` loops and the libmvec
-// declarations of the prelude, -fwrapv gives integers torch's wrap-around.
+// loads it from disk (through a memfd) without a compiler. Compiler flags keep IEEE semantics (no
+// -ffast-math): -fno-math-errno changes no result, -fopenmp-simd enables the `omp simd` loops and the
+// libmvec declarations of the prelude, -fwrapv gives integers torch's wrap-around. Not
+// -fno-trapping-math: with it GCC folds (float)(int64_t)x into truncf(x), which turns -0.5 into -0.0
+// where the integer round trip gives +0.0 (found by the fuzzer: 1 / x then flips from +inf to -inf).
 #pragma once
 
 #include <cstdint>
