@@ -273,6 +273,7 @@ def _():
         assert p.returncode == 0, (name, p.stderr)
         j = json.loads(p.stdout)
         assert j["check"] == "pass" and j["kernels"] > 0 and j["compiler_invocations"] == 0, j
+        assert j["cache"]["hits"] >= 2 and j["cache"]["misses"] == 0, j  # the plan and its kernels
         p = subprocess.run([CLI, "explain", DEMO[name], "--input", *specs], capture_output=True, text=True, env=warm)
         assert p.returncode == 0 and "plan from the plan cache" in p.stdout, p.stdout
         a, b = torch.load(out_cold), torch.load(out_warm)

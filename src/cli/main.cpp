@@ -440,6 +440,9 @@ int run(const Args& a) {
     j["eager_first_ms"] = eager_first_ms;  // eager's first call in this process
     j["first_call_ms"] = first_ms;         // the fused first call: capture, plan (or cache), run
     j["compiler_invocations"] = fj::host_compile_stats().compiles + fj::nvrtc_stats().compiles;
+    const fj::CacheStats cs = fj::KernelsCache::instance().stats();
+    j["cache"] = {{"hits", cs.hits}, {"misses", cs.misses}, {"corrupt", cs.corrupt}, {"evictions", cs.evictions},
+                  {"bytes_read", cs.bytes_read}, {"bytes_written", cs.bytes_written}};
     j["eager_fallback"] = plan ? nlohmann::json(nullptr) : nlohmann::json(first_line(fused.explain(inputs)));
     std::cout << j.dump() << "\n";
   } else {

@@ -240,6 +240,31 @@ TEST(KernelsCache, AProcessKilledWhileHoldingTheLockOrWritingLeavesTheCacheWorki
   EXPECT_EQ(*c.get(k), payload(7));
 }
 
+TEST(KernelsCache, WritersKilledMidWriteNeverLeaveAPartialEntry) {
+  const std::string dir = temp_dir();
+  const std::string big = payload(9, 8 << 20);
+  for (int round = 0; round < 5; ++round) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      KernelsCache c(dir, 1LL << 32);
+      for (int i = 0;; ++i) c.put(key_of(300 + i % 7), big);  // until killed
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + 17 * round));
+    ::kill(pid, SIGKILL);
+    EXPECT_EQ(wait_child(pid), 128 + SIGKILL);
+  }
+  KernelsCache c(dir, 1LL << 32);
+  for (const auto& e : c.list(true)) EXPECT_TRUE(e.valid) << e.path << " is a partial entry";
+  for (int i = 0; i < 7; ++i) {
+    auto got = c.get(key_of(300 + i));
+    if (got) {
+      EXPECT_EQ(*got, big);
+    }
+    EXPECT_EQ(c.get_or_make(key_of(300 + i), [&] { return big; }), big);
+  }
+  EXPECT_EQ(c.stats().corrupt, 0);
+}
+
 // Runs `body` in a child with a private mount namespace after `setup` (mounts); 77: cannot unshare.
 int in_mount_namespace(const std::function<bool()>& setup, const std::function<bool()>& body) {
   pid_t pid = ::fork();
