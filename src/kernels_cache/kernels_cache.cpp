@@ -161,7 +161,9 @@ bool KernelsCache::writable() const {
   return writable_;
 }
 
-std::optional<std::string> KernelsCache::get(const std::string& key) {
+std::optional<std::string> KernelsCache::get(const std::string& key) { return lookup(key, true); }
+
+std::optional<std::string> KernelsCache::lookup(const std::string& key, bool count_miss) {
   const std::string path = entry_path(key);
   struct stat st{};
   auto data = read_file(path, &st);
@@ -169,12 +171,12 @@ std::optional<std::string> KernelsCache::get(const std::string& key) {
   if (data) payload = unframe(*data, key);
   std::lock_guard<std::mutex> g(mu_);
   if (!data) {
-    stats_.misses++;
+    stats_.misses += count_miss;
     return std::nullopt;
   }
   if (!payload) {
     stats_.corrupt++;
-    stats_.misses++;
+    stats_.misses += count_miss;
     // Remove it unless another process has renamed a new entry into place meanwhile.
     struct stat now{};
     if (::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino) ::unlink(path.c_str());
@@ -216,7 +218,7 @@ void KernelsCache::put(const std::string& key, const std::string& payload) {
 
 std::string KernelsCache::get_or_make(const std::string& key, const std::function<std::string()>& make, bool* made) {
   if (made) *made = false;
-  if (auto p = get(key)) return *p;
+  if (auto p = lookup(key, false)) return *p;
   // One producer per key: the key's lock, held while making; waiters poll it, then read the entry.
   const std::string path = entry_path(key);
   const std::string lock_path = path.substr(0, path.size() - 4) + ".lock";
@@ -225,9 +227,7 @@ std::string KernelsCache::get_or_make(const std::string& key, const std::functio
     fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd >= 0) {
     auto t0 = std::chrono::steady_clock::now();
-    bool waited = false;
     while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      waited = true;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > kLockWaitSeconds) {
         log_warn("kernel cache: {} held for over {:.0f} s; compiling without it", lock_path, kLockWaitSeconds);
         ::close(fd);
@@ -236,24 +236,19 @@ std::string KernelsCache::get_or_make(const std::string& key, const std::functio
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    if (waited && fd >= 0) {
-      // Another process made it meanwhile (or failed: then this one makes it).
-      std::optional<std::string> p;
-      {
-        const std::string p_path = entry_path(key);
-        struct stat st{};
-        auto data = read_file(p_path, &st);
-        if (data) p = unframe(*data, key);
-      }
-      if (p) {
-        std::lock_guard<std::mutex> g(mu_);
-        stats_.hits++;
-        stats_.misses--;  // the first look was not a miss after all
+    // Another process may have made it between the first look and the lock (or failed: then this one
+    // makes it).
+    if (fd >= 0) {
+      if (auto p = lookup(key, false)) {
         ::flock(fd, LOCK_UN);
         ::close(fd);
         return *p;
       }
     }
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stats_.misses++;
   }
   struct Unlock {
     int fd;

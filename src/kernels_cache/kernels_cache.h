@@ -77,6 +77,8 @@ class KernelsCache {
 
  private:
   std::string entry_path(const std::string& key) const;
+  // get(), counting a miss only when `count_miss` (get_or_make counts one miss per made entry).
+  std::optional<std::string> lookup(const std::string& key, bool count_miss);
   bool ensure_dir(const std::string& path);
   void note_write_failure(const std::string& what);
   void maybe_evict(int64_t added);

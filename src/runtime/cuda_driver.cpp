@@ -25,6 +25,12 @@ constexpr int kAttrComputeCapabilityMajor = 75;
 constexpr int kAttrComputeCapabilityMinor = 76;
 constexpr int kCudaVersion = 12000;  // the ABI version of the entry points asked for
 
+// What launches need of a device, found once: its primary context (retained for the process) and SM count.
+struct DeviceState {
+  CUcontext ctx = nullptr;
+  int sm_count = 1;
+};
+
 struct Driver {
   void* handle = nullptr;
   std::string error;
@@ -42,7 +48,7 @@ struct Driver {
                            CUstream, void**, void**) = nullptr;
   CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
   std::mutex mu;
-  std::map<int, CUcontext> contexts;   // primary contexts retained, by device
+  std::map<int, DeviceState> states;  // by device (device_state)
   std::map<int, CudaDeviceInfo> infos;
 };
 
@@ -109,22 +115,23 @@ void check(Driver& d, CUresult r, const std::string& what) {
   FJ_CHECK(false, "CUDA driver: {} failed: {} (error {})", what, msg ? msg : "unknown error", r);
 }
 
-// Makes the device's primary context current on this thread (retaining it once per process).
-void make_current(Driver& d, int device) {
-  CUcontext ctx = nullptr;
-  {
-    std::lock_guard<std::mutex> g(d.mu);
-    auto it = d.contexts.find(device);
-    if (it == d.contexts.end()) {
-      CUdevice dev = 0;
-      check(d, d.DeviceGet(&dev, device), fmt::format("cuDeviceGet({})", device));
-      check(d, d.DevicePrimaryCtxRetain(&ctx, dev), fmt::format("retaining the primary context of cuda:{}", device));
-      d.contexts[device] = ctx;
-    } else {
-      ctx = it->second;
-    }
-  }
-  check(d, d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
+const DeviceState& device_state(Driver& d, int device) {
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.states.find(device);
+  if (it != d.states.end()) return it->second;
+  CUdevice dev = 0;
+  DeviceState st;
+  check(d, d.DeviceGet(&dev, device), fmt::format("cuDeviceGet({})", device));
+  check(d, d.DevicePrimaryCtxRetain(&st.ctx, dev), fmt::format("retaining the primary context of cuda:{}", device));
+  check(d, d.DeviceGetAttribute(&st.sm_count, kAttrMultiprocessorCount, dev), "cuDeviceGetAttribute");
+  return d.states.emplace(device, st).first->second;
+}
+
+// Makes the device's primary context current on this thread.
+const DeviceState& make_current(Driver& d, int device) {
+  const DeviceState& st = device_state(d, device);
+  check(d, d.CtxSetCurrent(st.ctx), "cuCtxSetCurrent");
+  return st;
 }
 
 }  // namespace
@@ -180,11 +187,10 @@ void* CudaModule::function(const std::string& name) const {
 void cuda_launch(void* function, int device, int64_t work_items, void** args, CudaStream stream) {
   if (work_items <= 0) return;
   Driver& d = checked();
-  const CudaDeviceInfo info = cuda_device_info(device);
-  make_current(d, device);
+  const DeviceState& st = make_current(d, device);
   const int64_t per_sm = 2048 / kCudaBlockSize;  // one full wave of resident threads
   int64_t blocks = (work_items + kCudaBlockSize - 1) / kCudaBlockSize;
-  blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, per_sm * std::max(1, info.sm_count)));
+  blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, per_sm * std::max(1, st.sm_count)));
   check(d,
         d.LaunchKernel(static_cast<CUfunction>(function), static_cast<unsigned>(blocks), 1, 1, kCudaBlockSize, 1, 1,
                        0, static_cast<CUstream>(stream), args, nullptr),

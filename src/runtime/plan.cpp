@@ -158,15 +158,19 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   auto t0 = std::chrono::steady_clock::now();
   int cuda_index = 0;
   const bool on_cuda = graph_on_cuda(*plan->graph, &cuda_index);
+  // The architecture of the graph's GPU, asked of the driver once (throws without one).
+  std::string device_arch;
+  auto arch_of_device = [&]() -> const std::string& {
+    if (device_arch.empty()) {
+      CudaDeviceInfo info = cuda_device_info(cuda_index);
+      device_arch = cuda_arch_for(info.major, info.minor);
+    }
+    return device_arch;
+  };
   // The plan cache: the JIT path only (AOT plans and tools set an arch or skip compiling).
   std::string plan_key;
   if (target.compile && target.cuda_arch.empty() && !opt.is_disabled("cache")) {
-    std::string arch;
-    if (on_cuda && cuda_driver_available()) {
-      CudaDeviceInfo info = cuda_device_info(cuda_index);
-      arch = cuda_arch_for(info.major, info.minor);
-    }
-    plan_key = plan_cache_key(*plan->graph, target, arch);
+    plan_key = plan_cache_key(*plan->graph, target, on_cuda && cuda_driver_available() ? arch_of_device() : "");
     if (auto text = KernelsCache::instance().get(plan_key)) {
       auto cached = std::make_unique<ExecutablePlan>();
       cached->graph = std::move(plan->graph);
@@ -242,11 +246,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     }
   }
   if (compile_or_fall_back(cuda_specs, "CUDA", [&] {
-        plan->cuda_arch = target.cuda_arch;
-        if (plan->cuda_arch.empty()) {
-          CudaDeviceInfo info = cuda_device_info(cuda_index);
-          plan->cuda_arch = cuda_arch_for(info.major, info.minor);
-        }
+        plan->cuda_arch = target.cuda_arch.empty() ? arch_of_device() : target.cuda_arch;
         plan->cuda_binary = compile_cuda_source(plan->cuda_source, plan->cuda_arch);
         plan->compile_ms += plan->cuda_binary->compile_ms;
       })) {
