@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 namespace fusion_jit {
 namespace {
 
@@ -81,12 +83,219 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   s += "    }\n    i += n;\n  }\n}\n";
 }
 
+// Note [CPU reduction schedule]
+// Rows run in parallel over threads (the launch splits [0, rows)); each thread walks its rows one by one,
+// so a row stays in its core's caches between passes. A pass with accumulators runs its loop in vectors of
+// W lanes (16 for 4-byte accumulators, 8 for 8-byte ones), each lane with accumulators of its own; sums and
+// products also restart per chunk of 4096 elements and add the chunk's lanes into the row's, so rounding
+// error grows with (chunk / W + row / chunk), not with the row's length. Lanes merge pairwise at the end
+// (Welford's by Chan's formula). The elements past the last whole vector go to lane 0.
+void print_reduction_kernel(const KernelSpec& k, std::string& s) {
+  const char* I = k.index32 ? "int32_t" : "int64_t";
+  const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
+  size_t first_out = 0;
+  while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
+  s += fmt::format("\n// group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
+  for (size_t d = 0; d < nd; ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
+  s += fmt::format("], {} passes, {} offsets\n", k.passes.size(), I);
+  s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
+  s += fmt::format("  typedef {} I;\n", I);
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const auto& kb = k.buffers[b];
+    std::string ty = storage_type(kb.dtype);
+    if (kb.is_output) s += fmt::format("  {0}* __restrict__ p{1} = ({0}*)buf[{1}];\n", ty, b);
+    else s += fmt::format("  const {0}* __restrict__ p{1} = (const {0}*)buf[{1}];\n", ty, b);
+  }
+  for (const auto& [var, ty] : k.scratch)
+    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", ty, var, k.row_len);
+  s += "  for (int64_t row_ = begin_; row_ < end_; ++row_) {\n";
+  s += "    I r_ = (I)row_, c_;\n";
+  for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
+  for (size_t d = kd; d-- > 0;) {
+    if (d > 0) s += fmt::format("    c_ = r_ % {0}; r_ /= {0};\n", k.sizes[d]);
+    else s += "    c_ = r_;\n";
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      if (k.buffers[b].strides[d] != 0) s += fmt::format("    roff{} += c_ * {};\n", b, k.buffers[b].strides[d]);
+  }
+  s += "    (void)c_;\n";
+  // Row bases: indexing them by the loop variables keeps the accesses linear for the vectorizer
+  // (`roff + j + l` in a wrapping int32 is not).
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    s += fmt::format("    {0}{1}* __restrict__ q{2} = p{2} + roff{2};\n", k.buffers[b].is_output ? "" : "const ",
+                     storage_type(k.buffers[b].dtype), b);
+  auto ctype = [](DType t) { return std::string(is_reduced_float(t) ? "float" : dtype_c_type(t)); };
+  auto scratch_type = [&](const std::string& var) {
+    for (const auto& [v, ty] : k.scratch)
+      if (v == var) return ty;
+    return std::string("float");
+  };
+  for (int b : k.row_loads)
+    s += fmt::format("    const {} b{} = {};\n", ctype(k.buffers[b].dtype), b,
+                     load_expr(k.buffers[b].dtype, fmt::format("q{0}[0]", b)));
+  for (const auto& line : k.row_prologue) s += "    " + line + "\n";
+  // Offsets of element e_ of the row, per buffer: `eoff<b>`.
+  auto element_offsets = [&](const std::string& ind) {
+    std::string t;
+    if (nd - kd == 1) return t;
+    t += ind + "I q_ = e_, d_;\n";
+    for (size_t b = 0; b < k.buffers.size(); ++b) t += fmt::format("{}I eoff{} = 0;\n", ind, b);
+    for (size_t d = nd; d-- > kd;) {
+      if (d > kd) t += fmt::format("{0}d_ = q_ % {1}; q_ /= {1};\n", ind, k.sizes[d]);
+      else t += ind + "d_ = q_;\n";
+      for (size_t b = 0; b < k.buffers.size(); ++b)
+        if (k.buffers[b].strides[d] != 0) t += fmt::format("{}eoff{} += d_ * {};\n", ind, b, k.buffers[b].strides[d]);
+    }
+    return t;
+  };
+  // Element e of the row in buffer b: `ref(b)`; in the vector loop, lane l_ of the vector at j_ (whose
+  // bases `v<b>` are set before the loop).
+  bool in_vector = false;
+  auto ref = [&](size_t b) {
+    if (nd - kd != 1) return fmt::format("q{0}[eoff{0}]", b);
+    int64_t st = k.buffers[b].strides[nd - 1];
+    if (st == 0) return fmt::format("q{}[0]", b);
+    return in_vector ? fmt::format("v{}[{}]", b, index_expr("l_", st)) : fmt::format("q{}[{}]", b, index_expr("e_", st));
+  };
+  int acc_base = 0;
+  for (const auto& pass : k.passes) {
+    const size_t na = pass.accs.size();
+    int width = 16;
+    for (const auto& a : pass.accs)
+      if (a.type == "double" || a.type == "int64_t") width = 8;
+    auto body = [&](const std::string& ind) {
+      std::string t = element_offsets(ind);
+      for (int b : pass.loads)
+        t += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b,
+                         load_expr(k.buffers[b].dtype, ref(b)));
+      auto scratch = [&](const std::string& var) {
+        return in_vector ? fmt::format("sv_{}[l_]", var) : fmt::format("st_{}[e_]", var);
+      };
+      for (const auto& var : pass.stash_in)
+        t += fmt::format("{}const {} {} = {};\n", ind, scratch_type(var), var, scratch(var));
+      for (const auto& line : pass.body) t += ind + line + "\n";
+      for (const auto& var : pass.stash_out) t += fmt::format("{}{} = {};\n", ind, scratch(var), var);
+      for (size_t i = 0; i < na; ++i) {
+        const auto& a = pass.accs[i];
+        if (a.kind == "sum") t += fmt::format("{}s{}[l_] += {};\n", ind, i, a.input);
+        else if (a.kind == "prod") t += fmt::format("{}s{}[l_] *= {};\n", ind, i, a.input);
+        else if (a.kind == "max" || a.kind == "min")
+          t += fmt::format("{0}a{1}[l_] = fj_red_{2}(a{1}[l_], {3});\n", ind, i, a.kind, a.input);
+        else if (in_vector)  // every lane has seen wc<i> elements: one reciprocal per vector
+          t += fmt::format("{0}{{ const {1} x_ = {2}; const {1} d_ = x_ - wm{3}[l_]; "
+                           "wm{3}[l_] += d_ * wi{3}; wq{3}[l_] += d_ * (x_ - wm{3}[l_]); }}\n",
+                           ind, a.type, a.input, i);
+        else  // the elements past the last whole vector
+          t += fmt::format("{0}{{ const {1} x_ = {2}; tn{3} += ({1})1; const {1} d_ = x_ - tm{3}; "
+                           "tm{3} += d_ / tn{3}; tq{3} += d_ * (x_ - tm{3}); }}\n",
+                           ind, a.type, a.input, i);
+      }
+      for (const auto& [b, var] : pass.stores)
+        t += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
+      return t;
+    };
+    s += fmt::format("    // pass {}\n", &pass - &k.passes[0]);
+    if (na == 0) {
+      s += fmt::format("#pragma omp simd\n    for (I e_ = 0; e_ < {}; ++e_) {{\n", k.row_len);
+      s += body("      ");
+      s += "    }\n";
+    } else {
+      for (size_t i = 0; i < na; ++i) {
+        const auto& a = pass.accs[i];
+        s += fmt::format("    {} acc{};\n", a.kind == "welford" ? "fj_wf<" + a.type + ">" : a.type, acc_base + i);
+      }
+      s += "    {\n";
+      for (size_t i = 0; i < na; ++i) {
+        const auto& a = pass.accs[i];
+        std::string id = reduction_identity(a.kind, a.type);
+        if (a.kind == "welford")
+          s += fmt::format("      {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0, tm{1} = 0, tq{1} = 0, tn{1} = 0;\n"
+                           "      for (int l_ = 0; l_ < {2}; ++l_) wm{1}[l_] = wq{1}[l_] = ({0})0;\n",
+                           a.type, i, width);
+        else
+          s += fmt::format("      {0} a{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) a{1}[l_] = {3};\n", a.type, i,
+                           width, id);
+      }
+      s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += 4096) {{\n", k.row_len);
+      s += fmt::format("        const I je_ = {0} - j0_ < 4096 ? {0} : j0_ + 4096;\n", k.row_len);
+      for (size_t i = 0; i < na; ++i) {
+        const auto& a = pass.accs[i];
+        if (a.kind == "sum" || a.kind == "prod")
+          s += fmt::format("        {0} s{1}[{2}];\n        for (int l_ = 0; l_ < {2}; ++l_) s{1}[l_] = {3};\n",
+                           a.type, i, width, reduction_identity(a.kind, a.type));
+      }
+      s += fmt::format("        I j_ = j0_;\n        for (; j_ + {0} <= je_; j_ += {0}) {{\n", width);
+      if (nd - kd == 1) {
+        std::set<int> used(pass.loads.begin(), pass.loads.end());
+        for (const auto& st : pass.stores) used.insert(st.first);
+      for (int b : used)
+          if (k.buffers[b].strides[nd - 1] != 0)
+            s += fmt::format("          {0}{1}* __restrict__ v{2} = q{2} + (int64_t)j_ * {3};\n",
+                             k.buffers[b].is_output ? "" : "const ", storage_type(k.buffers[b].dtype), b,
+                             k.buffers[b].strides[nd - 1]);
+      }
+      for (const auto& var : pass.stash_in)
+        s += fmt::format("          const {0}* __restrict__ sv_{1} = st_{1} + j_;\n", scratch_type(var), var);
+      for (const auto& var : pass.stash_out)
+        s += fmt::format("          {0}* __restrict__ sv_{1} = st_{1} + j_;\n", scratch_type(var), var);
+      for (size_t i = 0; i < na; ++i)
+        if (pass.accs[i].kind == "welford")
+          s += fmt::format("          wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, pass.accs[i].type);
+      s += fmt::format("#pragma omp simd\n          for (int l_ = 0; l_ < {}; ++l_) {{\n", width);
+      s += "            const I e_ = j_ + l_;\n            (void)e_;\n";
+      in_vector = true;
+      s += body("            ");
+      in_vector = false;
+      s += "          }\n        }\n";
+      s += "        for (; j_ < je_; ++j_) {\n          const int l_ = 0;\n          const I e_ = j_;\n";
+      s += body("          ");
+      s += "        }\n";
+      for (size_t i = 0; i < na; ++i) {
+        const auto& a = pass.accs[i];
+        if (a.kind == "sum" || a.kind == "prod")
+          s += fmt::format("        for (int l_ = 0; l_ < {0}; ++l_) a{1}[l_] {2}= s{1}[l_];\n", width, i,
+                           a.kind == "sum" ? "+" : "*");
+      }
+      s += "      }\n";
+      for (size_t i = 0; i < na; ++i) {
+        const auto& a = pass.accs[i];
+        int idx = acc_base + static_cast<int>(i);
+        if (a.kind == "welford") {
+          s += fmt::format("      acc{0}.mean = tm{1}; acc{0}.m2 = tq{1}; acc{0}.n = tn{1};\n", idx, i);
+          s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) {{ fj_wf<{1}> w_; w_.mean = wm{2}[l_]; "
+                           "w_.m2 = wq{2}[l_]; w_.n = wc{2}; acc{3} = fj_wf_merge(acc{3}, w_); }}\n",
+                           width, a.type, i, idx);
+        } else {
+          const char* op = a.kind == "sum" ? "a{0}[l_] + a{0}[l_ + w_]"
+                           : a.kind == "prod" ? "a{0}[l_] * a{0}[l_ + w_]"
+                                              : nullptr;
+          std::string merge = op ? fmt::format(fmt::runtime(op), i)
+                                 : fmt::format("fj_red_{0}(a{1}[l_], a{1}[l_ + w_])", a.kind, i);
+          s += fmt::format("      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n        for (int l_ = 0; l_ < w_; ++l_) "
+                           "a{1}[l_] = {2};\n      acc{3} = a{1}[0];\n",
+                           width, i, merge, idx);
+        }
+      }
+      s += "    }\n";
+      acc_base += static_cast<int>(na);
+    }
+    for (const auto& line : pass.after) s += "    " + line + "\n";
+  }
+  for (const auto& [b, var] : k.row_stores)
+    s += fmt::format("    q{0}[0] = {1};\n", b, store_expr(k.buffers[b].dtype, var));
+  s += "  }\n";
+  for (const auto& sc : k.scratch) s += fmt::format("  free(st_{});\n", sc.first);
+  s += "}\n";
+}
+
 }  // namespace
 
 std::string print_cpu_source(const std::vector<KernelSpec>& kernels) {
   std::string s = "// Generated by fusion_jit: CPU kernels of one plan.\n";
   s += kPrelude;
-  for (const auto& k : kernels) print_kernel(k, s);
+  for (const auto& k : kernels) {
+    if (k.is_reduction()) print_reduction_kernel(k, s);
+    else print_kernel(k, s);
+  }
   return s;
 }
 

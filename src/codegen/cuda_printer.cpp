@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 namespace fusion_jit {
 namespace {
@@ -15,6 +17,9 @@ const char* kHalfPrelude =
     ;
 const char* kCommonPrelude =
 #include "codegen/common_prelude.inc"
+    ;
+const char* kReducePrelude =
+#include "codegen/cuda_prelude_reduce.inc"
     ;
 // 128-bit (or narrower) vectors of N elements, aligned to their size.
 const char* kVector = "template <class T, int N> struct alignas(sizeof(T) * N) fj_vec { T v[N]; };\n";
@@ -31,8 +36,11 @@ std::string compute_type(DType t) { return is_reduced_float(t) ? "float" : dtype
 bool uses_reduced_floats(const KernelSpec& k) {
   for (const auto& b : k.buffers)
     if (is_reduced_float(b.dtype)) return true;
-  for (const auto& line : k.body)
-    if (line.find("fj_round_") != std::string::npos) return true;
+  std::vector<const std::vector<std::string>*> parts = {&k.body, &k.row_prologue};
+  for (const auto& p : k.passes) parts.insert(parts.end(), {&p.body, &p.after});
+  for (const auto* part : parts)
+    for (const auto& line : *part)
+      if (line.find("fj_round_") != std::string::npos) return true;
   return false;
 }
 
@@ -165,9 +173,160 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   s += "  }\n}\n";
 }
 
+// Note [CUDA reduction schedule]
+// Blocks of 256 threads. A row gets TR threads (cuda_threads_per_row): a warp for rows of up to 512
+// elements (8 rows per block), the whole block otherwise; blocks walk the groups of rows grid-stride.
+// Thread t of a row handles elements t, t + TR, t + 2 TR, ... (coalesced when the reduced dim is the
+// innermost). When a thread has at most kCudaRowRegisters of them, the loops are unrolled and the row
+// stays in registers between passes: element buffers read by several passes are loaded once, and the
+// expensive values the builder keeps in scratch (softmax's exp) are kept in registers; longer rows are
+// read again in each pass (from L2). Each pass ends with fj_row_reduce of its accumulators, which gives
+// every thread of the row the result, so the `after` statements run redundantly in each thread; row
+// outputs are stored by the row's first thread. Reductions accumulate in float for float16/bfloat16.
+void print_reduction_kernel(const KernelSpec& k, std::string& s) {
+  const char* I = k.index32 ? "int" : "long long";
+  const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
+  const size_t fo = first_output(k);
+  const int tr = cuda_threads_per_row(k.row_len);
+  const int rb = kCudaBlockSize / tr;
+  const int64_t groups = (k.rows + rb - 1) / rb;
+  const bool regs = cuda_row_in_registers(k.row_len);
+  const int64_t K = cuda_elements_per_thread(k.row_len);
+  s += fmt::format("\n// group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
+  for (size_t d = 0; d < nd; ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
+  s += fmt::format("], {} passes, {} threads per row, {}\n", k.passes.size(), tr,
+                   regs ? fmt::format("{} elements per thread in registers", K) : std::string("rows read per pass"));
+  std::string params;
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const auto& kb = k.buffers[b];
+    params += params.empty() ? "" : ", ";
+    params += fmt::format("{}{}* __restrict__ p{}", kb.is_output ? "" : "const ", storage_type(kb.dtype), b);
+  }
+  s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n", kCudaBlockSize,
+                   kCudaMinBlocksPerSm, k.name, params);
+  s += fmt::format("  typedef {} I;\n", I);
+  s += fmt::format("  const int lane_ = threadIdx.x % {0}, sub_ = threadIdx.x / {0};\n", tr);
+  s += fmt::format("  for (long long g_ = blockIdx.x; g_ < {}LL; g_ += gridDim.x) {{\n", groups);
+  s += fmt::format("    const long long row_ = g_ * {} + sub_;\n", rb);
+  // With a warp per row, a warp past the last row has nothing to do (no block-wide barrier follows).
+  if (rb > 1) s += fmt::format("    if (row_ >= {}LL) continue;\n", k.rows);
+  s += "    I r_ = (I)row_, c_;\n";
+  for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
+  for (size_t d = kd; d-- > 0;) {
+    if (d > 0) s += fmt::format("    c_ = r_ % {0}; r_ /= {0};\n", k.sizes[d]);
+    else s += "    c_ = r_;\n";
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      if (k.buffers[b].strides[d] != 0) s += fmt::format("    roff{} += c_ * {};\n", b, k.buffers[b].strides[d]);
+  }
+  s += "    (void)c_;\n";
+  for (int b : k.row_loads)
+    s += fmt::format("    const {} b{} = {};\n", compute_type(k.buffers[b].dtype), b,
+                     load_expr(k.buffers[b].dtype, fmt::format("p{0}[roff{0}]", b)));
+  for (const auto& line : k.row_prologue) s += "    " + line + "\n";
+  // Registers: element buffers read by more than one pass, and the scratch values.
+  std::map<int, int> passes_reading;
+  for (const auto& pass : k.passes)
+    for (int b : pass.loads) passes_reading[b]++;
+  std::set<int> cached;
+  if (regs) {
+    for (auto& [b, n] : passes_reading)
+      if (n > 1) {
+        cached.insert(b);
+        s += fmt::format("    {} rc{}[{}];\n", compute_type(k.buffers[b].dtype), b, K);
+      }
+    for (const auto& [var, ty] : k.scratch) s += fmt::format("    {} sr_{}[{}];\n", ty, var, K);
+  }
+  std::set<int> loaded;  // cached buffers already in registers
+  auto ref = [&](size_t b) {
+    std::string off;
+    if (nd - kd == 1) {
+      int64_t st = k.buffers[b].strides[nd - 1];
+      off = st == 0 ? "" : st == 1 ? " + (I)e_" : fmt::format(" + (I)e_ * {}", st);
+    } else {
+      off = fmt::format(" + eoff{}", b);
+    }
+    return fmt::format("p{0}[roff{0}{1}]", b, off);
+  };
+  int acc_base = 0;
+  for (const auto& pass : k.passes) {
+    const size_t na = pass.accs.size();
+    s += fmt::format("    // pass {}\n", &pass - &k.passes[0]);
+    for (size_t i = 0; i < na; ++i) {
+      const auto& a = pass.accs[i];
+      if (a.kind == "welford")
+        s += fmt::format("    fj_wf<{0}> w{1}; w{1}.mean = w{1}.m2 = w{1}.n = ({0})0;\n", a.type, acc_base + i);
+      else
+        s += fmt::format("    {} a{} = {};\n", a.type, acc_base + i, reduction_identity(a.kind, a.type));
+    }
+    if (regs) s += fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n      if (e_ < {}LL) {{\n", K, tr, k.row_len);
+    else s += fmt::format("    for (long long e_ = lane_; e_ < {}LL; e_ += {}) {{\n      {{\n", k.row_len, tr);
+    const std::string ind = "        ";
+    if (nd - kd != 1) {
+      s += ind + "I q_ = (I)e_, d_;\n";
+      for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I eoff{} = 0;\n", ind, b);
+      for (size_t d = nd; d-- > kd;) {
+        if (d > kd) s += fmt::format("{0}d_ = q_ % {1}; q_ /= {1};\n", ind, k.sizes[d]);
+        else s += ind + "d_ = q_;\n";
+        for (size_t b = 0; b < k.buffers.size(); ++b)
+          if (k.buffers[b].strides[d] != 0) s += fmt::format("{}eoff{} += d_ * {};\n", ind, b, k.buffers[b].strides[d]);
+      }
+    }
+    for (int b : pass.loads) {
+      const std::string ty = compute_type(k.buffers[b].dtype);
+      if (cached.count(b) && loaded.count(b)) {
+        s += fmt::format("{}const {} b{} = rc{}[u_];\n", ind, ty, b, b);
+      } else {
+        s += fmt::format("{}const {} b{} = {};\n", ind, ty, b, load_expr(k.buffers[b].dtype, ref(b)));
+        if (cached.count(b)) s += fmt::format("{}rc{}[u_] = b{};\n", ind, b, b);
+      }
+    }
+    for (int b : pass.loads)
+      if (cached.count(b)) loaded.insert(b);
+    for (const auto& var : pass.stash_in) {
+      std::string ty = "float";
+      for (const auto& [v, t] : k.scratch)
+        if (v == var) ty = t;
+      s += fmt::format("{}const {} {} = sr_{}[u_];\n", ind, ty, var, var);
+    }
+    for (const auto& line : pass.body) s += ind + line + "\n";
+    for (const auto& var : pass.stash_out) s += fmt::format("{}sr_{}[u_] = {};\n", ind, var, var);
+    for (size_t i = 0; i < na; ++i) {
+      const auto& a = pass.accs[i];
+      const int j = acc_base + static_cast<int>(i);
+      if (a.kind == "sum") s += fmt::format("{}a{} += {};\n", ind, j, a.input);
+      else if (a.kind == "prod") s += fmt::format("{}a{} *= {};\n", ind, j, a.input);
+      else if (a.kind == "max" || a.kind == "min") s += fmt::format("{0}a{1} = fj_red_{2}(a{1}, {3});\n", ind, j, a.kind, a.input);
+      else
+        s += fmt::format("{0}{{ const {1} x_ = {2}; w{3}.n += ({1})1; const {1} d_ = x_ - w{3}.mean; "
+                         "w{3}.mean += d_ / w{3}.n; w{3}.m2 += d_ * (x_ - w{3}.mean); }}\n",
+                         ind, a.type, a.input, j);
+    }
+    for (const auto& [b, var] : pass.stores)
+      s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
+    s += "      }\n    }\n";
+    for (size_t i = 0; i < na; ++i) {
+      const auto& a = pass.accs[i];
+      std::string op = a.kind == "welford" ? "fj_op_welford" : "fj_op_" + a.kind;
+      std::string ty = a.kind == "welford" ? "fj_wf<" + a.type + ">" : a.type;
+      s += fmt::format("    const {} acc{} = fj_row_reduce<{}>({}{}, {}());\n", ty, acc_base + i, tr,
+                       a.kind == "welford" ? "w" : "a", acc_base + i, op);
+    }
+    acc_base += static_cast<int>(na);
+    for (const auto& line : pass.after) s += "    " + line + "\n";
+  }
+  if (!k.row_stores.empty()) {
+    s += "    if (lane_ == 0) {\n";
+    for (const auto& [b, var] : k.row_stores)
+      s += fmt::format("      p{0}[roff{0}] = {1};\n", b, store_expr(k.buffers[b].dtype, var));
+    s += "    }\n";
+  }
+  s += "  }\n}\n";
+}
+
 }  // namespace
 
 int cuda_vector_width(const KernelSpec& k) {
+  if (k.is_reduction()) return 1;
   size_t nd = k.sizes.size();
   int64_t widest = 0;
   for (const auto& b : k.buffers) {
@@ -191,6 +350,10 @@ int cuda_vector_width(const KernelSpec& k) {
 }
 
 int64_t cuda_work_items(const KernelSpec& k) {
+  if (k.is_reduction()) {  // one block per group of rows
+    const int rb = kCudaBlockSize / cuda_threads_per_row(k.row_len);
+    return (k.rows + rb - 1) / rb * kCudaBlockSize;
+  }
   int vec = cuda_vector_width(k);
   return (k.numel + vec - 1) / vec;
 }
@@ -202,8 +365,14 @@ std::string print_cuda_source(const std::vector<KernelSpec>& kernels) {
   for (const auto& k : kernels) half = half || uses_reduced_floats(k);
   if (half) s += kHalfPrelude;
   s += kCommonPrelude;
+  bool reductions = false;
+  for (const auto& k : kernels) reductions = reductions || k.is_reduction();
+  if (reductions) s += kReducePrelude;
   s += kVector;
-  for (const auto& k : kernels) print_kernel(k, s);
+  for (const auto& k : kernels) {
+    if (k.is_reduction()) print_reduction_kernel(k, s);
+    else print_kernel(k, s);
+  }
   return s;
 }
 

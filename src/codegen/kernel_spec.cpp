@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "ir/op_table.h"
 #include "support/error.h"
@@ -98,6 +99,9 @@ const char* round_fn(DType t) {
   return planted_bugs_for_tests().bf16_truncates ? "fj_round_bf16_trunc" : "fj_round_bf16";
 }
 
+// Bytes of scratch rows a reduction kernel may use per thread (about a core's L2 share).
+constexpr int64_t kScratchRowBytes = 256 * 1024;
+
 class Builder {
  public:
   explicit Builder(const FusionGroup& g) : g_(g) {}
@@ -107,6 +111,7 @@ class Builder {
     spec_.group = g_.id;
     spec_.device = group_device(g_);
     std::set<const Node*> members(g_.nodes.begin(), g_.nodes.end());
+    if (g_.reduction) return build_reduction(members);
     for (const Node* n : g_.nodes) emit_node(*n, members);
     for (const Value* o : g_.outputs) {
       KernelBuffer b;
@@ -124,14 +129,29 @@ class Builder {
  private:
   // The variable holding a tensor argument, loading it from a buffer when it comes from outside.
   std::string arg_var(const Value* v, const std::set<const Node*>& members, bool channel) {
-    if (v->producer() && members.count(v->producer()) && !channel) return var_.at(v);
-    auto key = std::make_pair(v, channel);
+    if (v->producer() && members.count(v->producer()) && !channel) {
+      deps_vals_.insert(v);
+      return var_.at(v);
+    }
+    auto key = std::make_tuple(v, channel, frame_);
     auto it = loads_.find(key);
-    if (it != loads_.end()) return it->second;
+    if (it != loads_.end()) {
+      if (g_.reduction) deps_bufs_.insert(buffer_index_.at(it->second));
+      return it->second;
+    }
     const TensorType& t = v->tensor_type();
     KernelBuffer b;
     b.value = v;
     b.dtype = t.dtype;
+    if (g_.reduction) {
+      b.strides = strides_over_shape(t, frame_);
+      inputs_.push_back(b);
+      std::string name = fmt::format("b{}", inputs_.size() - 1);
+      loads_[key] = name;
+      buffer_index_[name] = static_cast<int>(inputs_.size() - 1);
+      deps_bufs_.insert(static_cast<int>(inputs_.size() - 1));
+      return name;
+    }
     // Strides over the group's shape: numpy broadcasting (right-aligned), or the channel dim only.
     int64_t nd = static_cast<int64_t>(g_.shape.size());
     b.strides.assign(nd, 0);
@@ -200,6 +220,9 @@ class Builder {
     // Eager's CPU erf of float16/bfloat16 computes in float through Vectorized<float>::erf, an
     // Abramowitz-Stegun polynomial (1.5e-7 absolute error; tiny inputs give 0), not libm's erff.
     if (fn == "erf" && is_reduced_float(out_t) && spec_.device == Device::kCPU) fn = "erf_as";
+    // So does its float32 GELU (the vectorized part of GeluKernel.cpp), which libmvec's erff makes three
+    // times slower here.
+    const bool gelu_as = fn == "gelu" && compute_dtype(out_t) == DType::kFloat32 && spec_.device == Device::kCPU;
     if (planted_bugs_for_tests().maximum_drops_nan && (fn == "maximum" || fn == "clamp")) fn += "_nonan";
     std::string e;
     auto L = [&](size_t k) { return literal_in(lits.at(k), ct); };
@@ -215,7 +238,7 @@ class Builder {
       e = fmt::format("fj_div{}({}, {})", suffix, tensors[0], b);
     } else if (fn == "gelu") {
       std::string mode = std::get<std::string>(lits.at(0));
-      e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : "", tensors[0]);
+      e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : gelu_as ? "_as" : "", tensors[0]);
     } else if (fn == "pow" && tensors.size() == 1) {
       // ATen's CPU kernel skips the sqrt/rsqrt special cases for float16, its CUDA kernel does not.
       e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16 && spec_.device == Device::kCPU);
@@ -251,8 +274,255 @@ class Builder {
     std::string value = fmt::format("(({})({}))", ocy, e);
     if (is_reduced_float(out_t)) value = fmt::format("{}({})", round_fn(out_t), value);
     std::string name = fmt::format("t{}", out->id());
-    spec_.body.push_back(fmt::format("const {} {} = {};  // {}", ocy, name, value, n.schema()));
+    std::string stmt = fmt::format("const {} {} = {};  // {}", ocy, name, value, n.schema());
+    if (g_.reduction) stmt_[out] = stmt;
+    else spec_.body.push_back(stmt);
     var_[out] = name;
+  }
+
+  // ---- Reduction groups (Note [Reduction kernels]) ----
+
+  // Strides of `t` over the reduced shape S: right-aligned against S (or, in the squeezed frame, against
+  // the kept dims of S); size-1 dims have stride 0.
+  std::vector<int64_t> strides_over_shape(const TensorType& t, bool squeezed) const {
+    const auto& f = *g_.reduction;
+    std::vector<int64_t> target;  // dims of S the frame's dims are
+    for (int64_t d = 0; d < static_cast<int64_t>(f.shape.size()); ++d)
+      if (!squeezed || !std::count(f.dims.begin(), f.dims.end(), d)) target.push_back(d);
+    std::vector<int64_t> st(f.shape.size(), 0);
+    const int64_t off = static_cast<int64_t>(target.size()) - t.dim();
+    FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than the reduction's frame", t.str());
+    for (int64_t k = 0; k < t.dim(); ++k)
+      if (t.sizes[k] != 1) st[target[off + k]] = t.strides[k];
+    return st;
+  }
+
+  bool squeezed_frame(const Value* v) const { return v->tensor_type().dim() != static_cast<int64_t>(g_.reduction->shape.size()); }
+
+  void emit_reduction(const Node& n, const std::set<const Node*>& members) {
+    auto info = reduction_info(n);
+    FJ_INTERNAL_ASSERT(info.has_value());
+    const Value* in = n.args()[0].value;
+    const Value* out = n.output();
+    DType out_t = out->tensor_type().dtype;
+    DType acc_t = compute_dtype(out_t);
+    const std::string acc_c = compute_c_type(acc_t);
+    frame_ = false;
+    std::string x = arg_var(in, members, false);
+    KernelAccumulator a;
+    a.kind = info->kind == "mean" ? "sum" : info->kind == "var" ? "welford" : info->kind;
+    a.type = acc_c;
+    a.input = fmt::format("(({}){})", acc_c, x);
+    acc_of_[out] = a;
+    const int64_t len = g_.reduction->row_len;
+    std::string r;
+    if (info->kind == "mean") r = fmt::format("ACC / {}", literal_in(Literal(len), acc_t));
+    else if (info->kind == "var") r = fmt::format("fj_welford_var(ACC, {})", literal_in(Literal(info->correction), acc_t));
+    else r = "ACC";
+    std::string ocy = compute_c_type(out_t);
+    std::string value = fmt::format("(({})({}))", ocy, r);
+    if (is_reduced_float(out_t)) value = fmt::format("{}({})", round_fn(out_t), value);
+    std::string name = fmt::format("t{}", out->id());
+    finish_[out] = fmt::format("const {} {} = {};  // {}", ocy, name, value, n.schema());
+    var_[out] = name;
+  }
+
+  KernelSpec build_reduction(const std::set<const Node*>& members) {
+    const ReductionForm& f = *g_.reduction;
+    for (const Node* n : g_.nodes) {
+      deps_vals_.clear();
+      deps_bufs_.clear();
+      const Value* out = n->output();
+      frame_ = f.row_values.count(out) && squeezed_frame(out);
+      if (n->op()->category == OpCategory::kReduction) emit_reduction(*n, members);
+      else emit_node(*n, members);
+      val_deps_[out] = deps_vals_;
+      buf_deps_[out] = deps_bufs_;
+    }
+    std::set<const Value*> outs(g_.outputs.begin(), g_.outputs.end());
+    for (const Value* o : g_.outputs) {
+      KernelBuffer b;
+      b.value = o;
+      b.dtype = o->tensor_type().dtype;
+      b.is_output = true;
+      b.strides = strides_over_shape(o->tensor_type(), f.row_values.count(o) && squeezed_frame(o));
+      outputs_.push_back(b);
+    }
+    layout_reduction();
+    const int first_out = static_cast<int>(inputs_.size());
+    const int nd = static_cast<int>(spec_.sizes.size());
+    auto row_buffer = [&](int k) {
+      for (int d = spec_.kept_dims; d < nd; ++d)
+        if (spec_.buffers[k].strides[d] != 0) return false;
+      return true;
+    };
+    for (int k = 0; k < first_out; ++k)
+      if (row_buffer(k)) spec_.row_loads.push_back(k);
+    // Row values known before the first pass.
+    for (const Node* n : g_.nodes) {
+      const Value* o = n->output();
+      if (f.row_values.count(o) && !acc_of_.count(o) && f.ready.at(o) == 0) spec_.row_prologue.push_back(stmt_.at(o));
+    }
+    int acc_count = 0;
+    std::map<const Value*, int> computed_in;  // element value -> the first pass that computes it
+    int64_t scratch_budget = kScratchRowBytes;
+    std::set<const Value*> approved;
+    auto stashable = [&](const Value* v) {
+      const Node* n = v->producer();
+      static const std::set<std::string> expensive = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sin",
+                                                      "cos", "tan", "tanh", "sigmoid", "erf", "gelu", "silu",
+                                                      "mish", "softplus", "elu", "pow"};
+      if (!n->op() || !expensive.count(n->op()->kernel_fn)) return false;
+      if (approved.count(v)) return true;
+      if (spec_.device == Device::kCUDA) {
+        // In registers: only rows a thread holds whole, a few values at most.
+        if (!cuda_row_in_registers(spec_.row_len) || approved.size() >= 2) return false;
+      } else {
+        int64_t bytes = spec_.row_len * static_cast<int64_t>(dtype_size(compute_dtype(v->tensor_type().dtype)));
+        if (bytes > scratch_budget) return false;
+        scratch_budget -= bytes;
+      }
+      approved.insert(v);
+      return true;
+    };
+    for (int p = 0; p < f.passes; ++p) {
+      KernelPass pass;
+      std::set<const Value*> needed;
+      std::vector<const Value*> roots;
+      for (const Node* n : g_.nodes) {
+        const Value* o = n->output();
+        if (acc_of_.count(o) && f.ready.at(o) == p + 1) {
+          const Value* in = n->args()[0].value;
+          if (!f.row_values.count(in) && in->producer() && members.count(in->producer())) roots.push_back(in);
+        }
+        if (!f.row_values.count(o) && outs.count(o) && f.phase.at(o) == p) roots.push_back(o);
+      }
+      // Element values the pass computes: the closure of its roots over element values, stopping at
+      // expensive values an earlier pass computed (they come from the scratch row).
+      std::vector<const Value*> stack = roots;
+      std::set<const Value*> from_scratch;
+      while (!stack.empty()) {
+        const Value* v = stack.back();
+        stack.pop_back();
+        auto earlier = computed_in.find(v);
+        if (earlier != computed_in.end() && earlier->second < p && stashable(v)) {
+          from_scratch.insert(v);
+          continue;
+        }
+        if (!needed.insert(v).second) continue;
+        for (const Value* d : val_deps_.at(v))
+          if (!f.row_values.count(d)) stack.push_back(d);
+      }
+      for (const Value* v : from_scratch) {
+        auto& src = spec_.passes[computed_in.at(v)];
+        if (std::find(src.stash_out.begin(), src.stash_out.end(), var_.at(v)) == src.stash_out.end()) {
+          src.stash_out.push_back(var_.at(v));
+          spec_.scratch.emplace_back(var_.at(v), compute_c_type(v->tensor_type().dtype));
+        }
+        pass.stash_in.push_back(var_.at(v));
+      }
+      for (const Value* v : needed) computed_in.emplace(v, p);
+      std::set<int> loads;
+      for (const Node* n : g_.nodes) {
+        const Value* o = n->output();
+        bool accumulates = acc_of_.count(o) && f.ready.at(o) == p + 1;
+        if (needed.count(o)) pass.body.push_back(stmt_.at(o));
+        if (needed.count(o) || accumulates)
+          for (int b : buf_deps_.at(o))
+            if (!row_buffer(b)) loads.insert(b);
+        if (accumulates) pass.accs.push_back(acc_of_.at(o));
+        if (!f.row_values.count(o) && outs.count(o) && f.phase.at(o) == p)
+          pass.stores.emplace_back(first_out + output_index(o), var_.at(o));
+      }
+      pass.loads.assign(loads.begin(), loads.end());
+      // After the loop: the pass's reductions, then the row values they make known.
+      for (const Node* n : g_.nodes) {
+        const Value* o = n->output();
+        if (acc_of_.count(o) && f.ready.at(o) == p + 1) {
+          std::string fin = finish_.at(o);
+          fin.replace(fin.find("ACC"), 3, fmt::format("acc{}", acc_count++));
+          pass.after.push_back(fin);
+        }
+      }
+      for (const Node* n : g_.nodes) {
+        const Value* o = n->output();
+        if (f.row_values.count(o) && !acc_of_.count(o) && f.ready.at(o) == p + 1) pass.after.push_back(stmt_.at(o));
+      }
+      spec_.passes.push_back(std::move(pass));
+    }
+    for (const Value* o : g_.outputs)
+      if (f.row_values.count(o)) spec_.row_stores.emplace_back(first_out + output_index(o), var_.at(o));
+    return std::move(spec_);
+  }
+
+  int output_index(const Value* o) const {
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      if (outputs_[i].value == o) return static_cast<int>(i);
+    FJ_INTERNAL_ASSERT(false, "{} is not an output", o->name());
+    return -1;
+  }
+
+  // Orders and merges the kept dims and the reduced dims separately (each by the strides of the first
+  // buffer that varies along the row), decides the index type.
+  void layout_reduction() {
+    const ReductionForm& f = *g_.reduction;
+    spec_.buffers = inputs_;
+    for (auto& o : outputs_) spec_.buffers.push_back(o);
+    const size_t nb = spec_.buffers.size();
+    size_t main = 0;
+    for (size_t k = 0; k < nb; ++k) {
+      bool varies = false;
+      for (int64_t d : f.dims) varies |= spec_.buffers[k].strides[d] != 0;
+      if (varies) {
+        main = k;
+        break;
+      }
+    }
+    std::vector<int64_t> kept, red;
+    for (int64_t d = 0; d < static_cast<int64_t>(f.shape.size()); ++d)
+      (std::count(f.dims.begin(), f.dims.end(), d) ? red : kept).push_back(d);
+    std::vector<int64_t> sizes;
+    std::vector<std::vector<int64_t>> strides(nb);
+    auto place = [&](std::vector<int64_t> dims) {
+      const auto& ms = spec_.buffers[main].strides;
+      std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return std::abs(ms[a]) > std::abs(ms[b]); });
+      size_t first = sizes.size();
+      for (int64_t d : dims) {
+        if (f.shape[d] == 1) continue;
+        bool merge = sizes.size() > first;
+        for (size_t k = 0; k < nb && merge; ++k)
+          merge = strides[k].back() == spec_.buffers[k].strides[d] * f.shape[d];
+        if (merge) {
+          sizes.back() *= f.shape[d];
+          for (size_t k = 0; k < nb; ++k) strides[k].back() = spec_.buffers[k].strides[d];
+        } else {
+          sizes.push_back(f.shape[d]);
+          for (size_t k = 0; k < nb; ++k) strides[k].push_back(spec_.buffers[k].strides[d]);
+        }
+      }
+      if (sizes.size() == first) {
+        sizes.push_back(1);
+        for (auto& st : strides) st.push_back(0);
+      }
+      int64_t n = 1;
+      for (size_t i = first; i < sizes.size(); ++i) n *= sizes[i];
+      return n;
+    };
+    spec_.rows = place(kept);
+    spec_.kept_dims = static_cast<int>(sizes.size());
+    spec_.row_len = place(red);
+    spec_.sizes = sizes;
+    spec_.numel = spec_.rows * spec_.row_len;
+    const int64_t lim = std::numeric_limits<int32_t>::max();
+    spec_.index32 = spec_.numel < lim;
+    for (size_t k = 0; k < nb; ++k) {
+      auto& b = spec_.buffers[k];
+      b.strides = strides[k];
+      b.extent = b.value->tensor_type().extent();
+      int64_t reach = 1;
+      for (size_t d = 0; d < sizes.size(); ++d) reach += (sizes[d] - 1) * std::abs(b.strides[d]);
+      spec_.index32 = spec_.index32 && b.extent < lim && reach < lim;
+    }
   }
 
   // pow with a literal exponent: the special cases ATen's CPU kernel takes, else fj_pow.
@@ -331,7 +601,18 @@ class Builder {
 
   const FusionGroup& g_;
   KernelSpec spec_;
-  std::map<std::pair<const Value*, bool>, std::string> loads_;
+  std::map<std::tuple<const Value*, bool, bool>, std::string> loads_;
+  std::map<std::string, int> buffer_index_;
+  // Reduction groups: whether the node being emitted is a row value in the squeezed frame (its dims are
+  // the kept dims), and what each statement reads.
+  bool frame_ = false;
+  std::set<const Value*> deps_vals_;
+  std::set<int> deps_bufs_;
+  std::map<const Value*, std::string> stmt_;
+  std::map<const Value*, std::set<const Value*>> val_deps_;
+  std::map<const Value*, std::set<int>> buf_deps_;
+  std::map<const Value*, KernelAccumulator> acc_of_;
+  std::map<const Value*, std::string> finish_;  // reductions: the result, with ACC for the accumulator
   std::map<const Value*, std::string> var_;
   std::vector<KernelBuffer> inputs_, outputs_;
 };
@@ -352,6 +633,30 @@ std::string store_expr(DType t, const std::string& v) {
     return (planted_bugs_for_tests().bf16_truncates ? "fj_f2bf_trunc(" : "fj_f2bf(") + v + ")";
   return "(" + std::string(dtype_c_type(t)) + ")(" + v + ")";
 }
+
+std::string reduction_identity(const std::string& kind, const std::string& type) {
+  if (kind == "sum" || kind == "welford") return fmt::format("(({})0)", type);
+  if (kind == "prod") return fmt::format("(({})1)", type);
+  const bool max = kind == "max";
+  if (type == "float") return max ? "(-FJ_INFF)" : "FJ_INFF";
+  if (type == "double") return max ? "(-FJ_INF)" : "FJ_INF";
+  static const std::map<std::string, std::pair<std::string, std::string>> limits = {
+      {"int64_t", {"(-9223372036854775807LL - 1)", "9223372036854775807LL"}},
+      {"int32_t", {"(-2147483647 - 1)", "2147483647"}},
+      {"int16_t", {"((int16_t)-32768)", "((int16_t)32767)"}},
+      {"int8_t", {"((int8_t)-128)", "((int8_t)127)"}},
+      {"uint8_t", {"((uint8_t)0)", "((uint8_t)255)"}}};
+  auto it = limits.find(type);
+  FJ_INTERNAL_ASSERT(it != limits.end(), "no {} identity for {}", kind, type);
+  return max ? it->second.first : it->second.second;
+}
+
+int cuda_threads_per_row(int64_t row_len) { return row_len <= 512 ? 32 : 256; }
+int64_t cuda_elements_per_thread(int64_t row_len) {
+  const int t = cuda_threads_per_row(row_len);
+  return (row_len + t - 1) / t;
+}
+bool cuda_row_in_registers(int64_t row_len) { return cuda_elements_per_thread(row_len) <= kCudaRowRegisters; }
 
 Device group_device(const FusionGroup& group) {
   FJ_INTERNAL_ASSERT(!group.outputs.empty(), "group {} has no outputs", group.id);

@@ -6,6 +6,16 @@
 // dims have stride 0, per-channel arguments (batch_norm's) a stride only on the channel dim.
 // The body is straight-line scalar code over fj_* functions of the printers' preludes: it reads the
 // buffer values `b<k>` (already converted to their compute type) and assigns the outputs `o<k>`.
+//
+// Note [Reduction kernels]
+// A group with reductions gives a kernel over rows: `sizes` are the kept dims (the first `kept_dims`,
+// merged and ordered like the pointwise case) then the reduced dims; `rows` x `row_len` elements. Per row
+// it loads the row buffers (stride 0 along every reduced dim) once, runs `row_prologue`, then each pass:
+// a loop over the row's elements that loads the pass's element buffers, runs the pass body, feeds its
+// accumulators and stores its element outputs, followed by the pass's `after` statements (accumulator
+// results, then the row values they make known). Row outputs are stored after the last pass. Statements
+// use the same variables as the pointwise body (`b<k>` buffers, `t<id>` values); an accumulator's result
+// is `acc<k>` (see KernelAccumulator) until its `after` statement names it.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +34,24 @@ struct KernelBuffer {
   int64_t extent = 0;            // elements reachable from the data pointer
 };
 
+// One reduction in a pass: kind "sum" (sum, mean), "prod", "max", "min" or "welford" (var); `type` the C
+// type it accumulates in; `input` the per-element expression it reads.
+struct KernelAccumulator {
+  std::string kind;
+  std::string type;
+  std::string input;
+};
+
+struct KernelPass {
+  std::vector<int> loads;                 // element buffers loaded per element
+  std::vector<std::string> body;          // per element
+  std::vector<KernelAccumulator> accs;    // named acc<k>, k counting over the kernel's passes
+  std::vector<std::pair<int, std::string>> stores;  // element outputs: buffer index, variable
+  std::vector<std::string> after;         // once per row after the loop
+  std::vector<std::string> stash_in;      // element values read from the row's scratch (before the body)
+  std::vector<std::string> stash_out;     // element values saved to the row's scratch (after the body)
+};
+
 struct KernelSpec {
   std::string name;                 // fj_kernel_<group>
   int group = 0;
@@ -32,7 +60,18 @@ struct KernelSpec {
   int64_t numel = 0;
   bool index32 = true;              // int32 offsets suffice for every buffer
   std::vector<KernelBuffer> buffers;  // argument order: inputs, then outputs
-  std::vector<std::string> body;    // statements
+  std::vector<std::string> body;    // statements (pointwise kernels)
+  // Reduction kernels (rows > 0 or row_len > 0): Note [Reduction kernels].
+  int kept_dims = 0;
+  int64_t rows = 0, row_len = 0;
+  std::vector<int> row_loads;
+  std::vector<std::string> row_prologue;
+  std::vector<KernelPass> passes;
+  std::vector<std::pair<int, std::string>> row_stores;
+  // Expensive element values (exp of softmax) computed in one pass and read in a later one are kept in a
+  // scratch row instead of computed again: variable, C type. Rows too long for it recompute them.
+  std::vector<std::pair<std::string, std::string>> scratch;
+  bool is_reduction() const { return !passes.empty(); }
 };
 
 KernelSpec make_kernel_spec(const FusionGroup& group);
@@ -41,6 +80,17 @@ KernelSpec make_kernel_spec(const FusionGroup& group);
 // bf16, through the preludes' fj_h2f / fj_bf2f), and a compute-type value `v` converted for storing.
 std::string load_expr(DType t, const std::string& ref);
 std::string store_expr(DType t, const std::string& v);
+
+// The CUDA schedule of a reduction kernel (Note [CUDA reduction schedule] in cuda_printer.cpp): threads
+// per row (a warp for rows up to 512 elements, a block of 256 otherwise), elements each thread handles,
+// and whether those stay in registers across the passes (at most kCudaRowRegisters per thread).
+constexpr int64_t kCudaRowRegisters = 16;
+int cuda_threads_per_row(int64_t row_len);
+int64_t cuda_elements_per_thread(int64_t row_len);
+bool cuda_row_in_registers(int64_t row_len);
+
+// The value an accumulator of `kind` starts from, as C text of `type`.
+std::string reduction_identity(const std::string& kind, const std::string& type);
 
 // The device a group's kernel runs on (its first output's).
 Device group_device(const FusionGroup& group);

@@ -23,6 +23,7 @@ DeviceDescription cuda_gpu_description(int sm_count) {
   d.memory_gbps = 3000.0;
   d.gflops = 50000.0 * d.cores / 132.0;
   d.launch_us = 5.0;
+  d.on_chip_row_bytes = 64 * 1024;
   return d;
 }
 

@@ -16,11 +16,15 @@ struct DeviceDescription {
   double launch_us = 2.0;       // per kernel (CPU: dispatch to the thread pool)
   double overlap = 0.95;
   int cores = 1;
+  // The largest row a reduction kernel keeps on chip between its passes (CPU: a core's L2 share; GPU: a
+  // block's registers), in bytes of the row's inputs. Longer rows are read from memory once per pass.
+  int64_t on_chip_row_bytes = 512 * 1024;
 };
 
 // The host CPU, with the core count of this machine.
 DeviceDescription host_cpu_description();
-// A data-center GPU (H100/H200 class: about 3 TB/s achieved, 50 TFLOP/s fp32, 5 us per launch), scaled
+// A data-center GPU (H100/H200 class: about 3 TB/s achieved, 50 TFLOP/s fp32, 5 us per launch, 64 KB rows
+// in a block's registers), scaled
 // to `sm_count` SMs when known (0: 132).
 DeviceDescription cuda_gpu_description(int sm_count = 0);
 

@@ -45,6 +45,124 @@ std::string node_name(const Node* n) {
   return n->schema() + (n->outputs().empty() ? "" : " " + n->output()->name());
 }
 
+// Note [Reduction groups]
+// A group with reductions iterates over S, the shape every reduction of it reduces, split into rows (the
+// kept dims) of `row_len` elements (the reduced dims R). Each value of the group is either
+//  - a row value, computed once per row: a reduction's result, or an elementwise op whose group inputs
+//    are all row values and whose shape is a row shape (S with R set to 1, or S without R: keepdim or not);
+//  - an element value, computed per element of S: every other op. Its shape must be S, or broadcast to S
+//    with all its users inside the group (it is recomputed per element, never written).
+// An element value may read a row value (x - max): the row value's dims must land on the kept dims when
+// broadcast, which holds for keepdim shapes and for reductions over leading dims.
+// Passes: the kernel walks each row once per pass. A reduction accumulates in the pass where its input is
+// first known and its result is known after that pass; an element value is known in the first pass
+// after every row value it reads. softmax needs three passes (max; sum of exp; the output), layer_norm
+// two (mean and variance together; the output). The kernel keeps the row on chip between passes when it
+// fits (DeviceDescription::on_chip_row_bytes); the cost model charges a re-read per pass otherwise.
+bool is_reduction(const Node* n) { return n->op() && n->op()->category == OpCategory::kReduction; }
+
+bool row_shape(const std::vector<int64_t>& v, const std::vector<int64_t>& S, const std::vector<int64_t>& R) {
+  if (v.size() == S.size()) {
+    std::vector<int64_t> srow = S;
+    for (int64_t d : R) srow[d] = 1;
+    return broadcasts_to(v, srow);
+  }
+  std::vector<int64_t> sr;
+  for (size_t d = 0; d < S.size(); ++d)
+    if (!std::count(R.begin(), R.end(), static_cast<int64_t>(d))) sr.push_back(S[d]);
+  return v == sr;
+}
+
+// Whether a row value of shape v, read by an element value (broadcast to S, right-aligned), lands on the
+// kept dims its row frame gives it.
+bool row_consistent(const std::vector<int64_t>& v, const std::vector<int64_t>& S, const std::vector<int64_t>& R) {
+  if (v.size() == S.size()) return true;
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < static_cast<int64_t>(S.size()); ++d)
+    if (!std::count(R.begin(), R.end(), d)) kept.push_back(d);
+  const int64_t off = static_cast<int64_t>(S.size() - v.size());
+  for (size_t k = 0; k < v.size(); ++k)
+    if (v[k] != 1 && kept.at(k) != off + static_cast<int64_t>(k)) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<ReductionForm> reduction_form(const std::vector<const Node*>& nodes,
+                                            const std::set<const Value*>& outside, std::string* why) {
+  auto no = [&](std::string r) -> std::optional<ReductionForm> {
+    if (why) *why = std::move(r);
+    return std::nullopt;
+  };
+  ReductionForm f;
+  bool first = true;
+  for (const Node* n : nodes) {
+    if (!is_reduction(n)) continue;
+    auto info = reduction_info(*n);
+    FJ_INTERNAL_ASSERT(info.has_value(), "{}: not a reduction", n->schema());
+    const auto& in = n->args()[0].value->tensor_type().sizes;
+    if (first) {
+      f.shape = in;
+      f.dims = info->dims;
+      first = false;
+    } else if (in != f.shape || info->dims != f.dims) {
+      return no(fmt::format("{} reduces {} over dims {}, the group reduces {} over dims {}", node_name(n),
+                            shape_str(in), shape_str(info->dims), shape_str(f.shape), shape_str(f.dims)));
+    }
+  }
+  FJ_INTERNAL_ASSERT(!first, "reduction_form of a group without reductions");
+  f.row_len = 1;
+  for (int64_t d : f.dims) f.row_len *= f.shape[d];
+  std::set<const Node*> members(nodes.begin(), nodes.end());
+  auto member_value = [&](const Value* v) { return v->producer() && members.count(v->producer()) > 0; };
+  for (const Node* n : nodes) {
+    const Value* o = n->output();
+    const auto& os = o->tensor_type().sizes;
+    if (is_reduction(n)) {
+      const Value* in = n->args()[0].value;
+      if (member_value(in) && f.row_values.count(in))
+        return no(fmt::format("{} reduces a value computed once per row", node_name(n)));
+      int p = member_value(in) ? f.phase.at(in) : 0;
+      f.row_values.insert(o);
+      f.ready[o] = p + 1;
+      f.passes = std::max(f.passes, p + 1);
+      continue;
+    }
+    bool all_row = true;
+    int ready = 0, phase = 0;
+    for (const Value* v : n->value_inputs()) {
+      if (!v->is_tensor() || !member_value(v)) continue;
+      if (f.row_values.count(v)) ready = std::max(ready, f.ready.at(v));
+      else all_row = false, phase = std::max(phase, f.phase.at(v));
+    }
+    if (all_row && row_shape(os, f.shape, f.dims)) {
+      f.row_values.insert(o);
+      f.ready[o] = ready;
+      continue;
+    }
+    // An element value.
+    if (os != f.shape) {
+      if (!broadcasts_to(os, f.shape))
+        return no(fmt::format("{} has shape {}, which does not broadcast to the reduced shape {}", node_name(n),
+                              shape_str(os), shape_str(f.shape)));
+      if (outside.count(o))
+        return no(fmt::format("{} has shape {}, not the reduced shape {}, and is used outside the group",
+                              node_name(n), shape_str(os), shape_str(f.shape)));
+    }
+    for (const Value* v : n->value_inputs())
+      if (v->is_tensor() && member_value(v) && f.row_values.count(v) &&
+          !row_consistent(v->tensor_type().sizes, f.shape, f.dims))
+        return no(fmt::format("{} reads the per-row value {} of shape {} across the rows", node_name(n), v->name(),
+                              shape_str(v->tensor_type().sizes)));
+    f.phase[o] = std::max(phase, ready);
+    if (outside.count(o)) f.passes = std::max(f.passes, f.phase[o] + 1);
+  }
+  f.passes = std::max(f.passes, 1);
+  return f;
+}
+
+namespace {
+
 // Note [Greedy fusion]
 // Nodes are visited from last to first. An unassigned fusible node starts a group (its output shape is the
 // group's iteration space); the group then grows by absorbing unassigned fusible neighbours, producers and
@@ -70,13 +188,25 @@ class GreedyFuser {
     std::vector<std::string> why_not(nodes_.size());
     std::vector<bool> fusible(nodes_.size());
     for (size_t i = 0; i < nodes_.size(); ++i) fusible[i] = can_fuse_node(*nodes_[i], &why_not[i]);
-    for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
+    // Reductions seed groups first (the last first), so that the row values after them (log(sum),
+    // rsqrt(var + eps)) are judged as computed once per row, not once per element of a pointwise group.
+    std::vector<int> order;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i)
+        if (is_reduction(nodes_[i]) == (pass == 0)) order.push_back(i);
+    for (int i : order) {
       if (!fusible[i] || group_of_[i] >= 0) continue;
       int gid = static_cast<int>(members_.size());
       members_.push_back({i});
       decisions_.emplace_back();
       group_of_[i] = gid;
-      shapes_.push_back(nodes_[i]->output()->tensor_type().sizes);
+      if (is_reduction(nodes_[i])) {
+        forms_.push_back(form_of({i}, nullptr));
+        shapes_.push_back(forms_.back()->shape);
+      } else {
+        forms_.emplace_back();
+        shapes_.push_back(nodes_[i]->output()->tensor_type().sizes);
+      }
       if (enable_) grow(gid, fusible);
     }
     return finish(why_not);
@@ -120,8 +250,21 @@ class GreedyFuser {
           if (!members.count(c)) consumers.insert(c);
         }
     }
+    // Siblings: reductions reading a tensor a reduction of the group reads (mean and var of the same
+    // input), so that one kernel reads it once.
+    std::set<int> siblings;
+    if (forms_[gid])
+      for (int m : members_[gid]) {
+        if (!is_reduction(nodes_[m])) continue;
+        const Value* in = nodes_[m]->args()[0].value;
+        for (const Node* u : users_[in->id()]) {
+          int c = index_.at(u);
+          if (!members.count(c) && is_reduction(u) && !producers.count(c) && !consumers.count(c)) siblings.insert(c);
+        }
+      }
     std::vector<int> out(producers.rbegin(), producers.rend());
     out.insert(out.end(), consumers.begin(), consumers.end());
+    out.insert(out.end(), siblings.begin(), siblings.end());
     return out;
   }
 
@@ -140,9 +283,23 @@ class GreedyFuser {
           return false;
         }
     }
+    std::vector<int> merged = members_[gid];
+    merged.push_back(cand);
+    std::sort(merged.begin(), merged.end());
     const auto& out_shape = n->output()->tensor_type().sizes;
     bool recompute = false;
-    if (out_shape != shape) {
+    std::optional<ReductionForm> form;
+    std::vector<int64_t> new_shape = shape;
+    if (forms_[gid] || is_reduction(n)) {
+      for (int m : merged)
+        if (has_channel_args(nodes_[m])) {
+          *reason = "per-channel (batch_norm) arguments are not fused with reductions";
+          return false;
+        }
+      form = form_of(merged, reason);
+      if (!form) return false;
+      new_shape = form->shape;
+    } else if (out_shape != shape) {
       if (!broadcasts_to(out_shape, shape)) {
         *reason = fmt::format("output shape {} does not broadcast to the group's {}", shape_str(out_shape),
                               shape_str(shape));
@@ -162,37 +319,98 @@ class GreedyFuser {
       return false;
     }
     // Cost: the group and the candidate apart, against together.
-    std::vector<int> merged = members_[gid];
-    merged.push_back(cand);
-    WorkEstimate apart = group_work(members_[gid], shape);
-    apart += group_work({cand}, out_shape);
-    WorkEstimate together = group_work(merged, shape);
+    WorkEstimate apart = group_work(members_[gid], shape, forms_[gid]);
+    apart += group_work({cand}, is_reduction(n) ? n->args()[0].value->tensor_type().sizes : out_shape,
+                        is_reduction(n) ? form_of({cand}, nullptr) : std::nullopt);
+    WorkEstimate together = group_work(merged, new_shape, form);
     double t_apart = cost_.estimate_us(apart), t_together = cost_.estimate_us(together);
+    std::string row_note;
+    if (form) {
+      int64_t row_bytes = row_input_bytes(merged, *form);
+      bool fits = row_bytes <= cost_.device().on_chip_row_bytes;
+      row_note = form->passes == 1 ? ", one pass per row"
+                 : fits ? fmt::format(", persistent row: {} passes over a row of {} kept on chip", form->passes,
+                                      format_bytes(row_bytes))
+                        : fmt::format(", {} passes over rows of {}, larger than the {} on chip: each pass reads "
+                                      "them again",
+                                      form->passes, format_bytes(row_bytes),
+                                      format_bytes(cost_.device().on_chip_row_bytes));
+    }
     if (t_together >= t_apart) {
-      *reason = fmt::format("not profitable: {:.1f} us fused vs {:.1f} us apart", t_together, t_apart);
+      *reason = fmt::format("not profitable: {:.1f} us fused vs {:.1f} us apart{}", t_together, t_apart, row_note);
       return false;
     }
     members_[gid] = merged;
-    std::sort(members_[gid].begin(), members_[gid].end());
     group_of_[cand] = gid;
-    *reason = fmt::format("fused{}: saves {} of traffic and {} launch (est. {:.1f} -> {:.1f} us)",
+    shapes_[gid] = new_shape;
+    forms_[gid] = std::move(form);
+    *reason = fmt::format("fused{}: saves {} of traffic and {} launch (est. {:.1f} -> {:.1f} us){}",
                           recompute ? " (broadcast, recomputed per element)" : "",
                           format_bytes(apart.bytes - together.bytes), apart.launches - together.launches, t_apart,
-                          t_together);
+                          t_together, row_note);
     return true;
   }
 
+  static bool has_channel_args(const Node* n) {
+    if (!n->op()) return false;
+    for (size_t a = 0; a < n->args().size() && a < n->op()->args.size(); ++a)
+      if (n->op()->args[a].kind == ArgKind::kChannel && n->args()[a].is_value()) return true;
+    return false;
+  }
+
+  // Values of `ms` read by other nodes or returned by the graph.
+  std::set<const Value*> outside_of(const std::vector<int>& ms) const {
+    std::set<int> members(ms.begin(), ms.end());
+    std::set<const Value*> out;
+    for (int m : ms)
+      for (const Value* o : nodes_[m]->outputs()) {
+        bool outside = graph_outputs_.count(o) > 0;
+        for (const Node* u : users_[o->id()]) outside |= !members.count(index_.at(u));
+        if (outside) out.insert(o);
+      }
+    return out;
+  }
+
+  std::optional<ReductionForm> form_of(const std::vector<int>& ms, std::string* why) const {
+    std::vector<const Node*> ns;
+    for (int m : ms) ns.push_back(nodes_[m]);
+    return reduction_form(ns, outside_of(ms), why);
+  }
+
+  // Bytes per row of the element values a reduction kernel reads from memory.
+  int64_t row_input_bytes(const std::vector<int>& ms, const ReductionForm& f) const {
+    std::set<int> members(ms.begin(), ms.end());
+    std::set<const Value*> seen;
+    int64_t per_element = 0;
+    for (int m : ms)
+      for (const Value* v : nodes_[m]->value_inputs()) {
+        if (!v->is_tensor() || (v->producer() && members.count(index_.at(v->producer())))) continue;
+        if (!seen.insert(v).second) continue;
+        // Inputs that vary along the reduced dims (right-aligned against the reduced shape).
+        const auto& vs = v->tensor_type().sizes;
+        bool varies = false;
+        for (int64_t d : f.dims) {
+          int64_t k = d - static_cast<int64_t>(f.shape.size() - vs.size());
+          varies |= k >= 0 && vs[k] != 1;
+        }
+        if (varies) per_element += static_cast<int64_t>(dtype_size(v->tensor_type().dtype));
+      }
+    return per_element * f.row_len;
+  }
+
   // Work of a kernel over `shape` made of `ms`: its external reads and writes, its flops, one launch.
-  WorkEstimate group_work(const std::vector<int>& ms, const std::vector<int64_t>& shape) {
+  WorkEstimate group_work(const std::vector<int>& ms, const std::vector<int64_t>& shape,
+                          const std::optional<ReductionForm>& form = std::nullopt) {
     std::set<int> members(ms.begin(), ms.end());
     std::set<const Value*> reads, writes;
     int64_t numel = 1;
     for (auto s : shape) numel *= s;
     WorkEstimate w;
     w.launches = 1;
+    const int64_t rows = form && form->row_len ? numel / form->row_len : 0;
     for (int m : ms) {
       const Node* n = nodes_[m];
-      w.flops += op_flops(*n) * numel;
+      w.flops += op_flops(*n) * (form && form->row_values.count(n->output()) && !is_reduction(n) ? rows : numel);
       for (const Value* v : n->value_inputs()) {
         if (!v->is_tensor()) continue;
         if (v->producer() && members.count(index_.at(v->producer()))) continue;
@@ -205,6 +423,14 @@ class GreedyFuser {
     }
     for (const Value* v : reads) w.bytes += tensor_bytes(v);
     for (const Value* v : writes) w.bytes += tensor_bytes(v);
+    if (form && form->passes > 1) {
+      // Rows that do not fit on chip are read from memory again in every pass.
+      int64_t row_bytes = row_input_bytes(ms, *form);
+      if (row_bytes > cost_.device().on_chip_row_bytes) {
+        int64_t rows = form->row_len ? numel / form->row_len : 0;
+        w.bytes += (form->passes - 1) * row_bytes * rows;
+      }
+    }
     return w;
   }
 
@@ -277,7 +503,11 @@ class GreedyFuser {
         for (const Node* u : users_[o->id()]) outside |= !members.count(index_.at(u));
         if (outside) grp.outputs.push_back(o);
       }
-      grp.estimated_us = cost_.estimate_us(group_work(members_[old], grp.shape));
+      if (forms_[old]) {
+        grp.reduction = form_of(members_[old], nullptr);
+        FJ_INTERNAL_ASSERT(grp.reduction.has_value(), "group {} lost its reduction form", grp.id);
+      }
+      grp.estimated_us = cost_.estimate_us(group_work(members_[old], grp.shape, grp.reduction));
       grp.unfused_us = cost_.estimate_us(unfused);
       for (auto& d : decisions_[old]) grp.decisions.push_back(d);
       plan.groups.push_back(std::move(grp));
@@ -331,6 +561,7 @@ class GreedyFuser {
   std::vector<int> group_of_;
   std::vector<std::vector<int>> members_;
   std::vector<std::vector<int64_t>> shapes_;
+  std::vector<std::optional<ReductionForm>> forms_;
   std::vector<std::vector<Decision>> decisions_;
 };
 
@@ -359,7 +590,8 @@ bool can_fuse_node(const Node& n, std::string* why) {
   if (n.is_constant()) return no("a frozen constant");
   const OpInfo* op = n.op();
   if (!op) return no("not in the op table: runs through ATen");
-  if (op->category != OpCategory::kElementwise)
+  const bool reduction = op->category == OpCategory::kReduction;
+  if (op->category != OpCategory::kElementwise && !reduction)
     return no(fmt::format("{} op: runs through ATen", category_name(op->category)));
   if (n.side_effects()) return no("has side effects");
   if (n.outputs().size() != 1 || !n.output()->is_tensor()) return no("does not return one tensor");
@@ -377,12 +609,28 @@ bool can_fuse_node(const Node& n, std::string* why) {
       const TensorType& t = a.value->tensor_type();
       if (t.dtype == DType::kOther) return no(fmt::format("argument {} has an unsupported dtype", i));
       if (t.device != out.device) return no(fmt::format("argument {} is on another device", i));
-      if (spec.kind != ArgKind::kChannel && !broadcasts_to(t.sizes, out.sizes))
+      if (spec.kind != ArgKind::kChannel && !reduction && !broadcasts_to(t.sizes, out.sizes))
         return no(fmt::format("argument {} of shape {} does not broadcast to {}", i, shape_str(t.sizes),
                               shape_str(out.sizes)));
     } else if (a.is_value()) {
       return no(fmt::format("argument {} is computed at run time ({}), not a constant", i, a.value->name()));
     }
+  }
+  if (reduction) {
+    auto info = reduction_info(n);
+    if (!info) return no("reduced dims not known at compile time");
+    const TensorType& in = n.args()[0].value->tensor_type();
+    if (in.dim() == 0) return no("reduction of a 0-d tensor");
+    const std::string& k = info->kind;
+    if ((k == "mean" || k == "var") && (!is_floating(in.dtype) || !is_floating(out.dtype)))
+      return no(fmt::format("{} of {}: runs through ATen", k, dtype_name(in.dtype)));
+    if ((k == "max" || k == "min") && (in.dtype == DType::kBool || in.dtype != out.dtype))
+      return no(fmt::format("{} of {}: runs through ATen", k, dtype_name(in.dtype)));
+    if (is_floating(in.dtype) && !is_floating(out.dtype))
+      return no("a floating reduction into an integer dtype runs through ATen");
+    int64_t len = 1;
+    for (int64_t d : info->dims) len *= in.sizes[d];
+    if (len == 0 && (k == "max" || k == "min")) return no(fmt::format("{} over an empty dim: eager raises", k));
   }
   if (op->kernel_fn == "batch_norm") {
     Literal training = literal_arg(n, 5);

@@ -5,6 +5,9 @@
 // printed by explain_plan.
 #pragma once
 
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,12 +21,30 @@ struct Decision {
   std::string text;  // "aten::gelu %4 into group 0: saves 512.0 KB and 1 launch"
 };
 
+// The form of a group with reductions (Note [Reduction groups] in fusion.cpp). Every reduction of the group
+// reduces the same shape over the same dims; the other values are computed per element of that shape or
+// once per row (a row: one index of the kept dims).
+struct ReductionForm {
+  std::vector<int64_t> shape;          // the reductions' input shape: the iteration space
+  std::vector<int64_t> dims;           // the reduced dims of `shape`, sorted
+  std::set<const Value*> row_values;   // values computed once per row
+  std::map<const Value*, int> phase;   // element values: the pass over the row that first computes them
+  std::map<const Value*, int> ready;   // row values: the pass after which they are known (0: before any)
+  int passes = 0;                      // passes over each row
+  int64_t row_len = 0;                 // elements per row
+};
+// The form of `nodes` (in graph order, at least one a reduction) as one kernel; nullopt with the reason
+// when they cannot run together. `outside` holds the values read after the group or returned by the graph.
+std::optional<ReductionForm> reduction_form(const std::vector<const Node*>& nodes,
+                                            const std::set<const Value*>& outside, std::string* why);
+
 struct FusionGroup {
   int id = 0;
   std::vector<Node*> nodes;       // in graph order
   std::vector<Value*> inputs;     // tensors read by the kernel, first use order
   std::vector<Value*> outputs;    // tensors written: used outside the group or graph outputs
   std::vector<int64_t> shape;     // the iteration space
+  std::optional<ReductionForm> reduction;  // set for groups with reductions
   double estimated_us = 0;        // fused
   double unfused_us = 0;          // the same ops run one by one
   std::vector<Decision> decisions;

@@ -1,5 +1,6 @@
 #include "ir/op_table.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <unordered_map>
 
@@ -10,12 +11,14 @@ namespace {
 
 using OC = OpCategory;
 using DR = DTypeRule;
-constexpr OC kElementwise = OC::kElementwise, kView = OC::kView;
+constexpr OC kElementwise = OC::kElementwise, kView = OC::kView, kReduction = OC::kReduction;
 constexpr DR kPromote = DR::kPromote, kFloat = DR::kFloat, kBool = DR::kBool, kSame = DR::kSame,
-             kCastArg = DR::kCastArg, kCastLike = DR::kCastLike, kDivMode = DR::kDivMode, kNone = DR::kNone;
+             kCastArg = DR::kCastArg, kCastLike = DR::kCastLike, kDivMode = DR::kDivMode, kReduce = DR::kReduce,
+             kNone = DR::kNone;
 
 Literal parse_default(const std::string& s) {
   if (s == "None") return None{};
+  if (s == "[]") return std::vector<int64_t>{};
   if (s == "False") return false;
   if (s == "True") return true;
   if (s == "none" || s == "tanh") return s;
@@ -146,10 +149,76 @@ std::optional<DType> infer_dtype(const OpInfo& op, const std::vector<Arg>& args)
       return std::nullopt;
     case DR::kCastLike:
       return tensor_dtype(1);
+    case DR::kReduce: {
+      auto in = tensor_dtype(0);
+      for (size_t i = 0; i < op.args.size() && i < args.size(); ++i)
+        if (op.args[i].kind == ArgKind::kDTypeArg && !args[i].is_value() &&
+            std::holds_alternative<int64_t>(args[i].literal)) {
+          DType d = dtype_from_torch_code(static_cast<int>(std::get<int64_t>(args[i].literal)));
+          return d == DType::kOther ? std::nullopt : std::optional<DType>(d);
+        }
+      if (in && (op.kernel_fn == "sum" || op.kernel_fn == "prod") && is_integral(*in, true)) return DType::kInt64;
+      return in;
+    }
     case DR::kNone:
       return std::nullopt;
   }
   return std::nullopt;
+}
+
+std::optional<ReductionInfo> reduction_info(const Node& n) {
+  const OpInfo* op = n.op();
+  if (!op || op->category != OpCategory::kReduction || n.args().empty() || !n.args()[0].is_value() ||
+      !n.args()[0].value->is_tensor())
+    return std::nullopt;
+  ReductionInfo r;
+  r.kind = op->kernel_fn;
+  const int64_t rank = n.args()[0].value->tensor_type().dim();
+  bool all = true;
+  std::vector<int64_t> dims;
+  bool unbiased = true;
+  std::optional<double> correction;
+  for (size_t i = 1; i < op->args.size(); ++i) {
+    Literal l = i < n.args().size() ? (n.args()[i].is_value() ? Literal(None{}) : n.args()[i].literal)
+                                    : op->args[i].default_value;
+    if (i < n.args().size() && n.args()[i].is_value()) return std::nullopt;  // computed at run time
+    switch (op->args[i].kind) {
+      case ArgKind::kDims:
+        if (std::holds_alternative<int64_t>(l)) dims = {std::get<int64_t>(l)};
+        else if (std::holds_alternative<std::vector<int64_t>>(l)) dims = std::get<std::vector<int64_t>>(l);
+        else if (!std::holds_alternative<None>(l)) return std::nullopt;
+        all = dims.empty();
+        break;
+      case ArgKind::kBoolArg:
+        if (!std::holds_alternative<bool>(l)) return std::nullopt;
+        r.keepdim = std::get<bool>(l);
+        break;
+      case ArgKind::kUnbiased:
+        if (!std::holds_alternative<bool>(l)) return std::nullopt;
+        unbiased = std::get<bool>(l);
+        break;
+      case ArgKind::kCorrection:
+        if (std::holds_alternative<int64_t>(l)) correction = static_cast<double>(std::get<int64_t>(l));
+        else if (std::holds_alternative<double>(l)) correction = std::get<double>(l);
+        else if (!std::holds_alternative<None>(l)) return std::nullopt;
+        break;
+      default:
+        break;
+    }
+  }
+  r.correction = correction ? *correction : (unbiased ? 1.0 : 0.0);
+  if (all) {
+    for (int64_t d = 0; d < rank; ++d) r.dims.push_back(d);
+  } else {
+    for (int64_t d : dims) {
+      int64_t nd = d < 0 ? d + std::max<int64_t>(rank, 1) : d;
+      if (nd < 0 || nd >= std::max<int64_t>(rank, 1)) return std::nullopt;
+      if (rank > 0) r.dims.push_back(nd);
+    }
+    std::sort(r.dims.begin(), r.dims.end());
+    r.dims.erase(std::unique(r.dims.begin(), r.dims.end()), r.dims.end());
+  }
+  return r;
 }
 
 DType op_promoted_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out) {

@@ -12,11 +12,12 @@ namespace fusion_jit {
 enum class OpCategory { kElementwise, kBroadcast, kReduction, kView, kOpaque };
 const char* category_name(OpCategory c);
 
-enum class DTypeRule { kPromote, kFloat, kBool, kSame, kCastArg, kCastLike, kDivMode, kNone };
+enum class DTypeRule { kPromote, kFloat, kBool, kSame, kCastArg, kCastLike, kDivMode, kReduce, kNone };
 
 enum class ArgKind : char {
   kTensor = 'T', kTensorNoPromote = 't', kScalar = 'S', kScalarNoPromote = 's', kOptScalar = 'O',
-  kChannel = 'C', kMode = 'm', kDTypeArg = 'd', kBoolArg = 'b', kIgnored = 'x'
+  kChannel = 'C', kMode = 'm', kDTypeArg = 'd', kBoolArg = 'b', kIgnored = 'x', kDims = 'D',
+  kCorrection = 'c', kUnbiased = 'u'
 };
 
 struct ArgSpec {
@@ -49,6 +50,18 @@ DType op_promoted_dtype(const OpInfo& op, const std::vector<Arg>& args, DType ou
 // The type arithmetic of this op runs in (before rounding to the output dtype): the promoted type of its
 // promoting arguments, with f16/bf16 computed in f32.
 DType op_compute_dtype(const OpInfo& op, const std::vector<Arg>& args, DType out);
+// What a reduction node computes (category kReduction): the kind of accumulator ("sum", "mean", "prod",
+// "max", "min", "var"), the reduced dims of its input (normalized: non-negative, sorted, unique; every dim
+// when the schema has none or gets None or []), whether they are kept as size 1, and var's correction.
+struct ReductionInfo {
+  std::string kind;
+  std::vector<int64_t> dims;
+  bool keepdim = false;
+  double correction = 1;
+};
+// nullopt when `n` is not a reduction of the table or its dims literal is malformed.
+std::optional<ReductionInfo> reduction_info(const Node& n);
+
 // The argument at position i, or the schema default; asserts that one exists.
 Literal literal_arg(const Node& n, size_t i);
 

@@ -1,5 +1,7 @@
 // Graph passes. Each runs in place, returns whether it changed the graph, and keeps the graph valid.
 //
+// decompose      rewrites composite ops (softmax, log_softmax, logsumexp, layer_norm, rms_norm, group_norm,
+//                std, max.dim without indices) into reductions and elementwise ops (Note [Decompositions]).
 // dce            removes nodes whose outputs are unused and that have no side effects.
 // cse            merges nodes with the same schema and arguments (pure ops only), keeping the first.
 // constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant, through an evaluator
@@ -18,6 +20,7 @@
 
 namespace fusion_jit {
 
+bool decompose(Graph& g);
 bool dce(Graph& g);
 bool cse(Graph& g);
 

@@ -13,6 +13,7 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval) {
     std::function<bool(Graph&)> run;
   };
   const Pass passes[] = {
+      {"decompose", decompose},
       {"dce", dce},
       {"constant_fold", [&](Graph& gr) { return constant_fold(gr, eval); }},
       {"cse", cse},

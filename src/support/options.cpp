@@ -72,7 +72,7 @@ const std::vector<Entry>& table() {
       {"FUSION_JIT_DISABLE",
        [](Options& o, const std::string& v) {
          o.disabled = split_list(v);
-         check_members("FUSION_JIT_DISABLE", o.disabled, {"dce", "cse", "constant_fold", "fusion", "cache"});
+         check_members("FUSION_JIT_DISABLE", o.disabled, {"decompose", "dce", "cse", "constant_fold", "fusion", "cache"});
        }},
       {"FUSION_JIT_SPECIALIZATION_LIMIT",
        [](Options& o, const std::string& v) {

@@ -16,7 +16,7 @@ struct Options {
   LogLevel log_level = LogLevel::kWarn;
   // FUSION_JIT_DUMP: comma list of ir, plan, source, log (or all); written to stderr.
   std::set<std::string> dump;
-  // FUSION_JIT_DISABLE: comma list of passes (dce, cse, constant_fold), "fusion" or "cache".
+  // FUSION_JIT_DISABLE: comma list of passes (decompose, dce, cse, constant_fold), "fusion" or "cache".
   std::set<std::string> disabled;
   // FUSION_JIT_SPECIALIZATION_LIMIT: compiled signatures kept per model; later ones run eagerly.
   int specialization_limit = 8;

@@ -131,7 +131,11 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
         for (void*& p : ptrs) cuda_args.push_back(&p);
         cuda_launch(fn, device, k.cuda_work, cuda_args.data(), current_cuda_stream(device));
       } else {
-        launch_cpu_kernel(k.fn, ptrs.data(), k.spec.numel, grain, parallel_for);
+        if (k.spec.is_reduction())  // rows in parallel, about `grain` elements per chunk
+          launch_cpu_kernel(k.fn, ptrs.data(), k.spec.rows, std::max<int64_t>(1, grain / std::max<int64_t>(k.spec.row_len, 1)),
+                            parallel_for);
+        else
+          launch_cpu_kernel(k.fn, ptrs.data(), k.spec.numel, grain, parallel_for);
       }
     } else {
       const Node& n = *st.node;

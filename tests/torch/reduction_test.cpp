@@ -1,0 +1,171 @@
+// Reductions and normalizations against eager PyTorch: the reduction corpus (every op, dtype, axis set,
+// layout and size of tests/torch/reduction_corpus.h), the fused patterns of the issue each as one kernel,
+// the plan's explanation of a row too long for one kernel, and eager's errors for empty max reductions.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "reduction_corpus.h"
+#include "runtime/plan.h"
+
+namespace fusion_jit::testing {
+namespace {
+
+class ReductionCorpus : public ::testing::TestWithParam<ReductionCase> {};
+
+TEST_P(ReductionCorpus, MatchesEagerInEveryDtypeLayoutAndSize) {
+  const ReductionCase& c = GetParam();
+  auto ins = inputs_for(c);
+  auto m = reduction_module(c, ins.size());
+  for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
+    at::manual_seed(7);
+    std::vector<c10::IValue> inputs;
+    int empty = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      inputs.emplace_back(make_reduction_input(ins[i], t, static_cast<int>(i)));
+      empty += ins[i].empty;
+    }
+    std::string what = std::string(c.name) + " " + c10::toString(t);
+    auto r = run_and_compare(m, inputs, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    EXPECT_FALSE(r.plan->kernels.empty()) << what << ": nothing fused\n" << r.plan->explain();
+    if (*c.schema) {
+      // Only the inputs with an empty reduced extent may leave the op to ATen.
+      auto it = r.plan->aten_ops.find(c.schema);
+      int aten = it == r.plan->aten_ops.end() ? 0 : it->second;
+      EXPECT_LE(aten, empty) << what << ": " << c.schema << " ran through ATen\n" << r.plan->explain();
+    }
+    if (HasFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllReductions, ReductionCorpus, ::testing::ValuesIn(kReductionCases),
+                         [](const ::testing::TestParamInfo<ReductionCase>& i) { return std::string(i.param.name); });
+
+// The patterns of the issue: each one kernel, no ATen step, matching eager.
+struct Pattern {
+  const char* name;
+  const char* args;
+  const char* body;
+  int inputs;  // x, then [4096]-shaped parameters are made of the same rows
+};
+
+const Pattern kPatterns[] = {
+    {"softmax_scaled_masked", "x, mask", "    return torch.softmax(x * 0.125 + mask, -1)", 2},
+    {"layer_norm_bias_residual", "x, r, bias, w, b",
+     "    return torch.layer_norm(x + bias + r, [x.size(-1)], w, b, 1e-5)", 5},
+    {"rms_norm_weight", "x, w", "    return torch.rms_norm(x, [x.size(-1)], None, None) * w", 2},
+    {"log_softmax", "x", "    return torch.log_softmax(x, -1)", 1},
+    {"mean_and_var", "x", "    return torch.mean(x, -1), torch.var(x, -1)", 1},
+    {"gelu_mean", "x", "    return torch.gelu(x).mean(-1)", 1},
+};
+
+std::vector<c10::IValue> pattern_inputs(const Pattern& p, at::ScalarType t, int64_t rows, int64_t cols) {
+  std::vector<c10::IValue> in;
+  std::string args = p.args;
+  for (int i = 0; i < p.inputs; ++i) {
+    // Arguments after the residual (bias, weights) are vectors over the row.
+    bool vec = (std::string(p.name) == "layer_norm_bias_residual" && i >= 2) || (std::string(p.name) == "rms_norm_weight" && i == 1);
+    at::Tensor v = vec ? at::rand({cols}, at::kDouble) + 0.5 : at::randn({rows, cols}, at::kDouble);
+    if (std::string(p.name) == "softmax_scaled_masked" && i == 1)
+      v = at::where(at::rand({rows, cols}, at::kDouble).lt(0.2), at::full({}, -INFINITY, at::kDouble), at::zeros({}, at::kDouble));
+    in.emplace_back(v.to(t));
+  }
+  return in;
+}
+
+class FusedPatterns : public ::testing::TestWithParam<Pattern> {};
+
+TEST_P(FusedPatterns, EachIsOneKernelAndMatchesEager) {
+  const Pattern& p = GetParam();
+  auto m = script(p.args, p.body);
+  for (at::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{64, 1024}, {33, 257}, {5, 4099}}) {
+      at::manual_seed(3);
+      auto inputs = pattern_inputs(p, t, rows, cols);
+      std::string what = fmt::format("{} {} [{},{}]", p.name, c10::toString(t), rows, cols);
+      auto r = run_and_compare(m, inputs, what);
+      ASSERT_NE(r.plan, nullptr);
+      EXPECT_EQ(r.plan->kernels.size(), 1u) << what << "\n" << r.plan->explain();
+      EXPECT_EQ(r.plan->steps.size(), r.plan->kernels.size()) << what << ": ATen steps left\n" << r.plan->explain();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue, FusedPatterns, ::testing::ValuesIn(kPatterns),
+                         [](const ::testing::TestParamInfo<Pattern>& i) { return std::string(i.param.name); });
+
+TEST(Reductions, SoftmaxOfAFullyMaskedRowIsNaNAsInEager) {
+  auto m = script("x, mask", "    return torch.softmax(x + mask, -1)");
+  at::Tensor x = at::randn({4, 40});
+  at::Tensor mask = at::zeros({4, 40});
+  mask[1].fill_(-INFINITY);
+  auto r = run_and_compare(m, {x, mask}, "masked softmax");
+  EXPECT_TRUE(r.fused.at(0)[1].isnan().all().item<bool>());
+}
+
+TEST(Reductions, EmptyMaxRaisesEagersError) {
+  auto m = script("x", "    return torch.amax(x, 1)");
+  at::Tensor x = at::zeros({3, 0});
+  std::string eager_msg, fused_msg;
+  try {
+    m.forward({x});
+  } catch (const std::exception& e) {
+    eager_msg = e.what();
+  }
+  ASSERT_FALSE(eager_msg.empty());
+  auto compiled = compile(m);
+  try {
+    compiled({x});
+  } catch (const std::exception& e) {
+    fused_msg = e.what();
+  }
+  EXPECT_NE(fused_msg.find("Expected reduction dim 1 to have non-zero size"), std::string::npos) << fused_msg;
+}
+
+TEST(Reductions, EmptySumIsZeroAndEmptyVarIsNaN) {
+  auto m = script("x", "    return torch.sum(x, 1), torch.var(x, 1), torch.prod(x, 1), torch.mean(x, 1)");
+  auto r = run_and_compare(m, {at::zeros({3, 0})}, "empty reductions");
+  EXPECT_TRUE(r.fused.at(0).eq(0).all().item<bool>());
+  EXPECT_TRUE(r.fused.at(1).isnan().all().item<bool>());
+  EXPECT_TRUE(r.fused.at(2).eq(1).all().item<bool>());
+  EXPECT_TRUE(r.fused.at(3).isnan().all().item<bool>());
+  EXPECT_FALSE(r.plan->kernels.empty()) << r.plan->explain();
+}
+
+TEST(Reductions, MaxWithUsedIndicesRunsThroughATen) {
+  auto m = script("x", "    v, i = torch.max(x, 1)\n    return v * 2, i");
+  auto r = run_and_compare(m, {at::randn({5, 9})}, "max with indices");
+  EXPECT_EQ(r.plan->aten_ops.count("aten::max.dim"), 1u) << r.plan->explain();
+}
+
+TEST(Reductions, NativeLayerNormReturnsMeanAndRstd) {
+  auto m = script("x, w, b", "    return torch.native_layer_norm(x, [x.size(-1)], w, b, 1e-5)");
+  for (at::ScalarType t : {at::kFloat, at::kHalf}) {
+    auto r = run_and_compare(m, {at::randn({6, 50}).to(t), at::rand({50}).to(t), at::randn({50}).to(t)},
+                             "native_layer_norm");
+    EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  }
+}
+
+TEST(Reductions, ReductionsOverDifferentDimsAreSeparateKernelsWithAReason) {
+  auto m = script("x", "    return torch.softmax(x, -1).sum(0)");
+  auto r = run_and_compare(m, {at::randn({16, 24})}, "two reductions");
+  EXPECT_EQ(r.plan->kernels.size(), 2u) << r.plan->explain();
+  EXPECT_NE(r.plan->explain().find("the group reduces"), std::string::npos) << r.plan->explain();
+}
+
+TEST(Reductions, ExplainShowsPersistentRows) {
+  auto m = script("x", "    return torch.softmax(x, -1)");
+  auto r = run_and_compare(m, {at::randn({8, 1000})}, "softmax");
+  EXPECT_NE(r.plan->explain().find("persistent row: 3 passes"), std::string::npos) << r.plan->explain();
+}
+
+TEST(Reductions, RowsTooLongForTheChipAreReadOncePerPassAndSaySo) {
+  // 2M floats per row (8 MB): larger than the CPU's on-chip row budget.
+  auto m = script("x", "    return torch.softmax(x, -1)");
+  auto r = run_and_compare(m, {at::randn({2, 1 << 21})}, "long softmax");
+  EXPECT_NE(r.plan->explain().find("larger than the"), std::string::npos) << r.plan->explain();
+}
+
+}  // namespace
+}  // namespace fusion_jit::testing
