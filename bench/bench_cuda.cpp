@@ -8,10 +8,15 @@
 // - BM_CudaLaunchesEager / BM_CudaReplay: a 10-op plan on 4K elements, one kernel per op (fusion off),
 //   run by eager's launches or replayed as one CUDA Graph; the "host_us" counter is the host time per
 //   call (the GPU is synchronized every 64 calls, outside the timed region).
+// - BM_Cuda<Pattern>Eager / BM_Cuda<Pattern>Fused: the reduction patterns (softmax of a scaled, masked
+//   input; layer norm of x + bias + residual; RMS norm times a weight; log_softmax; mean and var; GELU then
+//   mean) on [65536, 1024] float32, bytes_per_second over the tensors read and written once.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <functional>
+#include <optional>
 
 #include "runtime/cuda_driver.h"
 #include "runtime/plan.h"
@@ -127,6 +132,68 @@ void BM_CudaReplay(benchmark::State& st) {
   st.SetLabel(std::to_string(f.plan_for(args)->kernels.size()) + " kernels, " +
               std::to_string(f.stats().graph_replays) + " replays");
 }
+
+// The reduction patterns of bench_reductions.py on [65536, 1024] float32 (256 MB per tensor): eager, and
+// fused with bytes_per_second counting each input read once and each output written once, to compare with
+// BM_CudaCopy's bandwidth (bar: 80%).
+constexpr int64_t kRows = 65536, kCols = 1024;
+using Pattern = std::vector<at::Tensor> (*)(const std::vector<at::Tensor>&);
+std::vector<at::Tensor> softmax_masked(const std::vector<at::Tensor>& in) { return {at::softmax(in[0] * 0.125 + in[1], -1)}; }
+std::vector<at::Tensor> layer_norm_res(const std::vector<at::Tensor>& in) {
+  return {at::layer_norm(in[0] + in[2] + in[1], {kCols}, in[3], in[2])};
+}
+std::vector<at::Tensor> rms_norm_w(const std::vector<at::Tensor>& in) { return {at::rms_norm(in[0], {kCols}) * in[3]}; }
+std::vector<at::Tensor> log_softmax_last(const std::vector<at::Tensor>& in) { return {at::log_softmax(in[0], -1)}; }
+std::vector<at::Tensor> mean_var(const std::vector<at::Tensor>& in) { return {in[0].mean(-1), in[0].var(-1)}; }
+std::vector<at::Tensor> gelu_mean(const std::vector<at::Tensor>& in) { return {at::gelu(in[0]).mean(-1)}; }
+
+struct PatternCase {
+  Pattern fn;
+  int full_inputs;   // [kRows, kCols] inputs read
+  int full_outputs;  // [kRows, kCols] outputs written
+};
+
+std::vector<at::Tensor> pattern_inputs() {
+  return {at::randn({kRows, kCols}, at::kCUDA), at::randn({kRows, kCols}, at::kCUDA),
+          at::randn({kCols}, at::kCUDA), at::rand({kCols}, at::kCUDA) + 0.5};
+}
+
+void run_pattern(benchmark::State& st, PatternCase c, bool fused) {
+  if (skip_without_gpu(st)) return;
+  auto in = pattern_inputs();
+  std::function<void()> call;
+  std::optional<fusion_jit::CompiledModule> f;
+  std::vector<c10::IValue> args(in.begin(), in.end());
+  if (fused) {
+    f.emplace(fusion_jit::trace([c](const std::vector<at::Tensor>& x) { return c.fn(x); }, in));
+    (*f)(args);
+    call = [&] { benchmark::DoNotOptimize((*f)(args)); };
+    st.SetLabel(std::to_string(f->plan_for(args)->kernels.size()) + " kernels");
+  } else {
+    call = [&] { benchmark::DoNotOptimize(c.fn(in)); };
+  }
+  call();
+  sync();
+  for (auto _ : st) {
+    call();
+    sync();
+  }
+  st.SetBytesProcessed(st.iterations() * (c.full_inputs + c.full_outputs) * kRows * kCols * 4);
+}
+
+const PatternCase kSoftmax{softmax_masked, 2, 1}, kLayerNorm{layer_norm_res, 2, 1}, kRmsNorm{rms_norm_w, 1, 1},
+    kLogSoftmax{log_softmax_last, 1, 1}, kMeanVar{mean_var, 1, 0}, kGeluMean{gelu_mean, 1, 0};
+#define FJ_PATTERN(name, c)                                                                   \
+  void BM_Cuda##name##Eager(benchmark::State& st) { run_pattern(st, c, false); }             \
+  void BM_Cuda##name##Fused(benchmark::State& st) { run_pattern(st, c, true); }              \
+  BENCHMARK(BM_Cuda##name##Eager)->Unit(benchmark::kMillisecond)->UseRealTime();             \
+  BENCHMARK(BM_Cuda##name##Fused)->Unit(benchmark::kMillisecond)->UseRealTime();
+FJ_PATTERN(Softmax, kSoftmax)
+FJ_PATTERN(LayerNorm, kLayerNorm)
+FJ_PATTERN(RmsNorm, kRmsNorm)
+FJ_PATTERN(LogSoftmax, kLogSoftmax)
+FJ_PATTERN(MeanVar, kMeanVar)
+FJ_PATTERN(GeluMean, kGeluMean)
 
 BENCHMARK(BM_CudaCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaChainEager)->Unit(benchmark::kMillisecond)->UseRealTime();

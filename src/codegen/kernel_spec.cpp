@@ -51,8 +51,9 @@ std::string literal_in(const Literal& l, DType t) {
   if (c == DType::kFloat32 || c == DType::kFloat64) {
     const char* ty = c == DType::kFloat32 ? "float" : "double";
     if (is_int) return fmt::format("(({}){}LL)", ty, i);
-    if (std::isnan(d)) return fmt::format("(({})__builtin_nan(\"\"))", ty);
-    if (std::isinf(d)) return fmt::format("(({})({}__builtin_inf()))", ty, d < 0 ? "-" : "");
+    // FJ_NAN and FJ_INF come from each target's prelude (NVRTC has no __builtin_inf).
+    if (std::isnan(d)) return fmt::format("(({})FJ_NAN)", ty);
+    if (std::isinf(d)) return fmt::format("(({})({}FJ_INF))", ty, d < 0 ? "-" : "");
     return fmt::format("(({}){:a})", ty, d);  // hex float: exact
   }
   if (c == DType::kBool) return (is_int ? i != 0 : d != 0) ? "true" : "false";

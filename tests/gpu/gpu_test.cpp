@@ -1,10 +1,12 @@
 // GPU tests (ctest label "gpu"): fused CUDA kernels against eager CUDA PyTorch on the foundation's op
-// corpus, CUDA Graph replay against normal runs, and the fuzzer on CUDA. Each test needs a CUDA device
+// corpus and the reduction corpus, CUDA Graph replay against normal runs, and the fuzzer on CUDA. Each test needs a CUDA device
 // and skips, saying why, where there is none (our build machines have no GPU; tests/gpu/run.sh runs
 // these on a GPU machine).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "../torch/op_corpus.h"
+#include "../torch/reduction_corpus.h"
 #include "fuzz/fuzzer.h"
 #include "runtime/cuda_driver.h"
 #include "torch/cuda_support.h"
@@ -51,6 +53,55 @@ TEST_P(GpuCorpus, MatchesEagerCuda) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, GpuCorpus, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<OpCase>& i) { return std::string(i.param.name); });
+
+class GpuReductions : public ::testing::TestWithParam<ReductionCase> {};
+
+TEST_P(GpuReductions, MatchesEagerCuda) {
+  SKIP_WITHOUT_GPU();
+  const ReductionCase& c = GetParam();
+  auto ins = inputs_for(c);
+  auto m = reduction_module(c, ins.size());
+  for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
+    at::manual_seed(7);
+    std::vector<c10::IValue> inputs;
+    for (size_t i = 0; i < ins.size(); ++i)
+      inputs.emplace_back(fuzz::to_device_same_layout(make_reduction_input(ins[i], t, static_cast<int>(i)), kCuda));
+    std::string what = std::string(c.name) + " " + c10::toString(t) + " on cuda";
+    RunResult r = run_and_compare(m, inputs, what);
+    ASSERT_NE(r.plan, nullptr) << what << " ran eagerly";
+    EXPECT_FALSE(r.plan->kernels.empty()) << what << ": no fused kernel\n" << r.plan->explain();
+    for (const auto& k : r.plan->kernels) EXPECT_EQ(k.spec.device, Device::kCUDA) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllReductions, GpuReductions, ::testing::ValuesIn(kReductionCases),
+                         [](const ::testing::TestParamInfo<ReductionCase>& i) { return std::string(i.param.name); });
+
+TEST(GpuReductionPatterns, OneKernelEachAndMatchEagerCuda) {
+  SKIP_WITHOUT_GPU();
+  struct P {
+    const char* args;
+    const char* body;
+  };
+  const P patterns[] = {
+      {"x, mask", "    return torch.softmax(x * 0.125 + mask, -1)"},
+      {"x, r", "    return torch.layer_norm(x + r, [x.size(-1)], None, None, 1e-5)"},
+      {"x, r", "    return torch.rms_norm(x, [x.size(-1)], None, None) * r"},
+      {"x, r", "    return torch.log_softmax(x + r, -1)"},
+      {"x, r", "    return torch.mean(x, -1), torch.var(r, -1), torch.mean(r, -1)"},
+      {"x, r", "    return torch.gelu(x).mean(-1) + r.sum(-1)"},
+  };
+  for (at::ScalarType t : {at::kFloat, at::kHalf, at::kBFloat16})
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{512, 1024}, {67, 300}, {8, 20000}})
+      for (const auto& p : patterns) {
+        auto m = script(p.args, p.body);
+        std::vector<c10::IValue> in{at::randn({rows, cols}, kCuda).to(t), at::randn({rows, cols}, kCuda).to(t)};
+        std::string what = fmt::format("{} {} [{},{}]", p.body, c10::toString(t), rows, cols);
+        RunResult r = run_and_compare(m, in, what);
+        ASSERT_NE(r.plan, nullptr) << what;
+        EXPECT_EQ(r.plan->kernels.size(), 1u) << what << "\n" << r.plan->explain();
+      }
+}
 
 const char* kBlockArgs = "x, gate, scale";
 const char* kBlockBody =

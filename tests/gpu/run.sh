@@ -41,7 +41,7 @@ step "unit tests"
 
 step "gpu tests"
 set +e
-timeout 300 "$BUILD/gpu_tests" --gtest_brief=1 --gtest_output="json:$OUT/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1
+timeout 400 "$BUILD/gpu_tests" --gtest_brief=1 --gtest_output="json:$OUT/gpu_tests.json" > "$OUT/gpu_tests.log" 2>&1
 GPU_RC=$?
 tail -15 "$OUT/gpu_tests.log"
 
@@ -64,7 +64,7 @@ PYEOF
 cat "$OUT/demo.log"
 
 step "benchmarks"
-timeout 180 "$BUILD/bench_cuda" --benchmark_format=json --benchmark_min_time=0.5 > "$OUT/bench_cuda.json" 2> "$OUT/bench_cuda.log"
+timeout 240 "$BUILD/bench_cuda" --benchmark_format=json --benchmark_min_time=0.5 > "$OUT/bench_cuda.json" 2> "$OUT/bench_cuda.log"
 BENCH_RC=$?
 set -e
 
@@ -98,6 +98,10 @@ try:
     rows.append(("copy 256M f32", f"{gbs('BM_CudaCopy'):.0f} GB/s"))
     rows.append(("6-op chain eager", f"{gbs('BM_CudaChainEager'):.0f} GB/s"))
     rows.append(("6-op chain fused", f"{gbs('BM_CudaChainFused'):.0f} GB/s = {100 * gbs('BM_CudaChainFused') / gbs('BM_CudaCopy'):.0f}% of copy (bar 80%)"))
+    for pat in ["Softmax", "LayerNorm", "RmsNorm", "LogSoftmax", "MeanVar", "GeluMean"]:
+        fe, ff = f"BM_Cuda{pat}Eager", f"BM_Cuda{pat}Fused"
+        rows.append((f"{pat} fused", f"{gbs(ff):.0f} GB/s = {100 * gbs(ff) / gbs('BM_CudaCopy'):.0f}% of copy (bar 80%), "
+                                     f"{b[fe]['real_time'] / b[ff]['real_time']:.2f}x eager ({b[ff].get('label', '')})"))
     e, r = b["BM_CudaLaunchesEager"]["host_us"], b["BM_CudaReplay"]["host_us"]
     rows.append(("10-kernel plan, host/call", f"replay {r:.1f} us (bar 15), eager launches {e:.1f} us"))
 except Exception as e:  # noqa: BLE001

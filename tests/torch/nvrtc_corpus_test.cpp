@@ -12,6 +12,7 @@
 #include "compile/nvrtc.h"
 #include "support/error.h"
 #include "op_corpus.h"
+#include "reduction_corpus.h"
 
 namespace fusion_jit::testing {
 namespace {
@@ -71,6 +72,98 @@ TEST_P(NvrtcCorpus, CompilesForSm80AndSm90WithoutSpills) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, NvrtcCorpus, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<OpCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace fusion_jit::testing
+
+// The reduction corpus and the patterns, likewise: every kernel compiles for sm_80 and sm_90
+// without spills.
+namespace fusion_jit::testing {
+namespace {
+
+void compile_all_for_gpus(const std::string& what, const std::vector<KernelSpec>& specs) {
+  ASSERT_FALSE(specs.empty()) << what;
+  std::string source = print_cuda_source(specs);
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    std::shared_ptr<const CudaBinary> bin;
+    try {
+      bin = compile_cuda_source(source, arch);
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << " " << arch << ": " << e.what();
+      continue;
+    }
+    EXPECT_EQ(bin->kernels.size(), specs.size()) << what << " " << arch;
+    for (const auto& k : bin->kernels) {
+      EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << k.name << " " << arch << " spills\n" << bin->log;
+      EXPECT_LE(k.registers, 128) << k.name << " " << arch;
+    }
+  }
+}
+
+class NvrtcReductions : public ::testing::TestWithParam<ReductionCase> {};
+
+TEST_P(NvrtcReductions, CompileForSm80AndSm90WithoutSpills) {
+  std::string why;
+  ASSERT_TRUE(nvrtc_available(&why)) << why;
+  const ReductionCase& c = GetParam();
+  auto ins = inputs_for(c);
+  auto m = reduction_module(c, ins.size());
+  std::vector<std::shared_ptr<const ExecutablePlan>> plans;
+  std::vector<KernelSpec> specs;
+  for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
+    std::vector<c10::IValue> inputs;
+    for (size_t i = 0; i < ins.size(); ++i) inputs.emplace_back(make_reduction_input(ins[i], t, static_cast<int>(i)));
+    auto plan = compile(m).compile_cuda(inputs, "sm_90", /*run_nvrtc=*/false);
+    for (const auto& k : plan->kernels) {
+      KernelSpec s = k.spec;
+      s.name = fmt::format("{}_{}_{}", c.name, c10::toString(t), k.spec.name);
+      specs.push_back(std::move(s));
+    }
+    plans.push_back(std::move(plan));
+  }
+  compile_all_for_gpus(c.name, specs);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllReductions, NvrtcReductions, ::testing::ValuesIn(kReductionCases),
+                         [](const ::testing::TestParamInfo<ReductionCase>& i) { return std::string(i.param.name); });
+
+TEST(NvrtcReductionPatterns, EachIsOneKernelThatCompilesWithoutSpills) {
+  std::string why;
+  ASSERT_TRUE(nvrtc_available(&why)) << why;
+  struct P {
+    const char* args;
+    const char* body;
+    std::vector<std::vector<int64_t>> shapes;
+  };
+  const P patterns[] = {
+      {"x, mask", "    return torch.softmax(x * 0.125 + mask, -1)", {{4096, 1024}, {4096, 1024}}},
+      {"x, r, bias, w, b", "    return torch.layer_norm(x + bias + r, [x.size(-1)], w, b, 1e-5)",
+       {{4096, 1024}, {4096, 1024}, {1024}, {1024}, {1024}}},
+      {"x, w", "    return torch.rms_norm(x, [x.size(-1)], None, None) * w", {{4096, 1024}, {1024}}},
+      {"x", "    return torch.log_softmax(x, -1)", {{4096, 1024}}},
+      {"x", "    return torch.mean(x, -1), torch.var(x, -1)", {{4096, 1024}}},
+      {"x", "    return torch.gelu(x).mean(-1)", {{4096, 1024}}},
+      {"x", "    return torch.softmax(x, -1)", {{64, 32768}}},  // rows longer than the registers hold
+  };
+  std::vector<std::shared_ptr<const ExecutablePlan>> plans;
+  std::vector<KernelSpec> specs;
+  for (at::ScalarType t : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    for (const auto& p : patterns) {
+      auto m = script(p.args, p.body);
+      std::vector<c10::IValue> inputs;
+      for (const auto& s : p.shapes) inputs.emplace_back(at::randn(s).to(t));
+      auto plan = compile(m).compile_cuda(inputs, "sm_90", /*run_nvrtc=*/false);
+      EXPECT_EQ(plan->kernels.size(), 1u) << p.body << "\n" << plan->explain();
+      for (const auto& k : plan->kernels) {
+        KernelSpec s = k.spec;
+        s.name = fmt::format("p{}_{}", specs.size(), c10::toString(t));
+        specs.push_back(std::move(s));
+      }
+      plans.push_back(std::move(plan));
+    }
+  }
+  compile_all_for_gpus("patterns", specs);
+}
 
 }  // namespace
 }  // namespace fusion_jit::testing
