@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <set>
 
 namespace fusion_jit {
@@ -87,7 +88,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
 // Rows run in parallel over threads (the launch splits [0, rows)); each thread walks its rows one by one,
 // so a row stays in its core's caches between passes. A pass with accumulators runs its loop in vectors of
 // W lanes (16 for 4-byte accumulators, 8 for 8-byte ones), each lane with accumulators of its own; sums and
-// products also restart per chunk of 4096 elements and add the chunk's lanes into the row's, so rounding
+// products also restart per chunk of 1024 elements and add the chunk's lanes into the row's, so rounding
 // error grows with (chunk / W + row / chunk), not with the row's length. Lanes merge pairwise at the end
 // (Welford's by Chan's formula). The elements past the last whole vector go to lane 0.
 void print_reduction_kernel(const KernelSpec& k, std::string& s) {
@@ -215,8 +216,8 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
           s += fmt::format("      {0} a{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) a{1}[l_] = {3};\n", a.type, i,
                            width, id);
       }
-      s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += 4096) {{\n", k.row_len);
-      s += fmt::format("        const I je_ = {0} - j0_ < 4096 ? {0} : j0_ + 4096;\n", k.row_len);
+      s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += 1024) {{\n", k.row_len);
+      s += fmt::format("        const I je_ = {0} - j0_ < 1024 ? {0} : j0_ + 1024;\n", k.row_len);
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
         if (a.kind == "sum" || a.kind == "prod")
@@ -287,13 +288,216 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   s += "}\n";
 }
 
+std::string scratch_type(const KernelSpec& k, const std::string& var) {
+  for (const auto& [v, ty] : k.scratch)
+    if (v == var) return ty;
+  return "float";
+}
+
+// Names of the row values a reduction kernel defines (`const T name = ...` statements), with their types.
+std::vector<std::pair<std::string, std::string>> row_value_decls(const KernelSpec& k) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto scan = [&](const std::vector<std::string>& stmts) {
+    for (const auto& st : stmts) {
+      if (st.rfind("const ", 0) != 0) continue;
+      size_t sp = st.find(' ', 6), eq = st.find(" = ");
+      if (sp == std::string::npos || eq == std::string::npos) continue;
+      out.emplace_back(st.substr(sp + 1, eq - sp - 1), st.substr(6, sp - 6));
+    }
+  };
+  scan(k.row_prologue);
+  for (const auto& p : k.passes) scan(p.after);
+  return out;
+}
+
+bool mentions(const std::vector<std::string>& texts, const std::string& name) {
+  for (const auto& t : texts)
+    for (size_t p = t.find(name); p != std::string::npos; p = t.find(name, p + 1)) {
+      size_t e = p + name.size();
+      bool left = p == 0 || !(std::isalnum(static_cast<unsigned char>(t[p - 1])) || t[p - 1] == '_');
+      bool right = e >= t.size() || !(std::isalnum(static_cast<unsigned char>(t[e])) || t[e] == '_');
+      if (left && right) return true;
+    }
+  return false;
+}
+
+// Whether a reduction kernel reduces across rows laid out next to each other (a column reduction, such as
+// a sum over dim 0 of a row-major matrix): its first element buffer is contiguous along the innermost kept
+// dim and strided along the (single) reduced dim.
+bool is_column_reduction(const KernelSpec& k) {
+  const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
+  if (nd - kd != 1 || k.sizes[kd - 1] < 2) return false;
+  for (const auto& p : k.passes)
+    for (int b : p.loads) return k.buffers[b].strides[kd - 1] == 1 && std::abs(k.buffers[b].strides[nd - 1]) > 1;
+  return false;
+}
+
+// Note [CPU column schedule]
+// A column reduction walks a tile of up to kTile neighbouring rows at once: the loop over the row's
+// elements is outside, the loop over the tile's rows inside and vectorized (contiguous loads), each row with
+// its own accumulator (sums restart every 64 elements and add into the row's total, which keeps their
+// error small). Row values are arrays over the tile; the `after` statements run once per row of the tile.
+constexpr int kTile = 32;
+
+void print_column_kernel(const KernelSpec& k, std::string& s) {
+  const char* I = k.index32 ? "int32_t" : "int64_t";
+  const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
+  const int64_t kin = k.sizes[kd - 1], L = k.row_len;
+  auto ctype = [](DType t) { return std::string(is_reduced_float(t) ? "float" : dtype_c_type(t)); };
+  const auto rows = row_value_decls(k);
+  s += fmt::format("\n// group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
+  for (size_t d = 0; d < nd; ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
+  s += fmt::format("], {} passes, column tiles of {} rows, {} offsets\n", k.passes.size(), kTile, I);
+  s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
+  s += fmt::format("  typedef {} I;\n", I);
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const auto& kb = k.buffers[b];
+    std::string ty = storage_type(kb.dtype);
+    if (kb.is_output) s += fmt::format("  {0}* __restrict__ p{1} = ({0}*)buf[{1}];\n", ty, b);
+    else s += fmt::format("  const {0}* __restrict__ p{1} = (const {0}*)buf[{1}];\n", ty, b);
+  }
+  for (const auto& [var, ty] : k.scratch)
+    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", ty, var, L * kTile);
+  s += "  for (int64_t row0_ = begin_; row0_ < end_;) {\n";
+  s += fmt::format("    const int64_t kin_ = row0_ % {0};\n    int64_t n_ = {0} - kin_;\n", kin);
+  s += fmt::format("    if (n_ > {0}) n_ = {0};\n    if (n_ > end_ - row0_) n_ = end_ - row0_;\n", kTile);
+  s += fmt::format("    I r_ = (I)(row0_ / {}), c_;\n", kin);
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    s += fmt::format("    I roff{} = (I)kin_ * {};\n", b, k.buffers[b].strides[kd - 1]);
+  for (size_t d = kd - 1; d-- > 0;) {
+    if (d > 0) s += fmt::format("    c_ = r_ % {0}; r_ /= {0};\n", k.sizes[d]);
+    else s += "    c_ = r_;\n";
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      if (k.buffers[b].strides[d] != 0) s += fmt::format("    roff{} += c_ * {};\n", b, k.buffers[b].strides[d]);
+  }
+  s += "    (void)c_;\n";
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    s += fmt::format("    {0}{1}* __restrict__ q{2} = p{2} + roff{2};\n", k.buffers[b].is_output ? "" : "const ",
+                     storage_type(k.buffers[b].dtype), b);
+  // Row buffers and row values: one per row of the tile.
+  for (int b : k.row_loads)
+    s += fmt::format("    {0} rb{1}[{2}];\n    for (int r_ = 0; r_ < n_; ++r_) rb{1}[r_] = {3};\n", ctype(k.buffers[b].dtype), b,
+                     kTile, load_expr(k.buffers[b].dtype, fmt::format("q{}[r_ * {}]", b, k.buffers[b].strides[kd - 1])));
+  for (const auto& [name, ty] : rows) s += fmt::format("    {} rv_{}[{}];\n", ty, name, kTile);
+  // Declarations, inside a per-row loop, of the row buffers and row values `texts` mention.
+  auto row_inputs = [&](const std::vector<std::string>& texts, const std::string& ind, const std::string& skip_from) {
+    std::string t;
+    for (int b : k.row_loads)
+      if (mentions(texts, fmt::format("b{}", b)))
+        t += fmt::format("{}const {} b{} = rb{}[r_];\n", ind, ctype(k.buffers[b].dtype), b, b);
+    for (const auto& [name, ty] : rows) {
+      if (name == skip_from) break;  // defined by the statements themselves from here on
+      if (mentions(texts, name)) t += fmt::format("{}const {} {} = rv_{}[r_];\n", ind, ty, name, name);
+    }
+    return t;
+  };
+  // Per-row statements (prologue, after): run for each row of the tile, saving what they define.
+  auto per_row = [&](const std::vector<std::string>& stmts, const std::string& pre) {
+    if (stmts.empty()) return;
+    std::vector<std::string> texts = stmts;
+    std::string first_defined;
+    for (const auto& [name, ty] : rows)
+      if (mentions({stmts.front()}, name) && stmts.front().find(" " + name + " = ") != std::string::npos) first_defined = name;
+    s += "    for (int r_ = 0; r_ < n_; ++r_) {\n" + pre;
+    s += row_inputs(texts, "      ", first_defined);
+    for (const auto& st : stmts) s += "      " + st + "\n";
+    for (const auto& [name, ty] : rows)
+      for (const auto& st : stmts)
+        if (st.find(" " + name + " = ") != std::string::npos && st.rfind("const", 0) == 0)
+          s += fmt::format("      rv_{0}[r_] = {0};\n", name);
+    s += "    }\n";
+  };
+  per_row(k.row_prologue, "");
+  const int64_t st_red = 0;
+  (void)st_red;
+  int acc_base = 0;
+  for (const auto& pass : k.passes) {
+    const size_t na = pass.accs.size();
+    s += fmt::format("    {{  // pass {}\n", &pass - &k.passes[0]);
+    for (size_t i = 0; i < na; ++i) {
+      const auto& a = pass.accs[i];
+      if (a.kind == "welford")
+        s += fmt::format("    {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0;\n    for (int r_ = 0; r_ < {2}; ++r_) wm{1}[r_] = wq{1}[r_] = 0;\n",
+                         a.type, i, kTile);
+      else
+        s += fmt::format("    {0} a{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = {3};\n", a.type, i, kTile,
+                         reduction_identity(a.kind, a.type));
+    }
+    std::vector<std::string> texts = pass.body;
+    for (const auto& a : pass.accs) texts.push_back(a.input);
+    for (const auto& st : pass.stores) texts.push_back(st.second);
+    s += fmt::format("    for (I j0_ = 0; j0_ < {0}; j0_ += 64) {{\n      const I je_ = {0} - j0_ < 64 ? {0} : j0_ + 64;\n", L);
+    for (size_t i = 0; i < na; ++i)
+      if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "prod")
+        s += fmt::format("      {0} s{1}[{2}];\n      for (int r_ = 0; r_ < {2}; ++r_) s{1}[r_] = {3};\n", pass.accs[i].type, i,
+                         kTile, reduction_identity(pass.accs[i].kind, pass.accs[i].type));
+    s += "      for (I e_ = j0_; e_ < je_; ++e_) {\n";
+    for (size_t i = 0; i < na; ++i)
+      if (pass.accs[i].kind == "welford")
+        s += fmt::format("        wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, pass.accs[i].type);
+    s += "#pragma omp simd\n        for (int r_ = 0; r_ < n_; ++r_) {\n";
+    const std::string ind = "          ";
+    s += row_inputs(texts, ind, "");
+    auto ref = [&](int b) {
+      const auto& st = k.buffers[b].strides;
+      std::string r = st[kd - 1] == 0 ? "" : st[kd - 1] == 1 ? "r_" : fmt::format("r_ * {}", st[kd - 1]);
+      std::string e = st[nd - 1] == 0 ? "" : fmt::format("(int64_t)e_ * {}", st[nd - 1]);
+      if (r.empty() && e.empty()) return fmt::format("q{}[0]", b);
+      return fmt::format("q{}[{}{}{}]", b, r, !r.empty() && !e.empty() ? " + " : "", e);
+    };
+    for (int b : pass.loads)
+      s += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b, load_expr(k.buffers[b].dtype, ref(b)));
+    for (const auto& var : pass.stash_in)
+      s += fmt::format("{0}const {3} {1} = st_{1}[(int64_t)e_ * {2} + r_];\n", ind, var, kTile, scratch_type(k, var));
+    for (const auto& line : pass.body) s += ind + line + "\n";
+    for (const auto& var : pass.stash_out) s += fmt::format("{0}st_{1}[(int64_t)e_ * {2} + r_] = {1};\n", ind, var, kTile);
+    for (size_t i = 0; i < na; ++i) {
+      const auto& a = pass.accs[i];
+      if (a.kind == "sum") s += fmt::format("{}s{}[r_] += {};\n", ind, i, a.input);
+      else if (a.kind == "prod") s += fmt::format("{}s{}[r_] *= {};\n", ind, i, a.input);
+      else if (a.kind == "max" || a.kind == "min") s += fmt::format("{0}a{1}[r_] = fj_red_{2}(a{1}[r_], {3});\n", ind, i, a.kind, a.input);
+      else
+        s += fmt::format("{0}{{ const {1} x_ = {2}; const {1} d_ = x_ - wm{3}[r_]; wm{3}[r_] += d_ * wi{3}; "
+                         "wq{3}[r_] += d_ * (x_ - wm{3}[r_]); }}\n",
+                         ind, a.type, a.input, i);
+    }
+    for (const auto& [b, var] : pass.stores) s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
+    s += "        }\n      }\n";
+    for (size_t i = 0; i < na; ++i)
+      if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "prod")
+        s += fmt::format("      for (int r_ = 0; r_ < n_; ++r_) a{0}[r_] {1}= s{0}[r_];\n", i, pass.accs[i].kind == "sum" ? "+" : "*");
+    s += "    }\n";
+    // The pass's results and the row values after it, per row.
+    std::string pre;
+    for (size_t i = 0; i < na; ++i) {
+      const auto& a = pass.accs[i];
+      const size_t idx = acc_base + i;
+      if (a.kind == "welford")
+        pre += fmt::format("      fj_wf<{0}> acc{1}; acc{1}.mean = wm{2}[r_]; acc{1}.m2 = wq{2}[r_]; acc{1}.n = wc{2};\n",
+                           a.type, idx, i);
+      else
+        pre += fmt::format("      const {} acc{} = a{}[r_];\n", a.type, idx, i);
+    }
+    acc_base += static_cast<int>(na);
+    per_row(pass.after, pre);
+    s += "    }\n";
+  }
+  for (const auto& [b, var] : k.row_stores)
+    s += fmt::format("    for (int r_ = 0; r_ < n_; ++r_) q{0}[r_ * {1}] = {2};\n", b, k.buffers[b].strides[kd - 1],
+                     store_expr(k.buffers[b].dtype, fmt::format("rv_{}[r_]", var)));
+  s += "    row0_ += n_;\n  }\n";
+  for (const auto& sc : k.scratch) s += fmt::format("  free(st_{});\n", sc.first);
+  s += "}\n";
+}
+
 }  // namespace
 
 std::string print_cpu_source(const std::vector<KernelSpec>& kernels) {
   std::string s = "// Generated by fusion_jit: CPU kernels of one plan.\n";
   s += kPrelude;
   for (const auto& k : kernels) {
-    if (k.is_reduction()) print_reduction_kernel(k, s);
+    if (k.is_reduction() && is_column_reduction(k)) print_column_kernel(k, s);
+    else if (k.is_reduction()) print_reduction_kernel(k, s);
     else print_kernel(k, s);
   }
   return s;

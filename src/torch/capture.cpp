@@ -202,7 +202,7 @@ class Importer {
       return;  // the graph's result, flattened in run()
     if (kind == c10::prim::ListConstruct || kind == c10::prim::ListUnpack) {
       bool tensors = true;
-      for (tj::Value* in : n->inputs()) tensors &= values_.at(in).isTensor();
+      for (tj::Value* in : n->inputs()) tensors &= values_.at(in).isTensor() || values_.at(in).isTensorList();
       for (tj::Value* o : n->outputs()) tensors &= values_.at(o).isTensor() || values_.at(o).isTensorList();
       FJ_CHECK(tensors, "{}: only lists of tensors are captured", kname);
       if (kind == c10::prim::ListConstruct && n->output()->uses().size() == 1 &&
