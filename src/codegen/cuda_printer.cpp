@@ -183,15 +183,19 @@ void print_kernel(const KernelSpec& k, std::string& s) {
 // read again in each pass (from L2). Each pass ends with fj_row_reduce of its accumulators, which gives
 // every thread of the row the result, so the `after` statements run redundantly in each thread; row
 // outputs are stored by the row's first thread. Reductions accumulate in float for float16/bfloat16.
+// Column reductions (reduction_is_column) take a block tile instead: 32 neighbouring rows (neighbouring
+// threads, so loads along the kept dim coalesce) by kCudaColumnThreads threads per row along the reduced
+// dim, combined through shared memory by fj_column_reduce.
 void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   const char* I = k.index32 ? "int" : "long long";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const size_t fo = first_output(k);
-  const int tr = cuda_threads_per_row(k.row_len);
+  const bool column = reduction_is_column(k);
+  const int tr = cuda_threads_per_row(k);
   const int rb = kCudaBlockSize / tr;
   const int64_t groups = (k.rows + rb - 1) / rb;
-  const bool regs = cuda_row_in_registers(k.row_len);
-  const int64_t K = cuda_elements_per_thread(k.row_len);
+  const bool regs = cuda_row_in_registers(k);
+  const int64_t K = cuda_elements_per_thread(k);
   s += fmt::format("\n// group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
   for (size_t d = 0; d < nd; ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
   s += fmt::format("], {} passes, {} threads per row, {}\n", k.passes.size(), tr,
@@ -205,11 +209,21 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n", kCudaBlockSize,
                    kCudaMinBlocksPerSm, k.name, params);
   s += fmt::format("  typedef {} I;\n", I);
-  s += fmt::format("  const int lane_ = threadIdx.x % {0}, sub_ = threadIdx.x / {0};\n", tr);
+  if (column)  // neighbouring threads take neighbouring rows: coalesced along the kept dim
+    s += fmt::format("  const int sub_ = threadIdx.x % {0}, lane_ = threadIdx.x / {0};\n", rb);
+  else
+    s += fmt::format("  const int lane_ = threadIdx.x % {0}, sub_ = threadIdx.x / {0};\n", tr);
   s += fmt::format("  for (long long g_ = blockIdx.x; g_ < {}LL; g_ += gridDim.x) {{\n", groups);
-  s += fmt::format("    const long long row_ = g_ * {} + sub_;\n", rb);
-  // With a warp per row, a warp past the last row has nothing to do (no block-wide barrier follows).
-  if (rb > 1) s += fmt::format("    if (row_ >= {}LL) continue;\n", k.rows);
+  if (column) {
+    // Every thread takes part in the block-wide reductions; those past the last row only load nothing.
+    s += fmt::format("    const bool active_ = g_ * {0} + sub_ < {1}LL;\n", rb, k.rows);
+    s += fmt::format("    const long long row_ = active_ ? g_ * {} + sub_ : 0;\n", rb);
+  } else {
+    s += fmt::format("    const long long row_ = g_ * {} + sub_;\n", rb);
+    // With a warp per row, a warp past the last row has nothing to do (no block-wide barrier follows).
+    if (rb > 1) s += fmt::format("    if (row_ >= {}LL) continue;\n", k.rows);
+    s += "    const bool active_ = true;\n";
+  }
   s += "    I r_ = (I)row_, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
   for (size_t d = kd; d-- > 0;) {
@@ -258,8 +272,8 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       else
         s += fmt::format("    {} a{} = {};\n", a.type, acc_base + i, reduction_identity(a.kind, a.type));
     }
-    if (regs) s += fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n      if (e_ < {}LL) {{\n", K, tr, k.row_len);
-    else s += fmt::format("    for (long long e_ = lane_; e_ < {}LL; e_ += {}) {{\n      {{\n", k.row_len, tr);
+    if (regs) s += fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n      if (active_ && e_ < {}LL) {{\n", K, tr, k.row_len);
+    else s += fmt::format("    for (long long e_ = lane_; active_ && e_ < {}LL; e_ += {}) {{\n      {{\n", k.row_len, tr);
     const std::string ind = "        ";
     if (nd - kd != 1) {
       s += ind + "I q_ = (I)e_, d_;\n";
@@ -308,14 +322,14 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       const auto& a = pass.accs[i];
       std::string op = a.kind == "welford" ? "fj_op_welford" : "fj_op_" + a.kind;
       std::string ty = a.kind == "welford" ? "fj_wf<" + a.type + ">" : a.type;
-      s += fmt::format("    const {} acc{} = fj_row_reduce<{}>({}{}, {}());\n", ty, acc_base + i, tr,
-                       a.kind == "welford" ? "w" : "a", acc_base + i, op);
+      s += fmt::format("    const {} acc{} = {}<{}>({}{}, {}());\n", ty, acc_base + i, column ? "fj_column_reduce" : "fj_row_reduce",
+                       tr, a.kind == "welford" ? "w" : "a", acc_base + i, op);
     }
     acc_base += static_cast<int>(na);
     for (const auto& line : pass.after) s += "    " + line + "\n";
   }
   if (!k.row_stores.empty()) {
-    s += "    if (lane_ == 0) {\n";
+    s += "    if (lane_ == 0 && active_) {\n";
     for (const auto& [b, var] : k.row_stores)
       s += fmt::format("      p{0}[roff{0}] = {1};\n", b, store_expr(k.buffers[b].dtype, var));
     s += "    }\n";
@@ -351,7 +365,7 @@ int cuda_vector_width(const KernelSpec& k) {
 
 int64_t cuda_work_items(const KernelSpec& k) {
   if (k.is_reduction()) {  // one block per group of rows
-    const int rb = kCudaBlockSize / cuda_threads_per_row(k.row_len);
+    const int rb = kCudaBlockSize / cuda_threads_per_row(k);
     return (k.rows + rb - 1) / rb * kCudaBlockSize;
   }
   int vec = cuda_vector_width(k);

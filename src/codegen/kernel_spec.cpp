@@ -377,7 +377,7 @@ class Builder {
       if (approved.count(v)) return true;
       if (spec_.device == Device::kCUDA) {
         // In registers: only rows a thread holds whole, a few values at most.
-        if (!cuda_row_in_registers(spec_.row_len) || approved.size() >= 2) return false;
+        if (!cuda_row_in_registers(spec_) || approved.size() >= 2) return false;
       } else {
         int64_t bytes = spec_.row_len * static_cast<int64_t>(dtype_size(compute_dtype(v->tensor_type().dtype)));
         if (bytes > scratch_budget) return false;
@@ -652,12 +652,23 @@ std::string reduction_identity(const std::string& kind, const std::string& type)
   return max ? it->second.first : it->second.second;
 }
 
-int cuda_threads_per_row(int64_t row_len) { return row_len <= 512 ? 32 : 256; }
-int64_t cuda_elements_per_thread(int64_t row_len) {
-  const int t = cuda_threads_per_row(row_len);
-  return (row_len + t - 1) / t;
+bool reduction_is_column(const KernelSpec& k) {
+  const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
+  if (!k.is_reduction() || nd - kd != 1 || k.sizes[kd - 1] < 2) return false;
+  for (const auto& b : k.buffers)  // the first input that varies along the row
+    if (!b.is_output && b.strides[nd - 1] != 0) return b.strides[kd - 1] == 1 && std::abs(b.strides[nd - 1]) > 1;
+  return false;
 }
-bool cuda_row_in_registers(int64_t row_len) { return cuda_elements_per_thread(row_len) <= kCudaRowRegisters; }
+
+int cuda_threads_per_row(const KernelSpec& k) {
+  if (reduction_is_column(k)) return kCudaColumnThreads;
+  return k.row_len <= 512 ? 32 : 256;
+}
+int64_t cuda_elements_per_thread(const KernelSpec& k) {
+  const int t = cuda_threads_per_row(k);
+  return (k.row_len + t - 1) / t;
+}
+bool cuda_row_in_registers(const KernelSpec& k) { return cuda_elements_per_thread(k) <= kCudaRowRegisters; }
 
 Device group_device(const FusionGroup& group) {
   FJ_INTERNAL_ASSERT(!group.outputs.empty(), "group {} has no outputs", group.id);

@@ -325,10 +325,24 @@ std::string ExecutablePlan::explain() const {
   if (from_plan_cache) s += "(plan from the plan cache: fusion and code generation skipped)\n";
   for (const auto& f : fallback_groups) s += "fallback: " + f + " failed to compile and runs through ATen\n";
   for (const auto& k : kernels) {
+    const KernelSpec& ks = k.spec;
+    if (ks.is_reduction() && ks.device == Device::kCPU)
+      s += fmt::format("cpu {}: {} rows of {}, {} pass{}, {}{}\n", ks.name, ks.rows, ks.row_len, ks.passes.size(),
+                       ks.passes.size() == 1 ? "" : "es",
+                       reduction_is_column(ks) ? "column tiles of 32 rows vectorized across rows"
+                                               : "rows over threads, 16 lanes per row",
+                       ks.scratch.empty() ? "" : fmt::format(", {} value(s) kept in a scratch row", ks.scratch.size()));
     if (k.spec.device != Device::kCUDA) continue;
     const CudaKernelInfo* info = cuda_binary ? cuda_binary->kernel(k.spec.name) : nullptr;
-    s += fmt::format("cuda {} ({}): {} elements, vector width {}, {} offsets", k.spec.name, cuda_arch, k.spec.numel,
-                     k.cuda_vector, k.spec.index32 ? "int32" : "int64");
+    if (ks.is_reduction())
+      s += fmt::format("cuda {} ({}): {} rows of {}, {} threads per row{}, {}, {} offsets", ks.name, cuda_arch, ks.rows,
+                       ks.row_len, cuda_threads_per_row(ks), reduction_is_column(ks) ? " (column tile)" : "",
+                       cuda_row_in_registers(ks) ? fmt::format("{} elements per thread in registers", cuda_elements_per_thread(ks))
+                                                 : std::string("rows read once per pass"),
+                       ks.index32 ? "int32" : "int64");
+    else
+      s += fmt::format("cuda {} ({}): {} elements, vector width {}, {} offsets", k.spec.name, cuda_arch, k.spec.numel,
+                       k.cuda_vector, k.spec.index32 ? "int32" : "int64");
     if (info)
       s += fmt::format(", {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded", info->registers,
                        info->shared_bytes, info->stack_bytes, info->spill_stores, info->spill_loads);
