@@ -134,3 +134,82 @@ TEST(Fusion, DisabledGivesOneGroupPerOp) {
 
 }  // namespace
 }  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+const char* kSoftmax = R"(graph(%0 : f32[256,1024], %1 : f32[256,1024]):
+  %2 : f32[256,1024] = aten::add.Tensor(%0, %1, 1)
+  %3 : f32[256,1] = aten::amax(%2, [1], True)
+  %4 : f32[256,1024] = aten::sub.Tensor(%2, %3, 1)
+  %5 : f32[256,1024] = aten::exp(%4)
+  %6 : f32[256,1] = aten::sum.dim_IntList(%5, [1], True, None)
+  %7 : f32[256,1024] = aten::div.Tensor(%5, %6)
+  return (%7)
+)";
+
+TEST(FusionReductions, MaskedSoftmaxIsOneGroupWithThreePasses) {
+  auto g = parse_graph(kSoftmax);
+  RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
+  FusionPlan p = plan_fusion(*g, cost);
+  ASSERT_EQ(p.groups.size(), 1u) << explain_plan(p);
+  ASSERT_TRUE(p.groups[0].reduction.has_value());
+  EXPECT_EQ(p.groups[0].reduction->passes, 3);
+  EXPECT_EQ(p.groups[0].reduction->dims, std::vector<int64_t>{1});
+  EXPECT_EQ(p.groups[0].reduction->row_values.size(), 2u);  // max and sum
+  EXPECT_NE(explain_plan(p).find("persistent row: 3 passes over a row of 8.0 KB kept on chip"), std::string::npos)
+      << explain_plan(p);
+}
+
+TEST(FusionReductions, RowsLargerThanTheChipAreChargedAReadPerPass) {
+  auto g = parse_graph(kSoftmax);
+  DeviceDescription d{"tiny-chip", 40.0, 100.0, 2.0, 0.95, 2};
+  d.on_chip_row_bytes = 1024;  // rows of 8 KB do not fit
+  RooflineCostModel cost(d);
+  std::string text = explain_plan(plan_fusion(*g, cost));
+  EXPECT_NE(text.find("larger than the 1.0 KB on chip: each pass reads them again"), std::string::npos) << text;
+}
+
+TEST(FusionReductions, ReductionsOverOtherDimsStayApartAndSayWhy) {
+  auto g = parse_graph(R"(graph(%0 : f32[64,32]):
+  %1 : f32[64,1] = aten::sum.dim_IntList(%0, [1], True, None)
+  %2 : f32[64,32] = aten::div.Tensor(%0, %1)
+  %3 : f32[32] = aten::sum.dim_IntList(%2, [0], False, None)
+  return (%3)
+)");
+  RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
+  FusionPlan p = plan_fusion(*g, cost);
+  EXPECT_EQ(p.groups.size(), 2u) << explain_plan(p);
+  EXPECT_NE(explain_plan(p).find("reduces [64,32] over dims [0], the group reduces [64,32] over dims [1]"),
+            std::string::npos)
+      << explain_plan(p);
+}
+
+TEST(FusionReductions, MeanAndVarOfOneInputShareAKernel) {
+  auto g = parse_graph(R"(graph(%0 : f32[64,32]):
+  %1 : f32[64] = aten::mean.dim(%0, [1], False, None)
+  %2 : f32[64] = aten::var.correction(%0, [1], 1, False)
+  return (%1, %2)
+)");
+  RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
+  FusionPlan p = plan_fusion(*g, cost);
+  ASSERT_EQ(p.groups.size(), 1u) << explain_plan(p);
+  EXPECT_EQ(p.groups[0].reduction->passes, 1);
+  EXPECT_EQ(p.groups[0].outputs.size(), 2u);
+}
+
+TEST(FusionReductions, RowValueReadAcrossTheRowsIsRefused) {
+  // sum over dim 0 without keepdim gives [32], which broadcasts along dim 1 of [32,32]: not the row's dim.
+  auto g = parse_graph(R"(graph(%0 : f32[32,32]):
+  %1 : f32[32] = aten::sum.dim_IntList(%0, [1], False, None)
+  %2 : f32[32,32] = aten::mul.Tensor(%0, %1)
+  return (%2)
+)");
+  RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
+  FusionPlan p = plan_fusion(*g, cost);
+  EXPECT_EQ(p.groups.size(), 2u) << explain_plan(p);
+  EXPECT_NE(explain_plan(p).find("across the rows"), std::string::npos) << explain_plan(p);
+}
+
+}  // namespace
+}  // namespace fusion_jit

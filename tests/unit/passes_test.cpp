@@ -91,3 +91,64 @@ TEST(ConstantFold, LeavesNodesTheEvaluatorRefuses) {
 
 }  // namespace
 }  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+TEST(Decompose, SoftmaxBecomesMaxExpSumDiv) {
+  EXPECT_EQ(run(decompose, R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,8] = aten::softmax.int(%0, -1, None)
+  return (%1)
+)"),
+            R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,1] = aten::amax(%0, [1], True)
+  %2 : f32[4,8] = aten::sub.Tensor(%0, %1, 1)
+  %3 : f32[4,8] = aten::exp(%2)
+  %4 : f32[4,1] = aten::sum.dim_IntList(%3, [1], True, None)
+  %5 : f32[4,8] = aten::div.Tensor(%3, %4)
+  return (%5)
+)");
+}
+
+TEST(Decompose, HalfLayerNormComputesInFloatAndRoundsOnce) {
+  EXPECT_EQ(run(decompose, R"(graph(%0 : f16[2,6], %1 : f16[6]):
+  %2 : f16[2,6] = aten::layer_norm(%0, [6], %1, None, 1e-05, True)
+  return (%2)
+)"),
+            R"(graph(%0 : f16[2,6], %1 : f16[6]):
+  %2 : f32[2,6] = aten::to.dtype(%0, 6, False, False, None)
+  %3 : f32[2,1] = aten::mean.dim(%2, [1], True, None)
+  %4 : f32[2,1] = aten::var.correction(%2, [1], 0.0, True)
+  %5 : f32[2,1] = aten::add.Scalar(%4, 1e-05, 1)
+  %6 : f32[2,1] = aten::rsqrt(%5)
+  %7 : f32[2,6] = aten::sub.Tensor(%2, %3, 1)
+  %8 : f32[2,6] = aten::mul.Tensor(%7, %6)
+  %9 : f32[6] = aten::to.dtype(%1, 6, False, False, None)
+  %10 : f32[2,6] = aten::mul.Tensor(%8, %9)
+  %11 : f16[2,6] = aten::to.dtype(%10, 5, False, False, None)
+  return (%11)
+)");
+}
+
+TEST(Decompose, EmptyReducedDimStaysWithATen) {
+  run(decompose, R"(graph(%0 : f32[3,0]):
+  %1 : f32[3,0] = aten::softmax.int(%0, 1, None)
+  %2 : f32[3] = aten::logsumexp(%0, [1], False)
+  return (%1, %2)
+)",
+      false);
+}
+
+TEST(Decompose, MaxDimWithoutIndicesBecomesAmax) {
+  EXPECT_EQ(run(decompose, R"(graph(%0 : f32[3,5]):
+  %1 : f32[3], %2 : i64[3] = aten::max.dim(%0, 1, False)
+  return (%1)
+)"),
+            R"(graph(%0 : f32[3,5]):
+  %1 : f32[3] = aten::amax(%0, [1], False)
+  return (%1)
+)");
+}
+
+}  // namespace
+}  // namespace fusion_jit
