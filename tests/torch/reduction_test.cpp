@@ -169,3 +169,31 @@ TEST(Reductions, RowsTooLongForTheChipAreReadOncePerPassAndSaySo) {
 
 }  // namespace
 }  // namespace fusion_jit::testing
+
+namespace fusion_jit::testing {
+namespace {
+
+// Variants the corpus does not reach: affine group_norm over [N, C, H, W], layer_norm with a weight only,
+// rms_norm with eps, softmax to another dtype, the ATen-level overloads FX graphs carry.
+TEST(Reductions, NormalizationVariantsMatchEager) {
+  auto m = script("x, w, b, y",
+                  "    g = torch.group_norm(x, 3, w, b, 1e-5)\n"
+                  "    l = torch.layer_norm(y, [y.size(-1)], y[0], None, 1e-6)\n"
+                  "    r = torch.rms_norm(y, [y.size(-1)], None, 1e-3)\n"
+                  "    s = torch.softmax(y, -1, 7)\n"
+                  "    a = torch._softmax(y, 0, False)\n"
+                  "    z = torch._log_softmax(y, 1, False)\n"
+                  "    return g, l, r, s, a, z");
+  for (at::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    at::manual_seed(5);
+    std::vector<c10::IValue> in{at::randn({2, 6, 5, 7}).to(t), (at::rand({6}) + 0.5).to(t), at::randn({6}).to(t),
+                                at::randn({9, 37}).to(t)};
+    auto r = run_and_compare(m, in, std::string("variants ") + c10::toString(t));
+    for (const auto& [schema, n] : r.plan->aten_ops)
+      EXPECT_TRUE(schema.find("norm") == std::string::npos && schema.find("softmax") == std::string::npos)
+          << schema << " ran through ATen\n" << r.plan->explain();
+  }
+}
+
+}  // namespace
+}  // namespace fusion_jit::testing
