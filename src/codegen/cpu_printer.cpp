@@ -16,6 +16,16 @@ const char* kPrelude =
 std::string storage_type(DType t) { return dtype_c_type(t); }
 
 
+// `p<b>`: the kernel's buffers, typed, from the `buf` argument.
+void print_buffer_pointers(const KernelSpec& k, std::string& s) {
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const auto& kb = k.buffers[b];
+    std::string ty = storage_type(kb.dtype);
+    if (kb.is_output) s += fmt::format("  {0}* __restrict__ p{1} = ({0}*)buf[{1}];\n", ty, b);
+    else s += fmt::format("  const {0}* __restrict__ p{1} = (const {0}*)buf[{1}];\n", ty, b);
+  }
+}
+
 std::string index_expr(const std::string& j, int64_t stride) {
   if (stride == 0) return "0";
   if (stride == 1) return j;
@@ -31,12 +41,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   s += fmt::format("], {} offsets\n", I);
   s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
   s += fmt::format("  typedef {} I;\n", I);
-  for (size_t b = 0; b < k.buffers.size(); ++b) {
-    const auto& kb = k.buffers[b];
-    std::string ty = storage_type(kb.dtype);
-    if (kb.is_output) s += fmt::format("  {0}* __restrict__ p{1} = ({0}*)buf[{1}];\n", ty, b);
-    else s += fmt::format("  const {0}* __restrict__ p{1} = (const {0}*)buf[{1}];\n", ty, b);
-  }
+  print_buffer_pointers(k, s);
   s += "  I i = (I)begin_;\n  const I end = (I)end_;\n  while (i < end) {\n";
   if (nd > 1) s += fmt::format("    const I row = i / {0}, col = i - row * {0};\n", inner);
   else s += "    const I row = 0, col = i;\n";
@@ -96,29 +101,16 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
-  s += fmt::format("\n// group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
-  for (size_t d = 0; d < nd; ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
-  s += fmt::format("], {} passes, {} offsets\n", k.passes.size(), I);
+  s += fmt::format("\n// {}, {} passes, {} offsets\n", reduction_summary(k), k.passes.size(), I);
   s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
   s += fmt::format("  typedef {} I;\n", I);
-  for (size_t b = 0; b < k.buffers.size(); ++b) {
-    const auto& kb = k.buffers[b];
-    std::string ty = storage_type(kb.dtype);
-    if (kb.is_output) s += fmt::format("  {0}* __restrict__ p{1} = ({0}*)buf[{1}];\n", ty, b);
-    else s += fmt::format("  const {0}* __restrict__ p{1} = (const {0}*)buf[{1}];\n", ty, b);
-  }
+  print_buffer_pointers(k, s);
   for (const auto& [var, ty] : k.scratch)
     s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", ty, var, k.row_len);
   s += "  for (int64_t row_ = begin_; row_ < end_; ++row_) {\n";
   s += "    I r_ = (I)row_, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
-  for (size_t d = kd; d-- > 0;) {
-    if (d > 0) s += fmt::format("    c_ = r_ % {0}; r_ /= {0};\n", k.sizes[d]);
-    else s += "    c_ = r_;\n";
-    for (size_t b = 0; b < k.buffers.size(); ++b)
-      if (k.buffers[b].strides[d] != 0) s += fmt::format("    roff{} += c_ * {};\n", b, k.buffers[b].strides[d]);
-  }
-  s += "    (void)c_;\n";
+  s += row_offsets_code(k, kd, "    ");
   // Row bases: indexing them by the loop variables keeps the accesses linear for the vectorizer
   // (`roff + j + l` in a wrapping int32 is not).
   for (size_t b = 0; b < k.buffers.size(); ++b)
@@ -334,17 +326,11 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
   const int64_t kin = k.sizes[kd - 1], L = k.row_len;
   auto ctype = [](DType t) { return std::string(is_reduced_float(t) ? "float" : dtype_c_type(t)); };
   const auto rows = row_value_decls(k);
-  s += fmt::format("\n// group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
-  for (size_t d = 0; d < nd; ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
-  s += fmt::format("], {} passes, column tiles of {} rows, {} offsets\n", k.passes.size(), kTile, I);
+  s += fmt::format("\n// {}, {} passes, column tiles of {} rows, {} offsets\n", reduction_summary(k), k.passes.size(),
+                   kTile, I);
   s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
   s += fmt::format("  typedef {} I;\n", I);
-  for (size_t b = 0; b < k.buffers.size(); ++b) {
-    const auto& kb = k.buffers[b];
-    std::string ty = storage_type(kb.dtype);
-    if (kb.is_output) s += fmt::format("  {0}* __restrict__ p{1} = ({0}*)buf[{1}];\n", ty, b);
-    else s += fmt::format("  const {0}* __restrict__ p{1} = (const {0}*)buf[{1}];\n", ty, b);
-  }
+  print_buffer_pointers(k, s);
   for (const auto& [var, ty] : k.scratch)
     s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", ty, var, L * kTile);
   s += "  for (int64_t row0_ = begin_; row0_ < end_;) {\n";
@@ -353,13 +339,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
   s += fmt::format("    I r_ = (I)(row0_ / {}), c_;\n", kin);
   for (size_t b = 0; b < k.buffers.size(); ++b)
     s += fmt::format("    I roff{} = (I)kin_ * {};\n", b, k.buffers[b].strides[kd - 1]);
-  for (size_t d = kd - 1; d-- > 0;) {
-    if (d > 0) s += fmt::format("    c_ = r_ % {0}; r_ /= {0};\n", k.sizes[d]);
-    else s += "    c_ = r_;\n";
-    for (size_t b = 0; b < k.buffers.size(); ++b)
-      if (k.buffers[b].strides[d] != 0) s += fmt::format("    roff{} += c_ * {};\n", b, k.buffers[b].strides[d]);
-  }
-  s += "    (void)c_;\n";
+  s += row_offsets_code(k, kd - 1, "    ");
   for (size_t b = 0; b < k.buffers.size(); ++b)
     s += fmt::format("    {0}{1}* __restrict__ q{2} = p{2} + roff{2};\n", k.buffers[b].is_output ? "" : "const ",
                      storage_type(k.buffers[b].dtype), b);

@@ -44,6 +44,18 @@ bool uses_reduced_floats(const KernelSpec& k) {
   return false;
 }
 
+// `extern "C" __global__ void ... NAME(typed pointers p<b>) {`
+std::string kernel_signature(const KernelSpec& k) {
+  std::string params;
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const auto& kb = k.buffers[b];
+    params += params.empty() ? "" : ", ";
+    params += fmt::format("{}{}* __restrict__ p{}", kb.is_output ? "" : "const ", storage_type(kb.dtype), b);
+  }
+  return fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n", kCudaBlockSize,
+                     kCudaMinBlocksPerSm, k.name, params);
+}
+
 size_t first_output(const KernelSpec& k) {
   size_t f = 0;
   while (f < k.buffers.size() && !k.buffers[f].is_output) ++f;
@@ -100,14 +112,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   for (const auto& line : k.body) s += "  " + line + "\n";
   s += "}\n";
   // The kernel.
-  params.clear();
-  for (size_t b = 0; b < k.buffers.size(); ++b) {
-    const auto& kb = k.buffers[b];
-    params += params.empty() ? "" : ", ";
-    params += fmt::format("{}{}* __restrict__ p{}", kb.is_output ? "" : "const ", storage_type(kb.dtype), b);
-  }
-  s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n", kCudaBlockSize,
-                   kCudaMinBlocksPerSm, k.name, params);
+  s += kernel_signature(k);
   s += fmt::format("  typedef {} I;\n", I);
   s += "  const long long tid_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n";
   s += "  const long long stride_ = (long long)gridDim.x * blockDim.x;\n";
@@ -189,25 +194,15 @@ void print_kernel(const KernelSpec& k, std::string& s) {
 void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   const char* I = k.index32 ? "int" : "long long";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
-  const size_t fo = first_output(k);
   const bool column = reduction_is_column(k);
   const int tr = cuda_threads_per_row(k);
   const int rb = kCudaBlockSize / tr;
   const int64_t groups = (k.rows + rb - 1) / rb;
   const bool regs = cuda_row_in_registers(k);
   const int64_t K = cuda_elements_per_thread(k);
-  s += fmt::format("\n// group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
-  for (size_t d = 0; d < nd; ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
-  s += fmt::format("], {} passes, {} threads per row, {}\n", k.passes.size(), tr,
+  s += fmt::format("\n// {}, {} passes, {} threads per row, {}\n", reduction_summary(k), k.passes.size(), tr,
                    regs ? fmt::format("{} elements per thread in registers", K) : std::string("rows read per pass"));
-  std::string params;
-  for (size_t b = 0; b < k.buffers.size(); ++b) {
-    const auto& kb = k.buffers[b];
-    params += params.empty() ? "" : ", ";
-    params += fmt::format("{}{}* __restrict__ p{}", kb.is_output ? "" : "const ", storage_type(kb.dtype), b);
-  }
-  s += fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n", kCudaBlockSize,
-                   kCudaMinBlocksPerSm, k.name, params);
+  s += kernel_signature(k);
   s += fmt::format("  typedef {} I;\n", I);
   if (column)  // neighbouring threads take neighbouring rows: coalesced along the kept dim
     s += fmt::format("  const int sub_ = threadIdx.x % {0}, lane_ = threadIdx.x / {0};\n", rb);
@@ -226,13 +221,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   }
   s += "    I r_ = (I)row_, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
-  for (size_t d = kd; d-- > 0;) {
-    if (d > 0) s += fmt::format("    c_ = r_ % {0}; r_ /= {0};\n", k.sizes[d]);
-    else s += "    c_ = r_;\n";
-    for (size_t b = 0; b < k.buffers.size(); ++b)
-      if (k.buffers[b].strides[d] != 0) s += fmt::format("    roff{} += c_ * {};\n", b, k.buffers[b].strides[d]);
-  }
-  s += "    (void)c_;\n";
+  s += row_offsets_code(k, kd, "    ");
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", compute_type(k.buffers[b].dtype), b,
                      load_expr(k.buffers[b].dtype, fmt::format("p{0}[roff{0}]", b)));

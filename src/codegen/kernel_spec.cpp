@@ -652,6 +652,24 @@ std::string reduction_identity(const std::string& kind, const std::string& type)
   return max ? it->second.first : it->second.second;
 }
 
+std::string reduction_summary(const KernelSpec& k) {
+  const size_t kd = static_cast<size_t>(k.kept_dims);
+  std::string s = fmt::format("group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
+  for (size_t d = 0; d < k.sizes.size(); ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
+  return s + "]";
+}
+
+std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent) {
+  std::string s;
+  for (size_t d = dims; d-- > 0;) {
+    if (d > 0) s += fmt::format("{0}c_ = r_ % {1}; r_ /= {1};\n", indent, k.sizes[d]);
+    else s += indent + "c_ = r_;\n";
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      if (k.buffers[b].strides[d] != 0) s += fmt::format("{}roff{} += c_ * {};\n", indent, b, k.buffers[b].strides[d]);
+  }
+  return s + indent + "(void)c_;\n";
+}
+
 bool reduction_is_column(const KernelSpec& k) {
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   if (!k.is_reduction() || nd - kd != 1 || k.sizes[kd - 1] < 2) return false;

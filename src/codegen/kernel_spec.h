@@ -96,6 +96,12 @@ bool cuda_row_in_registers(const KernelSpec& k);
 // dim and strided along the (single) reduced dim. Both printers then walk tiles of neighbouring rows.
 bool reduction_is_column(const KernelSpec& k);
 
+// For the printers of reduction kernels: "group N: R rows of L elements as [kept | reduced]", and the
+// statements that turn the row index in `r_` into per-buffer offsets `roff<b>` over the first `dims` dims
+// (innermost first; `c_` is scratch).
+std::string reduction_summary(const KernelSpec& k);
+std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent);
+
 // The value an accumulator of `kind` starts from, as C text of `type`.
 std::string reduction_identity(const std::string& kind, const std::string& type);
 

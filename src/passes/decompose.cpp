@@ -145,6 +145,21 @@ bool reducible(const Value* x, const std::vector<int64_t>& dims) {
   return true;
 }
 
+// The dims a normalization over `shape` (the trailing sizes of x) reduces; empty when the literal is not
+// such a shape or a dim is empty.
+std::vector<int64_t> normalized_dims(const Value* x, const std::optional<Literal>& shape) {
+  if (!x->is_tensor() || !shape || !std::holds_alternative<std::vector<int64_t>>(*shape)) return {};
+  const auto& ns = std::get<std::vector<int64_t>>(*shape);
+  const int64_t rank = x->tensor_type().dim(), k = static_cast<int64_t>(ns.size());
+  if (k == 0 || k > rank) return {};
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < k; ++i) {
+    if (x->tensor_type().sizes[rank - k + i] != ns[i]) return {};
+    dims.push_back(rank - k + i);
+  }
+  return reducible(x, dims) ? dims : std::vector<int64_t>{};
+}
+
 bool single_tensor_output(const Node& n) { return n.outputs().size() == 1 && n.output()->is_tensor(); }
 
 // Each rewrite returns the values replacing n's outputs, or an empty vector to leave n alone.
@@ -204,20 +219,10 @@ Outputs logsumexp(Graph& g, Node* n) {
 // layer_norm (outputs: y) and native_layer_norm (y, mean, rstd).
 Outputs layer_norm(Graph& g, Node* n, bool native) {
   Value* x = n->args()[0].value;
-  auto shape = lit(*n, 1);
   auto w = tensor_or_none(*n, 2), b = tensor_or_none(*n, 3);
   auto eps = as_double(lit(*n, 4, 1e-5));
-  if (!x->is_tensor() || !shape || !std::holds_alternative<std::vector<int64_t>>(*shape) || !w || !b || !eps) return {};
-  if (n->outputs().size() != (native ? 3u : 1u)) return {};
-  const auto& ns = std::get<std::vector<int64_t>>(*shape);
-  const int64_t rank = x->tensor_type().dim(), k = static_cast<int64_t>(ns.size());
-  if (k == 0 || k > rank) return {};
-  std::vector<int64_t> dims;
-  for (int64_t i = 0; i < k; ++i) {
-    if (x->tensor_type().sizes[rank - k + i] != ns[i]) return {};
-    dims.push_back(rank - k + i);
-  }
-  if (!reducible(x, dims)) return {};
+  std::vector<int64_t> dims = normalized_dims(x, lit(*n, 1));
+  if (dims.empty() || !w || !b || !eps || n->outputs().size() != (native ? 3u : 1u)) return {};
   DType out = n->output()->tensor_type().dtype;
   Rewriter r(g, n);
   DType ct = compute_dtype(out);
@@ -238,21 +243,10 @@ Outputs layer_norm(Graph& g, Node* n, bool native) {
 
 Outputs rms_norm(Graph& g, Node* n) {
   Value* x = n->args()[0].value;
-  auto shape = lit(*n, 1);
   auto w = tensor_or_none(*n, 2);
   auto eps_lit = lit(*n, 3);
-  if (!single_tensor_output(*n) || !x->is_tensor() || !shape || !std::holds_alternative<std::vector<int64_t>>(*shape) ||
-      !w || !eps_lit)
-    return {};
-  const auto& ns = std::get<std::vector<int64_t>>(*shape);
-  const int64_t rank = x->tensor_type().dim(), k = static_cast<int64_t>(ns.size());
-  if (k == 0 || k > rank) return {};
-  std::vector<int64_t> dims;
-  for (int64_t i = 0; i < k; ++i) {
-    if (x->tensor_type().sizes[rank - k + i] != ns[i]) return {};
-    dims.push_back(rank - k + i);
-  }
-  if (!reducible(x, dims)) return {};
+  std::vector<int64_t> dims = normalized_dims(x, lit(*n, 1));
+  if (dims.empty() || !single_tensor_output(*n) || !w || !eps_lit) return {};
   DType xt = x->tensor_type().dtype, ct = compute_dtype(xt);
   double eps = ct == DType::kFloat64 ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
   if (!std::holds_alternative<None>(*eps_lit)) {
