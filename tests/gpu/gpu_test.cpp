@@ -62,10 +62,8 @@ TEST_P(GpuReductions, MatchesEagerCuda) {
   auto ins = inputs_for(c);
   auto m = reduction_module(c, ins.size());
   for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
-    at::manual_seed(7);
     std::vector<c10::IValue> inputs;
-    for (size_t i = 0; i < ins.size(); ++i)
-      inputs.emplace_back(fuzz::to_device_same_layout(make_reduction_input(ins[i], t, static_cast<int>(i)), kCuda));
+    for (const auto& v : reduction_case_inputs(ins, t)) inputs.emplace_back(fuzz::to_device_same_layout(v.toTensor(), kCuda));
     std::string what = std::string(c.name) + " " + c10::toString(t) + " on cuda";
     RunResult r = run_and_compare(m, inputs, what);
     ASSERT_NE(r.plan, nullptr) << what << " ran eagerly";

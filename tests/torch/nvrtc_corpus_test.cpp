@@ -111,9 +111,7 @@ TEST_P(NvrtcReductions, CompileForSm80AndSm90WithoutSpills) {
   std::vector<std::shared_ptr<const ExecutablePlan>> plans;
   std::vector<KernelSpec> specs;
   for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
-    std::vector<c10::IValue> inputs;
-    for (size_t i = 0; i < ins.size(); ++i) inputs.emplace_back(make_reduction_input(ins[i], t, static_cast<int>(i)));
-    auto plan = compile(m).compile_cuda(inputs, "sm_90", /*run_nvrtc=*/false);
+    auto plan = compile(m).compile_cuda(reduction_case_inputs(ins, t), "sm_90", /*run_nvrtc=*/false);
     for (const auto& k : plan->kernels) {
       KernelSpec s = k.spec;
       s.name = fmt::format("{}_{}_{}", c.name, c10::toString(t), k.spec.name);

@@ -115,6 +115,19 @@ inline std::vector<ReductionInput> inputs_for(const ReductionCase& c) {
   return out;
 }
 
+// The corpus inputs of one case in dtype `t` (seeded: the same tensors every time), and how many of them
+// have an empty dim.
+inline std::vector<c10::IValue> reduction_case_inputs(const std::vector<ReductionInput>& ins, at::ScalarType t,
+                                                       int* empty = nullptr) {
+  at::manual_seed(7);
+  std::vector<c10::IValue> inputs;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    inputs.emplace_back(make_reduction_input(ins[i], t, static_cast<int>(i)));
+    if (empty) *empty += ins[i].empty;
+  }
+  return inputs;
+}
+
 // One module applying the case's expression to N inputs: forward(self, x0, ..., xN-1) -> tuple.
 inline torch::jit::Module reduction_module(const ReductionCase& c, size_t n) {
   std::string args, body, rets;

@@ -17,13 +17,8 @@ TEST_P(ReductionCorpus, MatchesEagerInEveryDtypeLayoutAndSize) {
   auto ins = inputs_for(c);
   auto m = reduction_module(c, ins.size());
   for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
-    at::manual_seed(7);
-    std::vector<c10::IValue> inputs;
     int empty = 0;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      inputs.emplace_back(make_reduction_input(ins[i], t, static_cast<int>(i)));
-      empty += ins[i].empty;
-    }
+    std::vector<c10::IValue> inputs = reduction_case_inputs(ins, t, &empty);
     std::string what = std::string(c.name) + " " + c10::toString(t);
     auto r = run_and_compare(m, inputs, what);
     ASSERT_NE(r.plan, nullptr) << what;
