@@ -92,9 +92,10 @@ void print_kernel(const KernelSpec& k, std::string& s) {
 // Note [CPU reduction schedule]
 // Rows run in parallel over threads (the launch splits [0, rows)); each thread walks its rows one by one,
 // so a row stays in its core's caches between passes. A pass with accumulators runs its loop in vectors of
-// W lanes (16 for 4-byte accumulators, 8 for 8-byte ones), each lane with accumulators of its own; sums and
-// products also restart per chunk of 1024 elements and add the chunk's lanes into the row's, so rounding
-// error grows with (chunk / W + row / chunk), not with the row's length. Lanes merge pairwise at the end
+// W lanes (16 for 4-byte accumulators, 8 for 8-byte ones), each lane with accumulators of its own. Sums
+// and products restart per chunk and add the chunk's lanes into the row's: floating sums per chunk of 16
+// elements a lane, into a compensated total (fj_kahan_add), so their error is about that of 16 additions
+// whatever the row's length; integer sums and products per chunk of 1024 elements. Lanes merge pairwise at the end
 // (Welford's by Chan's formula). The elements past the last whole vector go to lane 0.
 void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
@@ -152,9 +153,13 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   int acc_base = 0;
   for (const auto& pass : k.passes) {
     const size_t na = pass.accs.size();
+    // 16 lanes, 8 when the pass computes in 8-byte types (float sums accumulate in double but keep 16).
     int width = 16;
     for (const auto& a : pass.accs)
-      if (a.type == "double" || a.type == "int64_t") width = 8;
+      if (a.type == "int64_t" || (a.type == "double" && a.kind != "dsum")) width = 8;
+    for (int b : pass.loads)
+      if (dtype_size(k.buffers[b].dtype) == 8) width = 8;
+
     auto body = [&](const std::string& ind) {
       std::string t = element_offsets(ind);
       for (int b : pass.loads)
@@ -169,7 +174,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       for (const auto& var : pass.stash_out) t += fmt::format("{}{} = {};\n", ind, scratch(var), var);
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        if (a.kind == "sum") t += fmt::format("{}s{}[l_] += {};\n", ind, i, a.input);
+        if (a.kind == "sum" || a.kind == "ksum" || a.kind == "dsum") t += fmt::format("{}s{}[l_] += {};\n", ind, i, a.input);
         else if (a.kind == "prod") t += fmt::format("{}s{}[l_] *= {};\n", ind, i, a.input);
         else if (a.kind == "max" || a.kind == "min")
           t += fmt::format("{0}a{1}[l_] = fj_red_{2}(a{1}[l_], {3});\n", ind, i, a.kind, a.input);
@@ -200,7 +205,11 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
         std::string id = reduction_identity(a.kind, a.type);
-        if (a.kind == "welford")
+        if (a.kind == "ksum")
+          s += fmt::format("      {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) "
+                           "a{1}[l_] = ac{1}[l_] = ap{1}[l_] = 0;\n",
+                           a.type, i, width);
+        else if (a.kind == "welford")
           s += fmt::format("      {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0, tm{1} = 0, tq{1} = 0, tn{1} = 0;\n"
                            "      for (int l_ = 0; l_ < {2}; ++l_) wm{1}[l_] = wq{1}[l_] = ({0})0;\n",
                            a.type, i, width);
@@ -208,11 +217,15 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
           s += fmt::format("      {0} a{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) a{1}[l_] = {3};\n", a.type, i,
                            width, id);
       }
-      s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += 1024) {{\n", k.row_len);
-      s += fmt::format("        const I je_ = {0} - j0_ < 1024 ? {0} : j0_ + 1024;\n", k.row_len);
+      // Chunks: a floating sum adds each chunk's lanes into its compensated total.
+      int chunk = 1024;
+      for (const auto& a : pass.accs)
+        if (a.kind == "ksum") chunk = 16 * width;
+      s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += {1}) {{\n", k.row_len, chunk);
+      s += fmt::format("        const I je_ = {0} - j0_ < {1} ? {0} : j0_ + {1};\n", k.row_len, chunk);
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        if (a.kind == "sum" || a.kind == "prod")
+        if (a.kind == "sum" || a.kind == "ksum" || a.kind == "dsum" || a.kind == "prod")
           s += fmt::format("        {0} s{1}[{2}];\n        for (int l_ = 0; l_ < {2}; ++l_) s{1}[l_] = {3};\n",
                            a.type, i, width, reduction_identity(a.kind, a.type));
       }
@@ -244,21 +257,32 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       s += "        }\n";
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        if (a.kind == "sum" || a.kind == "prod")
+        if (a.kind == "ksum")
+          s += fmt::format("#pragma omp simd\n        for (int l_ = 0; l_ < {0}; ++l_) {{ ap{1}[l_] += s{1}[l_]; "
+                           "fj_kahan_add(a{1}[l_], ac{1}[l_], s{1}[l_]); }}\n",
+                           width, i);
+        else if (a.kind == "sum" || a.kind == "dsum" || a.kind == "prod")
           s += fmt::format("        for (int l_ = 0; l_ < {0}; ++l_) a{1}[l_] {2}= s{1}[l_];\n", width, i,
-                           a.kind == "sum" ? "+" : "*");
+                           a.kind == "prod" ? "*" : "+");
       }
       s += "      }\n";
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
         int idx = acc_base + static_cast<int>(i);
-        if (a.kind == "welford") {
+        if (a.kind == "ksum") {
+          // The lanes' compensated values and plain sums, each added up as a tree.
+          s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) a{1}[l_] -= ac{1}[l_];\n"
+                           "      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n"
+                           "        for (int l_ = 0; l_ < w_; ++l_) {{ a{1}[l_] += a{1}[l_ + w_]; ap{1}[l_] += ap{1}[l_ + w_]; }}\n"
+                           "      acc{2} = fj_kahan_value(a{1}[0], ({3})0, ap{1}[0]);\n",
+                           width, i, idx, a.type);
+        } else if (a.kind == "welford") {
           s += fmt::format("      acc{0}.mean = tm{1}; acc{0}.m2 = tq{1}; acc{0}.n = tn{1};\n", idx, i);
           s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) {{ fj_wf<{1}> w_; w_.mean = wm{2}[l_]; "
                            "w_.m2 = wq{2}[l_]; w_.n = wc{2}; acc{3} = fj_wf_merge(acc{3}, w_); }}\n",
                            width, a.type, i, idx);
         } else {
-          const char* op = a.kind == "sum" ? "a{0}[l_] + a{0}[l_ + w_]"
+          const char* op = a.kind == "sum" || a.kind == "dsum" ? "a{0}[l_] + a{0}[l_ + w_]"
                            : a.kind == "prod" ? "a{0}[l_] * a{0}[l_ + w_]"
                                               : nullptr;
           std::string merge = op ? fmt::format(fmt::runtime(op), i)
@@ -316,8 +340,8 @@ bool mentions(const std::vector<std::string>& texts, const std::string& name) {
 // Note [CPU column schedule]
 // A column reduction walks a tile of up to kTile neighbouring rows at once: the loop over the row's
 // elements is outside, the loop over the tile's rows inside and vectorized (contiguous loads), each row with
-// its own accumulator (sums restart every 64 elements and add into the row's total, which keeps their
-// error small). Row values are arrays over the tile; the `after` statements run once per row of the tile.
+// its own accumulator (sums and products restarting every 16 elements; floating sums then add into a
+// compensated total). Row values are arrays over the tile; the `after` statements run once per row of the tile.
 constexpr int kTile = 32;
 
 void print_column_kernel(const KernelSpec& k, std::string& s) {
@@ -385,7 +409,10 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += fmt::format("    {{  // pass {}\n", &pass - &k.passes[0]);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      if (a.kind == "welford")
+      if (a.kind == "ksum")
+        s += fmt::format("    {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = ac{1}[r_] = ap{1}[r_] = 0;\n",
+                         a.type, i, kTile);
+      else if (a.kind == "welford")
         s += fmt::format("    {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0;\n    for (int r_ = 0; r_ < {2}; ++r_) wm{1}[r_] = wq{1}[r_] = 0;\n",
                          a.type, i, kTile);
       else
@@ -395,10 +422,12 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     std::vector<std::string> texts = pass.body;
     for (const auto& a : pass.accs) texts.push_back(a.input);
     for (const auto& st : pass.stores) texts.push_back(st.second);
-    s += fmt::format("    for (I j0_ = 0; j0_ < {0}; j0_ += 64) {{\n      const I je_ = {0} - j0_ < 64 ? {0} : j0_ + 64;\n", L);
+    s += fmt::format("    for (I j0_ = 0; j0_ < {0}; j0_ += 16) {{\n      const I je_ = {0} - j0_ < 16 ? {0} : j0_ + 16;\n", L);
     for (size_t i = 0; i < na; ++i)
-      if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "prod")
-        s += fmt::format("      {0} s{1}[{2}];\n      for (int r_ = 0; r_ < {2}; ++r_) s{1}[r_] = {3};\n", pass.accs[i].type, i,
+      if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "ksum" || pass.accs[i].kind == "dsum" ||
+          pass.accs[i].kind == "prod")
+        s += fmt::format("      {0} s{1}[{2}];\n      for (int r_ = 0; r_ < {2}; ++r_) s{1}[r_] = {3};\n",
+                         pass.accs[i].type, i,
                          kTile, reduction_identity(pass.accs[i].kind, pass.accs[i].type));
     s += "      for (I e_ = j0_; e_ < je_; ++e_) {\n";
     for (size_t i = 0; i < na; ++i)
@@ -422,7 +451,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     for (const auto& var : pass.stash_out) s += fmt::format("{0}st_{1}[(int64_t)e_ * {2} + r_] = {1};\n", ind, var, kTile);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      if (a.kind == "sum") s += fmt::format("{}s{}[r_] += {};\n", ind, i, a.input);
+      if (a.kind == "sum" || a.kind == "ksum" || a.kind == "dsum") s += fmt::format("{}s{}[r_] += {};\n", ind, i, a.input);
       else if (a.kind == "prod") s += fmt::format("{}s{}[r_] *= {};\n", ind, i, a.input);
       else if (a.kind == "max" || a.kind == "min") s += fmt::format("{0}a{1}[r_] = fj_red_{2}(a{1}[r_], {3});\n", ind, i, a.kind, a.input);
       else
@@ -432,16 +461,22 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     }
     for (const auto& [b, var] : pass.stores) s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
     s += "        }\n      }\n";
-    for (size_t i = 0; i < na; ++i)
-      if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "prod")
-        s += fmt::format("      for (int r_ = 0; r_ < n_; ++r_) a{0}[r_] {1}= s{0}[r_];\n", i, pass.accs[i].kind == "sum" ? "+" : "*");
+    for (size_t i = 0; i < na; ++i) {
+      if (pass.accs[i].kind == "ksum")
+        s += fmt::format("#pragma omp simd\n      for (int r_ = 0; r_ < n_; ++r_) {{ ap{0}[r_] += s{0}[r_]; "
+                         "fj_kahan_add(a{0}[r_], ac{0}[r_], s{0}[r_]); }}\n", i);
+      else if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "dsum" || pass.accs[i].kind == "prod")
+        s += fmt::format("      for (int r_ = 0; r_ < n_; ++r_) a{0}[r_] {1}= s{0}[r_];\n", i, pass.accs[i].kind == "prod" ? "*" : "+");
+    }
     s += "    }\n";
     // The pass's results and the row values after it, per row.
     std::string pre;
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const size_t idx = acc_base + i;
-      if (a.kind == "welford")
+      if (a.kind == "ksum")
+        pre += fmt::format("      const {0} acc{1} = fj_kahan_value(a{2}[r_], ac{2}[r_], ap{2}[r_]);\n", a.type, idx, i);
+      else if (a.kind == "welford")
         pre += fmt::format("      fj_wf<{0}> acc{1}; acc{1}.mean = wm{2}[r_]; acc{1}.m2 = wq{2}[r_]; acc{1}.n = wc{2};\n",
                            a.type, idx, i);
       else

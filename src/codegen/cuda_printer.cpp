@@ -256,7 +256,9 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     s += fmt::format("    // pass {}\n", &pass - &k.passes[0]);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      if (a.kind == "welford")
+      if (a.kind == "ksum")
+        s += fmt::format("    {0} a{1} = 0, ac{1} = 0, ap{1} = 0;\n", a.type, acc_base + i);
+      else if (a.kind == "welford")
         s += fmt::format("    fj_wf<{0}> w{1}; w{1}.mean = w{1}.m2 = w{1}.n = ({0})0;\n", a.type, acc_base + i);
       else
         s += fmt::format("    {} a{} = {};\n", a.type, acc_base + i, reduction_identity(a.kind, a.type));
@@ -296,7 +298,9 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const int j = acc_base + static_cast<int>(i);
-      if (a.kind == "sum") s += fmt::format("{}a{} += {};\n", ind, j, a.input);
+      if (a.kind == "ksum")
+        s += fmt::format("{0}{{ const {1} x_ = {2}; ap{3} += x_; fj_kahan_add(a{3}, ac{3}, x_); }}\n", ind, a.type, a.input, j);
+      else if (a.kind == "sum") s += fmt::format("{}a{} += {};\n", ind, j, a.input);
       else if (a.kind == "prod") s += fmt::format("{}a{} *= {};\n", ind, j, a.input);
       else if (a.kind == "max" || a.kind == "min") s += fmt::format("{0}a{1} = fj_red_{2}(a{1}, {3});\n", ind, j, a.kind, a.input);
       else
@@ -309,10 +313,13 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     s += "      }\n    }\n";
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      std::string op = a.kind == "welford" ? "fj_op_welford" : "fj_op_" + a.kind;
+      const size_t j = acc_base + i;
+      std::string op = a.kind == "welford" ? "fj_op_welford" : a.kind == "ksum" ? "fj_op_sum" : "fj_op_" + a.kind;
       std::string ty = a.kind == "welford" ? "fj_wf<" + a.type + ">" : a.type;
-      s += fmt::format("    const {} acc{} = {}<{}>({}{}, {}());\n", ty, acc_base + i, column ? "fj_column_reduce" : "fj_row_reduce",
-                       tr, a.kind == "welford" ? "w" : "a", acc_base + i, op);
+      std::string v = a.kind == "welford" ? fmt::format("w{}", j)
+                      : a.kind == "ksum"  ? fmt::format("fj_kahan_value(a{0}, ac{0}, ap{0})", j)
+                                          : fmt::format("a{}", j);
+      s += fmt::format("    const {} acc{} = {}<{}>({}, {}());\n", ty, j, column ? "fj_column_reduce" : "fj_row_reduce", tr, v, op);
     }
     acc_base += static_cast<int>(na);
     for (const auto& line : pass.after) s += "    " + line + "\n";

@@ -313,7 +313,14 @@ class Builder {
     KernelAccumulator a;
     a.kind = info->kind == "mean" ? "sum" : info->kind == "var" ? "welford" : info->kind;
     a.type = acc_c;
-    a.input = fmt::format("(({}){})", acc_c, x);
+    if (a.kind == "sum" && acc_t == DType::kFloat32 && spec_.device == Device::kCPU) {
+      a.kind = "dsum";  // added up in double: as exact as eager's cascade sum, or more
+      a.type = "double";
+      a.input = fmt::format("((double){})", x);
+    } else {
+      if (a.kind == "sum" && is_floating(acc_t)) a.kind = "ksum";  // compensated
+      a.input = fmt::format("(({}){})", a.type, x);
+    }
     acc_of_[out] = a;
     const int64_t len = g_.reduction->row_len;
     std::string r;
@@ -636,7 +643,7 @@ std::string store_expr(DType t, const std::string& v) {
 }
 
 std::string reduction_identity(const std::string& kind, const std::string& type) {
-  if (kind == "sum" || kind == "welford") return fmt::format("(({})0)", type);
+  if (kind == "sum" || kind == "ksum" || kind == "dsum" || kind == "welford") return fmt::format("(({})0)", type);
   if (kind == "prod") return fmt::format("(({})1)", type);
   const bool max = kind == "max";
   if (type == "float") return max ? "(-FJ_INFF)" : "FJ_INFF";

@@ -34,7 +34,9 @@ struct KernelBuffer {
   int64_t extent = 0;            // elements reachable from the data pointer
 };
 
-// One reduction in a pass: kind "sum" (sum, mean), "prod", "max", "min" or "welford" (var); `type` the C
+// One reduction in a pass: kind "dsum" (float32 sum and mean on CPU: float partials of 16 elements a lane
+// added up in double), "ksum" (other floating sums, compensated), "sum" (integers), "prod", "max", "min"
+// or "welford" (var); `type` the C
 // type it accumulates in; `input` the per-element expression it reads.
 struct KernelAccumulator {
   std::string kind;

@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <random>
+
 #include "reduction_corpus.h"
 #include "runtime/plan.h"
 
@@ -187,6 +190,79 @@ TEST(Reductions, NormalizationVariantsMatchEager) {
     for (const auto& [schema, n] : r.plan->aten_ops)
       EXPECT_TRUE(schema.find("norm") == std::string::npos && schema.find("softmax") == std::string::npos)
           << schema << " ran through ATen\n" << r.plan->explain();
+  }
+}
+
+}  // namespace
+}  // namespace fusion_jit::testing
+
+namespace fusion_jit::testing {
+namespace {
+
+// Random reduction graphs: a prologue, a reduction over random dims (keepdim or not), an epilogue that
+// broadcasts the result back, in random dtypes, shapes (0, 1, primes, around 16 and 256) and layouts.
+// FJ_RANDOM_REDUCTIONS=N runs N graphs (default 120; seeds 1..N, each printed on failure).
+TEST(Reductions, RandomGraphsMatchEager) {
+  const char* env = std::getenv("FJ_RANDOM_REDUCTIONS");
+  const int graphs = env ? std::atoi(env) : 120;
+  const char* kPrologues[] = {"x", "x * 1.5 - 0.25", "torch.exp(x * 0.1)", "torch.abs(x) + y", "x * y", "torch.sigmoid(x)"};
+  const char* kReductions[] = {"torch.sum({}, {}, keepdim={})",  "torch.mean({}, {}, keepdim={})",
+                               "torch.amax({}, {}, keepdim={})", "torch.amin({}, {}, keepdim={})",
+                               "torch.var({}, {}, keepdim={})",  "torch.std({}, {}, keepdim={})",
+                               "torch.logsumexp({}, {}, keepdim={})"};
+  const char* kEpilogues[] = {"r", "p - r", "p / (r + 1.0)", "torch.exp(p - r)", "r * 2.0 + 1.0", "torch.sqrt(torch.abs(r))"};
+  const std::vector<int64_t> kSizes = {1, 2, 3, 5, 7, 15, 16, 17, 31, 64, 255, 257};
+  for (int seed = 1; seed <= graphs; ++seed) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    const int rank = 1 + pick(4);
+    std::vector<int64_t> sizes;
+    int64_t numel = 1;
+    for (int d = 0; d < rank; ++d) {
+      int64_t s = kSizes[pick(static_cast<int>(kSizes.size()))];
+      if (numel * s > 20000) s = 1 + pick(3);
+      sizes.push_back(s);
+      numel *= s;
+    }
+    if (pick(12) == 0) sizes[pick(rank)] = 0;  // an empty tensor now and then
+    // Reduced dims: a non-empty subset, written with negative indices half of the time.
+    std::vector<int64_t> dims;
+    for (int d = 0; d < rank; ++d)
+      if (pick(2)) dims.push_back(pick(2) ? d : d - rank);
+    if (dims.empty()) dims.push_back(pick(rank));
+    bool empty_reduced = false;
+    for (int64_t d : dims) empty_reduced |= sizes[(d + rank) % rank] == 0;
+    const int red = pick(7);
+    if (empty_reduced && (red == 2 || red == 3)) continue;  // amax/amin over nothing raise (tested elsewhere)
+    const bool keepdim = pick(2);
+    std::string dims_text = "[";
+    for (size_t i = 0; i < dims.size(); ++i) dims_text += (i ? ", " : "") + std::to_string(dims[i]);
+    dims_text += "]";
+    const std::string pro = kPrologues[pick(6)];
+    // Epilogues that broadcast r back need keepdim.
+    std::string epi = kEpilogues[pick(6)];
+    if (!keepdim && epi.find('p') != std::string::npos) epi = "r";
+    std::string body = "    p = " + pro + "\n    r = " + fmt::format(fmt::runtime(kReductions[red]), "p", dims_text,
+                                                                      keepdim ? "True" : "False") +
+                       "\n    return " + epi;
+    auto m = script("x, y", body);
+    const at::ScalarType types[] = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+    at::ScalarType t = types[pick(4)];
+    at::manual_seed(seed);
+    at::Tensor x = at::randn(sizes, at::kDouble);
+    const int layout = pick(3);
+    if (layout == 1 && rank > 1) x = at::randn(std::vector<int64_t>(sizes.rbegin(), sizes.rend()), at::kDouble).permute(
+                                      [&] { std::vector<int64_t> p; for (int d = rank - 1; d >= 0; --d) p.push_back(d); return p; }());
+    if (layout == 2) {
+      std::vector<int64_t> big = sizes;
+      big.back() = big.back() * 2 + 1;
+      x = at::randn(big, at::kDouble).slice(rank - 1, 1, c10::nullopt, 2);
+    }
+    at::Tensor y = at::randn({sizes.back()}, at::kDouble);
+    std::string what = fmt::format("seed {}: {} {}{} layout {}\n{}", seed, c10::toString(t), c10::str(x.sizes()),
+                                   c10::str(x.strides()), layout, body);
+    run_and_compare(m, {x.to(t), y.to(t)}, what);
+    if (HasFailure()) return;
   }
 }
 
