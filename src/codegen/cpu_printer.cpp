@@ -92,11 +92,12 @@ void print_kernel(const KernelSpec& k, std::string& s) {
 // Note [CPU reduction schedule]
 // Rows run in parallel over threads (the launch splits [0, rows)); each thread walks its rows one by one,
 // so a row stays in its core's caches between passes. A pass with accumulators runs its loop in vectors of
-// W lanes (16 for 4-byte accumulators, 8 for 8-byte ones), each lane with accumulators of its own. Sums
-// and products restart per chunk and add the chunk's lanes into the row's: floating sums per chunk of 16
-// elements a lane, into a compensated total (fj_kahan_add), so their error is about that of 16 additions
-// whatever the row's length; integer sums and products per chunk of 1024 elements. Lanes merge pairwise at the end
-// (Welford's by Chan's formula). The elements past the last whole vector go to lane 0.
+// W lanes (16, or 8 when the pass computes in 8-byte types), each lane with accumulators of its own.
+// Accuracy of sums, whatever the row's length: float32 sums (and means) add up in double ("dsum");
+// float64 sums are compensated (fj_kahan_add) per chunk of 16 elements a lane ("ksum"); a plain sum kept
+// alongside gives eager's inf and NaN. Integer sums and products restart per chunk of 1024 elements. Lanes
+// merge as a tree at the end (Welford's by Chan's formula). Elements past the last whole vector go to
+// lane 0.
 void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
@@ -340,8 +341,8 @@ bool mentions(const std::vector<std::string>& texts, const std::string& name) {
 // Note [CPU column schedule]
 // A column reduction walks a tile of up to kTile neighbouring rows at once: the loop over the row's
 // elements is outside, the loop over the tile's rows inside and vectorized (contiguous loads), each row with
-// its own accumulator (sums and products restarting every 16 elements; floating sums then add into a
-// compensated total). Row values are arrays over the tile; the `after` statements run once per row of the tile.
+// its own accumulator (float32 sums in double, float64 sums compensated per 16 elements, products
+// restarting every 16). Row values are arrays over the tile; the `after` statements run once per row.
 constexpr int kTile = 32;
 
 void print_column_kernel(const KernelSpec& k, std::string& s) {
