@@ -93,9 +93,10 @@ void print_kernel(const KernelSpec& k, std::string& s) {
 // Rows run in parallel over threads (the launch splits [0, rows)); each thread walks its rows one by one,
 // so a row stays in its core's caches between passes. A pass with accumulators runs its loop in vectors of
 // W lanes (16, or 8 when the pass computes in 8-byte types), each lane with accumulators of its own.
-// Accuracy of sums, whatever the row's length: float32 sums (and means) add up in double ("dsum");
-// float64 sums are compensated (fj_kahan_add) per chunk of 16 elements a lane ("ksum"); a plain sum kept
-// alongside gives eager's inf and NaN. Integer sums and products restart per chunk of 1024 elements. Lanes
+// Accuracy of sums, whatever the row's length: float32 sums (and means) add up in double ("dsum"), except
+// sums of terms that cannot be negative (exp, squares), which cannot cancel: float lanes restarting per
+// chunk of 1024 elements. float64 sums are compensated (fj_kahan_add) per chunk of 16 elements a lane
+// ("ksum"), a plain sum kept alongside for eager's inf and NaN. Integer sums and products restart per chunk of 1024 elements. Lanes
 // merge as a tree at the end (Welford's by Chan's formula). Elements past the last whole vector go to
 // lane 0.
 void print_reduction_kernel(const KernelSpec& k, std::string& s) {

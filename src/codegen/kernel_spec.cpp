@@ -313,7 +313,18 @@ class Builder {
     KernelAccumulator a;
     a.kind = info->kind == "mean" ? "sum" : info->kind == "var" ? "welford" : info->kind;
     a.type = acc_c;
-    if (a.kind == "sum" && acc_t == DType::kFloat32 && spec_.device == Device::kCPU) {
+    // Sums of terms that cannot be negative (softmax's exps, rms_norm's squares) cannot cancel: float lanes
+    // keep them accurate, and cost less than double.
+    const Node* src = in->producer() && members.count(in->producer()) ? in->producer() : nullptr;
+    static const std::set<std::string> nonneg = {"exp", "exp2", "sigmoid", "relu", "abs", "sqrt"};
+    const bool non_negative =
+        src && src->op() &&
+        (nonneg.count(src->op()->kernel_fn) ||
+         (src->op()->kernel_fn == "mul" && src->args().size() >= 2 && src->args()[0].is_value() &&
+          src->args()[0].value == src->args()[1].value));
+    if (a.kind == "sum" && acc_t == DType::kFloat32 && spec_.device == Device::kCPU && non_negative) {
+      a.input = fmt::format("(({}){})", a.type, x);  // float lanes, restarting per chunk
+    } else if (a.kind == "sum" && acc_t == DType::kFloat32 && spec_.device == Device::kCPU) {
       a.kind = "dsum";  // added up in double: as exact as eager's cascade sum, or more
       a.type = "double";
       a.input = fmt::format("((double){})", x);
