@@ -403,8 +403,6 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += "    }\n";
   };
   per_row(k.row_prologue, "");
-  const int64_t st_red = 0;
-  (void)st_red;
   int acc_base = 0;
   for (const auto& pass : k.passes) {
     const size_t na = pass.accs.size();

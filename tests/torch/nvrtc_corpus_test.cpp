@@ -17,6 +17,41 @@
 namespace fusion_jit::testing {
 namespace {
 
+// The plan's kernels, renamed `prefix` + their name so that many plans share one source.
+void append_specs(const ExecutablePlan& plan, const std::string& prefix, std::vector<KernelSpec>* specs) {
+  for (const auto& k : plan.kernels) {
+    KernelSpec s = k.spec;
+    s.name = prefix + k.spec.name;
+    specs->push_back(std::move(s));
+  }
+}
+
+// Compiles the kernels as one source for sm_80 and sm_90 at once (two threads): no error, no spill, at
+// most `max_registers` registers. (A stack frame without spills is allowed: sin, cos and tan keep their
+// large-argument reduction's table on the stack, in eager's kernels too.)
+void compile_for_gpus(const std::string& what, const std::vector<KernelSpec>& specs, int max_registers) {
+  ASSERT_FALSE(specs.empty()) << what;
+  std::string source = print_cuda_source(specs);
+  auto compile_for = [&](const char* arch) -> std::shared_ptr<const CudaBinary> {
+    try {
+      return compile_cuda_source(source, arch);
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << " " << arch << ": " << e.what();
+      return nullptr;
+    }
+  };
+  auto sm80 = std::async(std::launch::async, compile_for, "sm_80");
+  auto sm90 = compile_for("sm_90");
+  for (const auto& bin : {sm80.get(), sm90}) {
+    if (!bin) continue;
+    EXPECT_EQ(bin->kernels.size(), specs.size()) << what << " " << bin->arch;
+    for (const auto& k : bin->kernels) {
+      EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << k.name << " " << bin->arch << " spills\n" << bin->log;
+      EXPECT_LE(k.registers, max_registers) << k.name << " " << bin->arch;
+    }
+  }
+}
+
 class NvrtcCorpus : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(NvrtcCorpus, CompilesForSm80AndSm90WithoutSpills) {
@@ -37,37 +72,11 @@ TEST_P(NvrtcCorpus, CompilesForSm80AndSm90WithoutSpills) {
       continue;
     }
     EXPECT_FALSE(plan->kernels.empty()) << what << ": no fused kernel\n" << plan->explain();
-    for (const auto& k : plan->kernels) {
-      EXPECT_EQ(k.spec.device, Device::kCUDA) << what;
-      KernelSpec s = k.spec;
-      s.name = fmt::format("{}_{}_{}", c.name, c10::toString(t), k.spec.name);
-      specs.push_back(std::move(s));
-    }
+    for (const auto& k : plan->kernels) EXPECT_EQ(k.spec.device, Device::kCUDA) << what;
+    append_specs(*plan, fmt::format("{}_{}_", c.name, c10::toString(t)), &specs);
     plans.push_back(std::move(plan));
   }
-  if (specs.empty()) return;
-  std::string source = print_cuda_source(specs);
-  // Both architectures at once, on two threads.
-  auto compile_for = [&](const char* arch) -> std::shared_ptr<const CudaBinary> {
-    try {
-      return compile_cuda_source(source, arch);
-    } catch (const Error& e) {
-      ADD_FAILURE() << c.name << " " << arch << ": " << e.what();
-      return nullptr;
-    }
-  };
-  auto sm80 = std::async(std::launch::async, compile_for, "sm_80");
-  auto sm90 = compile_for("sm_90");
-  for (const auto& bin : {sm80.get(), sm90}) {
-    if (!bin) continue;
-    EXPECT_EQ(bin->kernels.size(), specs.size()) << c.name << " " << bin->arch;
-    for (const auto& k : bin->kernels) {
-      EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << k.name << " " << bin->arch << " spills\n" << bin->log;
-      // (A stack frame without spills is allowed: sin, cos and tan keep their large-argument reduction's
-      // table on the stack, in eager's kernels too.)
-      EXPECT_LE(k.registers, 64) << k.name << " " << bin->arch;
-    }
-  }
+  if (!specs.empty()) compile_for_gpus(c.name, specs, 64);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, NvrtcCorpus, ::testing::ValuesIn(kCases),
@@ -81,25 +90,6 @@ INSTANTIATE_TEST_SUITE_P(AllOps, NvrtcCorpus, ::testing::ValuesIn(kCases),
 namespace fusion_jit::testing {
 namespace {
 
-void compile_all_for_gpus(const std::string& what, const std::vector<KernelSpec>& specs) {
-  ASSERT_FALSE(specs.empty()) << what;
-  std::string source = print_cuda_source(specs);
-  for (const char* arch : {"sm_80", "sm_90"}) {
-    std::shared_ptr<const CudaBinary> bin;
-    try {
-      bin = compile_cuda_source(source, arch);
-    } catch (const Error& e) {
-      ADD_FAILURE() << what << " " << arch << ": " << e.what();
-      continue;
-    }
-    EXPECT_EQ(bin->kernels.size(), specs.size()) << what << " " << arch;
-    for (const auto& k : bin->kernels) {
-      EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << k.name << " " << arch << " spills\n" << bin->log;
-      EXPECT_LE(k.registers, 128) << k.name << " " << arch;
-    }
-  }
-}
-
 class NvrtcReductions : public ::testing::TestWithParam<ReductionCase> {};
 
 TEST_P(NvrtcReductions, CompileForSm80AndSm90WithoutSpills) {
@@ -112,14 +102,10 @@ TEST_P(NvrtcReductions, CompileForSm80AndSm90WithoutSpills) {
   std::vector<KernelSpec> specs;
   for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
     auto plan = compile(m).compile_cuda(reduction_case_inputs(ins, t), "sm_90", /*run_nvrtc=*/false);
-    for (const auto& k : plan->kernels) {
-      KernelSpec s = k.spec;
-      s.name = fmt::format("{}_{}_{}", c.name, c10::toString(t), k.spec.name);
-      specs.push_back(std::move(s));
-    }
+    append_specs(*plan, fmt::format("{}_{}_", c.name, c10::toString(t)), &specs);
     plans.push_back(std::move(plan));
   }
-  compile_all_for_gpus(c.name, specs);
+  compile_for_gpus(c.name, specs, 128);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllReductions, NvrtcReductions, ::testing::ValuesIn(kReductionCases),
@@ -152,15 +138,11 @@ TEST(NvrtcReductionPatterns, EachIsOneKernelThatCompilesWithoutSpills) {
       for (const auto& s : p.shapes) inputs.emplace_back(at::randn(s).to(t));
       auto plan = compile(m).compile_cuda(inputs, "sm_90", /*run_nvrtc=*/false);
       EXPECT_EQ(plan->kernels.size(), 1u) << p.body << "\n" << plan->explain();
-      for (const auto& k : plan->kernels) {
-        KernelSpec s = k.spec;
-        s.name = fmt::format("p{}_{}", specs.size(), c10::toString(t));
-        specs.push_back(std::move(s));
-      }
+      append_specs(*plan, fmt::format("p{}_{}_", specs.size(), c10::toString(t)), &specs);
       plans.push_back(std::move(plan));
     }
   }
-  compile_all_for_gpus("patterns", specs);
+  compile_for_gpus("patterns", specs, 128);
 }
 
 }  // namespace
