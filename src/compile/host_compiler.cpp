@@ -93,7 +93,8 @@ const std::string& host_isa() {
 }
 
 // Loads a shared object from memory (a memfd: no file to clean up, works where the cache is noexec).
-void* load_shared_object(const std::string& image, const std::string& key) {
+// Loads the image through an in-memory file; *fd receives it (open while the library is loaded).
+void* load_shared_object(const std::string& image, const std::string& key, int* fd_out) {
   int fd = ::memfd_create(("fj_" + key.substr(0, 16)).c_str(), MFD_CLOEXEC);
   FJ_CHECK(fd >= 0, "cannot create an in-memory file for kernels {}: {}", key.substr(0, 16), std::strerror(errno));
   size_t done = 0;
@@ -104,19 +105,20 @@ void* load_shared_object(const std::string& image, const std::string& key) {
   }
   void* h = done == image.size() ? dlopen(("/proc/self/fd/" + std::to_string(fd)).c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
   std::string err = h ? "" : (done == image.size() ? dlerror() : "short write");
-  ::close(fd);
+  if (!h) ::close(fd);
   FJ_CHECK(h != nullptr, "cannot load compiled kernels {}: {}", key.substr(0, 16), err);
+  *fd_out = fd;
   return h;
 }
 
 }  // namespace
 
-CompiledLibrary::CompiledLibrary(void* handle, std::string path, std::string key, double compile_ms)
-    : handle_(handle), path_(std::move(path)), key_(std::move(key)), compile_ms_(compile_ms) {}
+CompiledLibrary::CompiledLibrary(void* handle, int fd, std::string key, double compile_ms)
+    : handle_(handle), fd_(fd), key_(std::move(key)), compile_ms_(compile_ms) {}
 
 CompiledLibrary::~CompiledLibrary() {
   if (handle_) dlclose(handle_);
-  if (!path_.empty()) std::remove(path_.c_str());
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void* CompiledLibrary::symbol(const std::string& name) const {
@@ -172,7 +174,8 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
   bool made = true;
   std::string image = opt.is_disabled("cache") ? compile() : KernelsCache::instance().get_or_make(key, compile, &made);
   if (!made) g_stats.disk_hits++;
-  void* h = load_shared_object(image, key);
+  int fd = -1;
+  void* h = load_shared_object(image, key, &fd);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (made) {
     g_stats.total_ms += ms;
@@ -180,7 +183,7 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
   } else {
     log_info("loaded CPU kernels {} from the kernel cache in {:.1f} ms", key.substr(0, 16), ms);
   }
-  auto lib = std::make_shared<CompiledLibrary>(h, "", key, made ? ms : 0.0);
+  auto lib = std::make_shared<CompiledLibrary>(h, fd, key, made ? ms : 0.0);
   library_cache()[key] = lib;
   return lib;
 }

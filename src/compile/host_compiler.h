@@ -18,7 +18,10 @@ namespace fusion_jit {
 
 class CompiledLibrary {
  public:
-  CompiledLibrary(void* handle, std::string path, std::string key, double compile_ms);
+  // `fd`: the in-memory file the library was loaded from, closed after dlclose. It stays open while the
+  // library is loaded: dlopen finds libraries by path, and /proc/self/fd/N of a closed descriptor names
+  // the next library loaded through N, which dlopen would then take for this one.
+  CompiledLibrary(void* handle, int fd, std::string key, double compile_ms);
   ~CompiledLibrary();
   CompiledLibrary(const CompiledLibrary&) = delete;
   CompiledLibrary& operator=(const CompiledLibrary&) = delete;
@@ -29,7 +32,8 @@ class CompiledLibrary {
 
  private:
   void* handle_;
-  std::string path_, key_;
+  int fd_;
+  std::string key_;
   double compile_ms_;
 };
 

@@ -123,9 +123,25 @@ std::string cache_key(const CacheKeyParts& p) {
   return sha256_hex(text);
 }
 
+namespace {
+std::mutex g_instance_mu;
+KernelsCache* g_instance = nullptr;
+}  // namespace
+
 KernelsCache& KernelsCache::instance() {
-  static KernelsCache* c = new KernelsCache(default_dir(), Options::get().cache_max_mb << 20);
-  return *c;
+  std::lock_guard<std::mutex> g(g_instance_mu);
+  if (!g_instance) g_instance = new KernelsCache(default_dir(), Options::get().cache_max_mb << 20);
+  return *g_instance;
+}
+
+void KernelsCache::use_dir(const std::string& dir) {
+  FJ_CHECK(!dir.empty(), "the kernel cache directory must not be empty");
+  KernelsCache& old = instance();
+  if (old.dir() == dir) return;
+  auto* next = new KernelsCache(dir, old.max_bytes());
+  next->stats_ = old.stats();
+  std::lock_guard<std::mutex> g(g_instance_mu);
+  g_instance = next;  // the previous instance stays alive: callers may hold a reference to it
 }
 
 KernelsCache::KernelsCache(std::string dir, int64_t max_bytes)

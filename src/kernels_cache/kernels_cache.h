@@ -51,6 +51,9 @@ class KernelsCache {
   // The process's cache: FUSION_JIT_CACHE_DIR, else $XDG_CACHE_HOME/fusion_jit, else ~/.cache/fusion_jit;
   // capped at FUSION_JIT_CACHE_MAX_MB (default 1024).
   static KernelsCache& instance();
+  // Makes `dir` the process's cache from now on (the Python backend's cache_dir option); the counters
+  // carry over.
+  static void use_dir(const std::string& dir);
 
   KernelsCache(std::string dir, int64_t max_bytes);
   const std::string& dir() const { return dir_; }

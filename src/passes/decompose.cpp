@@ -12,6 +12,7 @@
 // - group_norm (contiguous input): x viewed as [N, G, C/G, HW], reduced over the last two dims, weight and
 //   bias viewed as [G, C/G, 1]; the result viewed back
 // - std = sqrt(var); max.dim / min.dim whose indices are unused = amax / amin
+// - _native_batch_norm_legit_no_training whose saved statistics are unused = batch_norm (inference)
 // float16 and bfloat16 inputs are cast to float32 first and the results cast back once, as eager computes
 // these ops in float32 and rounds only their results. A node is left as it is (it runs through ATen) when
 // an argument is computed at run time, a reduced extent is 0 (eager's own errors and empty results stay
@@ -329,6 +330,20 @@ Outputs max_values(Graph& g, Node* n, bool is_max, const std::vector<std::vector
   return {r.reduce(is_max ? "aten::amax" : "aten::amin", x, {*d}, std::get<bool>(*keep)), nullptr};
 }
 
+// _native_batch_norm_legit_no_training (what AOT autograd makes of an inference batch_norm) whose saved
+// mean and rstd nobody uses: batch_norm in inference mode, an elementwise op of the table.
+Outputs batch_norm_inference(Graph& g, Node* n, const std::vector<std::vector<Node*>>& users,
+                             const std::vector<Value*>& graph_outputs) {
+  if (n->outputs().size() != 3 || n->args().size() != 7) return {};
+  for (int i = 1; i < 3; ++i)
+    if (!users[n->output(i)->id()].empty() || std::count(graph_outputs.begin(), graph_outputs.end(), n->output(i)))
+      return {};
+  const auto& a = n->args();
+  std::vector<Arg> args = {a[0], a[1], a[2], a[3], a[4], Arg::lit(false), a[5], a[6], Arg::lit(true)};
+  Value* y = g.insert(n, "aten::batch_norm", std::move(args), {n->output(0)->type()})->output();
+  return {y, nullptr, nullptr};
+}
+
 }  // namespace
 
 bool decompose(Graph& g) {
@@ -349,6 +364,7 @@ bool decompose(Graph& g) {
     else if (s == "aten::std.dim") outs = std_dev(g, n, "aten::var.dim");
     else if (s == "aten::std") outs = std_dev(g, n, "aten::var");
     else if (s == "aten::max.dim" || s == "aten::min.dim") outs = max_values(g, n, s == "aten::max.dim", users, g.outputs());
+    else if (s == "aten::_native_batch_norm_legit_no_training") outs = batch_norm_inference(g, n, users, g.outputs());
     if (outs.empty()) continue;
     // _softmax's half_to_float (a float32 result of a float16 input) is the output's dtype, already honoured.
     for (size_t i = 0; i < outs.size(); ++i) {

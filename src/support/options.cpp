@@ -93,6 +93,9 @@ const std::vector<Entry>& table() {
        [](Options& o, const std::string& v) { o.cpu_grain = parse_int("FUSION_JIT_CPU_GRAIN", v, 1); }},
       {"FUSION_JIT_CPU_POOL_MB",
        [](Options& o, const std::string& v) { o.cpu_pool_mb = parse_int("FUSION_JIT_CPU_POOL_MB", v, 0); }},
+      // Read by the Python package (python/fusion_jit), which checks its value.
+      {"FUSION_JIT_STRICT", [](Options&, const std::string& v) { parse_bool("FUSION_JIT_STRICT", v); }},
+      {"FUSION_JIT_LIBRARY", [](Options&, const std::string&) {}},
       // Read by ./run, not by the library; listed so that it is not rejected as unknown.
       {"FUSION_JIT_VENV", [](Options&, const std::string&) {}},
       {"FUSION_JIT_BUILD_JOBS", [](Options&, const std::string&) {}},

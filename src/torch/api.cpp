@@ -25,34 +25,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The signature of a call, as bytes.
-std::string signature_of(const std::vector<c10::IValue>& inputs) {
-  std::string key;
-  key.reserve(64 * inputs.size());
-  auto put = [&](int64_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
-  for (const auto& v : inputs) {
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      put(1);
-      if (!t.defined()) {
-        put(-1);
-        continue;
-      }
-      put(static_cast<int64_t>(t.scalar_type()));
-      put(static_cast<int64_t>(t.device().type()) * 1024 + t.device().index());
-      put(t.dim());
-      for (auto s : t.sizes()) put(s);
-      for (auto s : t.strides()) put(s);
-      put(t.requires_grad());
-    } else {
-      put(2);
-      key += c10::str(v.tagKind(), ":", v);  // non-tensor inputs specialize by value
-      key += '\0';
-    }
-  }
-  return key;
-}
-
 }  // namespace
 
 struct CompiledModule::Impl {
@@ -84,57 +56,25 @@ struct CompiledModule::Impl {
     inst->captured = std::move(cap.captured);
     *result = std::move(cap.result);
     auto t1 = std::chrono::steady_clock::now();
-    auto& constants = inst->captured.constants;
-    ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
-      std::vector<c10::IValue> args;
-      for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
-      try {
-        auto outs = call_aten(n, args);
-        std::vector<int64_t> idx;
-        for (auto& o : outs) {
-          idx.push_back(static_cast<int64_t>(constants.size()));
-          constants.push_back(std::move(o));
-        }
-        return idx;
-      } catch (const std::exception&) {
-        return std::nullopt;
-      }
-    };
-    run_pipeline(*inst->captured.graph, eval);
+    optimize_captured(inst->captured);
     *passes_ms = ms_since(t1);
     return inst;
   }
 
-  // Runs a compiled instance: through its CUDA Graph when enabled and possible, else step by step.
   c10::IValue run(PlanInstance& inst, const std::vector<c10::IValue>& inputs) {
-    if (!cuda_graphs) return run_plan(inst, inputs);
-    std::lock_guard<std::mutex> g(inst.graph_mu);
-    if (!inst.graph_tried) {
-      inst.graph_tried = true;
-      int device = -1;
-      inst.graph_note = cuda_graph_blocker(*inst.plan, inputs, &device);
-      if (inst.graph_note.empty()) {
-        try {
-          inst.cuda_graph = std::make_unique<CudaGraphReplay>(
-              inputs, [&inst](const std::vector<c10::IValue>& in) { return run_plan(inst, in); }, device);
-        } catch (const Error& e) {
-          inst.graph_note = e.what();
-          log_warn("{}: this signature runs without CUDA Graphs: {}", name, e.what());
-        }
-      }
-    }
-    if (!inst.cuda_graph) return run_plan(inst, inputs);
-    {
+    bool replayed = false;
+    c10::IValue out = run_instance(inst, inputs, cuda_graphs, name, &replayed);
+    if (replayed) {
       std::lock_guard<std::mutex> s(mu);
       stats.graph_replays++;
     }
-    return inst.cuda_graph->replay(inputs);
+    return out;
   }
 
   // Returns the entry for these inputs, compiling it if new; `first_result` receives the capture run's
   // result when this call compiled.
   std::shared_ptr<Entry> entry_for(const std::vector<c10::IValue>& inputs, c10::IValue* first_result) {
-    std::string sig = signature_of(inputs);
+    std::string sig = input_signature(inputs);
     std::lock_guard<std::mutex> g(mu);
     auto it = entries.find(sig);
     if (it != entries.end()) return it->second;

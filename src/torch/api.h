@@ -80,4 +80,41 @@ using TensorFunction = std::function<std::vector<at::Tensor>(const std::vector<a
 // returns a list of tensors.
 CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_inputs, CompileOptions options = {});
 
+// A graph handed over in the IR's text form whose inputs are tensors (the Python backend's FX graphs,
+// specialized by the caller on the values of their non-tensor inputs). Each input signature has its own
+// plan, added by the caller with the graph captured for it; a call runs the plan of its signature.
+//
+//   GraphFunction f("forward");
+//   if (!f.run(inputs, "", &outs)) { f.add(inputs, "", ir_text, constants); f.run(inputs, "", &outs); }
+struct GraphPlanInfo {
+  int kernels = 0;
+  int fused_ops = 0;     // IR nodes inside kernels
+  int aten_ops = 0;      // IR nodes run through ATen per call (constants not counted)
+  double compile_ms = 0; // parse, passes, fusion, codegen and compile of this plan
+  bool from_plan_cache = false;
+};
+
+class GraphFunction {
+ public:
+  explicit GraphFunction(std::string name, CompileOptions options = {});
+  ~GraphFunction();
+  // Runs the plan of these inputs' signature (and `key`: what else the caller specialized on) into
+  // *outputs; false when no plan was added for that signature.
+  bool run(const std::vector<at::Tensor>& inputs, const std::string& key, std::vector<at::Tensor>* outputs);
+  // Parses `ir`, checks that `inputs` match its inputs' types, optimizes, fuses and compiles it as the
+  // plan of this signature; `fj::constant(i)` in it is constants[i]. Throws fusion_jit::Error (TypeError
+  // when an input does not match) naming what is wrong; nothing is added then.
+  GraphPlanInfo add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
+                    const std::vector<at::Tensor>& constants);
+  // The plan of this signature as text (explain_plan), or "" when there is none.
+  std::string explain(const std::vector<at::Tensor>& inputs, const std::string& key) const;
+  int num_plans() const;
+  // Drops every plan (the next call of each signature must add it again).
+  void clear();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace fusion_jit

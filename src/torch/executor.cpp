@@ -10,6 +10,8 @@
 #include "torch/cuda_support.h"
 
 #include "support/error.h"
+#include "passes/passes.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace fusion_jit {
@@ -58,6 +60,11 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
   for (const Arg& a : n.args()) stack.push_back(a.is_value() ? value_args.at(vi++) : literal_to_ivalue(a.literal));
   const std::string& s = n.schema();
   if (s == "prim::ListConstruct") {
+    if (n.output()->type().other == "Tensor?[]") {  // index's indices: None where a dim is not indexed
+      c10::List<std::optional<at::Tensor>> list;
+      for (auto& v : stack) list.push_back(v.isNone() ? std::optional<at::Tensor>() : v.toTensor());
+      return {c10::IValue(list)};
+    }
     c10::List<at::Tensor> list;
     for (auto& v : stack) list.push_back(v.toTensor());
     return {c10::IValue(list)};
@@ -70,7 +77,23 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
     for (size_t i = 0; i < list.size(); ++i) out.emplace_back(list.get(i));
     return out;
   }
-  call_schema(s, stack);
+  const c10::OperatorHandle& h = find_handle(s);
+  // Literals the IR has no kind for, converted by the schema: a device is written as a string ("cpu",
+  // "cuda:0"), a list of bools (output masks of backward ops) as a list of 0/1.
+  for (size_t i = 0; i < stack.size() && i < h.schema().arguments().size(); ++i) {
+    if (!stack[i].isString() && !stack[i].isIntList()) continue;
+    c10::TypePtr t = h.schema().arguments()[i].type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    if (stack[i].isString() && t->kind() == c10::TypeKind::DeviceObjType) {
+      stack[i] = c10::Device(stack[i].toStringRef());
+    } else if (stack[i].isIntList() && t->kind() == c10::TypeKind::ListType &&
+               t->expectRef<c10::ListType>().getElementType()->kind() == c10::TypeKind::BoolType) {
+      c10::List<bool> bools;
+      for (int64_t b : stack[i].toIntVector()) bools.push_back(b != 0);
+      stack[i] = bools;
+    }
+  }
+  h.callBoxed(stack);
   FJ_INTERNAL_ASSERT(stack.size() == n.outputs().size(), "{} returned {} values, {} expected", s, stack.size(),
                      n.outputs().size());
   return stack;
@@ -95,6 +118,77 @@ std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10
         return fmt::format("{} computes on the CPU", st.node->schema());
   }
   return "";
+}
+
+std::string input_signature(const std::vector<c10::IValue>& inputs) {
+  std::string key;
+  key.reserve(64 * inputs.size());
+  auto put = [&](int64_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  for (const auto& v : inputs) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      put(1);
+      if (!t.defined()) {
+        put(-1);
+        continue;
+      }
+      put(static_cast<int64_t>(t.scalar_type()));
+      put(static_cast<int64_t>(t.device().type()) * 1024 + t.device().index());
+      put(t.dim());
+      for (auto s : t.sizes()) put(s);
+      for (auto s : t.strides()) put(s);
+      put(t.requires_grad());
+    } else {
+      put(2);
+      key += c10::str(v.tagKind(), ":", v);  // non-tensor inputs specialize by value
+      key += '\0';
+    }
+  }
+  return key;
+}
+
+void optimize_captured(CapturedGraph& cap) {
+  auto& constants = cap.constants;
+  ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
+    std::vector<c10::IValue> args;
+    for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
+    try {
+      auto outs = call_aten(n, args);
+      std::vector<int64_t> idx;
+      for (auto& o : outs) {
+        idx.push_back(static_cast<int64_t>(constants.size()));
+        constants.push_back(std::move(o));
+      }
+      return idx;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  run_pipeline(*cap.graph, eval);
+}
+
+c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,
+                         const std::string& name, bool* replayed) {
+  *replayed = false;
+  if (!cuda_graphs) return run_plan(inst, inputs);
+  std::lock_guard<std::mutex> g(inst.graph_mu);
+  if (!inst.graph_tried) {
+    inst.graph_tried = true;
+    int device = -1;
+    inst.graph_note = cuda_graph_blocker(*inst.plan, inputs, &device);
+    if (inst.graph_note.empty()) {
+      try {
+        inst.cuda_graph = std::make_unique<CudaGraphReplay>(
+            inputs, [&inst](const std::vector<c10::IValue>& in) { return run_plan(inst, in); }, device);
+      } catch (const Error& e) {
+        inst.graph_note = e.what();
+        log_warn("{}: this signature runs without CUDA Graphs: {}", name, e.what());
+      }
+    }
+  }
+  if (!inst.cuda_graph) return run_plan(inst, inputs);
+  *replayed = true;
+  return inst.cuda_graph->replay(inputs);
 }
 
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs) {

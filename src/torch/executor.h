@@ -28,6 +28,17 @@ struct PlanInstance {
 // Why the plan cannot be captured as a CUDA Graph for these inputs ("" when it can).
 std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10::IValue>& inputs, int* device);
 
+// The signature of a call, as bytes: per tensor its dtype, device, sizes, strides and requires_grad;
+// non-tensor inputs by value (plans specialize on them).
+std::string input_signature(const std::vector<c10::IValue>& inputs);
+// Runs the pass pipeline on a captured graph; ATen evaluates the subgraphs of constants (into the
+// constants table).
+void optimize_captured(CapturedGraph& cap);
+// Runs a compiled instance: as a CUDA Graph when `cuda_graphs` is set and the plan can be captured (at
+// its first call after this one), else step by step. `*replayed` says whether a graph replay served it.
+c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,
+                         const std::string& name, bool* replayed);
+
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
 // Calls an ATen op by schema ("aten::add.Tensor") through the dispatcher on a complete boxed stack;

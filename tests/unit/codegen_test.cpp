@@ -169,6 +169,17 @@ TEST(Codegen, Float16RoundsLikeEager) {
   EXPECT_EQ(out[2], 0x0000);
 }
 
+// Two libraries loaded one after the other are two libraries: each is loaded through an in-memory file
+// whose /proc/self/fd path dlopen remembers, so a descriptor closed and reused made dlopen hand back the
+// first library for the second (found by a backward graph compiled while its forward plan was alive).
+TEST(Codegen, LibrariesLoadedInTurnStayDistinct) {
+  auto a = compile_cpu_source("extern \"C\" int fj_only_in_a() { return 1; }\n");
+  auto b = compile_cpu_source("extern \"C\" int fj_only_in_b() { return 2; }\n");
+  ASSERT_NE(a.get(), b.get());
+  EXPECT_EQ(reinterpret_cast<int (*)()>(a->symbol("fj_only_in_a"))(), 1);
+  EXPECT_EQ(reinterpret_cast<int (*)()>(b->symbol("fj_only_in_b"))(), 2);
+}
+
 TEST(Codegen, CompilerErrorCarriesTheLog) {
   try {
     compile_cpu_source("this is not C++");

@@ -1,0 +1,139 @@
+"""The model families of tests/python/models.py on CPU: eager, Inductor (torch.compile's default) and
+fusion_jit, in one run.
+
+    ./run python bench/models.py [--models a,b] [--iters N] [--json FILE]
+
+For each model and compiler, two fresh processes share a cache directory made for this run: the first
+starts cold (empty caches) and measures the first call (cold compile: Dynamo, AOT autograd and the
+backend), then the median time per iteration of the compiled model and of eager in the same process; the
+second measures the first call again with the caches warm (warm compile). fusion_jit also reports the
+share of the graph's ops that run inside its kernels and the kernels per iteration. Speedups are taken
+against eager measured in the same process. Bars (issue 7): cold compile at most 0.2x Inductor's;
+geomean speedup over eager at least 1.1x.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+
+def median_ms(fn, iters):
+    fn()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(times)
+
+
+def one(name, compiler, iters, size, measure):
+    """Runs in a child process: prints one JSON line."""
+    import torch
+    from models import make
+
+    model, args = make(name, size=size)
+    model.eval()
+    if compiler == "fusion_jit":
+        import fusion_jit
+        compiled = torch.compile(model, backend="fusion_jit")
+    else:
+        compiled = torch.compile(model)
+    out = {}
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        compiled(*args)
+        out["first_call_s"] = time.perf_counter() - t0
+        if measure:
+            out["eager_ms"] = median_ms(lambda: model(*args), iters)
+            out["compiled_ms"] = median_ms(lambda: compiled(*args), iters)
+            out["eager_ms_after"] = median_ms(lambda: model(*args), iters)
+    if compiler == "fusion_jit":
+        s = fusion_jit.stats()
+        out.update(kernels=s["kernels"], fused_ops=s["fused_ops"], fallback_ops=s["fallback_ops"],
+                   compiles=s["compiles"], eager_graphs=s["eager_graphs"], graphs=s["graphs"])
+    print(json.dumps(out), flush=True)
+
+
+def run_child(name, compiler, iters, size, measure, cache):
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(cache, "fusion_jit"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+    cmd = [sys.executable, __file__, "--one", name, compiler, str(iters), str(size), "1" if measure else "0"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{name} with {compiler} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    from models import MODELS
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--size", type=int, default=224, help="image size (default 224)")
+    p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.one:
+        name, compiler, iters, size, measure = a.one
+        one(name, compiler, int(iters), int(size), measure == "1")
+        return
+    rows = []
+    for name in a.models.split(","):
+        if name not in MODELS:
+            sys.exit(f"unknown model {name!r} (known: {', '.join(MODELS)})")
+        row = {"model": name}
+        for compiler in ("inductor", "fusion_jit"):
+            with tempfile.TemporaryDirectory(prefix=f"fj-bench-{compiler}-") as cache:
+                t0 = time.time()
+                cold = run_child(name, compiler, a.iters, a.size, True, cache)
+                warm = run_child(name, compiler, a.iters, a.size, False, cache)
+                print(f"[bench] {name} {compiler}: cold {cold['first_call_s']:.2f} s, warm {warm['first_call_s']:.2f} s, "
+                      f"{cold['compiled_ms']:.2f} ms vs eager {cold['eager_ms']:.2f} ms ({time.time() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)
+            row[compiler] = {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"], **cold}
+        rows.append(row)
+    print_table(rows)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def print_table(rows):
+    print("| model | eager ms | Inductor ms | fusion_jit ms | fj vs eager | fj / Inductor time | cold compile s: Inductor / fj (ratio) | warm compile s: Inductor / fj | ops fused | kernels/iter |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    speedups, ind_speedups, cold_ratios = [], [], []
+    for r in rows:
+        i, f = r["inductor"], r["fusion_jit"]
+        eager = f["eager_ms"]
+        sp = eager / f["compiled_ms"]
+        isp = i["eager_ms"] / i["compiled_ms"]
+        speedups.append(sp)
+        ind_speedups.append(isp)
+        ratio = f["cold_s"] / i["cold_s"]
+        cold_ratios.append(ratio)
+        share = f["fused_ops"] / max(1, f["fused_ops"] + f["fallback_ops"])
+        print(f"| {r['model']} | {eager:.2f} | {i['compiled_ms']:.2f} | {f['compiled_ms']:.2f} | {sp:.2f}x | "
+              f"{(f['compiled_ms'] / f['eager_ms']) / (i['compiled_ms'] / i['eager_ms']):.2f} | "
+              f"{i['cold_s']:.1f} / {f['cold_s']:.2f} ({ratio:.3f}) | {i['warm_s']:.2f} / {f['warm_s']:.2f} | "
+              f"{share:.0%} | {f['kernels']} |")
+    g = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+    gi = math.exp(sum(math.log(s) for s in ind_speedups) / len(ind_speedups))
+    worst = max(cold_ratios)
+    print(f"\ngeomean speedup over eager: fusion_jit {g:.2f}x (bar 1.1x: {'pass' if g >= 1.1 else 'FAIL'}), "
+          f"Inductor {gi:.2f}x")
+    print(f"cold compile, fusion_jit / Inductor: worst {worst:.3f} (bar 0.2: {'pass' if worst <= 0.2 else 'FAIL'})")
+
+
+if __name__ == "__main__":
+    main()

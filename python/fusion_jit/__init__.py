@@ -1,0 +1,35 @@
+"""fusion_jit: a JIT fusion compiler for PyTorch, as a torch.compile backend.
+
+    import fusion_jit
+    model = torch.compile(model, backend="fusion_jit")
+    model = torch.compile(model, backend="fusion_jit", options={"specialization_limit": 4})
+    fusion_jit.stats()                 # graphs, kernels, fused_ops, fallback_ops, compile_ms, cache_hits, ...
+    fusion_jit.explain(model, x)       # prints each graph's plan with its fusion decisions
+    fusion_jit.reset()                 # clears the counters and the compiled plans held in memory
+
+Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
+    cuda_graphs           bool, replay each CUDA plan as a CUDA Graph (mode="reduce-overhead" sets it);
+                          default FUSION_JIT_CUDA_GRAPHS or False
+    specialization_limit  int >= 0, plans kept per graph (one per input signature); later signatures
+                          run eagerly with one warning; default FUSION_JIT_SPECIALIZATION_LIMIT or 8
+    cache_dir             str, the on-disk cache of compiled kernels and plans for this process from
+                          then on; default FUSION_JIT_CACHE_DIR or ~/.cache/fusion_jit
+    enable_fusion         bool, False compiles one kernel per fusible op; default True
+
+A graph that cannot be compiled (an op that mutates its input, a higher-order op, an unsupported dtype,
+a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STRICT=1 raises instead.
+Errors in what the user gave surface as ValueError or TypeError.
+"""
+
+import os
+
+import torch
+
+from . import _native
+from ._backend import Options, backend, compile, explain, reset, stats
+from ._lowering import Unsupported
+
+__all__ = ["backend", "compile", "explain", "reset", "stats", "Options", "Unsupported"]
+__version__ = "0.7.0"
+
+torch._dynamo.register_backend(name="fusion_jit")(backend)

@@ -1,0 +1,273 @@
+"""The torch.compile backend: AOT autograd hands over forward, backward and inference graphs of ATen ops;
+each becomes a _CompiledGraph, which lowers and compiles the graph at its first call per input signature.
+"""
+
+import os
+import threading
+import time
+import warnings
+import weakref
+
+import torch
+
+from . import _native
+from ._lowering import Unsupported, lower, specialization_key
+
+_OPTION_TYPES = {
+    "cuda_graphs": bool,
+    "specialization_limit": int,
+    "cache_dir": (str, os.PathLike),
+    "enable_fusion": bool,
+}
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _env_bool(name, default):
+    v = os.environ.get(name)
+    if v is None:
+        return default
+    if v in ("1", "true", "on", "yes"):
+        return True
+    if v in ("0", "false", "off", "no", ""):
+        return False
+    raise ValueError(f"{name}={v}: expected 0 or 1")
+
+
+def _strict():
+    return _env_bool("FUSION_JIT_STRICT", False)
+
+
+class Options:
+    """The backend's options, checked: an unknown name is a ValueError, a wrong type a TypeError."""
+
+    def __init__(self, options=None, mode=None):
+        if mode not in _MODES:
+            raise ValueError(f"fusion_jit: unknown mode {mode!r} (known: {', '.join(str(m) for m in _MODES[1:])})")
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"fusion_jit: options must be a dict, not {type(options).__name__}")
+        limit = os.environ.get("FUSION_JIT_SPECIALIZATION_LIMIT", "8")
+        if not limit.isdigit():
+            raise ValueError(f"FUSION_JIT_SPECIALIZATION_LIMIT={limit}: expected an integer >= 0")
+        self.specialization_limit = int(limit)
+        self.cuda_graphs = _env_bool("FUSION_JIT_CUDA_GRAPHS", False) or mode == "reduce-overhead"
+        self.cache_dir = None
+        self.enable_fusion = True
+        for name, value in (options or {}).items():
+            if name not in _OPTION_TYPES:
+                raise ValueError(f"fusion_jit: unknown option {name!r} (known: {', '.join(_OPTION_TYPES)})")
+            want = _OPTION_TYPES[name]
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+                raise TypeError(f"fusion_jit: option {name!r} must be a "
+                                f"{getattr(want, '__name__', 'str or path')}, not {type(value).__name__}")
+            if name == "specialization_limit" and value < 0:
+                raise ValueError(f"fusion_jit: option 'specialization_limit' must be >= 0, not {value}")
+            if name == "cache_dir":
+                value = os.fspath(value)
+                if not value:
+                    raise ValueError("fusion_jit: option 'cache_dir' must not be empty")
+            setattr(self, name, value)
+
+
+class _Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.clear()
+
+    def clear(self):
+        self.graphs = 0
+        self.plans = 0
+        self.kernels = 0
+        self.fused_ops = 0
+        self.fallback_ops = 0
+        self.compile_ms = 0.0
+        self.eager_graphs = 0
+        self.eager_calls = 0
+        self.baseline = list(_native.ops.counters())
+
+
+_stats = _Stats()
+_graphs = weakref.WeakSet()   # every live _CompiledGraph, for reset()
+_warned = set()
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class _CompiledGraph:
+    """One FX graph: one plan per input signature, compiled at the first call with that signature."""
+
+    def __init__(self, gm, name, opts, record=None):
+        # AOT autograd calls it with the list of arguments. An instance attribute: dynamo wraps backward
+        # compilers' results with functools.wraps, which copies the instance's __dict__.
+        self._boxed_call = True
+        self.gm = gm
+        self.name = name
+        self.opts = opts
+        self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs)
+        self.positions = None       # which arguments are tensors (known after the first lowering)
+        self.all_tensors = False
+        self.outputs = {}           # specialization key -> output spec of the lowering
+        self.eager_reason = None
+        self.record = record        # explain(): a list that receives (name, plan text or reason)
+        with _stats.lock:
+            _stats.graphs += 1
+        _graphs.add(self)
+
+    def __call__(self, args):
+        if self.eager_reason is None and self.positions is not None:
+            if self.all_tensors:
+                tensors, key = args, ""
+            else:
+                tensors = [args[i] for i in self.positions]
+                key = specialization_key(args, self.positions)
+            spec = self.outputs.get(key)
+            if spec is not None:
+                found, outs = self.fn.run(tensors, key)
+                if found:
+                    return [outs[v] if kind == "ir" else v for kind, v in spec]
+        return self._compile_and_run(args)
+
+    def _eager(self, args):
+        with _stats.lock:
+            _stats.eager_calls += 1
+        return list(self.gm(*args))
+
+    def _give_up(self, reason, args, results=None):
+        if _strict():
+            raise
+        self.eager_reason = reason
+        with _stats.lock:
+            _stats.eager_graphs += 1
+        _warn_once((id(self), "eager"), f"fusion_jit: {self.name} runs eagerly: {reason}")
+        if self.record is not None:
+            self.record.append((self.name, f"runs eagerly: {reason}\n"))
+        return list(results) if results is not None else self._eager(args)
+
+    def _compile_and_run(self, args):
+        if self.eager_reason is not None:
+            return self._eager(args)
+        if self.fn.num_plans() >= self.opts.specialization_limit:
+            _warn_once((id(self), "limit"),
+                       f"fusion_jit: {self.name}: the specialization limit of {self.opts.specialization_limit} "
+                       "signatures is reached; new input signatures run eagerly (raise it with the "
+                       "'specialization_limit' option or FUSION_JIT_SPECIALIZATION_LIMIT)")
+            return self._eager(args)
+        t0 = time.perf_counter()
+        try:
+            low = lower(self.gm, args)
+        except Unsupported as e:
+            return self._give_up(str(e), args)
+        tensors = [args[i] for i in low.tensor_positions]
+        try:
+            kernels, fused, aten, _, _ = self.fn.add(tensors, low.key, low.ir, low.constants)
+        except (ValueError, TypeError, RuntimeError) as e:
+            return self._give_up(f"compiling it failed: {e}", args, low.results)
+        ms = (time.perf_counter() - t0) * 1000.0
+        self.positions = low.tensor_positions
+        self.all_tensors = len(self.positions) == len(args)
+        self.outputs[low.key] = low.outputs
+        with _stats.lock:
+            _stats.plans += 1
+            _stats.kernels += int(kernels)
+            _stats.fused_ops += int(fused)
+            _stats.fallback_ops += int(aten)
+            _stats.compile_ms += ms
+        if self.record is not None:
+            self.record.append((self.name, self.fn.explain(tensors, low.key)))
+        return list(low.results)
+
+    def clear(self):
+        self.fn.clear()
+        self.outputs.clear()
+        self.eager_reason = None
+
+
+def _decompositions():
+    # Backward ops of elementwise activations, and softmax's, into elementwise ops and sums the fuser
+    # joins with their neighbours; everything else stays as AOT autograd gives it.
+    aten = torch.ops.aten
+    from torch._decomp import get_decompositions
+    return get_decompositions([
+        aten.threshold_backward, aten.gelu_backward, aten.sigmoid_backward, aten.tanh_backward,
+        aten.silu_backward, aten.hardswish_backward, aten.hardsigmoid_backward,
+        aten._softmax_backward_data, aten._log_softmax_backward_data,
+    ])
+
+
+class _Backend:
+    """A torch.compile backend with given options; `record` collects each graph's plan (explain)."""
+
+    def __init__(self, opts, record=None):
+        self.opts = opts
+        self.record = record
+        self.count = 0
+
+    def _compiler(self, kind):
+        def compile_graph(gm, example_inputs):
+            self.count += 1
+            return _CompiledGraph(gm, f"{kind} graph {self.count}", self.opts, self.record)
+        return compile_graph
+
+    def __call__(self, gm, example_inputs):
+        from torch._dynamo.backends.common import aot_autograd
+        if self.opts.cache_dir is not None:
+            _native.ops.use_cache_dir(self.opts.cache_dir)
+        aot = aot_autograd(fw_compiler=self._compiler("forward"), bw_compiler=self._compiler("backward"),
+                           inference_compiler=self._compiler("inference"), decompositions=_decompositions)
+        return aot(gm, example_inputs)
+
+
+def backend(gm, example_inputs, options=None, mode=None):
+    """The "fusion_jit" backend of torch.compile (registered at import and by the entry point)."""
+    return _Backend(Options(options, mode))(gm, example_inputs)
+
+
+def compile(model, *, dynamic=None, fullgraph=False, **options):
+    """torch.compile(model, backend=fusion_jit) with the options checked now (ValueError, TypeError)."""
+    opts = Options(options)
+    return torch.compile(model, backend=_Backend(opts), dynamic=dynamic, fullgraph=fullgraph)
+
+
+def stats():
+    """Counters since the last reset(): graphs compiled by the backend (forward, backward, inference),
+    plans (one per graph and input signature), kernels, fused_ops (IR nodes inside kernels),
+    fallback_ops (IR nodes run through ATen per call of each plan), compile_ms (lowering and compiling,
+    all plans), cache_hits and cache_misses (the on-disk kernel and plan cache), compiles (compiler
+    invocations), eager_graphs (graphs given up on), eager_calls (calls run eagerly)."""
+    c = _native.ops.counters()
+    b = _stats.baseline
+    with _stats.lock:
+        return {
+            "graphs": _stats.graphs, "plans": _stats.plans, "kernels": _stats.kernels,
+            "fused_ops": _stats.fused_ops, "fallback_ops": _stats.fallback_ops,
+            "compile_ms": _stats.compile_ms, "cache_hits": c[0] - b[0], "cache_misses": c[1] - b[1],
+            "compiles": (c[2] - b[2]) + (c[3] - b[3]), "eager_graphs": _stats.eager_graphs,
+            "eager_calls": _stats.eager_calls,
+        }
+
+
+def reset():
+    """Clears the counters and every plan held in memory: the next call of each graph compiles again
+    (from the on-disk cache when it has the plan). Dynamo's own caches are not touched."""
+    for g in list(_graphs):
+        g.clear()
+    _warned.clear()
+    with _stats.lock:
+        _stats.clear()
+
+
+def explain(model, *inputs, file=None, **options):
+    """Compiles `model` for `inputs` (running it once) and prints each graph's plan: its kernels, the ops
+    run through ATen, and the reason for every fusion decision. Returns the text."""
+    record = []
+    compiled = torch.compile(model, backend=_Backend(Options(options), record))
+    compiled(*inputs)
+    parts = [f"fusion_jit: {len(record)} graph(s)"]
+    for name, text in record:
+        parts.append(f"== {name} ==\n{text}")
+    text = "\n".join(parts)
+    print(text, file=file)
+    return text

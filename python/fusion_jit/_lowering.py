@@ -1,0 +1,365 @@
+"""FX graph (ATen ops, after AOT autograd) -> fusion_jit's textual IR.
+
+The graph is run once on the call's real inputs (eager ATen, node by node), which gives every value's
+concrete type (dtype, sizes, strides, device) and the value of every non-tensor (sizes computed with
+SymInts become numbers: plans are specialized). Each node is then written as an IR node named by its ATen
+schema ("aten::add.Tensor"), with every schema argument in order (defaults filled in), tensors as values
+and everything else as literals. The C++ side links each node to the op table by that name, as the
+TorchScript importer does.
+
+Written as:
+  tensor arguments            %N, a value of the graph
+  lists of tensors            a prim::ListConstruct node (Tensor[], or Tensor?[] with None entries)
+  ops returning Tensor[]      the op's list value, then prim::ListUnpack into its tensors
+  dtype, layout, memory format their c10 codes (ints), as TorchScript passes them
+  device                      a string ("cpu", "cuda:0"); the executor converts it by the schema
+  get_attr tensors            fj::constant(i), the i-th of the constants passed with the text
+Anything else (mutating ops, higher-order ops, non-ATen functions computing tensors, tensors of other
+dtypes or layouts) raises Unsupported with the node's name: that graph then runs eagerly.
+"""
+
+import math
+import operator
+
+import torch
+from torch.fx.node import map_aggregate
+
+_DTYPE_NAMES = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "b8",
+}
+# c10::ScalarType, Layout and MemoryFormat codes.
+_SCALAR_TYPE_CODES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
+    torch.float32: 6, torch.float64: 7, torch.complex32: 8, torch.complex64: 9, torch.complex128: 10,
+    torch.bool: 11, torch.bfloat16: 15,
+}
+_LAYOUT_CODES = {torch.strided: 0, torch.sparse_coo: 1}
+_MEMORY_FORMAT_CODES = {
+    torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2, torch.channels_last_3d: 3,
+}
+# Ops returning sizes (not data): their results become literals.
+_SIZE_OPS = {"aten::sym_size.int", "aten::sym_stride.int", "aten::sym_numel", "aten::sym_storage_offset"}
+
+
+class Unsupported(Exception):
+    """The graph cannot be lowered; the message names the node and why."""
+
+
+def tensor_type(t, what):
+    name = _DTYPE_NAMES.get(t.dtype)
+    if name is None:
+        raise Unsupported(f"{what}: dtype {t.dtype} is not supported")
+    if t.layout != torch.strided:
+        raise Unsupported(f"{what}: layout {t.layout} is not supported")
+    if t.device.type == "cpu":
+        device = ""
+    elif t.device.type == "cuda":
+        device = f"@cuda:{t.device.index or 0}"
+    else:
+        raise Unsupported(f"{what}: device {t.device} is not supported")
+    sizes = ",".join(str(s) for s in t.shape)
+    strides = ",".join(str(s) for s in t.stride())
+    return f"{name}[{sizes}]{{{strides}}}{device}"
+
+
+def _literal(v, what):
+    """A Python value as an IR literal."""
+    if v is None:
+        return "None"
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, (int, torch.SymInt)):
+        return str(int(v))
+    if isinstance(v, (float, torch.SymFloat)):
+        f = float(v)
+        if math.isnan(f):
+            return "nan"
+        if math.isinf(f):
+            return "inf" if f > 0 else "-inf"
+        r = repr(f)
+        return r if any(c in r for c in ".e") else r + ".0"
+    if isinstance(v, str):
+        if '"' in v or "\n" in v:
+            raise Unsupported(f"{what}: string argument {v!r} cannot be written")
+        return f'"{v}"'
+    if isinstance(v, torch.dtype):
+        return str(_SCALAR_TYPE_CODES[v])
+    if isinstance(v, torch.layout):
+        return str(_LAYOUT_CODES[v])
+    if isinstance(v, torch.memory_format):
+        return str(_MEMORY_FORMAT_CODES[v])
+    if isinstance(v, torch.device):
+        return f'"{v}"'
+    if isinstance(v, (list, tuple)):
+        # A list of bools (backward ops' output masks) as 0/1: the executor converts it by the schema.
+        items = [str(int(x)) if isinstance(x, bool) else _literal(x, what) for x in v]
+        if any(isinstance(x, (list, tuple, str)) or x is None for x in v):
+            raise Unsupported(f"{what}: list argument {v!r} cannot be written")
+        return "[" + ", ".join(items) + "]"
+    raise Unsupported(f"{what}: argument of type {type(v).__name__} cannot be written")
+
+
+class _Ref:
+    """An IR value: its name (%N)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class Lowered:
+    """The result of lowering one graph for one call."""
+
+    def __init__(self):
+        self.ir = ""
+        self.constants = []          # tensors, fj::constant(i)
+        self.tensor_positions = []   # which of the call's arguments are the IR's inputs
+        self.key = ""                # the non-tensor arguments, which the plan is specialized on
+        self.outputs = []            # per graph output: ("ir", k) the k-th IR output, or ("const", value)
+        self.results = []            # the graph's outputs of the lowering run
+
+
+def specialization_key(args, tensor_positions):
+    if len(tensor_positions) == len(args):
+        return ""
+    tensor_set = set(tensor_positions)
+    return repr([a for i, a in enumerate(args) if i not in tensor_set])
+
+
+def lower(gm, args):
+    """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR."""
+    low = Lowered()
+    graph = gm.graph
+    nodes = list(graph.nodes)
+    last_use = {}
+    for i, n in enumerate(nodes):
+        for inp in n.all_input_nodes:
+            last_use[inp] = i
+    env = {}    # node -> its Python value in this run
+    ref = {}    # node -> _Ref, a literal value, or a tuple/list of those (multi-output ops)
+    lines = []
+    inputs = []
+    counter = [0]
+    placeholders = 0
+
+    def new_name():
+        counter[0] += 1
+        return f"%{counter[0] - 1}"
+
+    def emit(outs, schema, arg_texts):
+        lhs = ", ".join(f"{r.name} : {t}" for r, t in outs)
+        lines.append(f"  {lhs} = {schema}({', '.join(arg_texts)})")
+
+    def as_text(v, arg_type, what):
+        """A FX argument as IR text: a value name, a list node, or a literal."""
+        if isinstance(v, torch.fx.Node):
+            r = ref[v]
+            if isinstance(r, _Ref):
+                return r.name
+            if isinstance(r, (tuple, list)):
+                raise Unsupported(f"{what}: a tuple value used whole")
+            return _literal_for(r, arg_type, what)
+        if isinstance(v, (list, tuple)) and any(
+                isinstance(x, torch.fx.Node) and isinstance(ref[x], _Ref) for x in v):
+            optional = "Optional[Tensor]" in str(arg_type) or any(x is None for x in v)
+            items = []
+            for x in v:
+                if x is None:
+                    items.append("None")
+                elif isinstance(x, torch.fx.Node) and isinstance(ref[x], _Ref):
+                    items.append(ref[x].name)
+                else:
+                    raise Unsupported(f"{what}: a list mixing tensors and {x!r}")
+            r = _Ref(new_name())
+            emit([(r, "Tensor?[]" if optional else "Tensor[]")], "prim::ListConstruct", items)
+            return r.name
+        if isinstance(v, (list, tuple)):
+            return _literal([_resolve(x) for x in v], what)
+        if isinstance(v, torch.Tensor):
+            raise Unsupported(f"{what}: a tensor argument that is not a graph value")
+        return _literal_for(v, arg_type, what)
+
+    def _resolve(x):
+        if isinstance(x, torch.fx.Node):
+            r = ref[x]
+            if isinstance(r, _Ref):
+                raise Unsupported(f"{x.name}: a tensor inside a list of numbers")
+            return r
+        return x
+
+    def _literal_for(v, arg_type, what):
+        # Python ints passed where the schema wants a float (aten.mul.Scalar(x, 2) takes Scalar, kept).
+        kind = arg_type.kind() if arg_type is not None else ""
+        if kind == "OptionalType":
+            kind = arg_type.getElementType().kind()
+        if kind == "FloatType" and isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
+            v = float(v)
+        return _literal(v, what)
+
+    for idx, node in enumerate(nodes):
+        what = f"{node.name} ({node.target})" if node.op == "call_function" else node.name
+        if node.op == "placeholder":
+            position = placeholders
+            placeholders += 1
+            v = args[position]
+            env[node] = v
+            if isinstance(v, torch.Tensor):
+                r = _Ref(new_name())
+                inputs.append(f"{r.name} : {tensor_type(v, 'input ' + node.name)}")
+                low.tensor_positions.append(position)
+                ref[node] = r
+            elif v is None or isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat)):
+                ref[node] = v
+            else:
+                raise Unsupported(f"input {node.name}: a {type(v).__name__} input is not supported")
+        elif node.op == "get_attr":
+            v = operator.attrgetter(node.target)(gm)
+            env[node] = v
+            if isinstance(v, torch.Tensor):
+                r = _Ref(new_name())
+                emit([(r, tensor_type(v, what))], "fj::constant", [str(len(low.constants))])
+                low.constants.append(v)
+                ref[node] = r
+            else:
+                ref[node] = v
+        elif node.op == "call_function":
+            if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
+                # Checked before running it: a graph given up on is run again eagerly from the start.
+                raise Unsupported(f"{what} mutates an argument")
+            fargs = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+            fkwargs = map_aggregate(node.kwargs, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+            v = node.target(*fargs, **fkwargs)
+            env[node] = v
+            target = node.target
+            if target is operator.getitem:
+                base = ref[node.args[0]]
+                if isinstance(base, (tuple, list)):
+                    ref[node] = base[node.args[1]]
+                elif not isinstance(v, torch.Tensor):
+                    ref[node] = v
+                else:
+                    raise Unsupported(f"{what}: indexing a tensor value")
+            elif isinstance(target, torch._ops.OpOverload):
+                ref[node] = _lower_op(node, v, what, as_text, emit, new_name)
+            elif not isinstance(v, torch.Tensor) and not (
+                    isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v)):
+                ref[node] = v  # arithmetic on sizes (operator.mul on SymInts, math.ceil, ...)
+            else:
+                raise Unsupported(f"{what}: {getattr(target, '__name__', target)} is not an ATen op")
+        elif node.op == "output":
+            outs = node.args[0]
+            flat = outs if isinstance(outs, (list, tuple)) else [outs]
+            ir_outs = []
+            results = []
+            for o in flat:
+                if isinstance(o, torch.fx.Node):
+                    r = ref[o]
+                    results.append(env[o])
+                    if isinstance(r, _Ref):
+                        low.outputs.append(("ir", len(ir_outs)))
+                        ir_outs.append(r.name)
+                    elif isinstance(r, (tuple, list)):
+                        raise Unsupported(f"output {o.name}: a tuple value")
+                    else:
+                        low.outputs.append(("const", r))
+                else:
+                    low.outputs.append(("const", o))
+                    results.append(o)
+            low.results = results
+            lines.append(f"  return ({', '.join(ir_outs)})")
+        else:
+            raise Unsupported(f"{what}: FX op {node.op} is not supported")
+        for inp in node.all_input_nodes:  # free intermediates of the lowering run
+            if last_use.get(inp) == idx and inp.op == "call_function":
+                env.pop(inp, None)
+    low.ir = "graph(" + ", ".join(inputs) + "):\n" + "\n".join(lines) + "\n"
+    low.key = specialization_key(args, low.tensor_positions)
+    return low
+
+
+def _is_number(x):
+    return isinstance(x, (int, float, bool, torch.SymInt, torch.SymFloat))
+
+
+def _bound_args(schema, node, what):
+    """The node's arguments in schema order, defaults filled in."""
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args):
+            out.append(node.args[i])
+        elif a.name in node.kwargs:
+            out.append(node.kwargs[a.name])
+        elif a.has_default_value():
+            out.append(a.default_value)
+        else:
+            raise Unsupported(f"{what}: argument {a.name} is missing")
+    return out
+
+
+def _scalar_overload(op, args):
+    """ATen graphs pass Python numbers for Tensor arguments (aten.mul.Tensor(x, 2): a wrapped number,
+    promoted as a scalar). The overload of the same op taking a Scalar there (aten.mul.Scalar) means the
+    same and is what the op table knows."""
+    packet = op.overloadpacket
+    for name in packet.overloads():
+        cand = getattr(packet, name)
+        sargs = cand._schema.arguments
+        if cand is op or len(sargs) != len(op._schema.arguments):
+            continue
+        ok = True
+        for a, b, x in zip(op._schema.arguments, sargs, args):
+            if str(a.type) == "Tensor" and _is_number(x):
+                ok &= b.type.kind() == "NumberType"
+            else:
+                ok &= str(a.type) == str(b.type)
+        if ok:
+            return cand
+    return None
+
+
+def _lower_op(node, v, what, as_text, emit, new_name):
+    op = node.target
+    schema = op._schema
+    name0 = schema.name + ("." + schema.overload_name if schema.overload_name else "")
+    args = _bound_args(schema, node, f"{node.name} ({name0})")
+    if any(str(a.type) == "Tensor" and _is_number(x) for a, x in zip(schema.arguments, args)):
+        op = _scalar_overload(op, args)
+        if op is None:
+            raise Unsupported(f"{node.name} ({name0}): a number where the schema wants a Tensor")
+        schema = op._schema
+    name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
+    what = f"{node.name} ({name})"
+    if not isinstance(v, torch.Tensor) and not (isinstance(v, (list, tuple)) and any(
+            isinstance(x, torch.Tensor) for x in v)):
+        if name in _SIZE_OPS or v is None or isinstance(v, (list, tuple)):
+            return v
+        raise Unsupported(f"{what} returns a {type(v).__name__} computed from tensor data")
+    texts = [as_text(x, a.type, f"{what}, argument {a.name}") for a, x in zip(schema.arguments, args)]
+    returns_list = len(schema.returns) == 1 and str(schema.returns[0].type) in ("List[Tensor]", "Tensor[]")
+    if isinstance(v, torch.Tensor):
+        r = _Ref(new_name())
+        emit([(r, tensor_type(v, what))], name, texts)
+        return r
+    if returns_list:
+        lst = _Ref(new_name())
+        emit([(lst, "Tensor[]")], name, texts)
+        refs = [_Ref(new_name()) for _ in v]
+        emit([(r, tensor_type(t, what)) for r, t in zip(refs, v)], "prim::ListUnpack", [lst.name])
+        return list(refs)
+    outs = []
+    refs = []
+    for t in v:
+        r = _Ref(new_name())
+        if isinstance(t, torch.Tensor):
+            outs.append((r, tensor_type(t, what)))
+            refs.append(r)
+        elif t is None:
+            outs.append((r, "None"))
+            refs.append(None)
+        else:
+            raise Unsupported(f"{what} returns a {type(t).__name__} among its results")
+    emit(outs, name, texts)
+    return tuple(refs)
