@@ -34,6 +34,8 @@ def main():
     print("%-18s %5s %14s %14s %6s %10s %10s %8s %11s" % head)
     for r in rows:
         print("%-18s %5d %14d %14d %6s %10.3f %10.3f %7.2fx %11.1f" % r)
+    import torch_compile  # the Python package: torch.compile(backend="fusion_jit")
+    failed |= torch_compile.main() != 0
     return 1 if failed else 0
 
 

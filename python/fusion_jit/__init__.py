@@ -21,8 +21,6 @@ a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STR
 Errors in what the user gave surface as ValueError or TypeError.
 """
 
-import os
-
 import torch
 
 from . import _native
@@ -32,4 +30,15 @@ from ._lowering import Unsupported
 __all__ = ["backend", "compile", "explain", "reset", "stats", "Options", "Unsupported"]
 __version__ = "0.7.0"
 
-torch._dynamo.register_backend(name="fusion_jit")(backend)
+
+
+def _register():
+    # Installed, the package's torch_dynamo_backends entry point registers the backend when dynamo
+    # first looks it up (registering here too would be a duplicate); from a source checkout, import does.
+    from importlib.metadata import entry_points
+    if any(ep.name == "fusion_jit" for ep in entry_points(group="torch_dynamo_backends")):
+        return
+    torch._dynamo.register_backend(name="fusion_jit")(backend)
+
+
+_register()

@@ -27,3 +27,11 @@ s = fusion_jit.stats()
 assert s["plans"] == 1 and s["kernels"] == 1, s
 print("pip-installed fusion_jit found through its entry point:", fusion_jit.__file__, s)
 PYEOF
+# Imported first, then looked up by name: registered once (through the entry point).
+PYTHONPATH="$WORK/site" "$PY" -c '
+import torch, fusion_jit
+f = torch.compile(lambda x: x.sigmoid() * x, backend="fusion_jit")
+x = torch.randn(8)
+f(x)
+torch.testing.assert_close(f(x), x.sigmoid() * x)
+print("import then torch.compile: ok")'
