@@ -272,7 +272,18 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
         plan->compile_ms += plan->library->compile_ms();
       })) {
     for (auto& s : cpu_specs) {
-      auto fn = reinterpret_cast<CpuKernelFn>(plan->library->symbol(s.name));
+      // A library without one kernel's function (a damaged or foreign object that loaded) costs that
+      // group only: it runs through ATen.
+      CpuKernelFn fn = nullptr;
+      try {
+        fn = reinterpret_cast<CpuKernelFn>(plan->library->symbol(s.name));
+      } catch (const Error& e) {
+        if (opt.assert_no_compile) throw;
+        log_warn("fused CPU kernel {} is missing from its compiled library; its group runs through ATen: {}", s.name,
+                 e.what());
+        plan->fallback_groups.push_back(s.name);
+        continue;
+      }
       add_kernel(std::move(s), fn);
     }
   }
