@@ -176,7 +176,8 @@ std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::
   std::string flags = fmt::format("fusion={} bugs={}{}{}{}", target.enable_fusion && !opt.is_disabled("fusion"),
                                   bugs.left_aligned_broadcast, bugs.int32_always, bugs.maximum_drops_nan,
                                   bugs.bf16_truncates);
-  std::string where = fmt::format("cpu cores {} | cuda {}", host_cpu_description().cores, cuda_arch);
+  std::string where = fmt::format("cpu cores {} | eager cpu math {} | cuda {}", host_cpu_description().cores,
+                                  eager_cpu_math().key(), cuda_arch);
   return cache_key({"plan", print_graph(g), std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});
 }
 

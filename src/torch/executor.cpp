@@ -4,9 +4,12 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/gelu.h>
 #include <c10/core/CPUAllocator.h>
 
-#include <unordered_set>
+#include <cmath>
+#include <limits>
 
 #include "runtime/buffer_pool.h"
 #include "runtime/cuda_driver.h"
@@ -101,6 +104,22 @@ void mark_side_effects(Graph& g) {
     n->set_side_effects(impure);
   }
 }
+
+}  // namespace
+
+namespace {
+
+// Asks eager how its CPU kernels compute where that depends on the CPU (codegen's EagerCpuMath).
+EagerCpuMath probe_eager_cpu_math() {
+  EagerCpuMath m;
+  const double inf = std::numeric_limits<double>::infinity();
+  at::Tensor g = at::gelu(at::full({1}, inf, at::TensorOptions().dtype(at::kHalf)));
+  m.half_gelu_polynomial = !std::isinf(g.item<double>());
+  return m;
+}
+
+// Registered when the library loads; run at the first kernel generated.
+[[maybe_unused]] const bool g_probe_registered = (set_eager_cpu_math_probe(&probe_eager_cpu_math), true);
 
 }  // namespace
 
