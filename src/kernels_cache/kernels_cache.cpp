@@ -243,7 +243,8 @@ void KernelsCache::distrust(const std::string& path, const std::string& why, con
   std::lock_guard<std::mutex> g(mu_);
   if (!unusable_.empty()) return;
   unusable_ = path.empty() ? why : path + " " + why;
-  log_warn("kernel cache: {}; it is not used, compiled kernels are kept in memory only ({})", unusable_, fix);
+  log_warn("kernel cache: {}; {}compiled kernels are kept in memory only (fix: {})", unusable_,
+           path.empty() ? "" : "it is not used, ", fix);
 }
 
 bool KernelsCache::usable(const std::string& shard) const {
@@ -252,7 +253,7 @@ bool KernelsCache::usable(const std::string& shard) const {
     if (!unusable_.empty()) return false;
   }
   if (dir_.empty()) {
-    distrust("", "no directory (none of FUSION_JIT_CACHE_DIR, XDG_CACHE_HOME and HOME is set)",
+    distrust("", "no directory: none of FUSION_JIT_CACHE_DIR, XDG_CACHE_HOME and HOME is set",
              "set FUSION_JIT_CACHE_DIR to a directory of your own to keep them on disk");
     return false;
   }
@@ -280,9 +281,9 @@ bool KernelsCache::usable(const std::string& shard) const {
     if (!why.empty()) {
       distrust(*path, why,
                st.st_uid != ::geteuid() && st.st_uid != 0
-                   ? fmt::format("fix: chown {} {}, or set FUSION_JIT_CACHE_DIR to a directory of your own",
+                   ? fmt::format("chown {} {}, or set FUSION_JIT_CACHE_DIR to a directory of your own",
                                  ::geteuid(), *path)
-                   : "fix: chmod go-w " + *path);
+                   : "chmod go-w " + *path);
       return false;
     }
   }
@@ -467,7 +468,7 @@ void KernelsCache::scan(const std::function<void(const ShardFile&)>& fn) const {
         distrust(shard, why,
                  why == "is a symbolic link" || why == "cannot be checked"
                      ? "remove it with rm " + shard + "; it is made again as a directory"
-                     : "fix: chmod go-w " + shard + ", and chown it to uid " + std::to_string(::geteuid()));
+                     : "chmod go-w " + shard + ", and chown it to uid " + std::to_string(::geteuid()));
       });
 }
 
