@@ -30,6 +30,12 @@ namespace {
 std::mutex g_mu;
 HostCompileStats g_stats;
 
+// Keys being compiled, each with the mutex that its compile holds (under g_mu).
+std::map<std::string, std::shared_ptr<std::mutex>>& compiles_in_flight() {
+  static auto* m = new std::map<std::string, std::shared_ptr<std::mutex>>();
+  return *m;
+}
+
 std::map<std::string, std::weak_ptr<CompiledLibrary>>& library_cache() {
   static auto* m = new std::map<std::string, std::weak_ptr<CompiledLibrary>>();
   return *m;
@@ -216,10 +222,26 @@ std::string cpu_source_cache_key(const std::string& source) { return cpu_source_
 std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
   const Options& opt = Options::get();
   const std::string key = cpu_source_cache_key(source);
-  std::lock_guard<std::mutex> g(g_mu);
-  if (auto lib = library_cache()[key].lock()) {
-    g_stats.memory_hits++;
-    return lib;
+  // g_mu guards the tables and counters only; it is never held across a compile or a wait on another
+  // process's cache lock. One compile per key: threads asking for the same key wait on its own mutex.
+  std::shared_ptr<std::mutex> key_mu;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (auto lib = library_cache()[key].lock()) {
+      g_stats.memory_hits++;
+      return lib;
+    }
+    auto& slot = compiles_in_flight()[key];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    key_mu = slot;
+  }
+  std::lock_guard<std::mutex> one_compile(*key_mu);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (auto lib = library_cache()[key].lock()) {  // made by the thread this one waited for
+      g_stats.memory_hits++;
+      return lib;
+    }
   }
   auto t0 = std::chrono::steady_clock::now();
   // Compiles in a temporary directory of its own and returns the shared object's bytes.
@@ -243,6 +265,7 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
     std::ifstream f(so, std::ios::binary);
     std::string image((std::istreambuf_iterator<char>(f)), {});
     FJ_CHECK(!image.empty(), "the host compiler wrote no shared object {}", so);
+    std::lock_guard<std::mutex> g(g_mu);
     g_stats.compiles++;
     return image;
   };
@@ -265,16 +288,20 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
     h = load_shared_object(image, key, &fd, &error);
   }
   FJ_CHECK(h != nullptr, "cannot load compiled kernels {}: {}", key.substr(0, 16), error);
-  if (!made) g_stats.disk_hits++;
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto lib = std::make_shared<CompiledLibrary>(h, fd, key, made ? ms : 0.0);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (!made) g_stats.disk_hits++;
+    if (made) g_stats.total_ms += ms;
+    library_cache()[key] = lib;
+    compiles_in_flight().erase(key);
+  }
   if (made) {
-    g_stats.total_ms += ms;
     log_info("compiled CPU kernels {} in {:.0f} ms", key.substr(0, 16), ms);
   } else {
     log_info("loaded CPU kernels {} from the kernel cache in {:.1f} ms", key.substr(0, 16), ms);
   }
-  auto lib = std::make_shared<CompiledLibrary>(h, fd, key, made ? ms : 0.0);
-  library_cache()[key] = lib;
   return lib;
 }
 

@@ -418,6 +418,21 @@ std::string KernelsCache::get_or_make(const std::string& key, const std::functio
   if (fd >= 0) {
     auto t0 = std::chrono::steady_clock::now();
     while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        // Not "held by another process": a file system without locks, say. Without the lock processes
+        // could not share entries safely: from now on this cache works from memory only.
+        const int err = errno;
+        ::close(fd);
+        fd = -1;
+        std::lock_guard<std::mutex> g(mu_);
+        writable_ = false;
+        if (!warned_) {
+          warned_ = true;
+          log_warn("kernel cache {}: cannot lock {} ({}); compiled kernels are kept in memory only", dir_, lock_path,
+                   std::strerror(err));
+        }
+        break;
+      }
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > kLockWaitSeconds) {
         log_warn("kernel cache: {} held for over {:.0f} s; compiling without it", lock_path, kLockWaitSeconds);
         ::close(fd);

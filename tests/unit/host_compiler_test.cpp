@@ -1,7 +1,13 @@
 // The host compiler: its identity in cache keys, a cached library that does not load, temporary files.
 #include <gtest/gtest.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
 
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +144,44 @@ TEST(HostCompiler, EachCompileRemovesItsTemporaryDirectory) {
   else ::unsetenv("TMPDIR");
   EXPECT_TRUE(entries_of(tmp).empty()) << "left in TMPDIR: " << (entries_of(tmp).empty() ? "" : entries_of(tmp)[0]);
   remove_tree(tmp);
+}
+
+}  // namespace
+}  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+// Issue 13 item 10: the host compiler held its process-wide mutex across the kernel cache's wait for
+// another process's lock on a key (up to 300 s), so every other compile of the process waited too.
+TEST(HostCompiler, AWaitOnAnotherProcessLockBlocksNoOtherKey) {
+  const std::string dir = make_temp_dir();
+  const std::string previous = KernelsCache::instance().dir();
+  KernelsCache::use_dir(dir);
+  const std::string stamp = std::to_string(::getpid()) + "_" + std::to_string(std::time(nullptr));
+  const std::string held_src = "extern \"C\" int fj_held_" + stamp + "() { return 1; }\n";
+  const std::string free_src = "extern \"C\" int fj_free_" + stamp + "() { return 2; }\n";
+  // Another process holds the first key's lock: an flock through a descriptor of our own conflicts with
+  // the cache's own descriptor just as another process's would.
+  const std::string key = cpu_source_cache_key(held_src);
+  const std::string shard = dir + "/v1/" + key.substr(0, 2);
+  ASSERT_EQ(std::system(("mkdir -p -m 0700 '" + shard + "'").c_str()), 0);
+  int fd = ::open((shard + "/" + key + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  auto held = std::async(std::launch::async, [&] { return compile_cpu_source(held_src); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first compile now waits for the lock
+  auto other = std::async(std::launch::async, [&] { return compile_cpu_source(free_src); });
+  const bool other_done = other.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  const bool held_waiting = held.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  EXPECT_TRUE(other_done) << "a compile of another key waited for the held key";
+  EXPECT_TRUE(held_waiting) << "the held key did not wait for its lock";
+  EXPECT_EQ(reinterpret_cast<int (*)()>(other.get()->symbol("fj_free_" + stamp))(), 2);
+  EXPECT_EQ(reinterpret_cast<int (*)()>(held.get()->symbol("fj_held_" + stamp))(), 1);
+  if (!previous.empty()) KernelsCache::use_dir(previous);
+  remove_tree(dir);
 }
 
 }  // namespace
