@@ -432,6 +432,30 @@ def _():
     expect_error(["cache", "frob"], "unknown command 'frob'")
 
 
+
+class AddsToItsInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1.0)
+        return x * 2.0
+
+
+@case("a model that changes its input changes it as eager does, once per call (issue 13 item 3)")
+def _():
+    model = os.path.join(TMP, "adds_to_input.pt")
+    torch.jit.script(AddsToItsInput()).save(model)
+    inputs = os.path.join(TMP, "zeros.pt")
+    torch.save([torch.zeros(4)], inputs)
+    saved = os.path.join(TMP, "adds_out.pt")
+    p = cli("run", model, "--inputs", inputs, "--check", "--json", "--save-outputs", saved)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    j = json.loads(p.stdout)
+    assert j["check"] == "pass", j
+    assert "in-place" in (j["eager_fallback"] or ""), j
+    out = torch.load(saved)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    assert torch.equal(out, torch.full((4,), 2.0)), out
+
+
 failed = [(n, e) for n, e in results if e]
 for n, e in results:
     print(("FAIL " if e else "ok   ") + n + (f": {e}" if e else ""))
