@@ -166,6 +166,24 @@ int precision_class(at::ScalarType t) {
 }
 double class_eps(int c) { return c == 1 ? 0x1p-52 : c == 3 ? 0x1p-7 : 0x1p-23; }
 
+// The magnitudes of the two summands of a sum-like op, in float64, from its arguments (tensors or
+// scalars): a and alpha * b for add and sub, b and alpha * a for rsub, s and v * a * b (v * a / b) for
+// addcmul (addcdiv), a and b for lerp. Empty for other ops. A cancellation is judged against these, not
+// against the raw operands: in 0.5 - 7 * exp(x) the summand is 7 * exp(x), not exp(x).
+std::vector<at::Tensor> summands(const std::string& fn, const std::vector<c10::IValue>& args) {
+  auto d = [&](size_t i, double dflt) {
+    if (i >= args.size() || args[i].isNone()) return at::scalar_tensor(dflt, at::kDouble);
+    const c10::IValue& v = args[i];
+    return v.isTensor() ? v.toTensor().to(at::kDouble) : at::scalar_tensor(v.toScalar().toDouble(), at::kDouble);
+  };
+  if (fn == "add" || fn == "sub") return {d(0, 0).abs(), (d(2, 1) * d(1, 0)).abs()};
+  if (fn == "rsub") return {d(1, 0).abs(), (d(2, 1) * d(0, 0)).abs()};
+  if (fn == "addcmul") return {d(0, 0).abs(), (d(3, 1) * d(1, 0) * d(2, 1)).abs()};
+  if (fn == "addcdiv") return {d(0, 0).abs(), (d(3, 1) * d(1, 0) / d(2, 1)).abs()};
+  if (fn == "lerp") return {d(0, 0).abs(), d(1, 0).abs()};
+  return {};
+}
+
 bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
               uint8_t* out_flags, bool check_preconditions = true) {
   const OpInfo* op = find_op(schema);
@@ -272,9 +290,13 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   // Cancellation: a difference of inexact values that is far smaller than its operands has lost their
   // accuracy (a relative error of ulps becomes one of thousands of ulps); it is not generated.
   std::vector<at::Tensor> float_args;
-  if (any_inexact && in_set(fn, {"add", "sub", "rsub", "addcmul", "addcdiv", "lerp"}))
-    for (const auto& v : stack)
-      if (is_float_tensor(v)) float_args.push_back(v.toTensor().to(at::kDouble));
+  if (any_inexact) {
+    try {
+      float_args = summands(fn, stack);
+    } catch (const std::exception&) {
+      return false;  // shapes that do not broadcast: eager rejects the op too
+    }
+  }
   // ATen contracts a + alpha * b into an FMA when alpha != 1: exact only with alpha 1.
   bool alpha_one = stack.size() > 2 && stack[2].isScalar() && stack[2].toScalar().toDouble() == 1.0;
   // With alpha != 1, eager's float16/bfloat16 scalar loop (short tensors, loop tails) rounds alpha * b to
@@ -310,7 +332,7 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   }
   if (!float_args.empty() && result.numel() > 0) {
     at::Tensor big = at::zeros_like(result, at::kDouble);
-    for (const auto& a : float_args) big = at::maximum(big, a.abs().expand_as(big));
+    for (const auto& a : float_args) big = at::maximum(big, at::where(a.isnan(), at::zeros_like(a), a).expand_as(big));
     at::Tensor r = result.to(at::kDouble).abs();
     at::Tensor lost = at::logical_and(big.isfinite(), r.lt(big * 1e-3));
     if (lost.any().item<bool>()) return false;
@@ -625,8 +647,11 @@ std::vector<at::Tensor> amplifications(const Recipe& r, const Replay& rp) {
     }
     at::Tensor local;
     if (inexact_arg && in_set(fn, {"add", "sub", "rsub", "addcmul", "addcdiv", "lerp"})) {
+      std::vector<c10::IValue> args;
+      for (const auto& arg : r.ops[j].args)
+        args.push_back(arg.value >= 0 ? c10::IValue(rp.values.at(static_cast<size_t>(arg.value))) : literal_to_ivalue(arg.literal));
       at::Tensor big = at::zeros(res.sizes(), res.options().dtype(at::kDouble));
-      for (const auto& t : float_args) big = at::maximum(big, t.abs().expand_as(big));
+      for (const auto& t : summands(fn, args)) big = at::maximum(big, at::where(t.isnan(), at::zeros_like(t), t).expand_as(big));
       local = big / res.to(at::kDouble).abs();
     } else if (fn == "gelu" && !float_args.empty()) {
       local = at::erfc(float_args[0] * -0.70710678118654752440).reciprocal();
