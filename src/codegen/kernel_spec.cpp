@@ -1,5 +1,7 @@
 #include "codegen/kernel_spec.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -223,7 +225,9 @@ class Builder {
     if (fn == "erf" && is_reduced_float(out_t) && spec_.device == Device::kCPU) fn = "erf_as";
     // So does its float32 GELU (the vectorized part of GeluKernel.cpp), which libmvec's erff makes three
     // times slower here.
-    const bool gelu_as = fn == "gelu" && compute_dtype(out_t) == DType::kFloat32 && spec_.device == Device::kCPU;
+    const bool gelu_cpu_float = fn == "gelu" && compute_dtype(out_t) == DType::kFloat32 && spec_.device == Device::kCPU;
+    const bool gelu_formula = gelu_cpu_float && out_t == DType::kFloat16 && !eager_cpu_math().half_gelu_polynomial;
+    const bool gelu_as = gelu_cpu_float && !gelu_formula;
     if (planted_bugs_for_tests().maximum_drops_nan && (fn == "maximum" || fn == "clamp")) fn += "_nonan";
     std::string e;
     auto L = [&](size_t k) { return literal_in(lits.at(k), ct); };
@@ -239,7 +243,7 @@ class Builder {
       e = fmt::format("fj_div{}({}, {})", suffix, tensors[0], b);
     } else if (fn == "gelu") {
       std::string mode = std::get<std::string>(lits.at(0));
-      e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : gelu_as ? "_as" : "", tensors[0]);
+      e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : gelu_as ? "_as" : gelu_formula ? "_erf" : "", tensors[0]);
     } else if (fn == "pow" && tensors.size() == 1) {
       // ATen's CPU kernel skips the sqrt/rsqrt special cases for float16, its CUDA kernel does not.
       e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16 && spec_.device == Device::kCPU);
@@ -709,6 +713,20 @@ bool cuda_row_in_registers(const KernelSpec& k) { return cuda_elements_per_threa
 Device group_device(const FusionGroup& group) {
   FJ_INTERNAL_ASSERT(!group.outputs.empty(), "group {} has no outputs", group.id);
   return group.outputs.front()->tensor_type().device;
+}
+
+namespace {
+std::atomic<EagerCpuMath (*)()> g_eager_cpu_math_probe{nullptr};
+}  // namespace
+
+void set_eager_cpu_math_probe(EagerCpuMath (*probe)()) { g_eager_cpu_math_probe = probe; }
+
+const EagerCpuMath& eager_cpu_math() {
+  static const EagerCpuMath m = [] {
+    auto probe = g_eager_cpu_math_probe.load();
+    return probe ? probe() : EagerCpuMath{};
+  }();
+  return m;
 }
 
 PlantedBugs& planted_bugs_for_tests() {

@@ -110,6 +110,19 @@ std::string reduction_identity(const std::string& kind, const std::string& type)
 // The device a group's kernel runs on (its first output's).
 Device group_device(const FusionGroup& group);
 
+// How eager's CPU kernels compute where that depends on the machine's CPU (ATen dispatches by CPU
+// capability): asked once, at first use, of the probe the torch adapter registers (without one, as in
+// the torch-free unit tests, the defaults).
+struct EagerCpuMath {
+  // float16 gelu goes through the vectorized float polynomial (NaN at +-inf); else through the plain
+  // formula 0.5 * x * (1 + erf(x / sqrt 2)) (gelu(+inf) = +inf, gelu(-inf) = NaN). Seen: AVX512 on AMD
+  // EPYC takes the formula; bfloat16 and float32 take the polynomial everywhere we looked.
+  bool half_gelu_polynomial = true;
+  std::string key() const { return half_gelu_polynomial ? "hgp1" : "hgp0"; }  // for plan cache keys
+};
+const EagerCpuMath& eager_cpu_math();
+void set_eager_cpu_math_probe(EagerCpuMath (*probe)());
+
 // Known bugs that the fuzzer's self-test plants in code generation, to prove that the fuzzer catches
 // each. Only tests set them; everything else leaves them false.
 struct PlantedBugs {

@@ -180,6 +180,13 @@ class GreedyFuser {
     nodes_ = g.nodes();
     for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = static_cast<int>(i);
     users_ = g.users();
+    // Nodes with side effects (random draws) keep their order: each is an edge to the next one.
+    next_effect_.assign(nodes_.size(), -1);
+    for (int i = 0, prev = -1; i < static_cast<int>(nodes_.size()); ++i)
+      if (nodes_[i]->side_effects()) {
+        if (prev >= 0) next_effect_[prev] = i;
+        prev = i;
+      }
     group_of_.assign(nodes_.size(), -1);
     for (const Value* o : g.outputs()) graph_outputs_.insert(o);
   }
@@ -444,12 +451,14 @@ class GreedyFuser {
 
   std::vector<int> super_succ(int s) const {
     std::set<int> out;
-    for (int m : super_members(s))
+    for (int m : super_members(s)) {
+      if (next_effect_[m] >= 0 && super(next_effect_[m]) != s) out.insert(super(next_effect_[m]));
       for (const Value* o : nodes_[m]->outputs())
         for (const Node* u : users_[o->id()]) {
           int t = super(index_.at(u));
           if (t != s) out.insert(t);
         }
+    }
     return {out.begin(), out.end()};
   }
 
@@ -557,6 +566,7 @@ class GreedyFuser {
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, int> index_;
   std::vector<std::vector<Node*>> users_;
+  std::vector<int> next_effect_;  // by node index: the next node with side effects, or -1
   std::set<const Value*> graph_outputs_;
   std::vector<int> group_of_;
   std::vector<std::vector<int>> members_;

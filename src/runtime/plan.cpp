@@ -176,7 +176,8 @@ std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::
   std::string flags = fmt::format("fusion={} bugs={}{}{}{}", target.enable_fusion && !opt.is_disabled("fusion"),
                                   bugs.left_aligned_broadcast, bugs.int32_always, bugs.maximum_drops_nan,
                                   bugs.bf16_truncates);
-  std::string where = fmt::format("cpu cores {} | cuda {}", host_cpu_description().cores, cuda_arch);
+  std::string where = fmt::format("cpu cores {} | eager cpu math {} | cuda {}", host_cpu_description().cores,
+                                  eager_cpu_math().key(), cuda_arch);
   return cache_key({"plan", print_graph(g), std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});
 }
 
@@ -272,7 +273,18 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
         plan->compile_ms += plan->library->compile_ms();
       })) {
     for (auto& s : cpu_specs) {
-      auto fn = reinterpret_cast<CpuKernelFn>(plan->library->symbol(s.name));
+      // A library without one kernel's function (a damaged or foreign object that loaded) costs that
+      // group only: it runs through ATen.
+      CpuKernelFn fn = nullptr;
+      try {
+        fn = reinterpret_cast<CpuKernelFn>(plan->library->symbol(s.name));
+      } catch (const Error& e) {
+        if (opt.assert_no_compile) throw;
+        log_warn("fused CPU kernel {} is missing from its compiled library; its group runs through ATen: {}", s.name,
+                 e.what());
+        plan->fallback_groups.push_back(s.name);
+        continue;
+      }
       add_kernel(std::move(s), fn);
     }
   }

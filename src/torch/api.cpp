@@ -2,11 +2,15 @@
 
 #include <ATen/ops/empty.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
+#include <c10/core/GradMode.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <unordered_map>
 
@@ -25,6 +29,14 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::vector<c10::IValue> graph_constant_tensors(const tj::Graph& g) {
+  std::vector<c10::IValue> out;
+  for (const tj::Node* n : g.nodes())
+    if (n->kind() == c10::prim::Constant && n->output()->type()->kind() == c10::TypeKind::TensorType)
+      if (auto v = tj::toIValue(n->output())) out.push_back(*v);
+  return out;
+}
+
 }  // namespace
 
 struct CompiledModule::Impl {
@@ -36,14 +48,22 @@ struct CompiledModule::Impl {
   bool enable_fusion = true;
   bool cuda_graphs = false;
   std::shared_ptr<tj::Module> module_keepalive;
+  // The tensors of the graph's prim::Constant nodes (frozen weights and what freezing folded): results
+  // that alias them, from the capture run or the eager fallback, are copied before they are returned.
+  std::vector<c10::IValue> graph_constants;
 
+  // One signature's plan. The first caller of a new signature compiles it outside the module's lock;
+  // callers of the same signature wait for it (`ready`), callers of other signatures do not.
   struct Entry {
     std::unique_ptr<PlanInstance> instance;  // null: eager
     std::string eager_reason;
+    bool ready = false;
   };
   std::mutex mu;
+  std::condition_variable compiled;  // an entry became ready
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries;
   ModuleStats stats;
+  int reserved = 0;  // signatures compiled or being compiled (counted against the limit)
   std::string last_report;
 
   // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
@@ -71,23 +91,54 @@ struct CompiledModule::Impl {
     return out;
   }
 
+  // Why these inputs must run eagerly whatever the graph, or "".
+  static std::string eager_only_reason(const std::vector<c10::IValue>& inputs) {
+    if (!c10::GradMode::is_enabled()) return "";
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].isTensor() && inputs[i].toTensor().defined() && inputs[i].toTensor().requires_grad())
+        return fmt::format("input {} requires grad and grad mode is on: compiled plans record no autograd "
+                           "history, so this signature runs eagerly (call under torch::NoGradGuard to compile it)",
+                           i);
+    return "";
+  }
+
   // Returns the entry for these inputs, compiling it if new; `first_result` receives the capture run's
   // result when this call compiled.
   std::shared_ptr<Entry> entry_for(const std::vector<c10::IValue>& inputs, c10::IValue* first_result) {
     std::string sig = input_signature(inputs);
-    std::lock_guard<std::mutex> g(mu);
-    auto it = entries.find(sig);
-    if (it != entries.end()) return it->second;
-    auto e = std::make_shared<Entry>();
-    if (stats.signatures >= limit) {
-      e->eager_reason = fmt::format("specialization limit of {} signatures reached", limit);
-      warn_once(name + ":limit", fmt::format("{}: {} new input signatures run eagerly (raise "
-                                             "FUSION_JIT_SPECIALIZATION_LIMIT to compile more)",
-                                             name, e->eager_reason));
+    sig += c10::GradMode::is_enabled() ? '\1' : '\0';
+    std::shared_ptr<Entry> e;
+    {
+      std::unique_lock<std::mutex> g(mu);
+      auto it = entries.find(sig);
+      if (it != entries.end()) {
+        e = it->second;
+        compiled.wait(g, [&] { return e->ready; });
+        return e;
+      }
+      e = std::make_shared<Entry>();
       entries.emplace(sig, e);
-      return e;
+      std::string eager = eager_only_reason(inputs);
+      if (eager.empty() && reserved >= limit) {
+        eager = fmt::format("specialization limit of {} signatures reached", limit);
+        warn_once(name + ":limit", fmt::format("{}: {} new input signatures run eagerly (raise "
+                                               "FUSION_JIT_SPECIALIZATION_LIMIT to compile more)",
+                                               name, eager));
+      } else if (!eager.empty()) {
+        warn_once(name + ":grad", fmt::format("{}: {}", name, eager));
+      }
+      if (!eager.empty()) {
+        e->eager_reason = std::move(eager);
+        e->ready = true;
+        return e;
+      }
+      reserved++;
     }
+    // Compiled with no lock held: calls of other signatures go on meanwhile.
     auto t0 = std::chrono::steady_clock::now();
+    std::string report, failure;
+    bool rethrow = false;
+    std::exception_ptr error;
     try {
       double capture_ms = 0, passes_ms = 0;
       c10::IValue result;
@@ -97,22 +148,40 @@ struct CompiledModule::Impl {
       inst->plan = build_plan(std::move(inst->captured.graph), target);
       inst->captured.graph = nullptr;
       const ExecutablePlan& p = *inst->plan;
-      last_report = fmt::format("capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms",
-                                capture_ms, passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms);
+      report = fmt::format("capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms",
+                           capture_ms, passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms);
       e->instance = std::move(inst);
-      stats.signatures++;
       if (first_result) *first_result = std::move(result);
-    } catch (const Error& err) {
-      if (Options::get().assert_no_compile && std::string(err.what()).find("FUSION_JIT_ASSERT_NO_COMPILE") != std::string::npos)
-        throw;
-      e->eager_reason = err.what();
-      warn_once(name + ":capture:" + err.what(),
-                fmt::format("{}: this input signature runs eagerly: {}", name, err.what()));
+    } catch (const std::exception& err) {
+      // Any failure (ours, torch's, the model's own on these inputs) is recorded: the signature runs
+      // eagerly from now on, and eager's own error, if any, reaches the caller from the eager run.
+      auto* c10_error = dynamic_cast<const c10::Error*>(&err);
+      failure = c10_error ? first_line(c10_error->what_without_backtrace()) : err.what();
+      rethrow = Options::get().assert_no_compile && failure.find("FUSION_JIT_ASSERT_NO_COMPILE") != std::string::npos;
+      if (rethrow) error = std::current_exception();
     }
-    stats.compile_ms += ms_since(t0);
-    entries.emplace(sig, e);
+    {
+      std::lock_guard<std::mutex> g(mu);
+      stats.compile_ms += ms_since(t0);
+      if (e->instance) {
+        stats.signatures++;
+        last_report = std::move(report);
+      } else {
+        reserved--;
+        e->eager_reason = failure;
+        if (rethrow) entries.erase(sig);
+      }
+      e->ready = true;
+    }
+    compiled.notify_all();
+    if (error) std::rethrow_exception(error);
+    if (!e->instance)
+      warn_once(name + ":capture:" + e->eager_reason,
+                fmt::format("{}: this input signature runs eagerly: {}", name, e->eager_reason));
     return e;
   }
+
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 };
 
 c10::IValue CompiledModule::operator()(const std::vector<c10::IValue>& inputs) {
@@ -123,8 +192,8 @@ c10::IValue CompiledModule::operator()(const std::vector<c10::IValue>& inputs) {
     impl_->stats.calls++;
     if (!e->instance) impl_->stats.eager_calls++;
   }
-  if (!e->instance) return impl_->eager(inputs);
-  if (!first.isNone()) return first;
+  if (!e->instance) return unalias_constants(impl_->eager(inputs), impl_->graph_constants);
+  if (!first.isNone()) return unalias_constants(std::move(first), impl_->graph_constants);
   return impl_->run(*e->instance, inputs);
 }
 
@@ -189,6 +258,7 @@ CompiledModule compile(const torch::jit::Module& module, CompileOptions options)
   auto frozen = std::make_shared<tj::Module>(tj::freeze_module(source));
   impl->graph = frozen->get_method("forward").graph()->copy();
   prepare_torchscript_graph(impl->graph);
+  impl->graph_constants = graph_constant_tensors(*impl->graph);
   impl->skip_self = true;
   impl->module_keepalive = frozen;
   impl->eager = [frozen](const std::vector<c10::IValue>& in) { return frozen->forward(in); };
@@ -215,6 +285,7 @@ CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_i
       [](const at::Tensor&) { return std::string(); }, /*strict=*/false, /*force_outplace=*/false);
   impl->graph = traced.first->graph;
   prepare_torchscript_graph(impl->graph);
+  impl->graph_constants = graph_constant_tensors(*impl->graph);
   impl->eager = [fn](const std::vector<c10::IValue>& in) {
     std::vector<at::Tensor> ts;
     for (const auto& v : in) ts.push_back(v.toTensor());

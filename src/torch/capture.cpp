@@ -93,6 +93,9 @@ class Importer {
     size_t first = skip_self ? 1 : 0;
     FJ_CHECK(jin.size() - first == inputs.size(), "the model takes {} inputs, {} were given", jin.size() - first,
              inputs.size());
+    // Everything that makes capture fail whatever the values is decided before anything runs: a node that
+    // changes its arguments must not run on the caller's tensors and then run again in the eager fallback.
+    for (tj::Node* n : jg_->nodes()) check_capturable(n);
     for (size_t i = first; i < jin.size(); ++i) {
       const c10::IValue& v = inputs[i - first];
       values_[jin[i]] = v;
@@ -161,11 +164,21 @@ class Importer {
     return false;
   }
 
-  void import_node(tj::Node* n, CapturedGraph& cap) {
+  // Throws, naming the node, when it can never be captured: control flow, calls, ops that mutate their
+  // arguments or have side effects.
+  static void check_capturable(const tj::Node* n) {
     auto kind = n->kind();
     std::string kname = kind.toQualString();
     FJ_CHECK(n->blocks().empty(), "{}: control flow is not captured", kname);
     FJ_CHECK(kind != c10::prim::CallMethod && kind != c10::prim::CallFunction, "{}: calls are not captured", kname);
+    if (const c10::FunctionSchema* schema = n->maybeSchema())
+      FJ_CHECK(!schema->is_mutable(), "{}: in-place op left after mutation removal; not captured", kname);
+    FJ_CHECK(kind == c10::prim::Constant || !n->hasSideEffects(), "{}: has side effects; not captured", kname);
+  }
+
+  void import_node(tj::Node* n, CapturedGraph& cap) {
+    auto kind = n->kind();
+    std::string kname = kind.toQualString();
     execute(n);
     if (kind == c10::prim::Constant) {
       const c10::IValue& v = values_.at(n->output());

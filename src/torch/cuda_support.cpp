@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "support/error.h"
+#include "torch/executor.h"
 
 namespace fusion_jit {
 
@@ -28,24 +29,37 @@ void cuda_synchronize(int device) {
   c10::cuda::device_synchronize();
 }
 
-namespace {
-
-// The tensor without its stride-0 dims (narrowed to one element): the distinct elements, with no two
-// indices at one address, so that copy_ can write it.
-at::Tensor distinct_view(at::Tensor t) {
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.stride(d) == 0 && t.size(d) > 1) t = t.narrow(d, 0, 1);
-  return t;
-}
-
-}  // namespace
-
 struct CudaGraphReplay::Impl {
   at::cuda::CUDAGraph graph;
   std::vector<c10::IValue> static_inputs;
   c10::IValue static_outputs;
   int device = 0;
+  // Recorded on the stream of the last replay once its outputs were copied out: the next replay, maybe
+  // from another thread on another stream, waits for it before it overwrites the static inputs.
+  at::cuda::CUDAEvent last_done;
+  bool replayed = false;
 };
+
+namespace {
+
+// The graph's static outputs copied out (on the current stream, after the replay): the caller's tensors,
+// which the next replay does not overwrite.
+c10::IValue copy_outputs(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() ? clone_same_layout(v.toTensor()) : v;
+  if (v.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const auto& e : v.toTupleRef().elements()) items.push_back(copy_outputs(e));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorVector()) list.push_back(clone_same_layout(t));
+    return list;
+  }
+  return v;
+}
+
+}  // namespace
 
 CudaGraphReplay::CudaGraphReplay(const std::vector<c10::IValue>& inputs, const Run& run, int device)
     : impl_(std::make_unique<Impl>()) {
@@ -60,9 +74,7 @@ CudaGraphReplay::CudaGraphReplay(const std::vector<c10::IValue>& inputs, const R
     FJ_CHECK(t.is_cuda() && t.get_device() == device, "CUDA Graphs: input {} is on {}, not cuda:{}", i,
              t.device().str(), device);
     // The same strides as the input (the plan was compiled for them), expanded dims included.
-    at::Tensor s = at::empty_strided(t.sizes(), t.strides(), t.options());
-    distinct_view(s).copy_(distinct_view(t));
-    impl_->static_inputs.emplace_back(s);
+    impl_->static_inputs.emplace_back(clone_same_layout(t));
   }
   c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
   auto current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device));
@@ -97,7 +109,11 @@ CudaGraphReplay::CudaGraphReplay(const std::vector<c10::IValue>& inputs, const R
 CudaGraphReplay::~CudaGraphReplay() = default;
 
 c10::IValue CudaGraphReplay::replay(const std::vector<c10::IValue>& inputs) {
+  // The caller holds the plan's replay lock across this whole function: inputs copied in, graph
+  // launched and outputs copied out are queued as one unit, ordered after the previous replay.
   c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(impl_->device));
+  auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(impl_->device));
+  if (impl_->replayed) impl_->last_done.block(stream);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor()) continue;
     const at::Tensor& in = inputs[i].toTensor();
@@ -105,8 +121,11 @@ c10::IValue CudaGraphReplay::replay(const std::vector<c10::IValue>& inputs) {
     if (in.data_ptr() != s.data_ptr()) distinct_view(s).copy_(distinct_view(in), /*non_blocking=*/true);
   }
   impl_->graph.replay();
+  c10::IValue out = copy_outputs(impl_->static_outputs);
+  impl_->last_done.record(stream);
+  impl_->replayed = true;
   ++replays_;
-  return impl_->static_outputs;
+  return out;
 }
 
 }  // namespace fusion_jit

@@ -24,8 +24,11 @@ void cuda_synchronize(int device);
 // (warm-up: modules load, the allocator settles), then once under stream capture, with intermediates
 // and outputs allocated from the graph's private memory pool. Replay: each tensor input is copied into
 // its static buffer unless it is that buffer (the same storage came back), then the graph is launched
-// on the current stream. The returned tensors are the graph's static outputs: the next replay of the
-// same signature overwrites them (clone an output to keep it across calls).
+// on the current stream and its static outputs are copied into new tensors, which are returned: a
+// caller may keep outputs across calls (autograd's saved tensors, a second forward before backward).
+// The caller serializes replays (PlanInstance::graph_mu); each replay's stream waits for the previous
+// replay's outputs to be copied before it overwrites the static inputs, so threads on different
+// streams cannot overwrite each other's inputs.
 class CudaGraphReplay {
  public:
   using Run = std::function<c10::IValue(const std::vector<c10::IValue>&)>;

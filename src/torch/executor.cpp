@@ -1,9 +1,15 @@
 #include "torch/executor.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/gelu.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <cmath>
+#include <limits>
 
 #include "runtime/buffer_pool.h"
 #include "runtime/cuda_driver.h"
@@ -33,24 +39,128 @@ const c10::OperatorHandle& find_handle(const std::string& schema) {
   return cache->emplace(schema, *h).first->second;
 }
 
-// An output tensor with eager's layout; large ones come from the buffer pool and go back to it when the
-// last reference dies.
+// CPU storage for the outputs of generated kernels: large blocks come from the buffer pool and go back to
+// it when freed; small ones from torch's CPU allocator. Storage made through it stays resizable (resize_
+// on an output reallocates through this allocator, as it does on eager's outputs).
+class PoolAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override {
+    if (bytes < BufferPool::kMinPooled || Options::get().cpu_pool_mb == 0) return c10::GetCPUAllocator()->allocate(bytes);
+    void* p = BufferPool::instance().acquire(bytes);
+    return {p, new Block{p, bytes}, &release, c10::Device(c10::kCPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+
+ private:
+  struct Block {
+    void* p;
+    size_t bytes;
+  };
+  static void release(void* ctx) {
+    auto* b = static_cast<Block*>(ctx);
+    BufferPool::instance().release(b->p, b->bytes);
+    delete b;
+  }
+};
+
+PoolAllocator& pool_allocator() {
+  static auto* a = new PoolAllocator();  // never destroyed: outputs may outlive static destruction
+  return *a;
+}
+
+// An output tensor with eager's layout.
 at::Tensor allocate_output(const TensorType& t) {
-  auto opts = at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype)));
+  const auto dtype = static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype));
   if (t.device == Device::kCUDA)  // torch's caching allocator (a graph's private pool under capture)
-    return at::empty_strided(t.sizes, t.strides, opts.device(at::Device(at::kCUDA, t.device_index)));
-  size_t bytes = static_cast<size_t>(t.extent()) * dtype_size(t.dtype);
-  if (bytes < BufferPool::kMinPooled || Options::get().cpu_pool_mb == 0)
-    return at::empty_strided(t.sizes, t.strides, opts);
-  void* p = BufferPool::instance().acquire(bytes);
-  return at::from_blob(p, t.sizes, t.strides, [bytes](void* q) { BufferPool::instance().release(q, bytes); }, opts);
+    return at::empty_strided(t.sizes, t.strides, at::TensorOptions().dtype(dtype).device(at::Device(at::kCUDA, t.device_index)));
+  return at::detail::empty_strided_generic(t.sizes, t.strides, &pool_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
 }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   at::parallel_for(0, n, grain, fn);
 }
 
+// Nodes whose op draws from a random generator (the dispatcher's nondeterministic_seeded tag), unless a
+// literal `train=False` makes it the identity (dropout in eval mode), are marked as having side effects:
+// passes then never merge, fold, remove or reorder them, and fusion leaves them to ATen in graph order,
+// so they draw eager's numbers from eager's generator. Mutating schemas are marked too.
+void mark_side_effects(Graph& g) {
+  for (Node* n : g.nodes()) {
+    const std::string& s = n->schema();
+    if (n->is_constant() || n->side_effects() || s.rfind("aten::", 0) != 0) continue;
+    size_t dot = s.find('.');
+    auto h = c10::Dispatcher::singleton().findSchema({s.substr(0, dot), dot == std::string::npos ? "" : s.substr(dot + 1)});
+    if (!h) continue;
+    bool impure = h->schema().is_mutable();
+    if (!impure && h->hasTag(at::Tag::nondeterministic_seeded)) {
+      impure = true;
+      const auto& params = h->schema().arguments();
+      for (size_t i = 0; i < params.size() && i < n->args().size(); ++i)
+        if (params[i].name() == "train" && !n->args()[i].is_value() &&
+            std::holds_alternative<bool>(n->args()[i].literal) && !std::get<bool>(n->args()[i].literal))
+          impure = false;
+    }
+    n->set_side_effects(impure);
+  }
+}
+
 }  // namespace
+
+namespace {
+
+// Asks eager how its CPU kernels compute where that depends on the CPU (codegen's EagerCpuMath).
+EagerCpuMath probe_eager_cpu_math() {
+  EagerCpuMath m;
+  const double inf = std::numeric_limits<double>::infinity();
+  at::Tensor g = at::gelu(at::full({1}, inf, at::TensorOptions().dtype(at::kHalf)));
+  m.half_gelu_polynomial = !std::isinf(g.item<double>());
+  return m;
+}
+
+// Registered when the library loads; run at the first kernel generated.
+[[maybe_unused]] const bool g_probe_registered = (set_eager_cpu_math_probe(&probe_eager_cpu_math), true);
+
+}  // namespace
+
+at::Tensor distinct_view(at::Tensor t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) t = t.narrow(d, 0, 1);
+  return t;
+}
+
+at::Tensor clone_same_layout(const at::Tensor& t) {
+  at::Tensor c = at::empty_strided(t.sizes(), t.strides(), t.options());
+  distinct_view(c).copy_(distinct_view(t));
+  return c;
+}
+
+c10::IValue unalias_constants(c10::IValue result, const std::vector<c10::IValue>& constants) {
+  std::vector<std::pair<const void*, at::Tensor>> copies;  // the same tensor returned twice stays one
+  auto fresh = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || !t.has_storage()) return t;
+    for (const auto& [impl, copy] : copies)
+      if (impl == t.unsafeGetTensorImpl()) return copy;
+    for (const c10::IValue& c : constants)
+      if (c.isTensor() && c.toTensor().has_storage() && c.toTensor().storage().is_alias_of(t.storage())) {
+        copies.emplace_back(t.unsafeGetTensorImpl(), clone_same_layout(t));
+        return copies.back().second;
+      }
+    return t;
+  };
+  if (result.isTensor()) return fresh(result.toTensor());
+  if (result.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& e : result.toTupleRef().elements()) items.push_back(e.isTensor() ? c10::IValue(fresh(e.toTensor())) : e);
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (result.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : result.toTensorVector()) list.push_back(fresh(t));
+    return list;
+  }
+  return result;
+}
 
 void call_schema(const std::string& schema, std::vector<c10::IValue>& stack) { find_handle(schema).callBoxed(stack); }
 
@@ -164,6 +274,7 @@ void optimize_captured(CapturedGraph& cap) {
       return std::nullopt;
     }
   };
+  mark_side_effects(*cap.graph);
   run_pipeline(*cap.graph, eval);
 }
 
@@ -244,22 +355,26 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
     }
     for (int id : st.release) env[id] = c10::IValue();
   }
-  const auto& outs = g.outputs();
+  c10::IValue result;
   switch (p.captured.output_kind) {
     case OutputKind::kSingle:
-      return env[outs.at(0)->id()];
+      result = env[g.outputs().at(0)->id()];
+      break;
     case OutputKind::kTuple: {
       std::vector<c10::IValue> items;
-      for (const Value* o : outs) items.push_back(env[o->id()]);
-      return c10::ivalue::Tuple::create(std::move(items));
+      for (const Value* o : g.outputs()) items.push_back(env[o->id()]);
+      result = c10::ivalue::Tuple::create(std::move(items));
+      break;
     }
     case OutputKind::kList: {
       c10::List<at::Tensor> list;
-      for (const Value* o : outs) list.push_back(env[o->id()].toTensor());
-      return list;
+      for (const Value* o : g.outputs()) list.push_back(env[o->id()].toTensor());
+      result = list;
+      break;
     }
   }
-  return c10::IValue();
+  return unalias_constants(std::move(result), p.captured.constants);
 }
+
 
 }  // namespace fusion_jit

@@ -41,6 +41,15 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
 
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
+// `t` without its stride-0 dims (narrowed to one element): its distinct elements, so that copy_ can
+// write it.
+at::Tensor distinct_view(at::Tensor t);
+// A copy of `t` in new storage with the same sizes and strides (expanded dims included).
+at::Tensor clone_same_layout(const at::Tensor& t);
+// `result` with every tensor that shares storage with one of `constants` (a folded result, a frozen
+// tensor or a view of one) replaced by a copy: outputs are the caller's to keep and change, as eager
+// computes them anew at every call.
+c10::IValue unalias_constants(c10::IValue result, const std::vector<c10::IValue>& constants);
 // Calls an ATen op by schema ("aten::add.Tensor") through the dispatcher on a complete boxed stack;
 // the results replace the stack.
 void call_schema(const std::string& schema, std::vector<c10::IValue>& stack);

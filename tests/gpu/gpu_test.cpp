@@ -3,7 +3,12 @@
 // and skips, saying why, where there is none (our build machines have no GPU; tests/gpu/run.sh runs
 // these on a GPU machine).
 #include <fmt/format.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
 
 #include "../torch/op_corpus.h"
 #include "../torch/reduction_corpus.h"
@@ -136,6 +141,58 @@ TEST(CudaGraphs, ReplayEqualsNormalRuns) {
   std::string ex = graphed.explain(in);
   EXPECT_NE(ex.find("cuda graphs: captured"), std::string::npos) << ex;
   EXPECT_EQ(graphed.stats().graph_replays, 3) << "calls 2, 3 and 4 replay (call 1 compiles)";
+}
+
+TEST(CudaGraphs, KeptOutputsSurviveTheNextReplay) {
+  // mode="reduce-overhead": autograd keeps a forward's outputs while a second forward replays. Each
+  // replay returns tensors of its own.
+  SKIP_WITHOUT_GPU();
+  auto m = script(kBlockArgs, kBlockBody);
+  CompileOptions with;
+  with.cuda_graphs = true;
+  auto graphed = compile(m, with);
+  at::Tensor scale = at::rand({512}, kCuda) + 0.5;
+  std::vector<std::vector<c10::IValue>> ins;
+  std::vector<std::vector<at::Tensor>> outs, expected;
+  for (int call = 0; call < 4; ++call) {
+    ins.push_back({at::randn({256, 512}, kCuda), at::randn({256, 512}, kCuda), scale});
+    outs.push_back(flatten(graphed(ins.back())));
+    expected.push_back(flatten(m.forward(ins.back())));
+  }
+  EXPECT_EQ(graphed.stats().graph_replays, 2);
+  for (int call = 0; call < 4; ++call)
+    for (size_t i = 0; i < outs[call].size(); ++i)
+      EXPECT_TRUE(check_close(outs[call][i], expected[call][i]).ok) << "call " << call << " output " << i
+                                                                    << " was overwritten by a later replay";
+}
+
+TEST(CudaGraphs, ThreadsOnTheirOwnStreamsReplayWithTheirOwnInputs) {
+  SKIP_WITHOUT_GPU();
+  auto m = script(kBlockArgs, kBlockBody);
+  CompileOptions with;
+  with.cuda_graphs = true;
+  auto graphed = compile(m, with);
+  at::Tensor scale = at::rand({512}, kCuda) + 0.5;
+  std::vector<c10::IValue> warm{at::randn({256, 512}, kCuda), at::randn({256, 512}, kCuda), scale};
+  graphed(warm);
+  graphed(warm);  // captured
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      auto stream = c10::cuda::getStreamFromPool(false, 0);
+      c10::cuda::CUDAStreamGuard guard(stream);
+      for (int i = 0; i < 20; ++i) {
+        std::vector<c10::IValue> in{at::full({256, 512}, static_cast<float>(t), kCuda),
+                                    at::randn({256, 512}, kCuda), scale};
+        auto got = flatten(graphed(in));
+        auto want = flatten(m.forward(in));
+        for (size_t o = 0; o < got.size(); ++o) bad += !check_close(got[o], want[o]).ok;
+      }
+      stream.synchronize();
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0) << "a replay read another thread's inputs";
 }
 
 TEST(CudaGraphs, PlansThatCannotBeCapturedRunNormallyAndSayWhy) {

@@ -1,0 +1,234 @@
+// Regression tests of wrong results and of serving from many threads (issue 13): each failed before its
+// fix. Through the TorchScript path (compile) and trace(); the torch.compile path is in
+// tests/python/test_correctness.py.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <chrono>
+#include <thread>
+
+#include "test_util.h"
+
+namespace fusion_jit::testing {
+namespace {
+
+// The plan's result (the first call of a signature returns the capture run's result).
+c10::IValue second_call(CompiledModule& f, const std::vector<c10::IValue>& in) {
+  f(in);
+  return f(in);
+}
+
+TEST(WrongResults, RandomDrawsAreNotMergedAndFollowEagersGenerator) {
+  auto m = script("x", "    a = torch.rand_like(x)\n    b = torch.rand_like(x)\n    return a - b + x * 0.0");
+  at::Tensor x = at::zeros({64});
+  auto fused = compile(m);
+  at::Tensor r = second_call(fused, {x}).toTensor();
+  EXPECT_GT(r.abs().max().item<double>(), 0) << "rand_like(x) - rand_like(x) was merged into zeros\n"
+                                              << fused.explain({x});
+  at::manual_seed(7);
+  at::Tensor eager = m.forward({x}).toTensor();
+  at::manual_seed(7);
+  at::Tensor got = fused({x}).toTensor();
+  EXPECT_TRUE(got.equal(eager)) << "the plan did not draw eager's numbers in eager's order";
+  const ExecutablePlan* plan = fused.plan_for({x});
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plan->aten_ops.at("aten::rand_like"), 2) << plan->explain();
+}
+
+TEST(WrongResults, RandomDrawOfAFrozenWeightIsNotFolded) {
+  torch::jit::Module m("Noise");
+  m.register_parameter("w", at::ones({8}), false);
+  m.define("def forward(self, x):\n    return torch.randn_like(self.w) * 2.0 + x\n");
+  m.eval();
+  auto fused = compile(m);
+  at::Tensor x = at::zeros({8});
+  at::Tensor a = second_call(fused, {x}).toTensor().clone();
+  at::Tensor b = fused({x}).toTensor();
+  EXPECT_FALSE(a.equal(b)) << "randn_like(frozen weight) was folded into one constant";
+  at::manual_seed(3);
+  at::Tensor eager = m.forward({x}).toTensor();
+  at::manual_seed(3);
+  EXPECT_TRUE(fused({x}).toTensor().equal(eager));
+}
+
+TEST(WrongResults, RandomDrawsKeepTheirOrderAcrossFusedGroups) {
+  // r1 uses a group that needs r2's value: fusing exp(x) with the add after r2 would run r2 before r1.
+  auto m = script("x", "    a = torch.exp(x)\n    r1 = torch.rand_like(a)\n    r2 = torch.rand_like(x)\n"
+                       "    c = a + r2\n    return (r1, c)");
+  at::Tensor x = at::randn({32});
+  auto fused = compile(m);
+  second_call(fused, {x});
+  at::manual_seed(11);
+  auto eager = flatten(m.forward({x}));
+  at::manual_seed(11);
+  auto got = flatten(fused({x}));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].equal(eager[0])) << fused.explain({x});
+  EXPECT_TRUE(check_close(got[1], eager[1]).ok) << fused.explain({x});
+}
+
+TEST(WrongResults, TracedRandomDrawsFollowEager) {
+  auto fn = [](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{at::rand_like(in[0]) - at::rand_like(in[0])};
+  };
+  at::Tensor x = at::zeros({16});
+  auto f = trace(fn, {x});
+  second_call(f, {x});
+  at::manual_seed(5);
+  at::Tensor eager = fn({x})[0];
+  at::manual_seed(5);
+  at::Tensor got = flatten(f({x}))[0];
+  EXPECT_TRUE(got.equal(eager));
+  EXPECT_GT(got.abs().max().item<double>(), 0);
+}
+
+TEST(WrongResults, EvalDropoutStaysPure) {
+  // dropout with train=False is the identity: no side effects, so it may be removed or merged.
+  auto m = script("x", "    y = torch.dropout(x, 0.5, False)\n    return torch.relu(y) * 2.0");
+  auto r = run_and_compare(m, {at::randn({32})}, "eval dropout");
+  ASSERT_NE(r.plan, nullptr);
+}
+
+TEST(WrongResults, FoldedConstantOutputIsNewAtEveryCall) {
+  // g(x) = (x + 1, tensor([1, 2]) * 2): the second output folds to a constant.
+  at::Tensor c = at::tensor({1.0f, 2.0f});
+  auto fn = [c](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{in[0] + 1, c * 2}; };
+  at::Tensor x = at::zeros({2});
+  auto f = trace(fn, {x});
+  for (int call = 0; call < 3; ++call) {
+    auto out = flatten(f({x}));
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_TRUE(out[1].equal(at::tensor({2.0f, 4.0f}))) << "call " << call << " returned " << out[1];
+    out[1].mul_(100);  // the caller's tensor: changing it must not change later results
+    out[0].add_(5);
+  }
+  EXPECT_TRUE(c.equal(at::tensor({1.0f, 2.0f})));
+}
+
+TEST(WrongResults, FrozenWeightReturnedIsACopy) {
+  torch::jit::Module m("ReturnsWeight");
+  m.register_parameter("w", at::ones({4}), false);
+  m.define("def forward(self, x):\n    return (x * 2.0, self.w * 3.0, self.w.t())\n");
+  m.eval();
+  auto fused = compile(m);
+  at::Tensor x = at::ones({4});
+  for (int call = 0; call < 3; ++call) {
+    auto out = flatten(fused({x}));
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_TRUE(out[1].equal(at::full({4}, 3.0f))) << "call " << call;
+    EXPECT_TRUE(out[2].equal(at::ones({4}))) << "call " << call;
+    out[1].zero_();
+    out[2].zero_();
+  }
+}
+
+TEST(WrongResults, InputMutatedOnceWhenCaptureFails) {
+  // x.add_ on an input stays in-place after mutation removal: capture refuses it before running anything,
+  // and the eager run is the only one that changes x.
+  auto m = script("x", "    x.add_(1.0)\n    return x * 2.0");
+  auto fused = compile(m);
+  at::Tensor x = at::zeros({4});
+  at::Tensor out = fused({x}).toTensor();
+  EXPECT_TRUE(x.equal(at::ones({4}))) << "input after one call: " << x;
+  EXPECT_TRUE(out.equal(at::full({4}, 2.0f))) << out;
+  EXPECT_EQ(fused.plan_for({x}), nullptr);
+  EXPECT_NE(fused.explain({x}).find("in-place"), std::string::npos) << fused.explain({x});
+}
+
+TEST(WrongResults, RequiresGradInputsKeepTheirHistory) {
+  auto fn = [](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{(in[0] * 2).exp()}; };
+  at::Tensor x = at::randn({8}).requires_grad_(true);
+  auto f = trace(fn, {x.detach()});
+  for (int call = 0; call < 2; ++call) {
+    at::Tensor y = flatten(f({x}))[0];
+    ASSERT_TRUE(y.requires_grad()) << "call " << call << " dropped the grad history";
+    x.mutable_grad() = at::Tensor();
+    y.sum().backward();
+    EXPECT_TRUE(check_close(x.grad(), (x.detach() * 2).exp() * 2).ok);
+  }
+  EXPECT_EQ(f.plan_for({x}), nullptr) << "a requires_grad signature runs eagerly";
+  EXPECT_NE(f.explain({x}).find("requires grad"), std::string::npos) << f.explain({x});
+  // Without grad mode there is no history to keep: the same inputs compile.
+  c10::NoGradGuard no_grad;
+  EXPECT_NE(f.plan_for({x}), nullptr);
+  EXPECT_TRUE(check_close(flatten(f({x}))[0], (x * 2).exp()).ok);
+}
+
+TEST(WrongResults, PooledOutputsCanBeResized) {
+  // Outputs of 1 MB and more come from the buffer pool; eager's outputs can be resize_d, so ours too.
+  auto m = script("x", "    return torch.exp(x) * 2.0");
+  at::Tensor x = at::randn({512, 1024});
+  auto fused = compile(m);
+  for (int call = 0; call < 2; ++call) {
+    at::Tensor out = second_call(fused, {x}).toTensor();
+    at::Tensor before = out.clone();
+    out.resize_({1024, 1024});
+    EXPECT_TRUE(out.slice(0, 0, 512).equal(before));
+    out.resize_({4});
+    out.fill_(1.0f);
+    EXPECT_TRUE(out.equal(at::ones({4})));
+  }
+  at::Tensor small = fused({at::randn({2, 8})}).toTensor();  // not pooled: torch's allocator
+  small.resize_({64, 64});
+  EXPECT_EQ(small.numel(), 64 * 64);
+}
+
+TEST(Serving, CompilingOneSignatureDoesNotBlockAnother) {
+  // A literal unique to this run makes the second signature's kernels new to the kernel cache, so that
+  // its compile runs the host compiler (hundreds of ms) while the first signature is being called.
+  double unique = 1.0 + static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % 100000) * 1e-9;
+  char literal[32];
+  std::snprintf(literal, sizeof literal, "%.12f", unique);
+  auto m = script("x", std::string("    return torch.tanh(x * ") + literal + ") + torch.sigmoid(x)");
+  auto fused = compile(m);
+  at::Tensor small = at::randn({8});
+  second_call(fused, {small});  // compiled
+  std::atomic<bool> compiling{true};
+  std::thread compiler([&] {
+    at::Tensor big = at::randn({3, 5});
+    fused({big});
+    compiling = false;
+  });
+  int64_t served = 0;
+  at::Tensor expected = m.forward({small}).toTensor();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (compiling) {
+    at::Tensor got = fused({small}).toTensor();
+    ASSERT_TRUE(check_close(got, expected).ok);
+    if (compiling) served++;
+  }
+  compiler.join();
+  EXPECT_GT(served, 0) << "calls of a compiled signature waited for another signature's compile";
+  EXPECT_EQ(fused.stats().signatures, 2);
+}
+
+TEST(Serving, ManyThreadsGetEagersResults) {
+  auto m = script("x, y", "    a = torch.relu(x) * y + 1.0\n    return (a.sum(1), torch.softmax(a, 1))");
+  auto fused = compile(m);
+  std::vector<std::vector<c10::IValue>> inputs;
+  std::vector<std::vector<at::Tensor>> expected;
+  for (int64_t n : {4, 5, 6, 7, 8, 9}) {
+    inputs.push_back({at::randn({n, 16}), at::randn({n, 16})});
+    expected.push_back(flatten(m.forward(inputs.back())));
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        size_t k = static_cast<size_t>(t + i) % inputs.size();
+        auto got = flatten(fused(inputs[k]));
+        for (size_t o = 0; o < got.size(); ++o) bad += !check_close(got[o], expected[k][o]).ok;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(fused.stats().signatures, 6);
+  EXPECT_EQ(fused.stats().calls, 8 * 40);
+}
+
+}  // namespace
+}  // namespace fusion_jit::testing
