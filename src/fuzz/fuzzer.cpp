@@ -251,6 +251,9 @@ std::vector<int64_t> reduced_dims(const std::string& schema, const std::vector<c
 // result): a sum or mean by sum|x| / |sum x| (its own rounding counted twice), var by 1 + 2 mean(|x - m|
 // |x|) / var, softmax by 1 + 2 max|x| over the row, log_softmax by that over |y|, layer_norm by (|x| +
 // |m|) / |x - m| plus var's, rms_norm by 2. Undefined for amax, views and random ops (they add no error).
+// An amplification without bound (a result that cancels to exactly 0): finite, so that clean_amp keeps it.
+constexpr double kUnbounded = 1e300;
+
 at::Tensor structural_local_amp(const std::string& schema, const std::vector<c10::IValue>& args, const at::Tensor& res) {
   if (!args.at(0).isTensor() || !at::isFloatingType(args[0].toTensor().scalar_type()) ||
       !at::isFloatingType(res.scalar_type()) || res.numel() == 0 || !listed(reduction_schemas(), schema) ||
@@ -265,6 +268,7 @@ at::Tensor structural_local_amp(const std::string& schema, const std::vector<c10
     at::Tensor s = x.dim() ? x.abs().sum(dims, true) : x.abs();
     at::Tensor v = x.dim() ? x.sum(dims, true) : x;
     local = (2 * s / v.abs()).reshape(r.sizes());
+    local = at::where(at::logical_and(v.eq(0), s.gt(0)).reshape(r.sizes()), at::full_like(local, kUnbounded), local);
   } else if (schema == "aten::rms_norm") {
     local = at::full_like(r, 2.0);
   } else if (schema == "aten::softmax.int" || schema == "aten::log_softmax.int") {
@@ -276,8 +280,17 @@ at::Tensor structural_local_amp(const std::string& schema, const std::vector<c10
     at::Tensor c = x - m;
     at::Tensor var0 = x.dim() ? c.square().mean(dims, true) : c.square();
     at::Tensor lv = 1 + 2 * (x.dim() ? (c.abs() * x.abs()).mean(dims, true) : c.abs() * x.abs()) / var0;
-    if (schema == "aten::var.correction") local = lv.reshape(r.sizes());
-    else local = (x.abs() + m.abs()) / c.abs() + lv;
+    // A row of equal nonzero values: the true var (x - mean) is 0, any rounding of the mean is an
+    // unbounded relative error (and rstd = 1 / sqrt(eps) scales it up).
+    at::Tensor mag = x.dim() ? x.abs().amax(dims, true) : x.abs();
+    lv = at::where(at::logical_and(var0.eq(0), mag.gt(0)), at::full_like(lv, kUnbounded), lv);
+    if (schema == "aten::var.correction") {
+      local = lv.reshape(r.sizes());
+    } else {
+      at::Tensor ratio = (x.abs() + m.abs()) / c.abs();
+      ratio = at::where(at::logical_and(c.eq(0), (x.abs() + m.abs()).gt(0)), at::full_like(ratio, kUnbounded), ratio);
+      local = ratio + lv;
+    }
   }
   return clean_amp(local);
 }
@@ -574,7 +587,13 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
       res = res.to(at::kDouble);
     out->values.push_back(res);
     out->flags.push_back(res_flags);
-    if (g) out->ir.push_back(g->append(op.schema, std::move(args), {ValueType{tensor_type_of(res), ""}})->output());
+    if (g) {
+      Node* n = g->append(op.schema, std::move(args), {ValueType{tensor_type_of(res), ""}});
+      // As the torch adapter marks a captured graph's random ops (executor.cpp, mark_side_effects): passes
+      // and fusion leave them alone and in order, so they draw eager's numbers.
+      if (is_random_schema(op.schema)) n->set_side_effects(true);
+      out->ir.push_back(n->output());
+    }
   }
   return true;
 }
@@ -843,12 +862,18 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
     // graphs]), so that the preconditions hold for those values too.
     at::manual_seed(draw_seed(seed));
     const int n_in = static_cast<int>(rec.inputs.size());
-    const int inplace_at = chance(r, gen.inplace) ? uniform(r, 0, n_ops - 1) : -1;
+    // (No draws for kinds that are off: GenOptions::elementwise_only() gives campaigns 1-4's graphs.)
+    // Nor in-place ops with a 4 GB huge-stride input: capture's recipes hold several copies of the inputs.
+    const int inplace_at = gen.inplace > 0 && chance(r, gen.inplace) && !huge ? uniform(r, 0, n_ops - 1) : -1;
     for (int k = 0; k < n_ops; ++k) {
       for (int tries = 0; tries < 30; ++tries) {
         OpSpec spec;
-        const double u = std::uniform_real_distribution<double>(0, 1)(r);
-        const double p_red = gen.reductions, p_view = p_red + gen.views, p_rand = p_view + gen.random_ops;
+        const bool wide = gen.reductions + gen.views + gen.random_ops > 0;
+        const double u = wide ? std::uniform_real_distribution<double>(0, 1)(r) : 1.0;
+        // No random ops with an in-place op: such recipes run through TorchScript, whose interpreter
+        // drops unused random ops (eager's op-by-op replay draws them).
+        const double p_red = gen.reductions, p_view = p_red + gen.views,
+                     p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops);
         if ((k == inplace_at && tries < 10) || u < p_rand) {
           std::optional<OpSpec> sp = k == inplace_at && tries < 10 ? make_inplace(r, vals, uniform(r, 0, n_in - 1))
                                      : u < p_red                   ? make_reduction(r, vals)
