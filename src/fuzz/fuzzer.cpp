@@ -156,7 +156,51 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 // And an inexact output may differ from eager's by 4 ulps of its dtype (where the tolerance is stricter),
 // times, per element, how much the cancellations on its way amplified its operands' ulps
 // (amplifications(): |largest operand| / |result|, under 1000x by the rule above).
+// A sum-like op's cancellation is judged against its summands, not its raw operands: a and alpha * b
+// (add, sub; b and alpha * a for rsub), s and v * a * b (addcmul) or v * a / b (addcdiv). Campaign
+// 424242's graph exp -> rsub(0.5, alpha=7) -> log2 lost 1200x in 0.5 - 7 exp(x) while exp(x) alone
+// looked 170x; eager's FMA for a + alpha * b is now the kernels' too (common_prelude.inc).
 // An op that breaks its precondition is not added (generation) or makes the recipe invalid (shrinking).
+//
+// Note [The fuzzer's wider graphs]
+// Besides the op table's elementwise ops, a recipe draws (GenOptions) reductions, views, random ops and
+// in-place ops; elementwise ops before and after them make the prologues and epilogues of reduction
+// kernels, and views sit between fused ops.
+//  - Reductions and normalizations: sum, mean, amax, var (correction 0 or 1, below the reduced count),
+//    softmax, log_softmax, layer_norm and rms_norm (over the last 1-2 dims, no weight), over random
+//    dims, keepdim or not. Their float results are inexact (amax's are exact, with a zero of unspecified
+//    sign). Each amplifies its input's relative error (structural_local_amp): a sum or mean by
+//    sum|x| / |sum x| (times 2 for its own rounding), var by 1 + 2 mean(|x - m||x|) / var, softmax by
+//    1 + 2 max|x| over the row, log_softmax by that over |y|, layer_norm by (|x| + |m|) / |x - m| plus
+//    var's, rms_norm by 2. Not generated: an amplification over 1000x, including a result that cancels
+//    to exactly 0 from nonzero values (a sum of opposite terms, a row of equal values under var or
+//    layer_norm: the true x - mean is 0, so any rounding of the mean is an unbounded relative error,
+//    which rstd = 1 / sqrt(eps) scales up; eager's mean of 32769 equal values came out exact, the
+//    kernels' not); a sum of |x| (of x^2 for var and the norms) over half
+//    the accumulator's largest value (partial sums overflow in one order and not in another); a result
+//    within a factor of 2 of its dtype's largest value. Inexact results then pass within 4 ulps times
+//    the amplification (the input's largest, times the op's own).
+//  - Views (view, reshape, permute, transpose, expand, slice, select, squeeze, unsqueeze): exact, flags
+//    and amplifications pass through; eager's rejections (view of a non-contiguous value) are skipped.
+//  - Random ops (rand_like, randn_like, bernoulli, dropout with train=True): a recipe with one is
+//    checked alone; the torch generator is seeded with draw_seed(recipe seed) before generation, before
+//    the eager replay and before the fused run, and its random nodes are marked as having side effects
+//    as the adapter marks a captured graph's (no CSE, no folding, no DCE of an unused draw, ATen in
+//    order), so the fused run draws eager's numbers in eager's order and results compare as usual. In
+//    the float64 reference a random op takes eager's draws. bernoulli's p must be exact (it is compared
+//    with the draws). Random ops never share a recipe with an in-place op: such recipes run through
+//    TorchScript, whose interpreter drops an unused draw that eager's op-by-op run makes.
+//  - In-place ops (add_, sub_, mul_, clamp_min_, relu_, neg_ on a graph input; at most one per recipe,
+//    none with the 4 GB huge-stride input): the recipe runs the way a user's model does, its TorchScript
+//    source through compile(), called twice on fresh inputs (the first call decides whether it can
+//    capture, the second runs what it decided). Outputs are judged as above, and every input after the
+//    call must equal eager's bit for bit: modified exactly as eager modifies it, once per call.
+// Graph seeds of campaigns before these kinds replay with GenOptions::elementwise_only().
+// torch.compile and addcdiv: dynamo hands `torch.addcdiv(s, a, b, value=v)` to every backend as
+// s + (a / b) * v, three float16 roundings where eager's kernel makes one (up to a few ulps apart where
+// the sum cancels: the float16 finding of issue 13). The backend restores the addcdiv before AOT
+// autograd (python/fusion_jit/_backend.py, _restore_addcdiv); the fuzzer's recipes are ATen ops and
+// never see the rewrite.
 bool in_set(const std::string& fn, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (fn == n) return true;
@@ -617,6 +661,9 @@ Literal random_scalar(Rng& r, bool integral_only) {
   return pick(r, doubles);
 }
 
+// The largest result an elementwise op may broadcast to (the largest input shape has 32770 elements).
+constexpr int64_t kMaxBroadcastNumel = 65536;
+
 RecipeArg value_arg(int v) {
   RecipeArg a;
   a.value = v;
@@ -898,7 +945,13 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
                   vals[static_cast<size_t>(v)].scalar_type() != at::kBool)
                 continue;
               bool bok = true;
-              if (have_shape) broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &bok);
+              if (have_shape) {
+                // Views make values of other ranks: [n, 1] against [n] would broadcast to n^2 elements.
+                auto b = broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &bok);
+                int64_t numel = 1;
+                for (int64_t d : b) numel *= d;
+                bok = bok && numel <= kMaxBroadcastNumel;
+              }
               if (bok) cands.push_back(v);
             }
             if (cands.empty()) {
