@@ -156,9 +156,11 @@ def forward(self, x, y):
               "%.1f ms compiling in all\n",
               threads, wall, static_cast<long long>(calls.load()), static_cast<long long>(new_calls.load()),
               static_cast<long long>(st.signatures), st.compile_ms);
-  std::printf("%-44s %8s %8s %8s %8s\n", "latency of a compiled signature's call (ms)", "count", "p50", "p99", "max");
+  std::printf("%-44s %8s %8s %8s %8s %8s\n", "latency of a compiled signature's call (ms)", "count", "p50", "p99",
+              "p99.9", "max");
   auto row = [](const char* what, Latencies& l) {
-    std::printf("%-44s %8zu %8.3f %8.3f %8.3f\n", what, l.ms.size(), l.pct(0.5), l.pct(0.99), l.pct(1.0));
+    std::printf("%-44s %8zu %8.3f %8.3f %8.3f %8.3f\n", what, l.ms.size(), l.pct(0.5), l.pct(0.99), l.pct(0.999),
+                l.pct(1.0));
   };
   row("eager, one thread (baseline)", eager);
   row("fused, no compile running", quiet);

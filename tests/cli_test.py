@@ -27,10 +27,19 @@ class BitModel(torch.nn.Module):
         return x & 1
 
 
+class Chain8(torch.nn.Module):
+    def forward(self, x, y, z):
+        a = torch.sigmoid(x + y) * z
+        b = torch.tanh(a - 1.0) + x
+        return torch.relu(b * 0.5) - torch.exp(-a)
+
+
 MODEL = os.path.join(TMP, "model.pt")
 torch.jit.script(Model()).save(MODEL)
 BITS = os.path.join(TMP, "bits.pt")
 torch.jit.script(BitModel()).save(BITS)
+CHAIN8 = os.path.join(TMP, "chain8.pt")
+torch.jit.script(Chain8()).save(CHAIN8)
 
 
 def cli(*args):
@@ -132,6 +141,115 @@ def _():
 @case("a dtype the model rejects")
 def _():
     expect_error(["run", BITS, "--input", "f32[4]"], "rejects these inputs")
+
+
+@case("a model that rejects its inputs' shapes: exit 2, one line naming the inputs and eager's message (issue 13)")
+def _():
+    with torch.no_grad():
+        try:
+            Chain8()(torch.randn(4, 4), torch.randn(5, 3), torch.randn(4, 4))
+            raise AssertionError("eager accepted mismatched shapes")
+        except RuntimeError as e:
+            eager = str(e)
+    assert "must match the size of tensor b" in eager, eager
+    expect_error(["run", CHAIN8, "--input", "f32[4,4]", "f32[5,3]", "f32[4,4]"],
+                 "rejects these inputs (input 0 f32[4,4], input 1 f32[5,3], input 2 f32[4,4]): " + eager)
+    expect_error(["explain", CHAIN8, "--input", "f32[4,4]", "f32[5,3]", "f32[4,4]"], "rejects these inputs")
+    p = cli("run", CHAIN8, "--input", "f32[4,4]", "f32[4,4]", "f32[4,4]", "--check")
+    assert p.returncode == 0 and "check: pass" in p.stdout, (p.stdout, p.stderr)
+
+
+@case("numbers that overflow are usage errors naming the value (issue 13)")
+def _():
+    expect_error(["run", MODEL, "--input", "f32[99999999999999999999]", "f32[4]"],
+                 "input 0: size 99999999999999999999 in SPEC 'f32[99999999999999999999]' is too large")
+    expect_error(["run", MODEL, "--input", "f32[4294967296,4294967296]", "f32[4]"],
+                 "input 0: SPEC 'f32[4294967296,4294967296]' has more elements than int64_t can count")
+    expect_error(["run", MODEL, "--input", "f32[3,3]{99999999999999999999,1}", "f32[3]"],
+                 "input 0: stride 99999999999999999999 in SPEC")
+    expect_error(["run", MODEL, "--input", "f32[3,3]{4611686018427387904,1}", "f32[3]"],
+                 "spans more memory than int64_t can address")
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--seed", "99999999999999999999"],
+                 "--seed 99999999999999999999: too large")
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench", "4294967296"], "--bench 4294967296: too large")
+    expect_error(["cache", "prune", "--max-size", "17179869184G"], "cache prune --max-size 17179869184G: too large")
+    expect_error(["cache", "prune", "--max-size", "99999999999999999999"], "--max-size 99999999999999999999: too large")
+    expect_error(["fuzz", "--graph-seeds", "18446744073709551616"], "'18446744073709551616' is too large")
+    env = dict(os.environ, FUSION_JIT_CACHE_MAX_MB="17592186044416")
+    p = subprocess.run([CLI, "cache", "stats"], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "FUSION_JIT_CACHE_MAX_MB=17592186044416: too large" in p.stderr, (p.returncode, p.stderr)
+    # The largest sizes that fit still work.
+    p = cli("cache", "prune", "--max-size", "8589934591G")
+    assert p.returncode == 0, p.stderr
+
+
+@case("the host compiler's temporary directories are removed, after a compile and after a failed one (issue 13)")
+def _():
+    tmpdir = tempfile.mkdtemp(prefix="fj-tmpdir-", dir=TMP)
+    for cxx, cache in (("g++", "cache-tmpdir-ok"), ("false", "cache-tmpdir-fail")):
+        env = dict(os.environ, TMPDIR=tmpdir, FUSION_JIT_CXX=cxx, FUSION_JIT_CACHE_DIR=os.path.join(TMP, cache))
+        p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]", "--json"],
+                           capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        j = json.loads(p.stdout)
+        assert j["kernels"] == (2 if cxx == "g++" else 0), j
+        left = [f for f in os.listdir(tmpdir) if f.startswith("fusion_jit-")]
+        assert not left, f"FUSION_JIT_CXX={cxx} left {left} in TMPDIR"
+
+
+@case("FUSION_JIT_CXX with several words: each command compiles for itself, not from another's cache (issue 13)")
+def _():
+    cache = os.path.join(TMP, "cache-cxx-words")
+    for cxx in ("g++", "g++ -fno-plt", "env g++"):
+        env = dict(os.environ, FUSION_JIT_CXX=cxx, FUSION_JIT_CACHE_DIR=cache)
+        p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]", "--check", "--json"],
+                           capture_output=True, text=True, env=env)
+        assert p.returncode == 0, (cxx, p.stderr)
+        j = json.loads(p.stdout)
+        assert j["check"] == "pass" and j["compiler_invocations"] == 1, (cxx, j)
+        p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]", "--json"],
+                           capture_output=True, text=True, env=dict(env, FUSION_JIT_ASSERT_NO_COMPILE="1"))
+        assert p.returncode == 0 and json.loads(p.stdout)["compiler_invocations"] == 0, (cxx, p.stderr)
+
+
+@case("without HOME the kernel cache is kept in memory, never under /tmp (issue 13)")
+def _():
+    shared = "/tmp/.cache/fusion_jit"
+    existed = os.path.exists(shared)
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", "FUSION_JIT_CACHE_DIR")}
+    p = subprocess.run([CLI, "run", MODEL, "--input", "f32[16,8]", "f32[8]", "--check", "--json"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["check"] == "pass" and j["kernels"] == 2 and j["cache"]["hits"] == 0, j
+    warnings = [line for line in p.stderr.splitlines() if "kernel cache" in line]
+    assert len(warnings) == 1 and "memory only" in warnings[0] and "HOME" in warnings[0], p.stderr
+    assert existed or not os.path.exists(shared), f"{shared} was created"
+    p = subprocess.run([CLI, "cache", "stats"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and "not used" in p.stdout, p.stdout
+
+
+@case("a group- or world-writable cache directory is not used: one warning with the fix (issue 13)")
+def _():
+    cache = os.path.join(TMP, "cache-open")
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=cache)
+    run = lambda *a, **kw: subprocess.run([CLI, *a], capture_output=True, text=True, env=dict(env, **kw))  # noqa: E731
+    p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]")
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    os.chmod(cache, 0o777)
+    p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]", "--check", "--json")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["check"] == "pass" and j["compiler_invocations"] == 1 and j["cache"]["hits"] == 0, j
+    warnings = [line for line in p.stderr.splitlines() if "kernel cache" in line]
+    assert len(warnings) == 1 and f"chmod go-w {cache}" in warnings[0], p.stderr
+    p = run("cache", "stats")
+    assert "not used" in p.stdout and "group- or world-writable" in p.stdout, p.stdout
+    p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]", "--json", FUSION_JIT_ASSERT_NO_COMPILE="1")
+    assert p.returncode == 2, "the open directory's entries were not loaded"
+    os.chmod(cache, 0o700)
+    p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]", "--json", FUSION_JIT_ASSERT_NO_COMPILE="1")
+    assert p.returncode == 0 and json.loads(p.stdout)["cache"]["hits"] >= 2, p.stderr
 
 
 @case("--device cuda without a driver")
@@ -312,6 +430,30 @@ def _():
     assert p.returncode == 0 and "removed 2 entries" in p.stdout, p.stdout
     expect_error(["cache", "prune", "--max-size", "lots"], "expected a size")
     expect_error(["cache", "frob"], "unknown command 'frob'")
+
+
+
+class AddsToItsInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1.0)
+        return x * 2.0
+
+
+@case("a model that changes its input changes it as eager does, once per call (issue 13 item 3)")
+def _():
+    model = os.path.join(TMP, "adds_to_input.pt")
+    torch.jit.script(AddsToItsInput()).save(model)
+    inputs = os.path.join(TMP, "zeros.pt")
+    torch.save([torch.zeros(4)], inputs)
+    saved = os.path.join(TMP, "adds_out.pt")
+    p = cli("run", model, "--inputs", inputs, "--check", "--json", "--save-outputs", saved)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    j = json.loads(p.stdout)
+    assert j["check"] == "pass", j
+    assert "in-place" in (j["eager_fallback"] or ""), j
+    out = torch.load(saved)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    assert torch.equal(out, torch.full((4,), 2.0)), out
 
 
 failed = [(n, e) for n, e in results if e]

@@ -27,8 +27,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,8 +41,10 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/plan.h"
 #include "support/error.h"
+#include "support/parse.h"
 #include "torch/api.h"
 #include "torch/cuda_support.h"
+#include "torch/executor.h"
 #include "torch/tolerance.h"
 
 namespace fj = fusion_jit;
@@ -73,10 +77,14 @@ struct Args {
   bool check = false, json = false, dump_source = false;
 };
 
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < lo) usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo,
+                  int64_t hi = std::numeric_limits<int64_t>::max()) {
+  int64_t x = 0;
+  fj::ParseStatus st = fj::parse_int64(v, &x);
+  if (st == fj::ParseStatus::kMalformed || (st == fj::ParseStatus::kOk && x < lo))
+    usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  if (st == fj::ParseStatus::kOutOfRange || x > hi)
+    usage_error(flag + " " + v + ": too large (at most " + std::to_string(hi) + ")");
   return x;
 }
 
@@ -110,7 +118,7 @@ Args parse_args(int argc, char** argv) {
     } else if (r == "--check" && is_run) {
       a.check = true;
     } else if (r == "--bench" && is_run) {
-      a.bench = static_cast<int>(parse_int(r, value(i, r), 1));
+      a.bench = static_cast<int>(parse_int(r, value(i, r), 1, std::numeric_limits<int>::max()));
     } else if (r == "--json" && is_run) {
       a.json = true;
     } else if (r == "--save-outputs" && is_run) {
@@ -152,12 +160,19 @@ at::Tensor make_input(const std::string& spec, size_t index) {
   auto dt = fj::dtype_from_name(m[1]);
   if (!dt || *dt == fj::DType::kOther)
     usage_error("input " + std::to_string(index) + ": unknown dtype '" + std::string(m[1]) + "' in SPEC '" + spec + "'");
-  auto ints = [&](const std::string& s) {
+  const std::string where = "input " + std::to_string(index) + ": ";
+  auto ints = [&](const std::string& s, const char* what) {
     std::vector<int64_t> v;
     std::string cur;
     for (char c : s + ",") {
       if (c == ',') {
-        if (!cur.empty()) v.push_back(std::stoll(cur));
+        if (!cur.empty()) {
+          int64_t x = 0;
+          if (fj::parse_int64(cur, &x) != fj::ParseStatus::kOk)
+            usage_error(where + what + " " + cur + " in SPEC '" + spec + "' is too large (at most " +
+                        std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+          v.push_back(x);
+        }
         cur.clear();
       } else if (!std::isspace(static_cast<unsigned char>(c))) {
         cur += c;
@@ -165,13 +180,24 @@ at::Tensor make_input(const std::string& spec, size_t index) {
     }
     return v;
   };
-  std::vector<int64_t> sizes = ints(m[2]);
-  std::vector<int64_t> strides = m[3].matched ? ints(m[4]) : fj::contiguous_strides(sizes);
+  std::vector<int64_t> sizes = ints(m[2], "size");
+  // The element count and the extent in memory must fit int64_t (torch computes both).
+  int64_t numel = 1;
+  for (int64_t d : sizes)
+    if (!fj::checked_mul(numel, d, &numel))
+      usage_error(where + "SPEC '" + spec + "' has more elements than int64_t can count");
+  std::vector<int64_t> strides = m[3].matched ? ints(m[4], "stride") : fj::contiguous_strides(sizes);
   if (strides.size() != sizes.size())
-    usage_error("input " + std::to_string(index) + ": SPEC '" + spec + "' has " + std::to_string(sizes.size()) + " sizes but " +
+    usage_error(where + "SPEC '" + spec + "' has " + std::to_string(sizes.size()) + " sizes but " +
                 std::to_string(strides.size()) + " strides");
-  fj::TensorType tt{*dt, sizes, strides};
-  int64_t extent = std::max<int64_t>(tt.extent(), 1);
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size() && numel > 0; ++d) {
+    int64_t span = 0;
+    if (!fj::checked_mul(sizes[d] - 1, strides[d], &span) || extent > std::numeric_limits<int64_t>::max() - span)
+      usage_error(where + "SPEC '" + spec + "' spans more memory than int64_t can address");
+    extent += span;
+  }
+  if (numel == 0) extent = 1;
   auto st = static_cast<at::ScalarType>(fj::dtype_to_torch_code(*dt));
   at::Tensor base;
   if (fj::is_floating(*dt)) base = at::randn({extent}, at::TensorOptions().dtype(at::kFloat)).to(st);
@@ -252,6 +278,36 @@ std::string first_line(std::string s) {
   s.erase(0, s.find_first_not_of("\n \t"));
   auto p = s.find('\n');
   return p == std::string::npos ? s : s.substr(0, p);
+}
+
+// "these inputs (input 0 f32[4,4], input 1 f32[5,3])": what eager was given, for its error messages.
+std::string describe_inputs(const std::vector<c10::IValue>& inputs) {
+  std::string s;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    s += (i ? ", input " : "these inputs (input ") + std::to_string(i) + " ";
+    if (!inputs[i].isTensor()) {
+      s += inputs[i].tagKind();
+      continue;
+    }
+    const at::Tensor& t = inputs[i].toTensor();
+    fj::DType dt = fj::dtype_from_torch_code(static_cast<int>(t.scalar_type()));
+    s += std::string(dt != fj::DType::kOther ? fj::dtype_name(dt) : c10::toString(t.scalar_type())) + "[";
+    for (int64_t d = 0; d < t.dim(); ++d) s += (d ? "," : "") + std::to_string(t.size(d));
+    s += "]";
+  }
+  return s + (inputs.empty() ? "these inputs" : ")");
+}
+
+// The op's message in an error from TorchScript's interpreter ("The following operation failed in the
+// TorchScript interpreter. Traceback ... RuntimeError: MESSAGE"): MESSAGE, else the first line.
+std::string eager_error_message(const std::string& what) {
+  static const std::regex error_line(R"(^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception): (.*)$)");
+  std::istringstream in(what);
+  std::string line, found;
+  std::smatch m;
+  while (std::getline(in, line))
+    if (found.empty() && std::regex_match(line, m, error_line) && !m[2].str().empty()) found = m[2].str();
+  return found.empty() ? first_line(what) : found;
 }
 
 // `fusion-jit compile`: the plan's CUDA kernels through NVRTC, written to a directory.
@@ -336,16 +392,22 @@ int run(const Args& a) {
   // The reference: TorchScript's interpreter without its optimizing executor (so without torch's fusers).
   torch::jit::setGraphExecutorOptimize(false);
   module.eval();
-  std::vector<c10::IValue> originals;
-  for (auto& v : inputs) originals.push_back(v.toTensor().clone());
+  // Eager runs on copies of the inputs: a model that changes its inputs changes each set once, and the
+  // fused call's inputs must end as eager's do.
+  std::vector<c10::IValue> eager_inputs;
+  for (auto& v : inputs) eager_inputs.emplace_back(fj::clone_same_layout(v.toTensor()));
   c10::IValue eager_out;
   double eager_first_ms = 0;
   try {
     auto t_eager = std::chrono::steady_clock::now();
-    eager_out = module.forward(inputs);
+    eager_out = module.forward(eager_inputs);
     eager_first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_eager).count();
   } catch (const c10::Error& e) {
-    usage_error(a.model + " rejects these inputs: " + first_line(e.what_without_backtrace()));
+    usage_error(a.model + " rejects " + describe_inputs(inputs) + ": " + first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // TorchScript's interpreter rethrows an op's c10::Error as a std::runtime_error whose text is the
+    // interpreter's stack, then the op's error: the model's own message on these inputs.
+    usage_error(a.model + " rejects " + describe_inputs(inputs) + ": " + eager_error_message(e.what()));
   }
   auto fused = fj::compile(module);
   const fj::ExecutablePlan* plan = nullptr;
@@ -398,9 +460,9 @@ int run(const Args& a) {
       }
     }
     for (size_t i = 0; i < inputs.size() && check == "pass"; ++i)
-      if (!fj::same_values(inputs[i].toTensor(), originals[i].toTensor())) {
+      if (!fj::same_values(inputs[i].toTensor(), eager_inputs[i].toTensor())) {
         check = "fail";
-        why = "input " + std::to_string(i) + " was modified";
+        why = "input " + std::to_string(i) + " after the call differs from eager's";
       }
   }
   double eager_ms = -1, fused_ms = -1;
@@ -473,8 +535,10 @@ int cache_main(int argc, char** argv) {
     auto entries = c.list();
     int64_t total = 0;
     for (const auto& e : entries) total += e.bytes;
-    std::printf("directory: %s\nentries: %zu\nsize: %s of %s\n", c.dir().c_str(), entries.size(), human(total).c_str(),
-                human(c.max_bytes()).c_str());
+    const std::string problem = c.unusable_reason();
+    std::printf("directory: %s\n", c.dir().empty() ? "none" : c.dir().c_str());
+    if (!problem.empty()) std::printf("status: not used (%s); compiled kernels are kept in memory only\n", problem.c_str());
+    std::printf("entries: %zu\nsize: %s of %s\n", entries.size(), human(total).c_str(), human(c.max_bytes()).c_str());
     return 0;
   }
   if (cmd == "ls" || cmd == "verify") {
@@ -506,7 +570,11 @@ int cache_main(int argc, char** argv) {
     std::smatch m;
     const std::string v = rest[++i];
     if (!std::regex_match(v, m, re)) usage_error("cache prune --max-size " + v + ": expected a size such as 512M or 2G");
-    max = std::stoll(m[1].str()) << (m[2] == "K" ? 10 : m[2] == "M" ? 20 : m[2] == "G" ? 30 : 0);
+    const int shift = m[2] == "K" ? 10 : m[2] == "M" ? 20 : m[2] == "G" ? 30 : 0;
+    int64_t n = 0;
+    if (fj::parse_int64(m[1].str(), &n) != fj::ParseStatus::kOk || !fj::checked_shl(n, shift, &max))
+      usage_error("cache prune --max-size " + v + ": too large (at most " +
+                  std::to_string(std::numeric_limits<int64_t>::max() >> shift) + m[2].str() + ")");
   }
   int64_t removed = c.prune(max);
   std::printf("removed %s; %zu entries left\n", human(removed).c_str(), c.list().size());
@@ -528,7 +596,7 @@ int fuzz_main(int argc, char** argv) {
     if (r == "--graphs") opt.max_graphs = parse_int(r, value(r), 1);
     else if (r == "--minutes") opt.max_seconds = 60.0 * static_cast<double>(parse_int(r, value(r), 1));
     else if (r == "--seed") opt.seed = static_cast<uint64_t>(parse_int(r, value(r), 0));
-    else if (r == "--batch") opt.batch = static_cast<int>(parse_int(r, value(r), 1));
+    else if (r == "--batch") opt.batch = static_cast<int>(parse_int(r, value(r), 1, std::numeric_limits<int>::max()));
     else if (r == "--out") opt.repro_dir = value(r);
     else if (r == "--nvrtc") opt.check.nvrtc_arch = value(r);
     else if (r == "--graph-seeds") {
@@ -537,9 +605,10 @@ int fuzz_main(int argc, char** argv) {
       while (start <= list.size()) {
         size_t end = std::min(list.find(',', start), list.size());
         std::string item = list.substr(start, end - start);
-        char* stop = nullptr;
-        unsigned long long v = std::strtoull(item.c_str(), &stop, 10);
-        if (item.empty() || *stop != '\0') usage_error("--graph-seeds: '" + item + "' is not a graph seed");
+        uint64_t v = 0;
+        fj::ParseStatus st = fj::parse_uint64(item, &v);
+        if (st == fj::ParseStatus::kMalformed) usage_error("--graph-seeds: '" + item + "' is not a graph seed");
+        if (st == fj::ParseStatus::kOutOfRange) usage_error("--graph-seeds: '" + item + "' is too large for a graph seed");
         opt.graph_seeds.push_back(v);
         start = end + 1;
       }

@@ -1,18 +1,21 @@
 #include "compile/host_compiler.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>
-#include <sstream>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 #include "kernels_cache/kernels_cache.h"
@@ -27,23 +30,45 @@ namespace {
 std::mutex g_mu;
 HostCompileStats g_stats;
 
+// Keys being compiled, each with the mutex that its compile holds (under g_mu).
+std::map<std::string, std::shared_ptr<std::mutex>>& compiles_in_flight() {
+  static auto* m = new std::map<std::string, std::shared_ptr<std::mutex>>();
+  return *m;
+}
+
 std::map<std::string, std::weak_ptr<CompiledLibrary>>& library_cache() {
   static auto* m = new std::map<std::string, std::weak_ptr<CompiledLibrary>>();
   return *m;
 }
 
-// A private directory for this process's shared objects.
-const std::string& work_dir() {
-  static const std::string dir = [] {
+// A private directory for one compile ($TMPDIR/fusion_jit-XXXXXX, 0700), removed with everything in it
+// when the compile ends, whether it succeeded or threw.
+class CompileDir {
+ public:
+  CompileDir() {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/fusion_jit-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    FJ_CHECK(mkdtemp(buf.data()) != nullptr, "cannot create a temporary directory at {}", tmpl);
-    return std::string(buf.data());
-  }();
-  return dir;
-}
+    FJ_CHECK(::mkdtemp(buf.data()) != nullptr, "cannot create a temporary directory {}: {}", tmpl, std::strerror(errno));
+    path_ = buf.data();
+  }
+  ~CompileDir() {
+    // The compiler writes plain files here (the source, the shared object, nothing nested).
+    if (DIR* d = ::opendir(path_.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ::unlinkat(::dirfd(d), e->d_name, 0);
+      ::closedir(d);
+    }
+    if (::rmdir(path_.c_str()) != 0) log_warn("cannot remove the temporary directory {}: {}", path_, std::strerror(errno));
+  }
+  CompileDir(const CompileDir&) = delete;
+  CompileDir& operator=(const CompileDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -62,21 +87,65 @@ int run_command(const std::string& cmd, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-// The host compiler's identity for cache keys: its path, `--version` line and a fingerprint of its binary.
-const std::string& compiler_identity() {
-  static const std::string id = [] {
-    const std::string& cxx = Options::get().cxx;
-    std::string path, version;
-    run_command("command -v " + shell_quote(cxx), &path);
-    run_command(shell_quote(cxx) + " --version", &version);
-    path = path.substr(0, path.find('\n'));
-    version = version.substr(0, version.find('\n'));
-    std::ifstream bin(path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(bin)), {});
-    return path + " | " + version + " | " + sha256_hex(bytes).substr(0, 16);
-  }();
+// The first 16 hex digits of SHA-256 of the file at `path` ("" when it cannot be read).
+std::string file_fingerprint(const std::string& path) {
+  std::ifstream bin(path, std::ios::binary);
+  if (!bin) return "";
+  std::string bytes((std::istreambuf_iterator<char>(bin)), {});
+  return sha256_hex(bytes).substr(0, 16);
+}
+
+// Where the shell finds `word` (command -v), or "".
+std::string resolve_command(const std::string& word) {
+  std::string path;
+  if (run_command("command -v " + shell_quote(word), &path) != 0) return "";
+  path = path.substr(0, path.find('\n'));
+  return path.empty() || path[0] != '/' ? "" : path;
+}
+
+// Commands that run the next word of the command line as the compiler.
+bool is_wrapper(const std::string& path) {
+  static const std::set<std::string> wrappers{"ccache", "sccache", "distcc", "icecc", "env", "nice", "nohup", "time"};
+  return wrappers.count(path.substr(path.rfind('/') + 1)) > 0;
+}
+
+}  // namespace
+
+std::string host_compiler_identity(const std::string& cxx) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = known.find(cxx);
+    if (it != known.end()) return it->second;
+  }
+  std::istringstream words_in(cxx);
+  std::vector<std::string> words;
+  for (std::string w; words_in >> w;) words.push_back(w);
+  std::string id = "command: " + cxx;
+  // The version as the command prints it, run as the compile runs it (unquoted: the shell splits words).
+  std::string version;
+  run_command(cxx + " --version", &version);
+  while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
+  id += " | version: " + version;
+  // The binaries that compile: the first word, and after each wrapper the first word that is no option
+  // and no VAR=VALUE and that the shell finds.
+  for (size_t i = 0; i < words.size();) {
+    std::string path = resolve_command(words[i]);
+    id += " | " + words[i] + ": " + (path.empty() ? "not found" : path + " " + file_fingerprint(path));
+    if (path.empty() || !is_wrapper(path)) break;
+    size_t next = i + 1;
+    while (next < words.size() && (words[next][0] == '-' || words[next].find('=') != std::string::npos ||
+                                   resolve_command(words[next]).empty()))
+      ++next;
+    i = next;
+  }
+  std::lock_guard<std::mutex> g(mu);
+  known[cxx] = id;
   return id;
 }
+
+namespace {
 
 // The host CPU's ISA (-march=native code crashes on another CPU): model and feature flags.
 const std::string& host_isa() {
@@ -93,20 +162,25 @@ const std::string& host_isa() {
 }
 
 // Loads a shared object from memory (a memfd: no file to clean up, works where the cache is noexec).
-// Loads the image through an in-memory file; *fd receives it (open while the library is loaded).
-void* load_shared_object(const std::string& image, const std::string& key, int* fd_out) {
+// Returns the handle and sets *fd_out to the in-memory file (open while the library is loaded), or returns
+// nullptr and sets *error.
+void* load_shared_object(const std::string& image, const std::string& key, int* fd_out, std::string* error) {
   int fd = ::memfd_create(("fj_" + key.substr(0, 16)).c_str(), MFD_CLOEXEC);
   FJ_CHECK(fd >= 0, "cannot create an in-memory file for kernels {}: {}", key.substr(0, 16), std::strerror(errno));
   size_t done = 0;
   while (done < image.size()) {
     ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
   void* h = done == image.size() ? dlopen(("/proc/self/fd/" + std::to_string(fd)).c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
-  std::string err = h ? "" : (done == image.size() ? dlerror() : "short write");
-  if (!h) ::close(fd);
-  FJ_CHECK(h != nullptr, "cannot load compiled kernels {}: {}", key.substr(0, 16), err);
+  if (!h) {
+    const char* why = done == image.size() ? dlerror() : nullptr;
+    *error = why ? why : "short write";
+    ::close(fd);
+    return nullptr;
+  }
   *fd_out = fd;
   return h;
 }
@@ -121,8 +195,10 @@ CompiledLibrary::~CompiledLibrary() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void* CompiledLibrary::find_symbol(const std::string& name) const { return dlsym(handle_, name.c_str()); }
+
 void* CompiledLibrary::symbol(const std::string& name) const {
-  void* f = dlsym(handle_, name.c_str());
+  void* f = find_symbol(name);
   FJ_CHECK(f != nullptr, "compiled kernels {} have no function {}", key_.substr(0, 16), name);
   return f;
 }
@@ -137,20 +213,43 @@ HostCompileStats host_compile_stats() {
   return g_stats;
 }
 
+std::string cpu_source_cache_key(const std::string& source, const std::string& cxx) {
+  return cache_key({"cpu-so", source, host_compiler_identity(cxx), host_compile_flags(), host_isa()});
+}
+
+std::string cpu_source_cache_key(const std::string& source) { return cpu_source_cache_key(source, Options::get().cxx); }
+
 std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
   const Options& opt = Options::get();
-  const std::string key = cache_key({"cpu-so", source, compiler_identity(), host_compile_flags(), host_isa()});
-  std::lock_guard<std::mutex> g(g_mu);
-  if (auto lib = library_cache()[key].lock()) {
-    g_stats.memory_hits++;
-    return lib;
+  const std::string key = cpu_source_cache_key(source);
+  // g_mu guards the tables and counters only; it is never held across a compile or a wait on another
+  // process's cache lock. One compile per key: threads asking for the same key wait on its own mutex.
+  std::shared_ptr<std::mutex> key_mu;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (auto lib = library_cache()[key].lock()) {
+      g_stats.memory_hits++;
+      return lib;
+    }
+    auto& slot = compiles_in_flight()[key];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    key_mu = slot;
+  }
+  std::lock_guard<std::mutex> one_compile(*key_mu);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (auto lib = library_cache()[key].lock()) {  // made by the thread this one waited for
+      g_stats.memory_hits++;
+      return lib;
+    }
   }
   auto t0 = std::chrono::steady_clock::now();
-  // Compiles to a private file and returns the shared object's bytes.
+  // Compiles in a temporary directory of its own and returns the shared object's bytes.
   auto compile = [&]() -> std::string {
     FJ_CHECK(!opt.assert_no_compile,
              "FUSION_JIT_ASSERT_NO_COMPILE is set, but CPU kernels {} would be compiled", key.substr(0, 16));
-    std::string base = work_dir() + "/" + key.substr(0, 24);
+    CompileDir dir;
+    std::string base = dir.path() + "/" + key.substr(0, 24);
     std::string src = base + ".cpp", so = base + ".so";
     {
       std::ofstream f(src);
@@ -163,28 +262,46 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
     int rc = run_command(cmd, &out);
     if (opt.dumps("log") && !out.empty()) std::fprintf(stderr, "== host compiler log ==\n%s", out.c_str());
     if (rc != 0) FJ_CHECK(false, "host compiler failed (exit {}) on {}:\n{}\ncommand: {}", rc, src, out, cmd);
-    std::remove(src.c_str());
     std::ifstream f(so, std::ios::binary);
     std::string image((std::istreambuf_iterator<char>(f)), {});
-    std::remove(so.c_str());
     FJ_CHECK(!image.empty(), "the host compiler wrote no shared object {}", so);
+    std::lock_guard<std::mutex> g(g_mu);
     g_stats.compiles++;
     return image;
   };
+  const bool use_cache = !opt.is_disabled("cache");
   bool made = true;
-  std::string image = opt.is_disabled("cache") ? compile() : KernelsCache::instance().get_or_make(key, compile, &made);
-  if (!made) g_stats.disk_hits++;
+  std::string image = use_cache ? KernelsCache::instance().get_or_make(key, compile, &made) : compile();
   int fd = -1;
-  void* h = load_shared_object(image, key, &fd);
+  std::string error;
+  void* h = load_shared_object(image, key, &fd, &error);
+  if (!h && !made) {
+    // It passed the checksum, so the cache stored what some process gave it; it is still no library
+    // this process can load (another loader, a foreign libc): remove it and compile once more.
+    log_warn("CPU kernels {} from the kernel cache cannot be loaded ({}); removed from the cache and compiled again",
+             key.substr(0, 16), error);
+    KernelsCache& cache = KernelsCache::instance();
+    cache.erase(key);
+    image = compile();
+    made = true;
+    cache.put(key, image);
+    h = load_shared_object(image, key, &fd, &error);
+  }
+  FJ_CHECK(h != nullptr, "cannot load compiled kernels {}: {}", key.substr(0, 16), error);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto lib = std::make_shared<CompiledLibrary>(h, fd, key, made ? ms : 0.0);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (!made) g_stats.disk_hits++;
+    if (made) g_stats.total_ms += ms;
+    library_cache()[key] = lib;
+    compiles_in_flight().erase(key);
+  }
   if (made) {
-    g_stats.total_ms += ms;
     log_info("compiled CPU kernels {} in {:.0f} ms", key.substr(0, 16), ms);
   } else {
     log_info("loaded CPU kernels {} from the kernel cache in {:.1f} ms", key.substr(0, 16), ms);
   }
-  auto lib = std::make_shared<CompiledLibrary>(h, fd, key, made ? ms : 0.0);
-  library_cache()[key] = lib;
   return lib;
 }
 

@@ -1,9 +1,11 @@
 // The host compiler: a CPU plan's C++ source to a shared object, loaded with dlopen.
 //
 // Compiled libraries are kept in memory, and their shared objects in the on-disk kernel cache
-// (kernels_cache/), by the SHA-256 of source, compiler identity (path, version, binary fingerprint),
-// flags and the host CPU's ISA: the same source is compiled once per process, and a restarted process
-// loads it from disk (through a memfd) without a compiler. Compiler flags keep IEEE semantics (no
+// (kernels_cache/), by the SHA-256 of source, compiler identity (host_compiler_identity), flags and the
+// host CPU's ISA: the same source is compiled once per process, and a restarted process loads it from
+// disk (through a memfd) without a compiler. A cached shared object that passes the cache's checksum but
+// that dlopen refuses is removed from the cache and compiled once more, with a warning. Each compile
+// works in a temporary directory of its own ($TMPDIR/fusion_jit-XXXXXX), removed when it ends. Compiler flags keep IEEE semantics (no
 // -ffast-math): -fno-math-errno changes no result, -fopenmp-simd enables the `omp simd` loops and the
 // libmvec declarations of the prelude, -fwrapv gives integers torch's wrap-around. Not
 // -fno-trapping-math: with it GCC folds (float)(int64_t)x into truncf(x), which turns -0.5 into -0.0
@@ -27,6 +29,8 @@ class CompiledLibrary {
   CompiledLibrary& operator=(const CompiledLibrary&) = delete;
   // The address of an extern "C" function; throws fusion_jit::Error naming it when it is missing.
   void* symbol(const std::string& name) const;
+  // The address of an extern "C" function, or nullptr when the library has none by that name.
+  void* find_symbol(const std::string& name) const;
   const std::string& key() const { return key_; }
   double compile_ms() const { return compile_ms_; }  // 0 when it came from a cache
 
@@ -50,5 +54,14 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source);
 HostCompileStats host_compile_stats();
 // The flags used, for display and cache keys.
 std::string host_compile_flags();
+// The identity of the host compiler command `cxx` (FUSION_JIT_CXX: it may be several words, such as
+// "ccache g++" or "g++ -fno-plt"), for cache keys: the whole command, what `cxx --version` prints, and the
+// path and a SHA-256 fingerprint of each binary that compiles: the first word and, after a wrapper
+// (ccache, sccache, distcc, icecc, env, nice, nohup, time), the first later word that is no option or
+// VAR=VALUE and that `command -v` finds. Computed once per command in a process.
+std::string host_compiler_identity(const std::string& cxx);
+// The kernel cache key of `source` compiled by `cxx` (default: the FUSION_JIT_CXX option).
+std::string cpu_source_cache_key(const std::string& source, const std::string& cxx);
+std::string cpu_source_cache_key(const std::string& source);
 
 }  // namespace fusion_jit

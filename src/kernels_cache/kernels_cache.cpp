@@ -20,6 +20,14 @@
 #include "support/options.h"
 
 namespace fusion_jit {
+
+struct ShardFile {
+  int shard_fd;            // the shard directory, open: act on the file with *at(shard_fd, name, ...)
+  std::string shard_name;  // two hex digits
+  std::string shard_path, name;
+  struct stat st;          // lstat of the file
+};
+
 namespace {
 
 constexpr char kMagic[4] = {'F', 'J', 'K', 'C'};
@@ -55,20 +63,32 @@ std::optional<std::string> unframe(const std::string& f, const std::string& key)
   return f.substr(head, len);
 }
 
-// The whole file, or nothing (errno tells why).
-std::optional<std::string> read_file(const std::string& path, struct stat* st) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// Whether a file or directory at `st` may hold code we load (OpenSSH's rule for ~/.ssh): owned by us or
+// root, writable by nobody else. "" when it may, else why not.
+std::string ownership_problem(const struct stat& st) {
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    return fmt::format("is owned by uid {}, not by uid {} (us) or root", st.st_uid, ::geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return fmt::format("is group- or world-writable (mode {:04o})", st.st_mode & 07777);
+  return "";
+}
+
+// A whole entry file `name` (relative to `dir_fd`, or a path with AT_FDCWD), or nothing. Never follows a
+// symbolic link, never blocks on a FIFO or device, and reads only a regular file that ownership_problem
+// accepts.
+std::optional<std::string> read_entry(int dir_fd, const char* name, struct stat* st) {
+  int fd = ::openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  std::string data;
-  if (::fstat(fd, st) == 0) {
-    data.resize(static_cast<size_t>(st->st_size));
+  std::optional<std::string> data;
+  if (::fstat(fd, st) == 0 && S_ISREG(st->st_mode) && ownership_problem(*st).empty()) {
+    data.emplace(static_cast<size_t>(st->st_size), '\0');
     size_t got = 0;
-    while (got < data.size()) {
-      ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+    while (got < data->size()) {
+      ssize_t n = ::read(fd, data->data() + got, data->size() - got);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       got += static_cast<size_t>(n);
     }
-    data.resize(got);
+    data->resize(got);
   }
   ::close(fd);
   return data;
@@ -85,33 +105,99 @@ bool write_all(int fd, const std::string& data) {
   return true;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+bool is_hex(const std::string& s, size_t from, size_t n) {
+  if (s.size() < from + n) return false;
+  for (size_t i = from; i < from + n; ++i)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+  return true;
 }
 
-// Calls fn(shard_dir, file_name) for each file in each shard of `root`.
-void for_each_file(const std::string& root, const std::function<void(const std::string&, const std::string&)>& fn) {
-  DIR* r = ::opendir(root.c_str());
-  if (!r) return;
+bool is_digits(const std::string& s, size_t from, size_t to) {
+  if (from >= to) return false;
+  for (size_t i = from; i < to; ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
+constexpr size_t kKeyChars = 64;
+
+// The file names this cache writes in shard `shard`: <key>.fjk, <key>.lock, <key>.tmp.<pid>.<n>, with a
+// key of 64 lower-case hex digits whose first two are the shard's name. Nothing else is ever removed.
+enum class FileKind { kForeign, kEntry, kLock, kTemp };
+FileKind file_kind(const std::string& shard, const std::string& name) {
+  if (!is_hex(name, 0, kKeyChars) || name.compare(0, 2, shard) != 0) return FileKind::kForeign;
+  const std::string rest = name.substr(kKeyChars);
+  if (rest == ".fjk") return FileKind::kEntry;
+  if (rest == ".lock") return FileKind::kLock;
+  if (rest.rfind(".tmp.", 0) == 0) {
+    size_t dot = rest.find('.', 5);
+    if (dot != std::string::npos && is_digits(rest, 5, dot) && is_digits(rest, dot + 1, rest.size())) return FileKind::kTemp;
+  }
+  return FileKind::kForeign;
+}
+
+bool is_shard_name(const std::string& name) { return name.size() == 2 && is_hex(name, 0, 2); }
+
+// Calls fn for each file in each shard of `root`, never following a symbolic link: the root and each
+// shard are opened with O_NOFOLLOW, files are lstat'ed. Only directories named by two hex digits are
+// shards; a shard that is a symbolic link, or that ownership_problem rejects, is skipped and passed to
+// `bad` with the reason.
+void for_each_file(const std::string& root, const std::function<void(const ShardFile&)>& fn,
+                   const std::function<void(const std::string&, const std::string&)>& bad) {
+  int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root_fd < 0) return;
+  DIR* r = ::fdopendir(root_fd);
+  if (!r) {
+    ::close(root_fd);
+    return;
+  }
   while (dirent* s = ::readdir(r)) {
-    if (s->d_name[0] == '.') continue;
-    std::string shard = root + "/" + s->d_name;
-    DIR* d = ::opendir(shard.c_str());
-    if (!d) continue;
-    while (dirent* e = ::readdir(d))
-      if (e->d_name[0] != '.') fn(shard, e->d_name);
-    ::closedir(d);
+    const std::string name = s->d_name;
+    if (!is_shard_name(name)) continue;
+    const std::string shard = root + "/" + name;
+    int fd = ::openat(root_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      struct stat lst{};
+      if (::fstatat(root_fd, name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lst.st_mode))
+        bad(shard, "is a symbolic link");
+      continue;
+    }
+    struct stat dst{};
+    std::string why = ::fstat(fd, &dst) == 0 ? ownership_problem(dst) : std::string("cannot be checked");
+    DIR* d = why.empty() ? ::fdopendir(fd) : nullptr;
+    if (!d) {
+      if (!why.empty()) bad(shard, why);
+      ::close(fd);
+      continue;
+    }
+    while (dirent* e = ::readdir(d)) {
+      ShardFile f{fd, name, shard, e->d_name, {}};
+      if (f.name == "." || f.name == "..") continue;
+      if (::fstatat(fd, e->d_name, &f.st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      fn(f);
+    }
+    ::closedir(d);  // closes fd
   }
   ::closedir(r);
 }
 
+// The default directory, or "" when there is none we may use: without FUSION_JIT_CACHE_DIR,
+// XDG_CACHE_HOME and HOME there is no directory of ours to put it in (a fixed path under /tmp could be
+// made first by another user), so the cache is kept in memory.
 std::string default_dir() {
   const Options& o = Options::get();
   if (!o.cache_dir.empty()) return o.cache_dir;
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg && *xdg) return std::string(xdg) + "/fusion_jit";
   const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/fusion_jit";
+  if (home && *home) return std::string(home) + "/.cache/fusion_jit";
+  return "";
+}
+
+// `dir` without trailing slashes (lstat of "link/" would follow the link).
+std::string strip_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
 }
 
 }  // namespace
@@ -145,10 +231,69 @@ void KernelsCache::use_dir(const std::string& dir) {
 }
 
 KernelsCache::KernelsCache(std::string dir, int64_t max_bytes)
-    : dir_(std::move(dir)), root_(dir_ + "/v" + std::to_string(kCacheFormatVersion)), max_bytes_(max_bytes) {}
+    : dir_(strip_slashes(std::move(dir))),
+      root_(dir_.empty() ? "" : dir_ + "/v" + std::to_string(kCacheFormatVersion)),
+      max_bytes_(max_bytes) {}
 
 std::string KernelsCache::entry_path(const std::string& key) const {
   return root_ + "/" + key.substr(0, 2) + "/" + key + ".fjk";
+}
+
+void KernelsCache::distrust(const std::string& path, const std::string& why, const std::string& fix) const {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!unusable_.empty()) return;
+  unusable_ = path.empty() ? why : path + " " + why;
+  log_warn("kernel cache: {}; {}compiled kernels are kept in memory only (fix: {})", unusable_,
+           path.empty() ? "" : "it is not used, ", fix);
+}
+
+bool KernelsCache::usable(const std::string& shard) const {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!unusable_.empty()) return false;
+  }
+  if (dir_.empty()) {
+    distrust("", "no directory: none of FUSION_JIT_CACHE_DIR, XDG_CACHE_HOME and HOME is set",
+             "set FUSION_JIT_CACHE_DIR to a directory of your own to keep them on disk");
+    return false;
+  }
+  // From the root down; a component that does not exist ends the chain (nothing below it exists).
+  for (const std::string* path : {&dir_, &root_, &shard}) {
+    if (path->empty()) break;
+    struct stat st{};
+    if (::lstat(path->c_str(), &st) != 0) {
+      if (errno == ENOENT) break;
+      distrust(*path, std::string("cannot be checked (") + std::strerror(errno) + ")",
+               "make it readable, or set FUSION_JIT_CACHE_DIR to another directory");
+      return false;
+    }
+    if (S_ISLNK(st.st_mode)) {
+      distrust(*path, "is a symbolic link",
+               path == &dir_ ? "set FUSION_JIT_CACHE_DIR to the directory it points to, if that is yours"
+                             : "remove it with rm " + *path + "; it is made again as a directory");
+      return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      distrust(*path, "is not a directory", "remove it, or set FUSION_JIT_CACHE_DIR to another directory");
+      return false;
+    }
+    std::string why = ownership_problem(st);
+    if (!why.empty()) {
+      distrust(*path, why,
+               st.st_uid != ::geteuid() && st.st_uid != 0
+                   ? fmt::format("chown {} {}, or set FUSION_JIT_CACHE_DIR to a directory of your own",
+                                 ::geteuid(), *path)
+                   : "chmod go-w " + *path);
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string KernelsCache::unusable_reason() const {
+  usable("");
+  std::lock_guard<std::mutex> g(mu_);
+  return unusable_;
 }
 
 bool KernelsCache::ensure_dir(const std::string& path) {
@@ -159,7 +304,7 @@ bool KernelsCache::ensure_dir(const std::string& path) {
     if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return false;
   }
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 void KernelsCache::note_write_failure(const std::string& what) {
@@ -179,11 +324,13 @@ bool KernelsCache::writable() const {
 
 std::optional<std::string> KernelsCache::get(const std::string& key) { return lookup(key, true); }
 
+std::string KernelsCache::shard_of(const std::string& key) const { return root_ + "/" + key.substr(0, 2); }
+
 std::optional<std::string> KernelsCache::lookup(const std::string& key, bool count_miss) {
-  const std::string path = entry_path(key);
+  std::optional<std::string> data, payload;
   struct stat st{};
-  auto data = read_file(path, &st);
-  std::optional<std::string> payload;
+  const std::string path = usable(shard_of(key)) ? entry_path(key) : "";
+  if (!path.empty()) data = read_entry(AT_FDCWD, path.c_str(), &st);
   if (data) payload = unframe(*data, key);
   std::lock_guard<std::mutex> g(mu_);
   if (!data) {
@@ -195,24 +342,35 @@ std::optional<std::string> KernelsCache::lookup(const std::string& key, bool cou
     stats_.misses += count_miss;
     // Remove it unless another process has renamed a new entry into place meanwhile.
     struct stat now{};
-    if (::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino) ::unlink(path.c_str());
+    if (::lstat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) ::unlink(path.c_str());
     log_warn("kernel cache: {} is corrupt or foreign; removed, it will be rebuilt", path);
     return std::nullopt;
   }
   stats_.hits++;
   stats_.bytes_read += static_cast<int64_t>(data->size());
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // least recently used: a hit refreshes the time
+  // Least recently used: a hit refreshes the time.
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
   return payload;
+}
+
+bool KernelsCache::make_shard(const std::string& shard) {
+  // Checked before creating anything (never mkdir through a symbolic link) and again after.
+  if (!usable(shard)) return false;
+  if (!ensure_dir(shard)) {
+    note_write_failure("cannot create " + shard);
+    return false;
+  }
+  return usable(shard);
 }
 
 void KernelsCache::put(const std::string& key, const std::string& payload) {
   if (!writable()) return;
+  const std::string shard = shard_of(key);
+  if (!make_shard(shard)) return;
   const std::string path = entry_path(key);
-  const std::string shard = path.substr(0, path.rfind('/'));
-  if (!ensure_dir(shard)) return note_write_failure("cannot create " + shard);
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = fmt::format("{}.tmp.{}.{}", path.substr(0, path.size() - 4), ::getpid(), counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return note_write_failure("cannot write " + tmp);
   const std::string f = frame(key, payload);
   bool ok = write_all(fd, f);
@@ -232,6 +390,15 @@ void KernelsCache::put(const std::string& key, const std::string& payload) {
   maybe_evict(static_cast<int64_t>(f.size()));
 }
 
+void KernelsCache::erase(const std::string& key) {
+  if (!usable(shard_of(key))) return;
+  const std::string path = entry_path(key);
+  if (::unlink(path.c_str()) == 0) {
+    std::lock_guard<std::mutex> g(mu_);
+    estimate_ = -1;  // rescanned at the next put
+  }
+}
+
 std::string KernelsCache::get_or_make(const std::string& key, const std::function<std::string()>& make, bool* made) {
   if (made) *made = false;
   if (auto p = lookup(key, false)) return *p;
@@ -239,11 +406,33 @@ std::string KernelsCache::get_or_make(const std::string& key, const std::functio
   const std::string path = entry_path(key);
   const std::string lock_path = path.substr(0, path.size() - 4) + ".lock";
   int fd = -1;
-  if (writable() && ensure_dir(path.substr(0, path.rfind('/'))))
-    fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (writable() && make_shard(shard_of(key))) {
+    fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    struct stat st{};
+    if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+      log_warn("kernel cache: {} is not a regular file; compiling without the lock", lock_path);
+      ::close(fd);
+      fd = -1;
+    }
+  }
   if (fd >= 0) {
     auto t0 = std::chrono::steady_clock::now();
     while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        // Not "held by another process": a file system without locks, say. Without the lock processes
+        // could not share entries safely: from now on this cache works from memory only.
+        const int err = errno;
+        ::close(fd);
+        fd = -1;
+        std::lock_guard<std::mutex> g(mu_);
+        writable_ = false;
+        if (!warned_) {
+          warned_ = true;
+          log_warn("kernel cache {}: cannot lock {} ({}); compiled kernels are kept in memory only", dir_, lock_path,
+                   std::strerror(err));
+        }
+        break;
+      }
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > kLockWaitSeconds) {
         log_warn("kernel cache: {} held for over {:.0f} s; compiling without it", lock_path, kLockWaitSeconds);
         ::close(fd);
@@ -286,23 +475,36 @@ CacheStats KernelsCache::stats() const {
   return stats_;
 }
 
+void KernelsCache::scan(const std::function<void(const ShardFile&)>& fn) const {
+  if (!usable("")) return;
+  for_each_file(
+      root_, fn,
+      [&](const std::string& shard, const std::string& why) {
+        distrust(shard, why,
+                 why == "is a symbolic link" || why == "cannot be checked"
+                     ? "remove it with rm " + shard + "; it is made again as a directory"
+                     : "chmod go-w " + shard + ", and chown it to uid " + std::to_string(::geteuid()));
+      });
+}
+
 std::vector<CacheEntryInfo> KernelsCache::list(bool verify) const {
   std::vector<CacheEntryInfo> out;
-  for_each_file(root_, [&](const std::string& shard, const std::string& name) {
-    if (!ends_with(name, ".fjk")) return;
+  scan([&](const ShardFile& f) {
+    if (!S_ISREG(f.st.st_mode) || file_kind(f.shard_name, f.name) != FileKind::kEntry) return;
     CacheEntryInfo e;
-    e.key = name.substr(0, name.size() - 4);
-    e.path = shard + "/" + name;
-    struct stat st{};
-    if (::stat(e.path.c_str(), &st) != 0) return;
-    e.bytes = st.st_size;
-    e.mtime = st.st_mtime;
+    e.key = f.name.substr(0, kKeyChars);
+    e.path = f.shard_path + "/" + f.name;
+    e.bytes = f.st.st_size;
+    e.mtime = f.st.st_mtime;
     if (verify) {
-      auto data = read_file(e.path, &st);
+      struct stat st{};
+      auto data = read_entry(f.shard_fd, f.name.c_str(), &st);
       e.valid = data && unframe(*data, e.key).has_value();
     }
     out.push_back(std::move(e));
   });
+  // A shard that failed the check makes the whole cache unused: list nothing, as get() finds nothing.
+  if (!unusable_reason().empty()) return {};
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
   return out;
 }
@@ -322,11 +524,9 @@ int64_t KernelsCache::prune(int64_t max_bytes) {
   }
   // Temporary files of writers that were killed.
   const time_t now = ::time(nullptr);
-  for_each_file(root_, [&](const std::string& shard, const std::string& name) {
-    struct stat st{};
-    std::string p = shard + "/" + name;
-    if (name.find(".tmp.") != std::string::npos && ::stat(p.c_str(), &st) == 0 && now - st.st_mtime > 60)
-      ::unlink(p.c_str());
+  scan([&](const ShardFile& f) {
+    if (S_ISREG(f.st.st_mode) && file_kind(f.shard_name, f.name) == FileKind::kTemp && now - f.st.st_mtime > 60)
+      ::unlinkat(f.shard_fd, f.name.c_str(), 0);
   });
   std::lock_guard<std::mutex> g(mu_);
   stats_.evictions += evicted;
@@ -353,11 +553,12 @@ void KernelsCache::maybe_evict(int64_t added) {
 
 void KernelsCache::clear() {
   std::vector<std::string> shards;
-  for_each_file(root_, [&](const std::string& shard, const std::string& name) {
-    ::unlink((shard + "/" + name).c_str());
-    if (shards.empty() || shards.back() != shard) shards.push_back(shard);
+  scan([&](const ShardFile& f) {
+    if (S_ISDIR(f.st.st_mode) || file_kind(f.shard_name, f.name) == FileKind::kForeign) return;
+    ::unlinkat(f.shard_fd, f.name.c_str(), 0);
+    if (shards.empty() || shards.back() != f.shard_path) shards.push_back(f.shard_path);
   });
-  for (const auto& s : shards) ::rmdir(s.c_str());
+  for (const auto& s : shards) ::rmdir(s.c_str());  // only when empty: a foreign file keeps its shard
   std::lock_guard<std::mutex> g(mu_);
   estimate_ = 0;
 }

@@ -10,6 +10,18 @@
 // others wait, bounded, then load. A directory that cannot be created or written leaves the cache
 // working from memory, with one warning. Entries past the size cap are evicted least recently used
 // first (a hit refreshes an entry's time); readers copy entries into memory, so eviction breaks nothing.
+//
+// The cache holds code that is executed, and a checksum detects damage, not intent; so, like OpenSSH with
+// ~/.ssh, the directory chain is checked before anything in it is read or written: DIR, DIR/v1 and the
+// shard must each be a real directory (not a symbolic link, checked with lstat) owned by us (the
+// effective uid) or root, and writable by neither group nor others. A directory that fails is not used:
+// the cache then keeps nothing on disk (every get is a miss, put stores nothing) and says so in one
+// warning that names the directory and the fix. Directories it creates are 0700. Entries are opened with
+// O_NOFOLLOW | O_NONBLOCK and read only when fstat says they are regular files of ours (a FIFO or a
+// symbolic link at an entry's path is a miss). clear, prune, list and verify never follow a symbolic link
+// (shards are opened with O_NOFOLLOW, files lstat'ed) and remove only files named like this cache's own
+// (<key>.fjk, <key>.lock, <key>.tmp.<pid>.<n>, key = 64 hex digits) in shard directories named by two hex
+// digits.
 #pragma once
 
 #include <cstdint>
@@ -46,15 +58,19 @@ struct CacheEntryInfo {
   bool valid = true;  // verify() only
 };
 
+struct ShardFile;
+
 class KernelsCache {
  public:
-  // The process's cache: FUSION_JIT_CACHE_DIR, else $XDG_CACHE_HOME/fusion_jit, else ~/.cache/fusion_jit;
-  // capped at FUSION_JIT_CACHE_MAX_MB (default 1024).
+  // The process's cache: FUSION_JIT_CACHE_DIR, else $XDG_CACHE_HOME/fusion_jit, else ~/.cache/fusion_jit
+  // (with none of the three set: no directory, memory only); capped at FUSION_JIT_CACHE_MAX_MB (default
+  // 1024).
   static KernelsCache& instance();
   // Makes `dir` the process's cache from now on (the Python backend's cache_dir option); the counters
   // carry over.
   static void use_dir(const std::string& dir);
 
+  // `dir` "": no directory; nothing is kept on disk.
   KernelsCache(std::string dir, int64_t max_bytes);
   const std::string& dir() const { return dir_; }
   int64_t max_bytes() const { return max_bytes_; }
@@ -75,11 +91,25 @@ class KernelsCache {
   int64_t prune(int64_t max_bytes);
   // Removes every entry, lock and temporary file.
   void clear();
+  // Removes the entry for `key` (one that passed the checksum but proved unusable, e.g. a shared object
+  // that dlopen refuses).
+  void erase(const std::string& key);
   // False once the directory proved unwritable (the cache then only reads).
   bool writable() const;
+  // Why the directory is not used (the trust check failed, or there is no directory), or "" when it is.
+  std::string unusable_reason() const;
 
  private:
   std::string entry_path(const std::string& key) const;
+  std::string shard_of(const std::string& key) const;
+  // The trust check of DIR, DIR/v1 and `shard` (when not ""); the first failure is warned about once and
+  // makes the cache memory only.
+  bool usable(const std::string& shard) const;
+  void distrust(const std::string& path, const std::string& why, const std::string& fix) const;
+  // Creates `shard` (0700) after checking the chain, and checks it again.
+  bool make_shard(const std::string& shard);
+  // Calls fn for each file in the cache's real, trusted shards (see for_each_file).
+  void scan(const std::function<void(const ShardFile&)>& fn) const;
   // get(), counting a miss only when `count_miss` (get_or_make counts one miss per made entry).
   std::optional<std::string> lookup(const std::string& key, bool count_miss);
   bool ensure_dir(const std::string& path);
@@ -91,6 +121,7 @@ class KernelsCache {
   mutable std::mutex mu_;
   CacheStats stats_;
   bool writable_ = true, warned_ = false;
+  mutable std::string unusable_;  // why the directory is not used; "" while it is
   int64_t estimate_ = -1;  // bytes on disk as far as this process knows (-1: not scanned yet)
 };
 

@@ -3,10 +3,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string_view>
 #include <vector>
 
 #include "support/error.h"
+#include "support/parse.h"
 
 extern char** environ;
 
@@ -33,12 +35,19 @@ bool parse_bool(const std::string& name, const std::string& v) {
   return false;
 }
 
-int64_t parse_int(const std::string& name, const std::string& v, int64_t lo) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  FJ_CHECK(!v.empty() && *end == '\0' && x >= lo, "{}={}: expected an integer >= {}", name, v, lo);
+// An integer from lo to hi; a value out of that range (or out of int64_t's) is an error naming it.
+int64_t parse_int(const std::string& name, const std::string& v, int64_t lo,
+                  int64_t hi = std::numeric_limits<int64_t>::max(), const char* unit = "") {
+  int64_t x = 0;
+  ParseStatus st = parse_int64(v, &x);
+  FJ_CHECK(st != ParseStatus::kMalformed, "{}={}: expected an integer >= {}", name, v, lo);
+  FJ_CHECK(st == ParseStatus::kOk && x <= hi, "{}={}: too large (at most {}{})", name, v, hi, unit);
+  FJ_CHECK(x >= lo, "{}={}: expected an integer >= {}", name, v, lo);
   return x;
 }
+
+// Megabyte counts are used as bytes (MB << 20), which must fit int64_t.
+constexpr int64_t kMaxMegabytes = std::numeric_limits<int64_t>::max() >> 20;
 
 void check_members(const std::string& name, const std::set<std::string>& got,
                    const std::set<std::string>& allowed) {
@@ -76,11 +85,14 @@ const std::vector<Entry>& table() {
        }},
       {"FUSION_JIT_SPECIALIZATION_LIMIT",
        [](Options& o, const std::string& v) {
-         o.specialization_limit = static_cast<int>(parse_int("FUSION_JIT_SPECIALIZATION_LIMIT", v, 0));
+         o.specialization_limit = static_cast<int>(
+             parse_int("FUSION_JIT_SPECIALIZATION_LIMIT", v, 0, std::numeric_limits<int>::max()));
        }},
       {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; }},
       {"FUSION_JIT_CACHE_MAX_MB",
-       [](Options& o, const std::string& v) { o.cache_max_mb = parse_int("FUSION_JIT_CACHE_MAX_MB", v, 1); }},
+       [](Options& o, const std::string& v) {
+         o.cache_max_mb = parse_int("FUSION_JIT_CACHE_MAX_MB", v, 1, kMaxMegabytes, " MB");
+       }},
       {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }},
       {"FUSION_JIT_ASSERT_NO_COMPILE",
        [](Options& o, const std::string& v) {
@@ -92,7 +104,9 @@ const std::vector<Entry>& table() {
       {"FUSION_JIT_CPU_GRAIN",
        [](Options& o, const std::string& v) { o.cpu_grain = parse_int("FUSION_JIT_CPU_GRAIN", v, 1); }},
       {"FUSION_JIT_CPU_POOL_MB",
-       [](Options& o, const std::string& v) { o.cpu_pool_mb = parse_int("FUSION_JIT_CPU_POOL_MB", v, 0); }},
+       [](Options& o, const std::string& v) {
+         o.cpu_pool_mb = parse_int("FUSION_JIT_CPU_POOL_MB", v, 0, kMaxMegabytes, " MB");
+       }},
       // Read by the Python package (python/fusion_jit), which checks its value.
       {"FUSION_JIT_STRICT", [](Options&, const std::string& v) { parse_bool("FUSION_JIT_STRICT", v); }},
       {"FUSION_JIT_LIBRARY", [](Options&, const std::string&) {}},

@@ -40,27 +40,6 @@ struct CudaGraphReplay::Impl {
   bool replayed = false;
 };
 
-namespace {
-
-// The graph's static outputs copied out (on the current stream, after the replay): the caller's tensors,
-// which the next replay does not overwrite.
-c10::IValue copy_outputs(const c10::IValue& v) {
-  if (v.isTensor()) return v.toTensor().defined() ? clone_same_layout(v.toTensor()) : v;
-  if (v.isTuple()) {
-    std::vector<c10::IValue> items;
-    for (const auto& e : v.toTupleRef().elements()) items.push_back(copy_outputs(e));
-    return c10::ivalue::Tuple::create(std::move(items));
-  }
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> list;
-    for (const at::Tensor& t : v.toTensorVector()) list.push_back(clone_same_layout(t));
-    return list;
-  }
-  return v;
-}
-
-}  // namespace
-
 CudaGraphReplay::CudaGraphReplay(const std::vector<c10::IValue>& inputs, const Run& run, int device)
     : impl_(std::make_unique<Impl>()) {
   impl_->device = device;
@@ -121,7 +100,9 @@ c10::IValue CudaGraphReplay::replay(const std::vector<c10::IValue>& inputs) {
     if (in.data_ptr() != s.data_ptr()) distinct_view(s).copy_(distinct_view(in), /*non_blocking=*/true);
   }
   impl_->graph.replay();
-  c10::IValue out = copy_outputs(impl_->static_outputs);
+  // The static outputs copied out (on the current stream, after the replay): tensors of the caller's,
+  // which the next replay does not overwrite.
+  c10::IValue out = map_tensors(impl_->static_outputs, [](const at::Tensor& t) { return t.defined() ? clone_same_layout(t) : t; });
   impl_->last_done.record(stream);
   impl_->replayed = true;
   ++replays_;

@@ -148,18 +148,22 @@ c10::IValue unalias_constants(c10::IValue result, const std::vector<c10::IValue>
       }
     return t;
   };
-  if (result.isTensor()) return fresh(result.toTensor());
-  if (result.isTuple()) {
+  return map_tensors(result, fresh);
+}
+
+c10::IValue map_tensors(const c10::IValue& v, const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  if (v.isTensor()) return fn(v.toTensor());
+  if (v.isTuple()) {
     std::vector<c10::IValue> items;
-    for (const c10::IValue& e : result.toTupleRef().elements()) items.push_back(e.isTensor() ? c10::IValue(fresh(e.toTensor())) : e);
+    for (const c10::IValue& e : v.toTupleRef().elements()) items.push_back(map_tensors(e, fn));
     return c10::ivalue::Tuple::create(std::move(items));
   }
-  if (result.isTensorList()) {
+  if (v.isTensorList()) {
     c10::List<at::Tensor> list;
-    for (const at::Tensor& t : result.toTensorVector()) list.push_back(fresh(t));
+    for (const at::Tensor& t : v.toTensorVector()) list.push_back(fn(t));
     return list;
   }
-  return result;
+  return v;
 }
 
 void call_schema(const std::string& schema, std::vector<c10::IValue>& stack) { find_handle(schema).callBoxed(stack); }

@@ -4,6 +4,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +47,8 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
 at::Tensor distinct_view(at::Tensor t);
 // A copy of `t` in new storage with the same sizes and strides (expanded dims included).
 at::Tensor clone_same_layout(const at::Tensor& t);
+// `v` with fn applied to each tensor of it (a tensor, or the tensors of a tuple or a list of tensors).
+c10::IValue map_tensors(const c10::IValue& v, const std::function<at::Tensor(const at::Tensor&)>& fn);
 // `result` with every tensor that shares storage with one of `constants` (a folded result, a frozen
 // tensor or a view of one) replaced by a copy: outputs are the caller's to keep and change, as eager
 // computes them anew at every call.

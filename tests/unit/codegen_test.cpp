@@ -10,6 +10,7 @@
 #include "compile/host_compiler.h"
 #include "runtime/cpu_launch.h"
 #include "runtime/plan.h"
+#include "kernels_cache/kernels_cache.h"
 
 #include <ctime>
 #include <unistd.h>
@@ -225,6 +226,35 @@ TEST(PlanCache, ASecondBuildOfAGraphSkipsFusionAndCodegenAndComputesTheSame) {
   EXPECT_EQ(second->fused_ops, 3);
   EXPECT_NE(second->explain().find("plan from the plan cache"), std::string::npos);
   EXPECT_EQ(run(*second), run(*first));
+}
+
+// Issue 13 item 8: a cached library that loads but lacks a kernel's function costs that group only: it
+// runs through ATen (it used to fail the whole plan, so the signature ran eagerly).
+TEST(PlanCache, ALibraryMissingAKernelFallsBackPerGroup) {
+  const std::string salt = std::to_string(::getpid()) + "." + std::to_string(std::time(nullptr)) + "1";
+  const std::string ir = "graph(%0 : f32[3,5]):\n"
+                         "  %1 : f32[3,5] = aten::mul.Scalar(%0, " + salt + ")\n"
+                         "  %2 : f32[3,5] = aten::exp(%1)\n"
+                         "  return (%2)\n";
+  PlanTarget sources_only;
+  sources_only.compile = false;
+  const std::string source = build_plan(parse_graph(ir), sources_only)->source;
+  ASSERT_FALSE(source.empty());
+  // A loadable library without the kernel, stored under the key of the plan's source.
+  const std::string other = "extern \"C\" int fj_unrelated_kernel() { return 0; }\n// " + salt + "\n";
+  auto other_lib = compile_cpu_source(other);
+  auto image = KernelsCache::instance().get(cpu_source_cache_key(other));
+  ASSERT_TRUE(image.has_value());
+  KernelsCache::instance().put(cpu_source_cache_key(source), *image);
+  testing::internal::CaptureStderr();
+  auto plan = build_plan(parse_graph(ir));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(plan->kernels.empty());
+  ASSERT_EQ(plan->fallback_groups.size(), 1u);
+  EXPECT_EQ(plan->aten_ops.at("aten::exp"), 1);
+  EXPECT_EQ(plan->steps.size(), 2u) << "the group's two nodes run through ATen";
+  EXPECT_NE(err.find("is missing from its compiled library"), std::string::npos) << err;
+  KernelsCache::instance().erase(cpu_source_cache_key(source));
 }
 
 }  // namespace

@@ -6,12 +6,15 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -299,7 +302,8 @@ TEST(KernelsCache, AReadOnlyDirectoryServesItsEntriesAndTheRestFromMemory) {
 TEST(KernelsCache, AFullDirectoryLeavesTheProgramWorkingAndNoTemporaryFiles) {
   const std::string dir = temp_dir();
   int rc = in_mount_namespace(
-      [&] { return ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0; },
+      // mode=0700: a tmpfs root is 1777 by default, which the trust check refuses.
+      [&] { return ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k,mode=0700") == 0; },
       [&] {
         { std::ofstream fill(dir + "/fill", std::ios::binary); fill << std::string(60 << 10, 'x'); }
         KernelsCache c(dir, 1 << 20);
@@ -309,6 +313,253 @@ TEST(KernelsCache, AFullDirectoryLeavesTheProgramWorkingAndNoTemporaryFiles) {
       });
   if (rc == 77) GTEST_SKIP() << "cannot make a private mount namespace here (needs root and unshare)";
   EXPECT_EQ(rc, 0);
+}
+
+// --- Trust (issue 13 items 6 and 7): the directory chain is checked like OpenSSH checks ~/.ssh. Tests run
+// as root, so root-owned components pass the owner check; group/world-writable bits and symbolic links
+// must still be refused.
+
+// Counts the lines of `text` that contain `part`.
+int count_lines(const std::string& text, const std::string& part) {
+  int n = 0;
+  size_t at = 0;
+  while ((at = text.find(part, at)) != std::string::npos) {
+    ++n;
+    at += part.size();
+  }
+  return n;
+}
+
+int count_entry_files(const std::string& dir) { return count_files(dir, ".fjk"); }
+
+// A cache in `dir` that must refuse it: every get a miss, put stores nothing, one warning naming `path`
+// and `fix`.
+void expect_refused(const std::string& dir, const std::string& path, const std::string& why, const std::string& fix) {
+  const int files_before = count_entry_files(dir);
+  testing::internal::CaptureStderr();
+  KernelsCache c(dir, 1 << 20);
+  EXPECT_FALSE(c.get(key_of(1)).has_value()) << dir;
+  c.put(key_of(2), payload(2));
+  bool made = false;
+  EXPECT_EQ(c.get_or_make(key_of(3), [] { return payload(3); }, &made), payload(3));
+  EXPECT_TRUE(made);
+  EXPECT_FALSE(c.get(key_of(3)).has_value()) << "nothing was stored";
+  EXPECT_TRUE(c.list().empty());
+  EXPECT_TRUE(c.list(true).empty());
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_entry_files(dir), files_before) << "put stored nothing";
+  EXPECT_EQ(count_lines(err, "kernel cache:"), 1) << "one warning: " << err;
+  EXPECT_NE(err.find(path + " " + why), std::string::npos) << err;
+  EXPECT_NE(err.find(fix), std::string::npos) << err;
+  EXPECT_NE(err.find("memory only"), std::string::npos) << err;
+  EXPECT_NE(c.unusable_reason().find(path), std::string::npos);
+  EXPECT_GE(c.stats().misses, 1);
+  EXPECT_EQ(c.stats().hits, 0);
+}
+
+TEST(KernelsCacheTrust, AGroupOrWorldWritableRootIsNotUsed) {
+  const std::string dir = temp_dir();
+  { KernelsCache c(dir, 1 << 20); c.put(key_of(1), payload(1)); }
+  for (mode_t mode : {0777, 0770, 0720, 0702}) {
+    ASSERT_EQ(::chmod(dir.c_str(), mode), 0);
+    expect_refused(dir, dir, "is group- or world-writable", "chmod go-w " + dir);
+  }
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);  // readable by others is fine
+  KernelsCache c(dir, 1 << 20);
+  EXPECT_EQ(c.get(key_of(1)), payload(1));
+  EXPECT_EQ(c.unusable_reason(), "");
+}
+
+TEST(KernelsCacheTrust, AGroupOrWorldWritableV1OrShardIsNotUsed) {
+  const std::string dir = temp_dir();
+  { KernelsCache c(dir, 1 << 20); c.put(key_of(1), payload(1)); }
+  const std::string v1 = dir + "/v1", shard = v1 + "/" + key_of(1).substr(0, 2);
+  for (const std::string& path : {v1, shard}) {
+    for (mode_t mode : {0777, 0770}) {
+      ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+      expect_refused(dir, path, "is group- or world-writable", "chmod go-w " + path);
+    }
+    ASSERT_EQ(::chmod(path.c_str(), 0700), 0);
+  }
+  KernelsCache c(dir, 1 << 20);
+  EXPECT_EQ(c.get(key_of(1)), payload(1));
+}
+
+TEST(KernelsCacheTrust, AShardOfAnotherUserIsNotUsed) {
+  const std::string dir = temp_dir();
+  { KernelsCache c(dir, 1 << 20); c.put(key_of(1), payload(1)); }
+  const std::string shard = dir + "/v1/" + key_of(1).substr(0, 2);
+  ASSERT_EQ(::chown(shard.c_str(), 12345, 12345), 0);
+  expect_refused(dir, shard, "is owned by uid 12345", "chown " + std::to_string(::geteuid()) + " " + shard);
+}
+
+TEST(KernelsCacheTrust, ASymlinkedRootIsNotUsedNorWrittenThrough) {
+  const std::string real = temp_dir();
+  { KernelsCache c(real, 1 << 20); c.put(key_of(1), payload(1)); }
+  const std::string link = temp_dir() + "/cache";
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  expect_refused(link, link, "is a symbolic link", "FUSION_JIT_CACHE_DIR");
+  EXPECT_EQ(count_entry_files(real), 1) << "nothing was written through the link";
+  // A trailing slash does not make lstat follow it.
+  expect_refused(link + "/", link, "is a symbolic link", "FUSION_JIT_CACHE_DIR");
+}
+
+TEST(KernelsCacheTrust, ASymlinkedShardOrV1IsNotUsed) {
+  // A shard that is a link to another directory holding a well-framed entry for the key: not loaded.
+  const std::string other = temp_dir();
+  { KernelsCache c(other, 1 << 20); c.put(key_of(1), payload(1)); }
+  const std::string dir = temp_dir(), sh = key_of(1).substr(0, 2);
+  ASSERT_EQ(::mkdir((dir + "/v1").c_str(), 0700), 0);
+  ASSERT_EQ(::symlink((other + "/v1/" + sh).c_str(), (dir + "/v1/" + sh).c_str()), 0);
+  expect_refused(dir, dir + "/v1/" + sh, "is a symbolic link", "rm " + dir + "/v1/" + sh);
+  // The same with v1 itself a link.
+  const std::string dir2 = temp_dir();
+  ASSERT_EQ(::symlink((other + "/v1").c_str(), (dir2 + "/v1").c_str()), 0);
+  expect_refused(dir2, dir2 + "/v1", "is a symbolic link", "rm " + dir2 + "/v1");
+  EXPECT_EQ(count_entry_files(other), 1);
+}
+
+TEST(KernelsCacheTrust, NoDirectoryMeansMemoryOnlyWithOneWarning) {
+  testing::internal::CaptureStderr();
+  KernelsCache c("", 1 << 20);
+  EXPECT_FALSE(c.get(key_of(1)).has_value());
+  c.put(key_of(1), payload(1));
+  EXPECT_FALSE(c.get(key_of(1)).has_value());
+  EXPECT_EQ(c.get_or_make(key_of(2), [] { return payload(2); }), payload(2));
+  EXPECT_TRUE(c.list().empty());
+  c.clear();
+  EXPECT_EQ(c.prune(0), 0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(err, "kernel cache:"), 1) << err;
+  EXPECT_NE(err.find("HOME"), std::string::npos) << err;
+  EXPECT_EQ(::access("/v1", F_OK), -1) << "no path was made from the empty directory";
+}
+
+TEST(KernelsCacheTrust, DirectoriesTheCacheCreatesAre0700) {
+  const std::string dir = temp_dir() + "/a/b/cache";
+  KernelsCache c(dir, 1 << 20);
+  c.put(key_of(1), payload(1));
+  for (const std::string& p : {dir, dir + "/v1", dir + "/v1/" + key_of(1).substr(0, 2)}) {
+    struct stat st{};
+    ASSERT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << p;
+  }
+  EXPECT_EQ(c.get(key_of(1)), payload(1));
+}
+
+// Runs `body` in a child that is killed after `seconds`; returns its exit status (128 + signal if killed).
+int in_child_with_deadline(int seconds, const std::function<bool()>& body) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(seconds);
+    ::_exit(body() ? 0 : 1);
+  }
+  return wait_child(pid);
+}
+
+TEST(KernelsCacheTrust, AFifoAtAnEntryOrLockPathIsAMissAndNeverHangs) {
+  const std::string dir = temp_dir();
+  const std::string k = key_of(1), shard = dir + "/v1/" + k.substr(0, 2);
+  { KernelsCache c(dir, 1 << 20); c.put(key_of(2), payload(2)); }  // makes v1
+  ASSERT_EQ(::mkdir(shard.c_str(), 0700) == 0 || errno == EEXIST, true);
+  ASSERT_EQ(::mkfifo((shard + "/" + k + ".fjk").c_str(), 0600), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = in_child_with_deadline(10, [&] {
+    KernelsCache c(dir, 1 << 20);
+    if (c.get(k).has_value()) return false;
+    for (const auto& e : c.list(true))
+      if (e.key == k) return false;  // not a regular file: not an entry
+    bool made = false;
+    // The entry is made and renamed over the FIFO; then it is a hit.
+    return c.get_or_make(k, [] { return payload(1); }, &made) == payload(1) && made && c.get(k) == payload(1);
+  });
+  EXPECT_EQ(rc, 0) << (rc == 128 + SIGALRM ? "hung on the FIFO" : "wrong result");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5);
+  // A FIFO at the lock path: compiled without the lock, promptly.
+  const std::string k2 = key_of(4), shard2 = dir + "/v1/" + k2.substr(0, 2);
+  ASSERT_EQ(::mkdir(shard2.c_str(), 0700) == 0 || errno == EEXIST, true);
+  ASSERT_EQ(::mkfifo((shard2 + "/" + k2 + ".lock").c_str(), 0600), 0);
+  rc = in_child_with_deadline(10, [&] {
+    KernelsCache c(dir, 1 << 20);
+    return c.get_or_make(k2, [] { return payload(4); }) == payload(4) && c.get(k2) == payload(4);
+  });
+  EXPECT_EQ(rc, 0) << (rc == 128 + SIGALRM ? "hung on the FIFO" : "wrong result");
+}
+
+TEST(KernelsCacheTrust, ASymlinkAtAnEntryPathIsNotFollowed) {
+  const std::string other = temp_dir();
+  { KernelsCache c(other, 1 << 20); c.put(key_of(1), payload(1)); }
+  const std::string dir = temp_dir(), sh = key_of(1).substr(0, 2);
+  { KernelsCache c(dir, 1 << 20); c.put(key_of(2), payload(2)); }
+  ASSERT_EQ(::mkdir((dir + "/v1/" + sh).c_str(), 0700) == 0 || errno == EEXIST, true);
+  const std::string target = other + "/v1/" + sh + "/" + key_of(1) + ".fjk";
+  const std::string entry = dir + "/v1/" + sh + "/" + key_of(1) + ".fjk";
+  ASSERT_EQ(::symlink(target.c_str(), entry.c_str()), 0);
+  KernelsCache c(dir, 1 << 20);
+  EXPECT_FALSE(c.get(key_of(1)).has_value()) << "a well-framed entry behind a link is not loaded";
+  for (const auto& e : c.list(true)) EXPECT_NE(e.key, key_of(1));
+  EXPECT_EQ(c.get(key_of(2)), payload(2)) << "the rest of the cache is used";
+  // An entry file another user could write is not loaded either.
+  const std::string path2 = dir + "/v1/" + key_of(2).substr(0, 2) + "/" + key_of(2) + ".fjk";
+  ASSERT_EQ(::chmod(path2.c_str(), 0666), 0);
+  EXPECT_FALSE(c.get(key_of(2)).has_value());
+  EXPECT_EQ(::access(target.c_str(), F_OK), 0);
+}
+
+TEST(KernelsCacheTrust, ClearAndPruneNeverFollowASymlinkedShardAndRemoveOnlyOurFiles) {
+  // Another directory, reached through a shard that is a symbolic link, holding files named like ours.
+  const std::string dir = temp_dir();
+  const std::string link_name = key_of(1).substr(0, 2) == "ab" ? "cd" : "ab";
+  const std::string link_shard = dir + "/v1/" + link_name;
+  const std::string victim = temp_dir();
+  const std::string like_ours = victim + "/" + link_name + std::string(62, '0') + ".fjk";
+  write(victim + "/important.txt", "keep me");
+  write(like_ours, "keep me too");
+  KernelsCache c(dir, 1 << 20);
+  c.put(key_of(1), payload(1));
+  const std::string shard = dir + "/v1/" + key_of(1).substr(0, 2);
+  write(shard + "/notes.txt", "a stray file");
+  write(shard + "/" + key_of(1) + ".fjk.bak", "not ours either");
+  write(shard + "/" + key_of(1) + ".tmp.123.4", "a killed writer's");
+  ASSERT_EQ(::symlink(victim.c_str(), link_shard.c_str()), 0);
+
+  testing::internal::CaptureStderr();
+  c.prune(0);
+  c.clear();
+  KernelsCache fresh(dir, 1 << 20);
+  fresh.clear();
+  fresh.prune(0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(read(victim + "/important.txt"), "keep me");
+  EXPECT_EQ(read(like_ours), "keep me too") << "clear and prune did not follow the link";
+  EXPECT_EQ(read(shard + "/notes.txt"), "a stray file") << "a stray file survives clear";
+  EXPECT_EQ(read(shard + "/" + key_of(1) + ".fjk.bak"), "not ours either");
+  EXPECT_NE(err.find(link_shard + " is a symbolic link"), std::string::npos) << err;
+  struct stat st{};
+  EXPECT_EQ(::lstat(link_shard.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link itself is left for the user (the warning says how)";
+
+  // Without the link, clear removes our entry and temporary file and keeps the stray files.
+  ASSERT_EQ(::unlink(link_shard.c_str()), 0);
+  KernelsCache again(dir, 1 << 20);
+  again.put(key_of(1), payload(1));
+  write(shard + "/" + key_of(1) + ".tmp.123.4", "a killed writer's");
+  again.clear();
+  EXPECT_NE(::access((shard + "/" + key_of(1) + ".fjk").c_str(), F_OK), 0);
+  EXPECT_NE(::access((shard + "/" + key_of(1) + ".tmp.123.4").c_str(), F_OK), 0);
+  EXPECT_EQ(read(shard + "/notes.txt"), "a stray file");
+  EXPECT_EQ(read(shard + "/" + key_of(1) + ".fjk.bak"), "not ours either");
+}
+
+TEST(KernelsCache, EraseRemovesOneEntry) {
+  KernelsCache c(temp_dir(), 1 << 20);
+  c.put(key_of(1), payload(1));
+  c.put(key_of(2), payload(2));
+  c.erase(key_of(1));
+  EXPECT_FALSE(c.get(key_of(1)).has_value());
+  EXPECT_EQ(c.get(key_of(2)), payload(2));
+  c.erase(key_of(3));  // absent: nothing happens
+  EXPECT_EQ(c.list().size(), 1u);
 }
 
 }  // namespace

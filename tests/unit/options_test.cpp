@@ -45,5 +45,22 @@ TEST(Options, RejectsUnknownAndMalformed) {
   expect_error("FUSION_JIT_ASSERT_NO_COMPILE=maybe", "expected 0 or 1");
 }
 
+// Issue 13 item 14: a megabyte count whose bytes (MB << 20) overflow int64_t was accepted and wrapped the
+// cache cap to a negative number; values past int64_t were clamped by strtoll in silence.
+TEST(Options, OverflowingNumbersAreRejectedNamingTheVariableAndValue) {
+  expect_error("FUSION_JIT_CACHE_MAX_MB=17592186044416", "FUSION_JIT_CACHE_MAX_MB=17592186044416: too large");
+  expect_error("FUSION_JIT_CACHE_MAX_MB=99999999999999999999",
+               "FUSION_JIT_CACHE_MAX_MB=99999999999999999999: too large");
+  expect_error("FUSION_JIT_CPU_POOL_MB=17592186044416", "FUSION_JIT_CPU_POOL_MB=17592186044416: too large");
+  expect_error("FUSION_JIT_SPECIALIZATION_LIMIT=4294967296", "FUSION_JIT_SPECIALIZATION_LIMIT=4294967296: too large");
+  expect_error("FUSION_JIT_CPU_GRAIN=-99999999999999999999", "FUSION_JIT_CPU_GRAIN=-99999999999999999999");
+  expect_error("FUSION_JIT_CACHE_MAX_MB= 5", "FUSION_JIT_CACHE_MAX_MB= 5: expected an integer");
+  // The largest cap whose bytes fit is accepted, and its bytes do fit.
+  const char* env[] = {"FUSION_JIT_CACHE_MAX_MB=8796093022207", nullptr};
+  Options o = Options::parse(env);
+  EXPECT_EQ(o.cache_max_mb, 8796093022207);
+  EXPECT_GT(o.cache_max_mb << 20, 0);
+}
+
 }  // namespace
 }  // namespace fusion_jit
