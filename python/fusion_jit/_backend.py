@@ -197,6 +197,46 @@ def _decompositions():
     ])
 
 
+def _restore_addcdiv(gm):
+    """Dynamo hands `torch.addcdiv(s, a, b, value=v)` over as `s + (a / b) * v` (its handle_addcdiv,
+    which spares a graph break on the value). Eager's addcdiv computes s + v * a / b in one kernel, in
+    float for float16 and bfloat16, where the three ops each round to the dtype: up to a few ulps apart
+    where s and v * a / b cancel. The three nodes of one addcdiv call (one stack trace, whose line names
+    addcdiv; the quotient and the product used once) become that addcdiv again."""
+    import operator
+
+    g = gm.graph
+    changed = False
+    for add in list(g.nodes):
+        if add.op != "call_function" or add.target not in (torch.add, operator.add) or len(add.args) != 2 or add.kwargs:
+            continue
+        s, mul = add.args
+        if (not isinstance(mul, torch.fx.Node) or mul.target not in (torch.mul, operator.mul) or len(mul.users) != 1
+                or len(mul.args) != 2 or mul.kwargs):
+            continue
+        div, v = mul.args
+        if (not isinstance(div, torch.fx.Node) or div.target not in (torch.div, operator.truediv)
+                or len(div.users) != 1 or len(div.args) != 2 or div.kwargs):
+            continue
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        traces = {n.meta.get("stack_trace") or "" for n in (add, mul, div)}
+        trace = traces.pop()
+        if traces or not trace.strip() or "addcdiv" not in trace.strip().splitlines()[-1]:
+            continue
+        with g.inserting_before(add):
+            node = g.call_function(torch.addcdiv, (s, div.args[0], div.args[1]), {"value": v})
+        node.meta = dict(add.meta)
+        add.replace_all_uses_with(node)
+        for n in (add, mul, div):
+            g.erase_node(n)
+        changed = True
+    if changed:
+        g.lint()
+        gm.recompile()
+    return gm
+
+
 class _Backend:
     """A torch.compile backend with given options; `record` collects each graph's plan (explain)."""
 
@@ -217,7 +257,7 @@ class _Backend:
             _native.ops.use_cache_dir(self.opts.cache_dir)
         aot = aot_autograd(fw_compiler=self._compiler("forward"), bw_compiler=self._compiler("backward"),
                            inference_compiler=self._compiler("inference"), decompositions=_decompositions)
-        return aot(gm, example_inputs)
+        return aot(_restore_addcdiv(gm), example_inputs)
 
 
 def backend(gm, example_inputs, options=None, mode=None):

@@ -18,6 +18,7 @@
 #include "ir/op_table.h"
 #include "passes/passes.h"
 #include "support/error.h"
+#include "torch/api.h"
 #include "torch/executor.h"
 #include "torch/tolerance.h"
 
@@ -32,6 +33,10 @@ uint64_t mix(uint64_t a, uint64_t b) {
   x *= 0xBF58476D1CE4E5B9ull;
   return x ^ (x >> 29);
 }
+
+// The torch generator's seed for a recipe's random ops: set before generation, before its eager replay
+// and before its fused run.
+uint64_t draw_seed(uint64_t recipe_seed) { return mix(recipe_seed, 0x5EED) >> 1; }
 
 int uniform(Rng& r, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(r); }
 bool chance(Rng& r, double p) { return std::uniform_real_distribution<double>(0, 1)(r) < p; }
@@ -151,7 +156,51 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 // And an inexact output may differ from eager's by 4 ulps of its dtype (where the tolerance is stricter),
 // times, per element, how much the cancellations on its way amplified its operands' ulps
 // (amplifications(): |largest operand| / |result|, under 1000x by the rule above).
+// A sum-like op's cancellation is judged against its summands, not its raw operands: a and alpha * b
+// (add, sub; b and alpha * a for rsub), s and v * a * b (addcmul) or v * a / b (addcdiv). Campaign
+// 424242's graph exp -> rsub(0.5, alpha=7) -> log2 lost 1200x in 0.5 - 7 exp(x) while exp(x) alone
+// looked 170x; eager's FMA for a + alpha * b is now the kernels' too (common_prelude.inc).
 // An op that breaks its precondition is not added (generation) or makes the recipe invalid (shrinking).
+//
+// Note [The fuzzer's wider graphs]
+// Besides the op table's elementwise ops, a recipe draws (GenOptions) reductions, views, random ops and
+// in-place ops; elementwise ops before and after them make the prologues and epilogues of reduction
+// kernels, and views sit between fused ops.
+//  - Reductions and normalizations: sum, mean, amax, var (correction 0 or 1, below the reduced count),
+//    softmax, log_softmax, layer_norm and rms_norm (over the last 1-2 dims, no weight), over random
+//    dims, keepdim or not. Their float results are inexact (amax's are exact, with a zero of unspecified
+//    sign). Each amplifies its input's relative error (structural_local_amp): a sum or mean by
+//    sum|x| / |sum x| (times 2 for its own rounding), var by 1 + 2 mean(|x - m||x|) / var, softmax by
+//    1 + 2 max|x| over the row, log_softmax by that over |y|, layer_norm by (|x| + |m|) / |x - m| plus
+//    var's, rms_norm by 2. Not generated: an amplification over 1000x, including a result that cancels
+//    to exactly 0 from nonzero values (a sum of opposite terms, a row of equal values under var or
+//    layer_norm: the true x - mean is 0, so any rounding of the mean is an unbounded relative error,
+//    which rstd = 1 / sqrt(eps) scales up; eager's mean of 32769 equal values came out exact, the
+//    kernels' not); a sum of |x| (of x^2 for var and the norms) over half
+//    the accumulator's largest value (partial sums overflow in one order and not in another); a result
+//    within a factor of 2 of its dtype's largest value. Inexact results then pass within 4 ulps times
+//    the amplification (the input's largest, times the op's own).
+//  - Views (view, reshape, permute, transpose, expand, slice, select, squeeze, unsqueeze): exact, flags
+//    and amplifications pass through; eager's rejections (view of a non-contiguous value) are skipped.
+//  - Random ops (rand_like, randn_like, bernoulli, dropout with train=True): a recipe with one is
+//    checked alone; the torch generator is seeded with draw_seed(recipe seed) before generation, before
+//    the eager replay and before the fused run, and its random nodes are marked as having side effects
+//    as the adapter marks a captured graph's (no CSE, no folding, no DCE of an unused draw, ATen in
+//    order), so the fused run draws eager's numbers in eager's order and results compare as usual. In
+//    the float64 reference a random op takes eager's draws. bernoulli's p must be exact (it is compared
+//    with the draws). Random ops never share a recipe with an in-place op: such recipes run through
+//    TorchScript, whose interpreter drops an unused draw that eager's op-by-op run makes.
+//  - In-place ops (add_, sub_, mul_, clamp_min_, relu_, neg_ on a graph input; at most one per recipe,
+//    none with the 4 GB huge-stride input): the recipe runs the way a user's model does, its TorchScript
+//    source through compile(), called twice on fresh inputs (the first call decides whether it can
+//    capture, the second runs what it decided). Outputs are judged as above, and every input after the
+//    call must equal eager's bit for bit: modified exactly as eager modifies it, once per call.
+// Graph seeds of campaigns before these kinds replay with GenOptions::elementwise_only().
+// torch.compile and addcdiv: dynamo hands `torch.addcdiv(s, a, b, value=v)` to every backend as
+// s + (a / b) * v, three float16 roundings where eager's kernel makes one (up to a few ulps apart where
+// the sum cancels: the float16 finding of issue 13). The backend restores the addcdiv before AOT
+// autograd (python/fusion_jit/_backend.py, _restore_addcdiv); the fuzzer's recipes are ATen ops and
+// never see the rewrite.
 bool in_set(const std::string& fn, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (fn == n) return true;
@@ -166,9 +215,186 @@ int precision_class(at::ScalarType t) {
 }
 double class_eps(int c) { return c == 1 ? 0x1p-52 : c == 3 ? 0x1p-7 : 0x1p-23; }
 
+// The magnitudes of the two summands of a sum-like op, in float64, from its arguments (tensors or
+// scalars): a and alpha * b for add and sub, b and alpha * a for rsub, s and v * a * b (v * a / b) for
+// addcmul (addcdiv), a and b for lerp. Empty for other ops. A cancellation is judged against these, not
+// against the raw operands: in 0.5 - 7 * exp(x) the summand is 7 * exp(x), not exp(x).
+std::vector<at::Tensor> summands(const std::string& fn, const std::vector<c10::IValue>& args) {
+  auto d = [&](size_t i, double dflt) {
+    if (i >= args.size() || args[i].isNone()) return at::scalar_tensor(dflt, at::kDouble);
+    const c10::IValue& v = args[i];
+    return v.isTensor() ? v.toTensor().to(at::kDouble) : at::scalar_tensor(v.toScalar().toDouble(), at::kDouble);
+  };
+  if (fn == "add" || fn == "sub") return {d(0, 0).abs(), (d(2, 1) * d(1, 0)).abs()};
+  if (fn == "rsub") return {d(1, 0).abs(), (d(2, 1) * d(0, 0)).abs()};
+  if (fn == "addcmul") return {d(0, 0).abs(), (d(3, 1) * d(1, 0) * d(2, 1)).abs()};
+  if (fn == "addcdiv") return {d(0, 0).abs(), (d(3, 1) * d(1, 0) / d(2, 1)).abs()};
+  if (fn == "lerp") return {d(0, 0).abs(), d(1, 0).abs()};
+  return {};
+}
+
+// ---- Reductions, views, random ops and in-place ops (Note [The fuzzer's wider graphs]) ----
+
+const std::vector<std::string>& reduction_schemas() {
+  static const std::vector<std::string> v = {"aten::sum.dim_IntList", "aten::mean.dim",       "aten::amax",
+                                             "aten::var.correction",  "aten::softmax.int",     "aten::log_softmax.int",
+                                             "aten::layer_norm",      "aten::rms_norm"};
+  return v;
+}
+const std::vector<std::string>& view_schemas() {
+  static const std::vector<std::string> v = {"aten::view",      "aten::reshape",     "aten::permute",
+                                             "aten::transpose.int", "aten::expand", "aten::slice.Tensor",
+                                             "aten::select.int", "aten::squeeze.dim", "aten::unsqueeze"};
+  return v;
+}
+const std::vector<std::string>& random_schemas() {
+  static const std::vector<std::string> v = {"aten::rand_like", "aten::randn_like", "aten::bernoulli", "aten::dropout"};
+  return v;
+}
+const std::vector<std::string>& inplace_schemas() {
+  static const std::vector<std::string> v = {"aten::add_.Tensor", "aten::sub_.Tensor", "aten::mul_.Tensor",
+                                             "aten::add_.Scalar", "aten::mul_.Scalar", "aten::clamp_min_",
+                                             "aten::relu_",       "aten::neg_"};
+  return v;
+}
+bool listed(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool is_random_schema(const std::string& s) { return listed(random_schemas(), s); }
+bool is_structural_schema(const std::string& s) {
+  return listed(reduction_schemas(), s) || listed(view_schemas(), s) || is_random_schema(s);
+}
+// The out-of-place op of an in-place one ("aten::add_.Tensor" -> "aten::add.Tensor"), "" for others.
+std::string inplace_base(const std::string& s) {
+  size_t dot = s.find('.');
+  size_t end = dot == std::string::npos ? s.size() : dot;
+  if (end < 7 || s[end - 1] != '_' || s.compare(0, 6, "aten::") != 0 || s[end - 2] == '_') return "";
+  return s.substr(0, end - 1) + s.substr(end);
+}
+
+// Non-finite or NaN amplifications (0 / 0, inf / inf) count as 1; none is below 1.
+at::Tensor clean_amp(at::Tensor a) { return at::where(a.isfinite(), a, at::ones_like(a)).clamp_min(1.0); }
+
+// The dims a reduction-like op reduces over, as non-negative indices of its input.
+std::vector<int64_t> reduced_dims(const std::string& schema, const std::vector<c10::IValue>& args, int64_t nd) {
+  std::vector<int64_t> dims;
+  if (schema == "aten::layer_norm" || schema == "aten::rms_norm") {
+    int64_t k = static_cast<int64_t>(args.at(1).toIntList().size());
+    for (int64_t d = nd - k; d < nd; ++d) dims.push_back(d);
+  } else if (schema == "aten::softmax.int" || schema == "aten::log_softmax.int") {
+    dims.push_back(args.at(1).toInt());
+  } else if (args.size() > 1 && args[1].isIntList()) {
+    for (int64_t d : args[1].toIntVector()) dims.push_back(d);
+  }
+  if (dims.empty())
+    for (int64_t d = 0; d < nd; ++d) dims.push_back(d);
+  for (auto& d : dims) d = d < 0 ? d + std::max<int64_t>(nd, 1) : d;
+  if (nd == 0) dims.clear();
+  return dims;
+}
+
+// How much a reduction-like op amplifies relative errors of its input (float64, per element of the
+// result): a sum or mean by sum|x| / |sum x| (its own rounding counted twice), var by 1 + 2 mean(|x - m|
+// |x|) / var, softmax by 1 + 2 max|x| over the row, log_softmax by that over |y|, layer_norm by (|x| +
+// |m|) / |x - m| plus var's, rms_norm by 2. Undefined for amax, views and random ops (they add no error).
+// An amplification without bound (a result that cancels to exactly 0): finite, so that clean_amp keeps it.
+constexpr double kUnbounded = 1e300;
+
+at::Tensor structural_local_amp(const std::string& schema, const std::vector<c10::IValue>& args, const at::Tensor& res) {
+  if (!args.at(0).isTensor() || !at::isFloatingType(args[0].toTensor().scalar_type()) ||
+      !at::isFloatingType(res.scalar_type()) || res.numel() == 0 || !listed(reduction_schemas(), schema) ||
+      schema == "aten::amax")
+    return at::Tensor();
+  at::Tensor x = args[0].toTensor().to(at::kDouble);
+  if (x.numel() == 0) return at::Tensor();
+  at::Tensor r = res.to(at::kDouble);
+  std::vector<int64_t> dims = reduced_dims(schema, args, x.dim());
+  at::Tensor local;
+  if (schema == "aten::sum.dim_IntList" || schema == "aten::mean.dim") {
+    at::Tensor s = x.dim() ? x.abs().sum(dims, true) : x.abs();
+    at::Tensor v = x.dim() ? x.sum(dims, true) : x;
+    local = (2 * s / v.abs()).reshape(r.sizes());
+    local = at::where(at::logical_and(v.eq(0), s.gt(0)).reshape(r.sizes()), at::full_like(local, kUnbounded), local);
+  } else if (schema == "aten::rms_norm") {
+    local = at::full_like(r, 2.0);
+  } else if (schema == "aten::softmax.int" || schema == "aten::log_softmax.int") {
+    at::Tensor mx = x.dim() ? x.abs().amax(dims, true) : x.abs();
+    local = (1 + 2 * mx).expand_as(r);
+    if (schema == "aten::log_softmax.int") local = local / r.abs();
+  } else {  // var, layer_norm
+    at::Tensor m = x.dim() ? x.mean(dims, true) : x;
+    at::Tensor c = x - m;
+    at::Tensor var0 = x.dim() ? c.square().mean(dims, true) : c.square();
+    at::Tensor lv = 1 + 2 * (x.dim() ? (c.abs() * x.abs()).mean(dims, true) : c.abs() * x.abs()) / var0;
+    // A row of equal nonzero values: the true var (x - mean) is 0, any rounding of the mean is an
+    // unbounded relative error (and rstd = 1 / sqrt(eps) scales it up).
+    at::Tensor mag = x.dim() ? x.abs().amax(dims, true) : x.abs();
+    lv = at::where(at::logical_and(var0.eq(0), mag.gt(0)), at::full_like(lv, kUnbounded), lv);
+    if (schema == "aten::var.correction") {
+      local = lv.reshape(r.sizes());
+    } else {
+      at::Tensor ratio = (x.abs() + m.abs()) / c.abs();
+      ratio = at::where(at::logical_and(c.eq(0), (x.abs() + m.abs()).gt(0)), at::full_like(ratio, kUnbounded), ratio);
+      local = ratio + lv;
+    }
+  }
+  return clean_amp(local);
+}
+
+// Preconditions of reductions (Note [The fuzzer's wider graphs]): no amplification over 1000x, no
+// partial sum (of |x|, or of x^2 for var and the norms) past half the accumulator's largest value, and
+// no result within a factor of 2 of the dtype's largest value.
+bool reduction_ok(const std::string& schema, const std::vector<c10::IValue>& args, const at::Tensor& res) {
+  if (!args.at(0).isTensor()) return true;
+  const at::Tensor& in = args[0].toTensor();
+  if (!at::isFloatingType(in.scalar_type()) || in.numel() == 0) return true;
+  at::Tensor x = in.to(at::kDouble);
+  x = at::where(x.isfinite(), x, at::zeros_like(x));  // NaN and inf propagate alike in both
+  double acc_max = in.scalar_type() == at::kDouble ? 1.7e308 : 3.4e38;
+  bool squares = in_set(schema, {"aten::var.correction", "aten::layer_norm", "aten::rms_norm"});
+  double total = (squares ? x.square() : x.abs()).sum().item<double>();
+  if (!(total < acc_max / 2)) return false;
+  if (at::isFloatingType(res.scalar_type()) && res.numel()) {
+    double limit = res.scalar_type() == at::kHalf ? 65504.0 : res.scalar_type() == at::kDouble ? 1.7e308 : 3.4e38;
+    at::Tensor r = res.to(at::kDouble).abs();
+    if (at::logical_and(r.isfinite(), r.gt(limit / 2)).any().item<bool>()) return false;
+  }
+  at::Tensor local = structural_local_amp(schema, args, res);
+  return !local.defined() || local.numel() == 0 || local.max().item<double>() <= 1000;
+}
+
+// eager_op for reductions, views and random ops.
+bool eager_structural(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
+                      uint8_t* out_flags, bool check_preconditions) {
+  std::vector<c10::IValue> args = stack;
+  uint8_t in_flags = arg_flags.empty() ? 0 : arg_flags[0];
+  // Discontinuous: bernoulli compares its draws with p, so p must be exact.
+  if (check_preconditions && schema == "aten::bernoulli" && (in_flags & kInexact)) return false;
+  try {
+    call_schema(schema, stack);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (stack.size() != 1 || !stack[0].isTensor()) return false;
+  *out_flags = 0;
+  if (!check_preconditions) return true;
+  const at::Tensor& res = stack[0].toTensor();
+  if (listed(view_schemas(), schema) || schema == "aten::dropout") {
+    *out_flags = in_flags;
+  } else if (schema == "aten::amax") {
+    *out_flags = static_cast<uint8_t>(in_flags | (at::isFloatingType(res.scalar_type()) ? kZeroSignUnspecified : 0));
+  } else if (listed(reduction_schemas(), schema)) {
+    if (!reduction_ok(schema, args, res)) return false;
+    if (at::isFloatingType(res.scalar_type()))
+      *out_flags = static_cast<uint8_t>(kInexact | (std::max(in_flags >> 2, precision_class(res.scalar_type())) << 2));
+  }
+  return true;
+}
+
 bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
               uint8_t* out_flags, bool check_preconditions = true) {
-  const OpInfo* op = find_op(schema);
+  if (is_structural_schema(schema)) return eager_structural(schema, stack, arg_flags, out_flags, check_preconditions);
+  // An in-place op follows the rules of its out-of-place form (its result is the mutated self).
+  std::string base = inplace_base(schema);
+  const OpInfo* op = find_op(base.empty() ? schema : base);
   if (!op) return false;
   if (!check_preconditions) {
     // The float64 reference replays a recipe already accepted: its values differ, its preconditions
@@ -272,9 +498,13 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   // Cancellation: a difference of inexact values that is far smaller than its operands has lost their
   // accuracy (a relative error of ulps becomes one of thousands of ulps); it is not generated.
   std::vector<at::Tensor> float_args;
-  if (any_inexact && in_set(fn, {"add", "sub", "rsub", "addcmul", "addcdiv", "lerp"}))
-    for (const auto& v : stack)
-      if (is_float_tensor(v)) float_args.push_back(v.toTensor().to(at::kDouble));
+  if (any_inexact) {
+    try {
+      float_args = summands(fn, stack);
+    } catch (const std::exception&) {
+      return false;  // shapes that do not broadcast: eager rejects the op too
+    }
+  }
   // ATen contracts a + alpha * b into an FMA when alpha != 1: exact only with alpha 1.
   bool alpha_one = stack.size() > 2 && stack[2].isScalar() && stack[2].toScalar().toDouble() == 1.0;
   // With alpha != 1, eager's float16/bfloat16 scalar loop (short tensors, loop tails) rounds alpha * b to
@@ -310,7 +540,7 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   }
   if (!float_args.empty() && result.numel() > 0) {
     at::Tensor big = at::zeros_like(result, at::kDouble);
-    for (const auto& a : float_args) big = at::maximum(big, a.abs().expand_as(big));
+    for (const auto& a : float_args) big = at::maximum(big, at::where(a.isnan(), at::zeros_like(a), a).expand_as(big));
     at::Tensor r = result.to(at::kDouble).abs();
     at::Tensor lost = at::logical_and(big.isfinite(), r.lt(big * 1e-3));
     if (lost.any().item<bool>()) return false;
@@ -348,7 +578,10 @@ struct Replay {
   std::vector<Value*> ir;          // the same, in `g`
 };
 
-bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, Graph* g, Replay* out) {
+// `eager`: in the float64 replay, random ops take the values the eager replay drew (a float64 draw would
+// give other numbers).
+bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, Graph* g, Replay* out,
+            const Replay* eager = nullptr) {
   out->values.clear();
   out->flags.clear();
   out->ir.clear();
@@ -358,7 +591,8 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
     out->flags.push_back(0);
     if (g) out->ir.push_back(g->add_input(ValueType{tensor_type_of(x), ""}));
   }
-  for (const auto& op : r.ops) {
+  for (size_t j = 0; j < r.ops.size(); ++j) {
+    const OpSpec& op = r.ops[j];
     std::vector<c10::IValue> stack;
     std::vector<uint8_t> flags;
     std::vector<Arg> args;
@@ -382,14 +616,28 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
       if (g) args.push_back(Arg::lit(l));
     }
     uint8_t res_flags = 0;
+    if (to64 && eager && is_random_schema(op.schema)) {
+      out->values.push_back(eager->values.at(inputs.size() + j).to(at::kDouble));
+      out->flags.push_back(0);
+      continue;
+    }
     if (!eager_op(op.schema, stack, flags, &res_flags, !to64)) return false;
     at::Tensor res = stack[0].toTensor();
+    // An in-place op changed its self: later uses see the new value.
+    if (!inplace_base(op.schema).empty() && !op.args.empty() && op.args[0].value >= 0)
+      out->flags.at(static_cast<size_t>(op.args[0].value)) = res_flags;
     if (to64 && at::isFloatingType(res.scalar_type()) && res.scalar_type() != at::kDouble &&
         !(info && info->rule == DTypeRule::kCastArg))
       res = res.to(at::kDouble);
     out->values.push_back(res);
     out->flags.push_back(res_flags);
-    if (g) out->ir.push_back(g->append(op.schema, std::move(args), {ValueType{tensor_type_of(res), ""}})->output());
+    if (g) {
+      Node* n = g->append(op.schema, std::move(args), {ValueType{tensor_type_of(res), ""}});
+      // As the torch adapter marks a captured graph's random ops (executor.cpp, mark_side_effects): passes
+      // and fusion leave them alone and in order, so they draw eager's numbers.
+      if (is_random_schema(op.schema)) n->set_side_effects(true);
+      out->ir.push_back(n->output());
+    }
   }
   return true;
 }
@@ -411,6 +659,184 @@ Literal random_scalar(Rng& r, bool integral_only) {
   static const std::vector<int64_t> ints = {0, 1, -1, 2, 3, -2, 7};
   if (integral_only || chance(r, 0.4)) return pick(r, ints);
   return pick(r, doubles);
+}
+
+// The largest result an elementwise op may broadcast to (the largest input shape has 32770 elements).
+constexpr int64_t kMaxBroadcastNumel = 65536;
+
+RecipeArg value_arg(int v) {
+  RecipeArg a;
+  a.value = v;
+  return a;
+}
+RecipeArg lit_arg(Literal l) {
+  RecipeArg a;
+  a.literal = std::move(l);
+  return a;
+}
+
+// A recent value (60%) or any, among those `ok` accepts; -1 when none.
+int pick_value(Rng& r, const std::vector<at::Tensor>& vals, const std::function<bool(const at::Tensor&)>& ok) {
+  std::vector<int> cands;
+  for (int v = 0; v < static_cast<int>(vals.size()); ++v)
+    if (ok(vals[static_cast<size_t>(v)])) cands.push_back(v);
+  if (cands.empty()) return -1;
+  return chance(r, 0.6) ? cands.back() : pick(r, cands);
+}
+
+// A dim of an nd-dim tensor, negative half of the time.
+int64_t random_dim(Rng& r, int64_t nd) {
+  int64_t d = uniform(r, 0, static_cast<int>(nd) - 1);
+  return chance(r, 0.5) ? d - nd : d;
+}
+
+// A reduction or normalization over random dims (keepdim or not) of a value of rank >= 1.
+std::optional<OpSpec> make_reduction(Rng& r, const std::vector<at::Tensor>& vals) {
+  int v = pick_value(r, vals, [](const at::Tensor& t) { return t.dim() >= 1; });
+  if (v < 0) return std::nullopt;
+  int64_t nd = vals[static_cast<size_t>(v)].dim();
+  const auto sizes = vals[static_cast<size_t>(v)].sizes().vec();
+  OpSpec s;
+  s.schema = pick(r, reduction_schemas());
+  std::vector<int64_t> all(static_cast<size_t>(nd));
+  for (int64_t d = 0; d < nd; ++d) all[static_cast<size_t>(d)] = d;
+  std::shuffle(all.begin(), all.end(), r);
+  std::vector<int64_t> dims(all.begin(), all.begin() + uniform(r, 1, static_cast<int>(nd)));
+  std::sort(dims.begin(), dims.end());
+  for (auto& d : dims)
+    if (chance(r, 0.3)) d -= nd;
+  bool keep = chance(r, 0.5);
+  s.args.push_back(value_arg(v));
+  if (s.schema == "aten::sum.dim_IntList" || s.schema == "aten::mean.dim") {
+    s.args.insert(s.args.end(), {lit_arg(dims), lit_arg(keep), lit_arg(None{})});
+  } else if (s.schema == "aten::amax") {
+    s.args.insert(s.args.end(), {lit_arg(dims), lit_arg(keep)});
+  } else if (s.schema == "aten::var.correction") {
+    // No correction at or past the reduced count (eager warns and returns inf or NaN).
+    int64_t count = 1;
+    for (int64_t d : dims) count *= sizes[static_cast<size_t>(d < 0 ? d + nd : d)];
+    if (count == 0) return std::nullopt;
+    int64_t correction = count > 1 && chance(r, 0.5) ? 1 : 0;
+    s.args.insert(s.args.end(), {lit_arg(dims), lit_arg(correction), lit_arg(keep)});
+  } else if (s.schema == "aten::softmax.int" || s.schema == "aten::log_softmax.int") {
+    s.args.insert(s.args.end(), {lit_arg(random_dim(r, nd)), lit_arg(None{})});
+  } else {
+    int k = uniform(r, 1, std::min<int>(2, static_cast<int>(nd)));
+    std::vector<int64_t> shape(sizes.end() - k, sizes.end());
+    if (s.schema == "aten::layer_norm")
+      s.args.insert(s.args.end(), {lit_arg(shape), lit_arg(None{}), lit_arg(None{}), lit_arg(chance(r, 0.5) ? 1e-5 : 1e-3),
+                                   lit_arg(true)});
+    else
+      s.args.insert(s.args.end(), {lit_arg(shape), lit_arg(None{}), lit_arg(None{})});
+  }
+  return s;
+}
+
+// A view or reshape of a value.
+std::optional<OpSpec> make_view(Rng& r, const std::vector<at::Tensor>& vals) {
+  int v = pick_value(r, vals, [](const at::Tensor&) { return true; });
+  if (v < 0) return std::nullopt;
+  const auto sizes = vals[static_cast<size_t>(v)].sizes().vec();
+  int64_t nd = static_cast<int64_t>(sizes.size());
+  OpSpec s;
+  s.schema = pick(r, view_schemas());
+  s.args.push_back(value_arg(v));
+  if (s.schema == "aten::view" || s.schema == "aten::reshape") {
+    std::vector<int64_t> shape = sizes;
+    int how = uniform(r, 0, 2);
+    if (how == 0 && nd >= 2) {  // merge two neighbours
+      size_t i = static_cast<size_t>(uniform(r, 0, static_cast<int>(nd) - 2));
+      shape[i] *= shape[i + 1];
+      shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    } else if (how == 1 && nd >= 1) {  // split a dim
+      size_t i = static_cast<size_t>(uniform(r, 0, static_cast<int>(nd) - 1));
+      int64_t n = shape[i], f = 1;
+      for (int64_t c : {2, 3, 4, 5, 7, 8})
+        if (n % c == 0 && n > c) f = c;
+      shape[i] = n / f;
+      shape.insert(shape.begin() + static_cast<std::ptrdiff_t>(i), f);
+    } else {
+      shape = {-1};
+    }
+    s.args.push_back(lit_arg(shape));
+  } else if (s.schema == "aten::permute") {
+    if (nd < 2) return std::nullopt;
+    std::vector<int64_t> p(static_cast<size_t>(nd));
+    for (int64_t d = 0; d < nd; ++d) p[static_cast<size_t>(d)] = d;
+    std::shuffle(p.begin(), p.end(), r);
+    s.args.push_back(lit_arg(p));
+  } else if (s.schema == "aten::transpose.int") {
+    if (nd < 2) return std::nullopt;
+    s.args.insert(s.args.end(), {lit_arg(random_dim(r, nd)), lit_arg(random_dim(r, nd))});
+  } else if (s.schema == "aten::expand") {
+    std::vector<int64_t> shape = sizes;
+    bool grown = false;
+    for (auto& d : shape)
+      if (d == 1 && !grown && chance(r, 0.7)) d = uniform(r, 2, 4), grown = true;
+    if (!grown) shape.insert(shape.begin(), uniform(r, 2, 3));
+    s.args.insert(s.args.end(), {lit_arg(shape), lit_arg(false)});
+  } else if (s.schema == "aten::slice.Tensor") {
+    if (nd < 1) return std::nullopt;
+    int64_t d = random_dim(r, nd), n = sizes[static_cast<size_t>(d < 0 ? d + nd : d)];
+    int64_t start = n > 0 ? uniform(r, 0, static_cast<int>(n) - 1) : 0;
+    int64_t end = n > 0 ? uniform(r, static_cast<int>(start) + 1, static_cast<int>(n)) : 0;
+    s.args.insert(s.args.end(), {lit_arg(d), lit_arg(start), lit_arg(end), lit_arg(int64_t{uniform(r, 1, 2)})});
+  } else if (s.schema == "aten::select.int") {
+    if (nd < 1) return std::nullopt;
+    int64_t d = random_dim(r, nd), n = sizes[static_cast<size_t>(d < 0 ? d + nd : d)];
+    if (n < 1) return std::nullopt;
+    s.args.insert(s.args.end(), {lit_arg(d), lit_arg(int64_t{uniform(r, -static_cast<int>(n), static_cast<int>(n) - 1)})});
+  } else if (s.schema == "aten::squeeze.dim") {
+    if (nd < 1) return std::nullopt;
+    int64_t d = random_dim(r, nd);
+    for (int64_t k = 0; k < nd; ++k)
+      if (sizes[static_cast<size_t>(k)] == 1 && chance(r, 0.7)) d = k;
+    s.args.push_back(lit_arg(d));
+  } else {  // unsqueeze
+    int64_t d = uniform(r, 0, static_cast<int>(nd));
+    s.args.push_back(lit_arg(chance(r, 0.3) ? d - nd - 1 : d));
+  }
+  return s;
+}
+
+// A random op over a float value.
+std::optional<OpSpec> make_random(Rng& r, const std::vector<at::Tensor>& vals) {
+  int v = pick_value(r, vals, [](const at::Tensor& t) { return at::isFloatingType(t.scalar_type()); });
+  if (v < 0) return std::nullopt;
+  OpSpec s;
+  s.schema = pick(r, random_schemas());
+  s.args.push_back(value_arg(v));
+  if (s.schema == "aten::rand_like" || s.schema == "aten::randn_like") {
+    for (int i = 0; i < 5; ++i) s.args.push_back(lit_arg(None{}));
+  } else if (s.schema == "aten::bernoulli") {
+    s.args.push_back(lit_arg(None{}));
+  } else {
+    static const std::vector<double> ps = {0.1, 0.5, 0.25};
+    s.args.insert(s.args.end(), {lit_arg(pick(r, ps)), lit_arg(true)});
+  }
+  return s;
+}
+
+// An in-place op on input `in`.
+std::optional<OpSpec> make_inplace(Rng& r, const std::vector<at::Tensor>& vals, int in) {
+  const at::Tensor& x = vals[static_cast<size_t>(in)];
+  OpSpec s;
+  s.schema = pick(r, inplace_schemas());
+  s.args.push_back(value_arg(in));
+  const std::string base = inplace_base(s.schema);
+  if (s.schema.find(".Tensor") != std::string::npos) {
+    int v = pick_value(r, vals, [&](const at::Tensor& t) {
+      bool ok = true;
+      return broadcast_shapes(x.sizes().vec(), t.sizes().vec(), &ok) == x.sizes().vec() && ok;
+    });
+    if (v < 0) return std::nullopt;
+    s.args.push_back(value_arg(v));
+    if (s.schema != "aten::mul_.Tensor") s.args.push_back(lit_arg(int64_t{1}));
+  } else if (s.schema == "aten::add_.Scalar" || s.schema == "aten::mul_.Scalar" || s.schema == "aten::clamp_min_") {
+    s.args.push_back(lit_arg(random_scalar(r, !at::isFloatingType(x.scalar_type()))));
+    if (s.schema == "aten::add_.Scalar") s.args.push_back(lit_arg(int64_t{1}));
+  }
+  return s;
 }
 
 }  // namespace
@@ -444,7 +870,7 @@ std::string Recipe::describe() const {
   return s + "\n";
 }
 
-Recipe generate(uint64_t seed) {
+Recipe generate(uint64_t seed, const GenOptions& gen) {
   for (uint64_t attempt = 0;; ++attempt) {
     Rng r(mix(seed, attempt));
     Recipe rec;
@@ -479,10 +905,31 @@ Recipe generate(uint64_t seed) {
     std::vector<uint8_t> vflags(vals.size(), 0);
     int n_ops = uniform(r, 2, 16);
     const auto& ops = fuzz_ops();
+    // Random ops draw here what check_batch's eager and fused runs will draw (Note [The fuzzer's wider
+    // graphs]), so that the preconditions hold for those values too.
+    at::manual_seed(draw_seed(seed));
+    const int n_in = static_cast<int>(rec.inputs.size());
+    // (No draws for kinds that are off: GenOptions::elementwise_only() gives campaigns 1-4's graphs.)
+    // Nor in-place ops with a 4 GB huge-stride input: capture's recipes hold several copies of the inputs.
+    const int inplace_at = gen.inplace > 0 && chance(r, gen.inplace) && !huge ? uniform(r, 0, n_ops - 1) : -1;
     for (int k = 0; k < n_ops; ++k) {
       for (int tries = 0; tries < 30; ++tries) {
-        const OpInfo& op = *pick(r, ops);
         OpSpec spec;
+        const bool wide = gen.reductions + gen.views + gen.random_ops > 0;
+        const double u = wide ? std::uniform_real_distribution<double>(0, 1)(r) : 1.0;
+        // No random ops with an in-place op: such recipes run through TorchScript, whose interpreter
+        // drops unused random ops (eager's op-by-op replay draws them).
+        const double p_red = gen.reductions, p_view = p_red + gen.views,
+                     p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops);
+        if ((k == inplace_at && tries < 10) || u < p_rand) {
+          std::optional<OpSpec> sp = k == inplace_at && tries < 10 ? make_inplace(r, vals, uniform(r, 0, n_in - 1))
+                                     : u < p_red                   ? make_reduction(r, vals)
+                                     : u < p_view                  ? make_view(r, vals)
+                                                                   : make_random(r, vals);
+          if (!sp) continue;
+          spec = std::move(*sp);
+        } else {
+        const OpInfo& op = *pick(r, ops);
         spec.schema = op.schema;
         std::vector<int64_t> out_shape;
         bool have_shape = false, ok = true;
@@ -498,7 +945,13 @@ Recipe generate(uint64_t seed) {
                   vals[static_cast<size_t>(v)].scalar_type() != at::kBool)
                 continue;
               bool bok = true;
-              if (have_shape) broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &bok);
+              if (have_shape) {
+                // Views make values of other ranks: [n, 1] against [n] would broadcast to n^2 elements.
+                auto b = broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &bok);
+                int64_t numel = 1;
+                for (int64_t d : b) numel *= d;
+                bok = bok && numel <= kMaxBroadcastNumel;
+              }
               if (bok) cands.push_back(v);
             }
             if (cands.empty()) {
@@ -532,6 +985,7 @@ Recipe generate(uint64_t seed) {
           spec.args.push_back(ra);
         }
         if (!ok) continue;
+        }
         std::vector<c10::IValue> stack;
         std::vector<uint8_t> flags;
         for (const auto& a : spec.args) {
@@ -540,6 +994,7 @@ Recipe generate(uint64_t seed) {
         }
         uint8_t res_flags = 0;
         if (!eager_op(spec.schema, stack, flags, &res_flags)) continue;
+        if (!inplace_base(spec.schema).empty()) vflags.at(static_cast<size_t>(spec.args[0].value)) = res_flags;
         vals.push_back(stack.at(0).toTensor());
         vflags.push_back(res_flags);
         rec.ops.push_back(std::move(spec));
@@ -547,7 +1002,6 @@ Recipe generate(uint64_t seed) {
       }
     }
     if (rec.ops.empty()) continue;
-    int n_in = static_cast<int>(rec.inputs.size());
     int last = n_in + static_cast<int>(rec.ops.size()) - 1;
     for (int v = n_in; v < last; ++v)
       if (chance(r, 0.25)) rec.outputs.push_back(v);
@@ -595,7 +1049,24 @@ std::vector<at::Tensor> amplifications(const Recipe& r, const Replay& rp) {
   size_t n_in = r.inputs.size();
   for (size_t j = 0; j < r.ops.size(); ++j) {
     const at::Tensor& res = rp.values.at(n_in + j);
-    const OpInfo* info = find_op(r.ops[j].schema);
+    const std::string& schema = r.ops[j].schema;
+    if (is_structural_schema(schema)) {
+      // Reductions, views, random ops: the largest amplification of the input, times the op's own.
+      if (!at::isFloatingType(res.scalar_type()) || res.numel() == 0 || r.ops[j].args.empty() || r.ops[j].args[0].value < 0)
+        continue;
+      std::vector<c10::IValue> args;
+      for (const auto& arg : r.ops[j].args)
+        args.push_back(arg.value >= 0 ? c10::IValue(rp.values.at(static_cast<size_t>(arg.value))) : literal_to_ivalue(arg.literal));
+      const at::Tensor& in_amp = amp[static_cast<size_t>(r.ops[j].args[0].value)];
+      at::Tensor a = in_amp.defined() && in_amp.numel() ? in_amp.max().expand(res.sizes()) : at::Tensor();
+      if (is_random_schema(schema) && schema != "aten::dropout") a = at::Tensor();
+      at::Tensor local = structural_local_amp(schema, args, res);
+      if (local.defined()) a = a.defined() ? a * local : local;
+      amp[n_in + j] = a;
+      continue;
+    }
+    std::string base = inplace_base(schema);
+    const OpInfo* info = find_op(base.empty() ? schema : base);
     if (!info || !at::isFloatingType(res.scalar_type()) || res.numel() == 0) continue;
     at::Tensor a;
     std::vector<at::Tensor> float_args;
@@ -625,8 +1096,11 @@ std::vector<at::Tensor> amplifications(const Recipe& r, const Replay& rp) {
     }
     at::Tensor local;
     if (inexact_arg && in_set(fn, {"add", "sub", "rsub", "addcmul", "addcdiv", "lerp"})) {
+      std::vector<c10::IValue> args;
+      for (const auto& arg : r.ops[j].args)
+        args.push_back(arg.value >= 0 ? c10::IValue(rp.values.at(static_cast<size_t>(arg.value))) : literal_to_ivalue(arg.literal));
       at::Tensor big = at::zeros(res.sizes(), res.options().dtype(at::kDouble));
-      for (const auto& t : float_args) big = at::maximum(big, t.abs().expand_as(big));
+      for (const auto& t : summands(fn, args)) big = at::maximum(big, at::where(t.isnan(), at::zeros_like(t), t).expand_as(big));
       local = big / res.to(at::kDouble).abs();
     } else if (fn == "gelu" && !float_args.empty()) {
       local = at::erfc(float_args[0] * -0.70710678118654752440).reciprocal();
@@ -675,36 +1149,131 @@ std::atomic<int64_t> g_nvrtc_micros{0};
 
 }  // namespace
 
+namespace {
+
+// Judges one recipe's fused outputs against eager's (the tolerance rule, the float64 reference, and
+// the oracle's ulps for inexact values).
+CaseResult judge(const Recipe& recipe, const std::vector<at::Tensor>& inputs, const Replay& eager_rp,
+                 const std::vector<at::Tensor>& fused, size_t first) {
+  std::vector<at::Tensor> amp = amplifications(recipe, eager_rp);
+  std::vector<at::Tensor> ref;
+  for (size_t i = 0; i < recipe.outputs.size(); ++i) {
+    size_t o = static_cast<size_t>(recipe.outputs[i]);
+    const at::Tensor& f = fused.at(first + i);
+    const at::Tensor& e = eager_rp.values.at(o);
+    auto c = check_close(f, e);
+    if (!c.ok && at::isFloatingType(f.scalar_type()) && c.message.find("values differ") != std::string::npos) {
+      if (ref.empty()) {
+        Replay r64;
+        if (replay(recipe, inputs, true, nullptr, &r64, &eager_rp))
+          for (int out : recipe.outputs) ref.push_back(r64.values.at(static_cast<size_t>(out)));
+      }
+      if (!ref.empty()) c = check_close(f, e, ref[i].to(at::kDouble));
+    }
+    uint8_t fl = eager_rp.flags.at(o);
+    const at::Tensor& a = amp.at(o);
+    at::Tensor ulps = a.defined() ? (a * 4.0).to(f.device()) : at::scalar_tensor(4.0, f.options().dtype(at::kDouble));
+    if (!c.ok && (fl & kInexact) && c.message.find("NaN") == std::string::npos &&
+        within_ulps(f, e, ulps, class_eps(std::max(fl >> 2, precision_class(f.scalar_type())))))
+      c.ok = true;
+    if (!c.ok) return {false, fmt::format("output {} (v{}): {}", i, recipe.outputs[i], c.message)};
+  }
+  return {};
+}
+
+// A recipe with an in-place op, through the path a user's model takes: its TorchScript source compiled
+// with compile(), called twice on fresh inputs (the first call captures, the second runs the plan).
+// Outputs must match eager's, and the inputs must come back modified exactly as eager modifies them.
+CaseResult check_captured(const Recipe& r, const CheckOptions& co) {
+  std::vector<at::Tensor> in_e = make_inputs(r);
+  std::vector<at::Tensor> original;
+  for (auto& t : in_e) original.push_back(t.clone());
+  at::manual_seed(draw_seed(r.seed));
+  Replay e;
+  if (!replay(r, in_e, false, nullptr, &e)) return {true, "eager rejects this recipe"};
+  torch::jit::Module m("FuzzCase");
+  try {
+    m.define(torchscript_source(r));
+    m.eval();
+    CompiledModule fused = compile(m);
+    for (int call = 0; call < 2; ++call) {
+      std::vector<at::Tensor> in_f = make_inputs(r);
+      if (co.cuda)
+        for (auto& t : in_f) t = to_device_same_layout(t, at::Device(at::kCUDA, 0));
+      std::vector<c10::IValue> args(in_f.begin(), in_f.end());
+      at::manual_seed(draw_seed(r.seed));
+      c10::IValue out = fused(args);
+      std::vector<at::Tensor> outs;
+      for (const auto& v : out.toTupleRef().elements()) outs.push_back(v.toTensor().cpu());
+      // The float64 reference starts from the inputs as they were before eager's call.
+      CaseResult c = judge(r, original, e, outs, 0);
+      if (!c.ok) return {false, fmt::format("call {}: {}", call + 1, c.message)};
+      for (size_t i = 0; i < in_f.size(); ++i)
+        if (!same_values(in_f[i].cpu(), in_e[i]))
+          return {false, fmt::format("call {}: input {} after the call differs from eager's (in-place op)", call + 1, i)};
+    }
+  } catch (const std::exception& ex) {
+    return {false, std::string("compiled module failed: ") + ex.what()};
+  }
+  return {};
+}
+
+}  // namespace
+
+bool has_random_ops(const Recipe& r) {
+  for (const auto& op : r.ops)
+    if (is_random_schema(op.schema)) return true;
+  return false;
+}
+
+bool has_inplace_ops(const Recipe& r) {
+  for (const auto& op : r.ops)
+    if (!inplace_base(op.schema).empty()) return true;
+  return false;
+}
+
 std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const CheckOptions& co) {
   std::vector<CaseResult> results(recipes.size());
+  // Recipes with an in-place op go through capture; recipes with random ops run alone, the generator
+  // seeded alike before the eager and the fused run.
+  std::vector<bool> valid(recipes.size(), true);
+  const bool seeded = recipes.size() == 1 && has_random_ops(recipes[0]);
+  for (size_t k = 0; k < recipes.size(); ++k) {
+    if (has_inplace_ops(recipes[k])) {
+      results[k] = check_captured(recipes[k], co);
+      valid[k] = false;
+    } else if (!seeded && has_random_ops(recipes[k])) {
+      results[k] = check_batch({recipes[k]}, co).at(0);
+      valid[k] = false;
+    }
+  }
   auto g = std::make_unique<Graph>();
   std::vector<c10::IValue> all_inputs;
-  std::vector<std::vector<at::Tensor>> inputs(recipes.size()), before(recipes.size()), eager(recipes.size());
-  std::vector<std::vector<uint8_t>> out_flags(recipes.size());
-  std::vector<std::vector<at::Tensor>> out_amp(recipes.size());  // see amplifications()
-  std::vector<bool> valid(recipes.size(), true);
+  std::vector<std::vector<at::Tensor>> inputs(recipes.size());
+  std::vector<Replay> eager(recipes.size());
   for (size_t k = 0; k < recipes.size(); ++k) {
+    if (!valid[k]) continue;
     inputs[k] = make_inputs(recipes[k]);
     if (co.cuda)
       for (auto& t : inputs[k]) t = to_device_same_layout(t, at::Device(at::kCUDA, 0));
-    for (auto& t : inputs[k]) before[k].push_back(t.clone());
     // Validate first (a shrunk recipe may be one eager rejects), then build into the batch graph.
-    Replay into;
+    if (seeded) at::manual_seed(draw_seed(recipes[k].seed));
+    Replay& into = eager[k];
     if (!replay(recipes[k], inputs[k], false, nullptr, &into)) {
       valid[k] = false;
       results[k] = {true, "eager rejects this recipe"};
       continue;
     }
+    if (seeded) at::manual_seed(draw_seed(recipes[k].seed));
     replay(recipes[k], inputs[k], false, g.get(), &into);
-    std::vector<at::Tensor> amp = amplifications(recipes[k], into);
     for (auto& t : inputs[k]) all_inputs.emplace_back(t);
-    for (int o : recipes[k].outputs) {
-      g->add_output(into.ir.at(static_cast<size_t>(o)));
-      eager[k].push_back(into.values.at(static_cast<size_t>(o)));
-      out_flags[k].push_back(into.flags.at(static_cast<size_t>(o)));
-      out_amp[k].push_back(amp.at(static_cast<size_t>(o)));
-    }
+    for (int o : recipes[k].outputs) g->add_output(into.ir.at(static_cast<size_t>(o)));
   }
+  if (g->outputs().empty()) return results;
+  // The inputs as eager left them (unchanged: no recipe here mutates); the fused run must leave them so.
+  std::vector<std::vector<at::Tensor>> before(recipes.size());
+  for (size_t k = 0; k < recipes.size(); ++k)
+    for (auto& t : inputs[k]) before[k].push_back(t.clone());
   std::vector<at::Tensor> fused;
   try {
     verify_graph(*g);
@@ -737,6 +1306,7 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
     PlanInstance inst;
     inst.captured.output_kind = OutputKind::kTuple;
     inst.plan = build_plan(std::move(g));
+    if (seeded) at::manual_seed(draw_seed(recipes[0].seed));
     c10::IValue out = run_plan(inst, all_inputs);
     for (const auto& e : out.toTupleRef().elements()) fused.push_back(e.toTensor());
   } catch (const std::exception& e) {
@@ -747,27 +1317,8 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
   size_t pos = 0;
   for (size_t k = 0; k < recipes.size(); ++k) {
     if (!valid[k]) continue;
-    std::vector<at::Tensor> ref;
-    for (size_t i = 0; i < eager[k].size(); ++i, ++pos) {
-      const at::Tensor& f = fused.at(pos);
-      auto c = check_close(f, eager[k][i]);
-      if (!c.ok && at::isFloatingType(f.scalar_type()) && c.message.find("values differ") != std::string::npos) {
-        if (ref.empty()) {
-          Replay r64;
-          if (replay(recipes[k], inputs[k], true, nullptr, &r64))
-            for (int o : recipes[k].outputs) ref.push_back(r64.values.at(static_cast<size_t>(o)));
-        }
-        if (!ref.empty()) c = check_close(f, eager[k][i], ref[i].to(at::kDouble));
-      }
-      uint8_t fl = out_flags[k][i];
-      const at::Tensor& amp = out_amp[k][i];
-      at::Tensor ulps = amp.defined() ? (amp * 4.0).to(f.device())
-                                      : at::scalar_tensor(4.0, f.options().dtype(at::kDouble));
-        if (!c.ok && (fl & kInexact) && c.message.find("NaN") == std::string::npos &&
-          within_ulps(f, eager[k][i], ulps, class_eps(std::max(fl >> 2, precision_class(f.scalar_type())))))
-        c.ok = true;
-      if (!c.ok && results[k].ok) results[k] = {false, fmt::format("output {} (v{}): {}", i, recipes[k].outputs[i], c.message)};
-    }
+    results[k] = judge(recipes[k], inputs[k], eager[k], fused, pos);
+    pos += recipes[k].outputs.size();
     for (size_t i = 0; i < inputs[k].size() && results[k].ok; ++i)
       if (!same_values(inputs[k][i], before[k][i])) results[k] = {false, fmt::format("input {} was modified", i)};
   }
@@ -909,7 +1460,8 @@ std::string torchscript_source(const Recipe& r) {
     };
     // Method syntax binds the first argument as `self` (TorchScript resolves x.name(...) to aten::name);
     // ops without a tensor `self` go through torch.name(...).
-    bool method = !sargs.empty() && sargs[0].name() == "self" && op.args[0].value >= 0;
+    bool method = !sargs.empty() && sargs[0].name() == "self" && op.args[0].value >= 0 &&
+                  !in_set(name, {"rand_like", "randn_like"});  // not Tensor methods
     std::string call = method ? fmt::format("v{}.{}(", op.args[0].value, name) : fmt::format("torch.{}(", name);
     for (size_t i = method ? 1 : 0, n = 0; i < op.args.size(); ++i, ++n) call += (n ? ", " : "") + arg(i);
     s += fmt::format("    v{} = {})\n", r.inputs.size() + k, call);
@@ -951,10 +1503,10 @@ Report run(const Options& opt, const std::function<void(const std::string&)>& lo
     if (!opt.graph_seeds.empty()) {
       if (index >= opt.graph_seeds.size()) break;
       while (index < opt.graph_seeds.size() && batch.size() < static_cast<size_t>(opt.batch))
-        batch.push_back(generate(opt.graph_seeds[index++]));
+        batch.push_back(generate(opt.graph_seeds[index++], opt.gen));
     }
     int64_t n = opt.graph_seeds.empty() ? std::min<int64_t>(opt.batch, opt.max_graphs - rep.graphs) : 0;
-    for (int64_t i = 0; i < n; ++i) batch.push_back(generate(mix(opt.seed, index++)));
+    for (int64_t i = 0; i < n; ++i) batch.push_back(generate(mix(opt.seed, index++), opt.gen));
     auto results = check_batch(batch, opt.check);
     for (size_t k = 0; k < batch.size(); ++k) {
       rep.graphs++;

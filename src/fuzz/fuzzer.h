@@ -53,8 +53,27 @@ at::Tensor to_device_same_layout(const at::Tensor& t, const at::Device& device);
 
 // Makes the input tensors of a recipe (deterministic from the specs).
 std::vector<at::Tensor> make_inputs(const Recipe& r);
+// What a recipe's ops are drawn from besides the elementwise ops of the op table: per op, the chance of
+// a reduction or normalization (sum, mean, amax, var, softmax, log_softmax, layer_norm, rms_norm over
+// random dims), of a view (view, reshape, permute, transpose, expand, slice, select, squeeze,
+// unsqueeze), of a random op (rand_like, randn_like, bernoulli, dropout in training); per recipe, the
+// chance of one in-place op on an input (add_, sub_, mul_, clamp_min_, relu_, neg_), which makes the
+// recipe one that runs through TorchScript capture. See Note [The fuzzer's wider graphs].
+struct GenOptions {
+  double reductions = 0.10;
+  double views = 0.10;
+  double random_ops = 0.03;
+  double inplace = 0.03;
+  // Elementwise ops only (the generator of campaigns 1-4).
+  static GenOptions elementwise_only() { return {0, 0, 0, 0}; }
+};
+
 // A random recipe of 2 to 16 ops.
-Recipe generate(uint64_t seed);
+Recipe generate(uint64_t seed, const GenOptions& gen = {});
+// Whether a recipe has random ops (checked alone, with the torch generator seeded alike for the eager
+// and the fused run) or an in-place op (checked alone through TorchScript capture and compile()).
+bool has_random_ops(const Recipe& r);
+bool has_inplace_ops(const Recipe& r);
 
 struct CaseResult {
   bool ok = true;
@@ -92,6 +111,7 @@ struct Options {
   // When set: only these graph seeds (as a failure's "graph seed N" names them), in batches, and the rest
   // of the campaign options are ignored. For re-checking a campaign's findings after a fix.
   std::vector<uint64_t> graph_seeds;
+  GenOptions gen;
 };
 
 struct Report {

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "codegen/kernel_spec.h"
 #include "fuzz/fuzzer.h"
@@ -41,6 +42,109 @@ TEST(Fuzz, ReproIsATorchScriptModelThatReplaysEagerly) {
   auto res = run_and_compare(repro, in, r.describe());
   ASSERT_NE(res.plan, nullptr) << r.describe() << fuzz::torchscript_source(r);
   EXPECT_FALSE(res.plan->kernels.empty());
+}
+
+// The wider generator: reductions, views, random ops and in-place ops each appear, and a batch of such
+// graphs (random-op recipes alone and seeded, in-place recipes through capture) matches eager.
+TEST(Fuzz, WiderGraphsPass) {
+  fuzz::GenOptions gen;
+  gen.reductions = 0.25;
+  gen.views = 0.25;
+  gen.random_ops = 0.1;
+  gen.inplace = 0.4;
+  std::vector<fuzz::Recipe> batch;
+  std::set<std::string> schemas;
+  int random = 0, inplace = 0;
+  for (uint64_t s = 300; s < 332; ++s) {
+    batch.push_back(fuzz::generate(s, gen));
+    for (const auto& op : batch.back().ops) schemas.insert(op.schema);
+    random += fuzz::has_random_ops(batch.back());
+    inplace += fuzz::has_inplace_ops(batch.back());
+  }
+  EXPECT_GT(random, 0);
+  EXPECT_GT(inplace, 0);
+  for (const char* s : {"aten::sum.dim_IntList", "aten::softmax.int", "aten::layer_norm", "aten::permute", "aten::expand"})
+    EXPECT_TRUE(schemas.count(s)) << s << " never generated";
+  auto results = fuzz::check_batch(batch);
+  for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;
+}
+
+fuzz::Recipe recipe_of(std::vector<fuzz::InputSpec> inputs, std::vector<fuzz::OpSpec> ops, std::vector<int> outputs) {
+  fuzz::Recipe r;
+  r.seed = 77;
+  r.inputs = std::move(inputs);
+  r.ops = std::move(ops);
+  r.outputs = std::move(outputs);
+  return r;
+}
+fuzz::RecipeArg V(int v) { return fuzz::RecipeArg{v, None{}}; }
+fuzz::RecipeArg L(Literal l) { return fuzz::RecipeArg{-1, std::move(l)}; }
+
+// Two draws of the same shape are two different draws (not one, after CSE), an unused draw still
+// advances the generator (not removed), and dropout in training draws its mask: with the generator
+// seeded alike, the fused run gives eager's numbers.
+TEST(Fuzz, RandomOpsDrawEagersNumbers) {
+  fuzz::InputSpec x;
+  x.sizes = {64};
+  x.value_seed = 5;
+  std::vector<fuzz::OpSpec> ops = {
+      {"aten::rand_like", {V(0), L(None{}), L(None{}), L(None{}), L(None{}), L(None{})}},          // v1
+      {"aten::randn_like", {V(0), L(None{}), L(None{}), L(None{}), L(None{}), L(None{})}},         // v2, unused
+      {"aten::rand_like", {V(0), L(None{}), L(None{}), L(None{}), L(None{}), L(None{})}},          // v3
+      {"aten::sub.Tensor", {V(1), V(3), L(int64_t{1})}},                                          // v4
+      {"aten::dropout", {V(0), L(0.5), L(true)}},                                                 // v5
+      {"aten::mul.Tensor", {V(4), V(5)}},                                                         // v6
+  };
+  auto r = recipe_of({x}, ops, {4, 6});
+  ASSERT_TRUE(fuzz::has_random_ops(r));
+  auto res = fuzz::check_batch({r}).at(0);
+  EXPECT_TRUE(res.ok && res.message.empty()) << res.message;  // passed, not rejected
+}
+
+// An in-place op on an input, then the input used: through compile(), the outputs and the input after
+// the call are eager's (one mutation per call, in the capture call too).
+TEST(Fuzz, InplaceOnInputMutatesAsEager) {
+  fuzz::InputSpec x, y;
+  x.sizes = {4, 8};
+  x.value_seed = 1;
+  y.sizes = {8};
+  y.value_seed = 2;
+  std::vector<fuzz::OpSpec> ops = {
+      {"aten::mul.Scalar", {V(0), L(2.0)}},             // v2 = 2x, before the mutation
+      {"aten::add_.Tensor", {V(0), V(1), L(int64_t{1})}},  // x += y
+      {"aten::mul.Tensor", {V(0), V(2)}},               // (x + y) * 2x
+  };
+  auto r = recipe_of({x, y}, ops, {3, 4});
+  ASSERT_TRUE(fuzz::has_inplace_ops(r));
+  auto res = fuzz::check_batch({r}).at(0);
+  EXPECT_TRUE(res.ok && res.message.empty()) << res.message;  // passed, not rejected
+}
+
+// Fuzz finding (campaign seed 424242): exp -> rsub(0.5, alpha=7) -> log2 on f32[1,4097], error against
+// float64 2.1x eager's. Eager computes a + alpha * b as one FMA; the kernels rounded alpha * b first, and
+// the oracle judged the cancellation against exp(x) instead of 7 * exp(x).
+TEST(FuzzFindings, ExpRsubAlphaLog2) {
+  auto r = fuzz::generate(10128588436354932143ull, fuzz::GenOptions::elementwise_only());
+  ASSERT_EQ(r.ops.size(), 13u) << r.describe();  // the campaign's graph
+  auto res = fuzz::check_batch({r}).at(0);
+  EXPECT_TRUE(res.ok && res.message.empty()) << r.describe() << res.message;
+}
+
+// add, sub and rsub with alpha != 1 are one FMA, as eager's: bit-equal results where rounding alpha * b
+// first is off by far more than the tolerance (the sum cancels).
+TEST(FuzzFindings, AddSubRsubWithAlphaAreEagersFma) {
+  auto m = script("x, y",
+                  "    return torch.rsub(x, 70000.0, alpha=7), torch.sub(y, x, alpha=3), torch.add(y, x, alpha=-3)");
+  for (at::ScalarType t : {at::kFloat, at::kDouble}) {
+    at::manual_seed(3);
+    at::Tensor x = (10000 + at::rand({4097}, at::kDouble)).to(t);
+    at::Tensor y = (3 * x.to(at::kDouble) + at::rand({4097}, at::kDouble) * 1e-2).to(t);
+    auto r = run_and_compare(m, {x, y}, std::string("alpha FMA ") + c10::toString(t));
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_FALSE(r.plan->kernels.empty());
+    for (size_t i = 0; i < r.fused.size(); ++i)
+      EXPECT_TRUE(same_values(r.fused[i], r.eager[i])) << c10::toString(t) << " output " << i;
+  }
 }
 
 class PlantedBug : public ::testing::TestWithParam<int> {};
