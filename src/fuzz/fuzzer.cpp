@@ -633,9 +633,9 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
     out->flags.push_back(res_flags);
     if (g) {
       Node* n = g->append(op.schema, std::move(args), {ValueType{tensor_type_of(res), ""}});
-      // As the torch adapter marks a captured graph's random ops (executor.cpp, mark_side_effects): passes
-      // and fusion leave them alone and in order, so they draw eager's numbers.
-      if (is_random_schema(op.schema)) n->set_side_effects(true);
+      // Marked as the torch adapter marks a captured graph (random ops): passes and fusion leave them
+      // alone and in order, so they draw eager's numbers.
+      if (is_random_schema(op.schema)) mark_side_effects(*g);
       out->ir.push_back(n->output());
     }
   }

@@ -81,6 +81,24 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   at::parallel_for(0, n, grain, fn);
 }
 
+}  // namespace
+
+namespace {
+
+// Asks eager how its CPU kernels compute where that depends on the CPU (codegen's EagerCpuMath).
+EagerCpuMath probe_eager_cpu_math() {
+  EagerCpuMath m;
+  const double inf = std::numeric_limits<double>::infinity();
+  at::Tensor g = at::gelu(at::full({1}, inf, at::TensorOptions().dtype(at::kHalf)));
+  m.half_gelu_polynomial = !std::isinf(g.item<double>());
+  return m;
+}
+
+// Registered when the library loads; run at the first kernel generated.
+[[maybe_unused]] const bool g_probe_registered = (set_eager_cpu_math_probe(&probe_eager_cpu_math), true);
+
+}  // namespace
+
 // Nodes whose op draws from a random generator (the dispatcher's nondeterministic_seeded tag), unless a
 // literal `train=False` makes it the identity (dropout in eval mode), are marked as having side effects:
 // passes then never merge, fold, remove or reorder them, and fusion leaves them to ATen in graph order,
@@ -104,24 +122,6 @@ void mark_side_effects(Graph& g) {
     n->set_side_effects(impure);
   }
 }
-
-}  // namespace
-
-namespace {
-
-// Asks eager how its CPU kernels compute where that depends on the CPU (codegen's EagerCpuMath).
-EagerCpuMath probe_eager_cpu_math() {
-  EagerCpuMath m;
-  const double inf = std::numeric_limits<double>::infinity();
-  at::Tensor g = at::gelu(at::full({1}, inf, at::TensorOptions().dtype(at::kHalf)));
-  m.half_gelu_polynomial = !std::isinf(g.item<double>());
-  return m;
-}
-
-// Registered when the library loads; run at the first kernel generated.
-[[maybe_unused]] const bool g_probe_registered = (set_eager_cpu_math_probe(&probe_eager_cpu_math), true);
-
-}  // namespace
 
 at::Tensor distinct_view(at::Tensor t) {
   for (int64_t d = 0; d < t.dim(); ++d)

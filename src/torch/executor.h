@@ -32,7 +32,11 @@ std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10
 // The signature of a call, as bytes: per tensor its dtype, device, sizes, strides and requires_grad;
 // non-tensor inputs by value (plans specialize on them).
 std::string input_signature(const std::vector<c10::IValue>& inputs);
-// Runs the pass pipeline on a captured graph; ATen evaluates the subgraphs of constants (into the
+// Marks the nodes that draw from a random generator (the dispatcher's nondeterministic_seeded tag;
+// dropout with a literal train=False excepted) and those with mutating schemas as having side effects:
+// passes then never merge, fold, remove or reorder them, and fusion leaves them to ATen in order.
+void mark_side_effects(Graph& g);
+// Runs the pass pipeline on a captured graph (marking side effects first); ATen evaluates the subgraphs of constants (into the
 // constants table).
 void optimize_captured(CapturedGraph& cap);
 // Runs a compiled instance: as a CUDA Graph when `cuda_graphs` is set and the plan can be captured (at
