@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <set>
 
 namespace fusion_jit {
@@ -15,6 +14,12 @@ const char* kPrelude =
 
 std::string storage_type(DType t) { return dtype_c_type(t); }
 
+// The compute C type of a value kept in the kernel's scratch rows.
+const char* scratch_c_type(const KernelSpec& k, const std::string& var) {
+  for (const auto& [v, t] : k.scratch)
+    if (v == var) return compute_c_type(t);
+  return "float";
+}
 
 // `p<b>`: the kernel's buffers, typed, from the `buf` argument.
 void print_buffer_pointers(const KernelSpec& k, std::string& s) {
@@ -70,17 +75,17 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     const auto& kb = k.buffers[b];
     if (kb.is_output) continue;
-    std::string cty = is_reduced_float(kb.dtype) ? "float" : dtype_c_type(kb.dtype);
+    std::string cty = compute_c_type(kb.dtype);
     s += fmt::format("      const {} b{} = {};\n", cty, b,
                      load_expr(kb.dtype, fmt::format("r{}[{}]", b, index_expr("j", kb.strides[nd - 1]))));
   }
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
   for (size_t b = first_out; b < k.buffers.size(); ++b) {
-    std::string cty = is_reduced_float(k.buffers[b].dtype) ? "float" : dtype_c_type(k.buffers[b].dtype);
+    std::string cty = compute_c_type(k.buffers[b].dtype);
     s += fmt::format("      {} o{};\n", cty, b - first_out);
   }
-  for (const auto& line : k.body) s += "      " + line + "\n";
+  for (const auto& st : k.body) s += "      " + print_stmt(st) + "\n";
   for (size_t b = first_out; b < k.buffers.size(); ++b) {
     const auto& kb = k.buffers[b];
     s += fmt::format("      r{}[{}] = {};\n", b, index_expr("j", kb.strides[nd - 1]),
@@ -109,7 +114,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   s += fmt::format("  typedef {} I;\n", I);
   print_buffer_pointers(k, s);
   for (const auto& [var, ty] : k.scratch)
-    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", ty, var, k.row_len);
+    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", compute_c_type(ty), var, k.row_len);
   s += "  for (int64_t row_ = begin_; row_ < end_; ++row_) {\n";
   s += "    I r_ = (I)row_, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
@@ -119,16 +124,12 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   for (size_t b = 0; b < k.buffers.size(); ++b)
     s += fmt::format("    {0}{1}* __restrict__ q{2} = p{2} + roff{2};\n", k.buffers[b].is_output ? "" : "const ",
                      storage_type(k.buffers[b].dtype), b);
-  auto ctype = [](DType t) { return std::string(is_reduced_float(t) ? "float" : dtype_c_type(t)); };
-  auto scratch_type = [&](const std::string& var) {
-    for (const auto& [v, ty] : k.scratch)
-      if (v == var) return ty;
-    return std::string("float");
-  };
+  auto ctype = [](DType t) { return std::string(compute_c_type(t)); };
+  auto scratch_type = [&](const std::string& var) { return std::string(scratch_c_type(k, var)); };
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", ctype(k.buffers[b].dtype), b,
                      load_expr(k.buffers[b].dtype, fmt::format("q{0}[0]", b)));
-  for (const auto& line : k.row_prologue) s += "    " + line + "\n";
+  for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
   // Offsets of element e_ of the row, per buffer: `eoff<b>`.
   auto element_offsets = [&](const std::string& ind) {
     std::string t;
@@ -158,7 +159,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     // 16 lanes, 8 when the pass computes in 8-byte types (float sums accumulate in double but keep 16).
     int width = 16;
     for (const auto& a : pass.accs)
-      if (a.type == "int64_t" || (a.type == "double" && a.kind != "dsum")) width = 8;
+      if (a.type == DType::kInt64 || (a.type == DType::kFloat64 && a.kind != AccKind::kDoubleSum)) width = 8;
     for (int b : pass.loads)
       if (dtype_size(k.buffers[b].dtype) == 8) width = 8;
 
@@ -172,22 +173,24 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       };
       for (const auto& var : pass.stash_in)
         t += fmt::format("{}const {} {} = {};\n", ind, scratch_type(var), var, scratch(var));
-      for (const auto& line : pass.body) t += ind + line + "\n";
+      for (const auto& st : pass.body) t += ind + print_stmt(st) + "\n";
       for (const auto& var : pass.stash_out) t += fmt::format("{}{} = {};\n", ind, scratch(var), var);
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        if (a.kind == "sum" || a.kind == "ksum" || a.kind == "dsum") t += fmt::format("{}s{}[l_] += {};\n", ind, i, a.input);
-        else if (a.kind == "prod") t += fmt::format("{}s{}[l_] *= {};\n", ind, i, a.input);
-        else if (a.kind == "max" || a.kind == "min")
-          t += fmt::format("{0}a{1}[l_] = fj_red_{2}(a{1}[l_], {3});\n", ind, i, a.kind, a.input);
+        const std::string in = print_expr(*a.input);
+        const char* ty = compute_c_type(a.type);
+        if (is_sum(a.kind)) t += fmt::format("{}s{}[l_] += {};\n", ind, i, in);
+        else if (a.kind == AccKind::kProd) t += fmt::format("{}s{}[l_] *= {};\n", ind, i, in);
+        else if (a.kind == AccKind::kMax || a.kind == AccKind::kMin)
+          t += fmt::format("{0}a{1}[l_] = fj_red_{2}(a{1}[l_], {3});\n", ind, i, acc_kind_name(a.kind), in);
         else if (in_vector)  // every lane has seen wc<i> elements: one reciprocal per vector
           t += fmt::format("{0}{{ const {1} x_ = {2}; const {1} d_ = x_ - wm{3}[l_]; "
                            "wm{3}[l_] += d_ * wi{3}; wq{3}[l_] += d_ * (x_ - wm{3}[l_]); }}\n",
-                           ind, a.type, a.input, i);
+                           ind, ty, in, i);
         else  // the elements past the last whole vector
           t += fmt::format("{0}{{ const {1} x_ = {2}; tn{3} += ({1})1; const {1} d_ = x_ - tm{3}; "
                            "tm{3} += d_ / tn{3}; tq{3} += d_ * (x_ - tm{3}); }}\n",
-                           ind, a.type, a.input, i);
+                           ind, ty, in, i);
       }
       for (const auto& [b, var] : pass.stores)
         t += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
@@ -201,35 +204,37 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     } else {
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        s += fmt::format("    {} acc{};\n", a.kind == "welford" ? "fj_wf<" + a.type + ">" : a.type, acc_base + i);
+        const std::string ty = compute_c_type(a.type);
+        s += fmt::format("    {} acc{};\n", a.kind == AccKind::kWelford ? "fj_wf<" + ty + ">" : ty, acc_base + i);
       }
       s += "    {\n";
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
+        const char* ty = compute_c_type(a.type);
         std::string id = reduction_identity(a.kind, a.type);
-        if (a.kind == "ksum")
+        if (a.kind == AccKind::kKahanSum)
           s += fmt::format("      {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) "
                            "a{1}[l_] = ac{1}[l_] = ap{1}[l_] = 0;\n",
-                           a.type, i, width);
-        else if (a.kind == "welford")
+                           ty, i, width);
+        else if (a.kind == AccKind::kWelford)
           s += fmt::format("      {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0, tm{1} = 0, tq{1} = 0, tn{1} = 0;\n"
                            "      for (int l_ = 0; l_ < {2}; ++l_) wm{1}[l_] = wq{1}[l_] = ({0})0;\n",
-                           a.type, i, width);
+                           ty, i, width);
         else
-          s += fmt::format("      {0} a{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) a{1}[l_] = {3};\n", a.type, i,
+          s += fmt::format("      {0} a{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) a{1}[l_] = {3};\n", ty, i,
                            width, id);
       }
       // Chunks: a floating sum adds each chunk's lanes into its compensated total.
       int chunk = 1024;
       for (const auto& a : pass.accs)
-        if (a.kind == "ksum") chunk = 16 * width;
+        if (a.kind == AccKind::kKahanSum) chunk = 16 * width;
       s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += {1}) {{\n", k.row_len, chunk);
       s += fmt::format("        const I je_ = {0} - j0_ < {1} ? {0} : j0_ + {1};\n", k.row_len, chunk);
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        if (a.kind == "sum" || a.kind == "ksum" || a.kind == "dsum" || a.kind == "prod")
+        if (is_sum(a.kind) || a.kind == AccKind::kProd)
           s += fmt::format("        {0} s{1}[{2}];\n        for (int l_ = 0; l_ < {2}; ++l_) s{1}[l_] = {3};\n",
-                           a.type, i, width, reduction_identity(a.kind, a.type));
+                           compute_c_type(a.type), i, width, reduction_identity(a.kind, a.type));
       }
       s += fmt::format("        I j_ = j0_;\n        for (; j_ + {0} <= je_; j_ += {0}) {{\n", width);
       if (nd - kd == 1) {
@@ -246,8 +251,8 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       for (const auto& var : pass.stash_out)
         s += fmt::format("          {0}* __restrict__ sv_{1} = st_{1} + j_;\n", scratch_type(var), var);
       for (size_t i = 0; i < na; ++i)
-        if (pass.accs[i].kind == "welford")
-          s += fmt::format("          wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, pass.accs[i].type);
+        if (pass.accs[i].kind == AccKind::kWelford)
+          s += fmt::format("          wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, compute_c_type(pass.accs[i].type));
       s += fmt::format("#pragma omp simd\n          for (int l_ = 0; l_ < {}; ++l_) {{\n", width);
       s += "            const I e_ = j_ + l_;\n            (void)e_;\n";
       in_vector = true;
@@ -259,36 +264,37 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       s += "        }\n";
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        if (a.kind == "ksum")
+        if (a.kind == AccKind::kKahanSum)
           s += fmt::format("#pragma omp simd\n        for (int l_ = 0; l_ < {0}; ++l_) {{ ap{1}[l_] += s{1}[l_]; "
                            "fj_kahan_add(a{1}[l_], ac{1}[l_], s{1}[l_]); }}\n",
                            width, i);
-        else if (a.kind == "sum" || a.kind == "dsum" || a.kind == "prod")
+        else if (is_sum(a.kind) || a.kind == AccKind::kProd)
           s += fmt::format("        for (int l_ = 0; l_ < {0}; ++l_) a{1}[l_] {2}= s{1}[l_];\n", width, i,
-                           a.kind == "prod" ? "*" : "+");
+                           a.kind == AccKind::kProd ? "*" : "+");
       }
       s += "      }\n";
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
         int idx = acc_base + static_cast<int>(i);
-        if (a.kind == "ksum") {
+        const char* ty = compute_c_type(a.type);
+        if (a.kind == AccKind::kKahanSum) {
           // The lanes' compensated values and plain sums, each added up as a tree.
           s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) a{1}[l_] -= ac{1}[l_];\n"
                            "      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n"
                            "        for (int l_ = 0; l_ < w_; ++l_) {{ a{1}[l_] += a{1}[l_ + w_]; ap{1}[l_] += ap{1}[l_ + w_]; }}\n"
                            "      acc{2} = fj_kahan_value(a{1}[0], ({3})0, ap{1}[0]);\n",
-                           width, i, idx, a.type);
-        } else if (a.kind == "welford") {
+                           width, i, idx, ty);
+        } else if (a.kind == AccKind::kWelford) {
           s += fmt::format("      acc{0}.mean = tm{1}; acc{0}.m2 = tq{1}; acc{0}.n = tn{1};\n", idx, i);
           s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) {{ fj_wf<{1}> w_; w_.mean = wm{2}[l_]; "
                            "w_.m2 = wq{2}[l_]; w_.n = wc{2}; acc{3} = fj_wf_merge(acc{3}, w_); }}\n",
-                           width, a.type, i, idx);
+                           width, ty, i, idx);
         } else {
-          const char* op = a.kind == "sum" || a.kind == "dsum" ? "a{0}[l_] + a{0}[l_ + w_]"
-                           : a.kind == "prod" ? "a{0}[l_] * a{0}[l_ + w_]"
-                                              : nullptr;
+          const char* op = is_sum(a.kind) ? "a{0}[l_] + a{0}[l_ + w_]"
+                           : a.kind == AccKind::kProd ? "a{0}[l_] * a{0}[l_ + w_]"
+                                                      : nullptr;
           std::string merge = op ? fmt::format(fmt::runtime(op), i)
-                                 : fmt::format("fj_red_{0}(a{1}[l_], a{1}[l_ + w_])", a.kind, i);
+                                 : fmt::format("fj_red_{0}(a{1}[l_], a{1}[l_ + w_])", acc_kind_name(a.kind), i);
           s += fmt::format("      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n        for (int l_ = 0; l_ < w_; ++l_) "
                            "a{1}[l_] = {2};\n      acc{3} = a{1}[0];\n",
                            width, i, merge, idx);
@@ -297,7 +303,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       s += "    }\n";
       acc_base += static_cast<int>(na);
     }
-    for (const auto& line : pass.after) s += "    " + line + "\n";
+    for (const auto& st : pass.after) s += "    " + print_stmt(st) + "\n";
   }
   for (const auto& [b, var] : k.row_stores)
     s += fmt::format("    q{0}[0] = {1};\n", b, store_expr(k.buffers[b].dtype, var));
@@ -306,38 +312,30 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   s += "}\n";
 }
 
-std::string scratch_type(const KernelSpec& k, const std::string& var) {
-  for (const auto& [v, ty] : k.scratch)
-    if (v == var) return ty;
-  return "float";
-}
-
-// Names of the row values a reduction kernel defines (`const T name = ...` statements), with their types.
+// The row values a reduction kernel defines (its prologue's and passes' `after` Lets), with their C types.
 std::vector<std::pair<std::string, std::string>> row_value_decls(const KernelSpec& k) {
   std::vector<std::pair<std::string, std::string>> out;
-  auto scan = [&](const std::vector<std::string>& stmts) {
-    for (const auto& st : stmts) {
-      if (st.rfind("const ", 0) != 0) continue;
-      size_t sp = st.find(' ', 6), eq = st.find(" = ");
-      if (sp == std::string::npos || eq == std::string::npos) continue;
-      out.emplace_back(st.substr(sp + 1, eq - sp - 1), st.substr(6, sp - 6));
-    }
+  auto scan = [&](const std::vector<Stmt>& stmts) {
+    for (const auto& st : stmts)
+      if (st.kind == Stmt::kLet) out.emplace_back(st.name, compute_c_type(st.type));
   };
   scan(k.row_prologue);
   for (const auto& p : k.passes) scan(p.after);
   return out;
 }
 
-bool mentions(const std::vector<std::string>& texts, const std::string& name) {
-  for (const auto& t : texts)
-    for (size_t p = t.find(name); p != std::string::npos; p = t.find(name, p + 1)) {
-      size_t e = p + name.size();
-      bool left = p == 0 || !(std::isalnum(static_cast<unsigned char>(t[p - 1])) || t[p - 1] == '_');
-      bool right = e >= t.size() || !(std::isalnum(static_cast<unsigned char>(t[e])) || t[e] == '_');
-      if (left && right) return true;
-    }
-  return false;
-}
+// The variables and buffers that statements (and accumulator inputs, and stored variables) read.
+struct Reads {
+  std::set<std::string> vars;
+  std::set<int> buffers;
+  void add(const Expr& e) {
+    vars_read(e, &vars);
+    buffers_read(e, &buffers);
+  }
+  void add(const std::vector<Stmt>& stmts) {
+    for (const auto& st : stmts) add(*st.value);
+  }
+};
 
 // Note [CPU column schedule]
 // A column reduction walks a tile of up to kTile neighbouring rows at once: the loop over the row's
@@ -350,15 +348,16 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const int64_t kin = k.sizes[kd - 1], L = k.row_len;
-  auto ctype = [](DType t) { return std::string(is_reduced_float(t) ? "float" : dtype_c_type(t)); };
+  auto ctype = [](DType t) { return std::string(compute_c_type(t)); };
   const auto rows = row_value_decls(k);
+  auto scratch_type = [&](const std::string& var) { return std::string(scratch_c_type(k, var)); };
   s += fmt::format("\n// {}, {} passes, column tiles of {} rows, {} offsets\n", reduction_summary(k), k.passes.size(),
                    kTile, I);
   s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
   s += fmt::format("  typedef {} I;\n", I);
   print_buffer_pointers(k, s);
   for (const auto& [var, ty] : k.scratch)
-    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", ty, var, L * kTile);
+    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", compute_c_type(ty), var, L * kTile);
   s += "  for (int64_t row0_ = begin_; row0_ < end_;) {\n";
   s += fmt::format("    const int64_t kin_ = row0_ % {0};\n    int64_t n_ = {0} - kin_;\n", kin);
   s += fmt::format("    if (n_ > {0}) n_ = {0};\n    if (n_ > end_ - row0_) n_ = end_ - row0_;\n", kTile);
@@ -374,32 +373,29 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += fmt::format("    {0} rb{1}[{2}];\n    for (int r_ = 0; r_ < n_; ++r_) rb{1}[r_] = {3};\n", ctype(k.buffers[b].dtype), b,
                      kTile, load_expr(k.buffers[b].dtype, fmt::format("q{}[r_ * {}]", b, k.buffers[b].strides[kd - 1])));
   for (const auto& [name, ty] : rows) s += fmt::format("    {} rv_{}[{}];\n", ty, name, kTile);
-  // Declarations, inside a per-row loop, of the row buffers and row values `texts` mention.
-  auto row_inputs = [&](const std::vector<std::string>& texts, const std::string& ind, const std::string& skip_from) {
+  // Declarations, inside a per-row loop, of the row buffers and row values that `reads` name.
+  auto row_inputs = [&](const Reads& reads, const std::string& ind, const std::string& skip_from) {
     std::string t;
     for (int b : k.row_loads)
-      if (mentions(texts, fmt::format("b{}", b)))
-        t += fmt::format("{}const {} b{} = rb{}[r_];\n", ind, ctype(k.buffers[b].dtype), b, b);
+      if (reads.buffers.count(b)) t += fmt::format("{}const {} b{} = rb{}[r_];\n", ind, ctype(k.buffers[b].dtype), b, b);
     for (const auto& [name, ty] : rows) {
       if (name == skip_from) break;  // defined by the statements themselves from here on
-      if (mentions(texts, name)) t += fmt::format("{}const {} {} = rv_{}[r_];\n", ind, ty, name, name);
+      if (reads.vars.count(name)) t += fmt::format("{}const {} {} = rv_{}[r_];\n", ind, ty, name, name);
     }
     return t;
   };
   // Per-row statements (prologue, after): run for each row of the tile, saving what they define.
-  auto per_row = [&](const std::vector<std::string>& stmts, const std::string& pre) {
+  auto per_row = [&](const std::vector<Stmt>& stmts, const std::string& pre) {
     if (stmts.empty()) return;
-    std::vector<std::string> texts = stmts;
-    std::string first_defined;
-    for (const auto& [name, ty] : rows)
-      if (mentions({stmts.front()}, name) && stmts.front().find(" " + name + " = ") != std::string::npos) first_defined = name;
+    Reads reads;
+    reads.add(stmts);
+    const std::string first_defined = stmts.front().kind == Stmt::kLet ? stmts.front().name : "";
     s += "    for (int r_ = 0; r_ < n_; ++r_) {\n" + pre;
-    s += row_inputs(texts, "      ", first_defined);
-    for (const auto& st : stmts) s += "      " + st + "\n";
+    s += row_inputs(reads, "      ", first_defined);
+    for (const auto& st : stmts) s += "      " + print_stmt(st) + "\n";
     for (const auto& [name, ty] : rows)
       for (const auto& st : stmts)
-        if (st.find(" " + name + " = ") != std::string::npos && st.rfind("const", 0) == 0)
-          s += fmt::format("      rv_{0}[r_] = {0};\n", name);
+        if (st.kind == Stmt::kLet && st.name == name) s += fmt::format("      rv_{0}[r_] = {0};\n", name);
     s += "    }\n";
   };
   per_row(k.row_prologue, "");
@@ -409,33 +405,34 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += fmt::format("    {{  // pass {}\n", &pass - &k.passes[0]);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      if (a.kind == "ksum")
+      const char* ty = compute_c_type(a.type);
+      if (a.kind == AccKind::kKahanSum)
         s += fmt::format("    {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = ac{1}[r_] = ap{1}[r_] = 0;\n",
-                         a.type, i, kTile);
-      else if (a.kind == "welford")
+                         ty, i, kTile);
+      else if (a.kind == AccKind::kWelford)
         s += fmt::format("    {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0;\n    for (int r_ = 0; r_ < {2}; ++r_) wm{1}[r_] = wq{1}[r_] = 0;\n",
-                         a.type, i, kTile);
+                         ty, i, kTile);
       else
-        s += fmt::format("    {0} a{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = {3};\n", a.type, i, kTile,
+        s += fmt::format("    {0} a{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = {3};\n", ty, i, kTile,
                          reduction_identity(a.kind, a.type));
     }
-    std::vector<std::string> texts = pass.body;
-    for (const auto& a : pass.accs) texts.push_back(a.input);
-    for (const auto& st : pass.stores) texts.push_back(st.second);
+    Reads reads;
+    reads.add(pass.body);
+    for (const auto& a : pass.accs) reads.add(*a.input);
+    for (const auto& st : pass.stores) reads.vars.insert(st.second);
     s += fmt::format("    for (I j0_ = 0; j0_ < {0}; j0_ += 16) {{\n      const I je_ = {0} - j0_ < 16 ? {0} : j0_ + 16;\n", L);
     for (size_t i = 0; i < na; ++i)
-      if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "ksum" || pass.accs[i].kind == "dsum" ||
-          pass.accs[i].kind == "prod")
+      if (is_sum(pass.accs[i].kind) || pass.accs[i].kind == AccKind::kProd)
         s += fmt::format("      {0} s{1}[{2}];\n      for (int r_ = 0; r_ < {2}; ++r_) s{1}[r_] = {3};\n",
-                         pass.accs[i].type, i,
+                         compute_c_type(pass.accs[i].type), i,
                          kTile, reduction_identity(pass.accs[i].kind, pass.accs[i].type));
     s += "      for (I e_ = j0_; e_ < je_; ++e_) {\n";
     for (size_t i = 0; i < na; ++i)
-      if (pass.accs[i].kind == "welford")
-        s += fmt::format("        wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, pass.accs[i].type);
+      if (pass.accs[i].kind == AccKind::kWelford)
+        s += fmt::format("        wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, compute_c_type(pass.accs[i].type));
     s += "#pragma omp simd\n        for (int r_ = 0; r_ < n_; ++r_) {\n";
     const std::string ind = "          ";
-    s += row_inputs(texts, ind, "");
+    s += row_inputs(reads, ind, "");
     auto ref = [&](int b) {
       const auto& st = k.buffers[b].strides;
       std::string r = st[kd - 1] == 0 ? "" : st[kd - 1] == 1 ? "r_" : fmt::format("r_ * {}", st[kd - 1]);
@@ -446,27 +443,30 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     for (int b : pass.loads)
       s += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b, load_expr(k.buffers[b].dtype, ref(b)));
     for (const auto& var : pass.stash_in)
-      s += fmt::format("{0}const {3} {1} = st_{1}[(int64_t)e_ * {2} + r_];\n", ind, var, kTile, scratch_type(k, var));
-    for (const auto& line : pass.body) s += ind + line + "\n";
+      s += fmt::format("{0}const {3} {1} = st_{1}[(int64_t)e_ * {2} + r_];\n", ind, var, kTile, scratch_type(var));
+    for (const auto& st : pass.body) s += ind + print_stmt(st) + "\n";
     for (const auto& var : pass.stash_out) s += fmt::format("{0}st_{1}[(int64_t)e_ * {2} + r_] = {1};\n", ind, var, kTile);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      if (a.kind == "sum" || a.kind == "ksum" || a.kind == "dsum") s += fmt::format("{}s{}[r_] += {};\n", ind, i, a.input);
-      else if (a.kind == "prod") s += fmt::format("{}s{}[r_] *= {};\n", ind, i, a.input);
-      else if (a.kind == "max" || a.kind == "min") s += fmt::format("{0}a{1}[r_] = fj_red_{2}(a{1}[r_], {3});\n", ind, i, a.kind, a.input);
+      const std::string in = print_expr(*a.input);
+      if (is_sum(a.kind)) s += fmt::format("{}s{}[r_] += {};\n", ind, i, in);
+      else if (a.kind == AccKind::kProd) s += fmt::format("{}s{}[r_] *= {};\n", ind, i, in);
+      else if (a.kind == AccKind::kMax || a.kind == AccKind::kMin)
+        s += fmt::format("{0}a{1}[r_] = fj_red_{2}(a{1}[r_], {3});\n", ind, i, acc_kind_name(a.kind), in);
       else
         s += fmt::format("{0}{{ const {1} x_ = {2}; const {1} d_ = x_ - wm{3}[r_]; wm{3}[r_] += d_ * wi{3}; "
                          "wq{3}[r_] += d_ * (x_ - wm{3}[r_]); }}\n",
-                         ind, a.type, a.input, i);
+                         ind, compute_c_type(a.type), in, i);
     }
     for (const auto& [b, var] : pass.stores) s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
     s += "        }\n      }\n";
     for (size_t i = 0; i < na; ++i) {
-      if (pass.accs[i].kind == "ksum")
+      if (pass.accs[i].kind == AccKind::kKahanSum)
         s += fmt::format("#pragma omp simd\n      for (int r_ = 0; r_ < n_; ++r_) {{ ap{0}[r_] += s{0}[r_]; "
                          "fj_kahan_add(a{0}[r_], ac{0}[r_], s{0}[r_]); }}\n", i);
-      else if (pass.accs[i].kind == "sum" || pass.accs[i].kind == "dsum" || pass.accs[i].kind == "prod")
-        s += fmt::format("      for (int r_ = 0; r_ < n_; ++r_) a{0}[r_] {1}= s{0}[r_];\n", i, pass.accs[i].kind == "prod" ? "*" : "+");
+      else if (is_sum(pass.accs[i].kind) || pass.accs[i].kind == AccKind::kProd)
+        s += fmt::format("      for (int r_ = 0; r_ < n_; ++r_) a{0}[r_] {1}= s{0}[r_];\n", i,
+                         pass.accs[i].kind == AccKind::kProd ? "*" : "+");
     }
     s += "    }\n";
     // The pass's results and the row values after it, per row.
@@ -474,13 +474,14 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const size_t idx = acc_base + i;
-      if (a.kind == "ksum")
-        pre += fmt::format("      const {0} acc{1} = fj_kahan_value(a{2}[r_], ac{2}[r_], ap{2}[r_]);\n", a.type, idx, i);
-      else if (a.kind == "welford")
+      const char* ty = compute_c_type(a.type);
+      if (a.kind == AccKind::kKahanSum)
+        pre += fmt::format("      const {0} acc{1} = fj_kahan_value(a{2}[r_], ac{2}[r_], ap{2}[r_]);\n", ty, idx, i);
+      else if (a.kind == AccKind::kWelford)
         pre += fmt::format("      fj_wf<{0}> acc{1}; acc{1}.mean = wm{2}[r_]; acc{1}.m2 = wq{2}[r_]; acc{1}.n = wc{2};\n",
-                           a.type, idx, i);
+                           ty, idx, i);
       else
-        pre += fmt::format("      const {} acc{} = a{}[r_];\n", a.type, idx, i);
+        pre += fmt::format("      const {} acc{} = a{}[r_];\n", ty, idx, i);
     }
     acc_base += static_cast<int>(na);
     per_row(pass.after, pre);

@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "support/error.h"
+
 namespace fusion_jit {
 namespace {
 
@@ -30,17 +32,17 @@ std::string storage_type(DType t) {
   return dtype_c_type(t);
 }
 
-std::string compute_type(DType t) { return is_reduced_float(t) ? "float" : dtype_c_type(t); }
+std::string compute_type(DType t) { return compute_c_type(t); }
 
 
 bool uses_reduced_floats(const KernelSpec& k) {
   for (const auto& b : k.buffers)
     if (is_reduced_float(b.dtype)) return true;
-  std::vector<const std::vector<std::string>*> parts = {&k.body, &k.row_prologue};
+  std::vector<const std::vector<Stmt>*> parts = {&k.body, &k.row_prologue};
   for (const auto& p : k.passes) parts.insert(parts.end(), {&p.body, &p.after});
   for (const auto* part : parts)
-    for (const auto& line : *part)
-      if (line.find("fj_round_") != std::string::npos) return true;
+    for (const auto& st : *part)
+      if (rounds_reduced_float(*st.value)) return true;
   return false;
 }
 
@@ -109,7 +111,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
                            : fmt::format("const {} b{}", compute_type(kb.dtype), b);
   }
   s += fmt::format("FJ_INLINE void {}_body({}) {{\n", k.name, params);
-  for (const auto& line : k.body) s += "  " + line + "\n";
+  for (const auto& st : k.body) s += "  " + print_stmt(st) + "\n";
   s += "}\n";
   // The kernel.
   s += kernel_signature(k);
@@ -225,7 +227,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", compute_type(k.buffers[b].dtype), b,
                      load_expr(k.buffers[b].dtype, fmt::format("p{0}[roff{0}]", b)));
-  for (const auto& line : k.row_prologue) s += "    " + line + "\n";
+  for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
   // Registers: element buffers read by more than one pass, and the scratch values.
   std::map<int, int> passes_reading;
   for (const auto& pass : k.passes)
@@ -237,7 +239,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
         cached.insert(b);
         s += fmt::format("    {} rc{}[{}];\n", compute_type(k.buffers[b].dtype), b, K);
       }
-    for (const auto& [var, ty] : k.scratch) s += fmt::format("    {} sr_{}[{}];\n", ty, var, K);
+    for (const auto& [var, ty] : k.scratch) s += fmt::format("    {} sr_{}[{}];\n", compute_c_type(ty), var, K);
   }
   std::set<int> loaded;  // cached buffers already in registers
   auto ref = [&](size_t b) {
@@ -256,12 +258,13 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     s += fmt::format("    // pass {}\n", &pass - &k.passes[0]);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      if (a.kind == "ksum")
-        s += fmt::format("    {0} a{1} = 0, ac{1} = 0, ap{1} = 0;\n", a.type, acc_base + i);
-      else if (a.kind == "welford")
-        s += fmt::format("    fj_wf<{0}> w{1}; w{1}.mean = w{1}.m2 = w{1}.n = ({0})0;\n", a.type, acc_base + i);
+      const char* ty = compute_c_type(a.type);
+      if (a.kind == AccKind::kKahanSum)
+        s += fmt::format("    {0} a{1} = 0, ac{1} = 0, ap{1} = 0;\n", ty, acc_base + i);
+      else if (a.kind == AccKind::kWelford)
+        s += fmt::format("    fj_wf<{0}> w{1}; w{1}.mean = w{1}.m2 = w{1}.n = ({0})0;\n", ty, acc_base + i);
       else
-        s += fmt::format("    {} a{} = {};\n", a.type, acc_base + i, reduction_identity(a.kind, a.type));
+        s += fmt::format("    {} a{} = {};\n", ty, acc_base + i, reduction_identity(a.kind, a.type));
     }
     if (regs) s += fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n      if (active_ && e_ < {}LL) {{\n", K, tr, k.row_len);
     else s += fmt::format("    for (long long e_ = lane_; active_ && e_ < {}LL; e_ += {}) {{\n      {{\n", k.row_len, tr);
@@ -290,23 +293,27 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     for (const auto& var : pass.stash_in) {
       std::string ty = "float";
       for (const auto& [v, t] : k.scratch)
-        if (v == var) ty = t;
+        if (v == var) ty = compute_c_type(t);
       s += fmt::format("{}const {} {} = sr_{}[u_];\n", ind, ty, var, var);
     }
-    for (const auto& line : pass.body) s += ind + line + "\n";
+    for (const auto& st : pass.body) s += ind + print_stmt(st) + "\n";
     for (const auto& var : pass.stash_out) s += fmt::format("{}sr_{}[u_] = {};\n", ind, var, var);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const int j = acc_base + static_cast<int>(i);
-      if (a.kind == "ksum")
-        s += fmt::format("{0}{{ const {1} x_ = {2}; ap{3} += x_; fj_kahan_add(a{3}, ac{3}, x_); }}\n", ind, a.type, a.input, j);
-      else if (a.kind == "sum") s += fmt::format("{}a{} += {};\n", ind, j, a.input);
-      else if (a.kind == "prod") s += fmt::format("{}a{} *= {};\n", ind, j, a.input);
-      else if (a.kind == "max" || a.kind == "min") s += fmt::format("{0}a{1} = fj_red_{2}(a{1}, {3});\n", ind, j, a.kind, a.input);
+      const char* ty = compute_c_type(a.type);
+      const std::string in = print_expr(*a.input);
+      FJ_INTERNAL_ASSERT(a.kind != AccKind::kDoubleSum, "{}: double-sum accumulators are the CPU's", k.name);
+      if (a.kind == AccKind::kKahanSum)
+        s += fmt::format("{0}{{ const {1} x_ = {2}; ap{3} += x_; fj_kahan_add(a{3}, ac{3}, x_); }}\n", ind, ty, in, j);
+      else if (a.kind == AccKind::kSum) s += fmt::format("{}a{} += {};\n", ind, j, in);
+      else if (a.kind == AccKind::kProd) s += fmt::format("{}a{} *= {};\n", ind, j, in);
+      else if (a.kind == AccKind::kMax || a.kind == AccKind::kMin)
+        s += fmt::format("{0}a{1} = fj_red_{2}(a{1}, {3});\n", ind, j, acc_kind_name(a.kind), in);
       else
         s += fmt::format("{0}{{ const {1} x_ = {2}; w{3}.n += ({1})1; const {1} d_ = x_ - w{3}.mean; "
                          "w{3}.mean += d_ / w{3}.n; w{3}.m2 += d_ * (x_ - w{3}.mean); }}\n",
-                         ind, a.type, a.input, j);
+                         ind, ty, in, j);
     }
     for (const auto& [b, var] : pass.stores)
       s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
@@ -314,15 +321,16 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const size_t j = acc_base + i;
-      std::string op = a.kind == "welford" ? "fj_op_welford" : a.kind == "ksum" ? "fj_op_sum" : "fj_op_" + a.kind;
-      std::string ty = a.kind == "welford" ? "fj_wf<" + a.type + ">" : a.type;
-      std::string v = a.kind == "welford" ? fmt::format("w{}", j)
-                      : a.kind == "ksum"  ? fmt::format("fj_kahan_value(a{0}, ac{0}, ap{0})", j)
-                                          : fmt::format("a{}", j);
+      const bool welford = a.kind == AccKind::kWelford;
+      std::string op = is_sum(a.kind) ? "fj_op_sum" : std::string("fj_op_") + acc_kind_name(a.kind);
+      std::string ty = welford ? fmt::format("fj_wf<{}>", compute_c_type(a.type)) : compute_c_type(a.type);
+      std::string v = welford                        ? fmt::format("w{}", j)
+                      : a.kind == AccKind::kKahanSum ? fmt::format("fj_kahan_value(a{0}, ac{0}, ap{0})", j)
+                                                     : fmt::format("a{}", j);
       s += fmt::format("    const {} acc{} = {}<{}>({}, {}());\n", ty, j, column ? "fj_column_reduce" : "fj_row_reduce", tr, v, op);
     }
     acc_base += static_cast<int>(na);
-    for (const auto& line : pass.after) s += "    " + line + "\n";
+    for (const auto& st : pass.after) s += "    " + print_stmt(st) + "\n";
   }
   if (!k.row_stores.empty()) {
     s += "    if (lane_ == 0 && active_) {\n";

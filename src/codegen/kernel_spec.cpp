@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -18,13 +19,6 @@
 
 namespace fusion_jit {
 namespace {
-
-const char* compute_c_type(DType t) {
-  switch (compute_dtype(t)) {
-    case DType::kFloat32: return "float";
-    default: return dtype_c_type(compute_dtype(t));
-  }
-}
 
 // A double rounded to float16 or bfloat16 the way ATen converts a wrapped scalar: through float.
 double round_to(double d, DType t) {
@@ -38,29 +32,6 @@ double round_to(double d, DType t) {
     std::memcpy(&f, &u, 4);
   }
   return f;
-}
-
-// A literal in the compute type `t`, as C text.
-std::string literal_in(const Literal& l, DType t) {
-  double d = 0;
-  int64_t i = 0;
-  bool is_int = false;
-  if (std::holds_alternative<double>(l)) d = std::get<double>(l);
-  else if (std::holds_alternative<int64_t>(l)) i = std::get<int64_t>(l), is_int = true;
-  else if (std::holds_alternative<bool>(l)) i = std::get<bool>(l), is_int = true;
-  else FJ_INTERNAL_ASSERT(false, "literal {} is not a number", literal_str(l));
-  DType c = compute_dtype(t);
-  if (c == DType::kFloat32 || c == DType::kFloat64) {
-    const char* ty = c == DType::kFloat32 ? "float" : "double";
-    if (is_int) return fmt::format("(({}){}LL)", ty, i);
-    // FJ_NAN and FJ_INF come from each target's prelude (NVRTC has no __builtin_inf).
-    if (std::isnan(d)) return fmt::format("(({})FJ_NAN)", ty);
-    if (std::isinf(d)) return fmt::format("(({})({}FJ_INF))", ty, d < 0 ? "-" : "");
-    return fmt::format("(({}){:a})", ty, d);  // hex float: exact
-  }
-  if (c == DType::kBool) return (is_int ? i != 0 : d != 0) ? "true" : "false";
-  if (!is_int) return fmt::format("(({}){:a})", dtype_c_type(c), d);
-  return fmt::format("(({}){}LL)", dtype_c_type(c), i);
 }
 
 bool is_none(const Literal& l) { return std::holds_alternative<None>(l); }
@@ -97,9 +68,13 @@ bool eager_rounds(const OpInfo& op, size_t i, ArgKind kind, const Value* v, cons
   return promoting;
 }
 
-const char* round_fn(DType t) {
-  if (t == DType::kFloat16) return "fj_round_f16";
-  return planted_bugs_for_tests().bf16_truncates ? "fj_round_bf16_trunc" : "fj_round_bf16";
+// `x` rounded to float16 or bfloat16 as eager's materialized value.
+ExprRef round_to_dtype(DType t, ExprRef x) {
+  if (t == DType::kBFloat16 && planted_bugs_for_tests().bf16_truncates) {
+    ExprRef f = x->kind == ExprKind::kCast ? Expr::cast(DType::kFloat32, x->args[0]) : x;
+    return Expr::call("fj_round_bf16_trunc", {f});
+  }
+  return Expr::round(t, std::move(x));
 }
 
 // Bytes of scratch rows a reduction kernel may use per thread (about a core's L2 share).
@@ -123,7 +98,7 @@ class Builder {
       b.is_output = true;
       b.strides = o->tensor_type().strides;
       outputs_.push_back(b);
-      spec_.body.push_back(fmt::format("o{} = {};", outputs_.size() - 1, var_.at(o)));
+      spec_.body.push_back(Stmt::out(static_cast<int>(outputs_.size() - 1), Expr::var(var_.at(o))));
     }
     layout();
     return std::move(spec_);
@@ -131,29 +106,28 @@ class Builder {
 
  private:
   // The variable holding a tensor argument, loading it from a buffer when it comes from outside.
-  std::string arg_var(const Value* v, const std::set<const Node*>& members, bool channel) {
+  ExprRef arg_var(const Value* v, const std::set<const Node*>& members, bool channel) {
     if (v->producer() && members.count(v->producer()) && !channel) {
       deps_vals_.insert(v);
-      return var_.at(v);
+      return Expr::var(var_.at(v));
     }
     auto key = std::make_tuple(v, channel, frame_);
     auto it = loads_.find(key);
     if (it != loads_.end()) {
-      if (g_.reduction) deps_bufs_.insert(buffer_index_.at(it->second));
-      return it->second;
+      if (g_.reduction) deps_bufs_.insert(it->second);
+      return Expr::load(it->second);
     }
     const TensorType& t = v->tensor_type();
     KernelBuffer b;
     b.value = v;
     b.dtype = t.dtype;
+    const int index = static_cast<int>(inputs_.size());
     if (g_.reduction) {
       b.strides = strides_over_shape(t, frame_);
       inputs_.push_back(b);
-      std::string name = fmt::format("b{}", inputs_.size() - 1);
-      loads_[key] = name;
-      buffer_index_[name] = static_cast<int>(inputs_.size() - 1);
-      deps_bufs_.insert(static_cast<int>(inputs_.size() - 1));
-      return name;
+      loads_[key] = index;
+      deps_bufs_.insert(index);
+      return Expr::load(index);
     }
     // Strides over the group's shape: numpy broadcasting (right-aligned), or the channel dim only.
     int64_t nd = static_cast<int64_t>(g_.shape.size());
@@ -169,9 +143,8 @@ class Builder {
         b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
     }
     inputs_.push_back(b);
-    std::string name = fmt::format("b{}", inputs_.size() - 1);
-    loads_[key] = name;
-    return name;
+    loads_[key] = index;
+    return Expr::load(index);
   }
 
   void emit_node(const Node& n, const std::set<const Node*>& members) {
@@ -179,9 +152,8 @@ class Builder {
     const Value* out = n.output();
     DType out_t = out->tensor_type().dtype;
     DType ct = op_compute_dtype(op, n.args(), out_t);
-    const char* cty = compute_c_type(ct);
-    std::vector<std::string> tensors;  // converted to the compute type
-    std::vector<std::string> raw;      // as loaded
+    std::vector<ExprRef> tensors;  // converted to the compute type
+    std::vector<ExprRef> raw;      // as loaded
     std::vector<Literal> lits;
     // Scalars that take part in promotion become tensors of the promoted dtype in eager (ATen wraps
     // them), so with f16/bf16 they are rounded to it before the arithmetic; so is masked_fill's value.
@@ -193,21 +165,21 @@ class Builder {
       bool present = i < n.args().size();
       if (spec.is_tensor()) {
         if (!present || !n.args()[i].is_value()) {
-          raw.push_back("");
-          tensors.push_back("");
+          raw.push_back(nullptr);
+          tensors.push_back(nullptr);
           continue;
         }
         if (op.rule == DTypeRule::kCastLike && i == 1) continue;  // only its dtype matters
         const Value* v = n.args()[i].value;
-        std::string var = arg_var(v, members, spec.kind == ArgKind::kChannel);
+        ExprRef var = arg_var(v, members, spec.kind == ArgKind::kChannel);
         raw.push_back(var);
         // Eager converts each operand to the promoted dtype first: into float16 or bfloat16 that rounds.
         DType vt = v->tensor_type().dtype;
         bool rounds = is_reduced_float(promoted) && vt != promoted && vt != DType::kBool;
         if (rounds && eager_rounds(op, i, spec.kind, v, out, cpu))
-          tensors.push_back(fmt::format("{}((float){})", round_fn(promoted), var));
+          tensors.push_back(round_to_dtype(promoted, Expr::cast(DType::kFloat32, var)));
         else
-          tensors.push_back(fmt::format("(({}){})", cty, var));
+          tensors.push_back(Expr::cast(ct, var));
       } else if (spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kScalarNoPromote ||
                  spec.kind == ArgKind::kOptScalar || spec.kind == ArgKind::kMode) {
         Literal l = present ? n.args()[i].literal : literal_arg(n, i);
@@ -229,57 +201,56 @@ class Builder {
     const bool gelu_formula = gelu_cpu_float && out_t == DType::kFloat16 && !eager_cpu_math().half_gelu_polynomial;
     const bool gelu_as = gelu_cpu_float && !gelu_formula;
     if (planted_bugs_for_tests().maximum_drops_nan && (fn == "maximum" || fn == "clamp")) fn += "_nonan";
-    std::string e;
-    auto L = [&](size_t k) { return literal_in(lits.at(k), ct); };
+    ExprRef e;
+    auto L = [&](size_t k) { return Expr::lit(lits.at(k), ct); };
     if (fn == "add" || fn == "sub" || fn == "rsub") {
       // Tensor overloads: (a, b, alpha); Scalar overloads: (a, scalar, alpha).
-      std::string b = tensors.size() > 1 ? tensors[1] : L(0);
-      std::string alpha = tensors.size() > 1 ? L(0) : L(1);
-      e = fmt::format("fj_{}({}, {}, {})", fn, tensors[0], b, alpha);
+      ExprRef b = tensors.size() > 1 ? tensors[1] : L(0);
+      ExprRef alpha = tensors.size() > 1 ? L(0) : L(1);
+      e = Expr::call("fj_" + fn, {tensors[0], b, alpha});
     } else if (fn == "div" && lits.size() > (tensors.size() > 1 ? 0u : 1u)) {
       const Literal& mode = lits.back();
-      std::string b = tensors.size() > 1 ? tensors[1] : L(0);
+      ExprRef b = tensors.size() > 1 ? tensors[1] : L(0);
       std::string suffix = is_none(mode) ? "" : "_" + std::get<std::string>(mode);
-      e = fmt::format("fj_div{}({}, {})", suffix, tensors[0], b);
+      e = Expr::call("fj_div" + suffix, {tensors[0], b});
     } else if (fn == "gelu") {
       std::string mode = std::get<std::string>(lits.at(0));
-      e = fmt::format("fj_gelu{}({})", mode == "tanh" ? "_tanh" : gelu_as ? "_as" : gelu_formula ? "_erf" : "", tensors[0]);
+      e = Expr::call(std::string("fj_gelu") + (mode == "tanh" ? "_tanh" : gelu_as ? "_as" : gelu_formula ? "_erf" : ""),
+                     {tensors[0]});
     } else if (fn == "pow" && tensors.size() == 1) {
       // ATen's CPU kernel skips the sqrt/rsqrt special cases for float16, its CUDA kernel does not.
       e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16 && spec_.device == Device::kCPU);
     } else if (fn == "clamp" || fn == "clamp_nonan") {
       const char* sfx = fn == "clamp" ? "" : "_nonan";
       e = tensors[0];
-      if (!is_none(lits.at(0))) e = fmt::format("fj_clamp_min{}({}, {})", sfx, e, L(0));
-      if (!is_none(lits.at(1))) e = fmt::format("fj_clamp_max{}({}, {})", sfx, e, L(1));
+      if (!is_none(lits.at(0))) e = Expr::call(std::string("fj_clamp_min") + sfx, {e, L(0)});
+      if (!is_none(lits.at(1))) e = Expr::call(std::string("fj_clamp_max") + sfx, {e, L(1)});
     } else if (fn == "where") {
       // (cond, a, b) with either of a, b a scalar.
-      std::vector<std::string> vals;
+      std::vector<ExprRef> vals;
       size_t ti = 1, lit = 0;
       for (size_t i = 1; i < op.args.size(); ++i) vals.push_back(op.args[i].is_tensor() ? tensors[ti++] : L(lit++));
-      e = fmt::format("({} ? {} : {})", raw[0], vals[0], vals[1]);
+      e = Expr::select(raw[0], vals[0], vals[1]);
     } else if (fn == "masked_fill") {
-      std::string v = tensors.size() > 2 ? tensors[2] : L(0);
-      e = fmt::format("({} ? {} : {})", raw[1], v, tensors[0]);
+      ExprRef v = tensors.size() > 2 ? tensors[2] : L(0);
+      e = Expr::select(raw[1], v, tensors[0]);
     } else if (fn == "cast") {
-      e = fmt::format("(({}){})", cty, raw[0]);
+      e = Expr::cast(ct, raw[0]);
     } else if (fn == "batch_norm") {
       // (x, weight, bias, mean, var, ..., eps): y = x * alpha + beta as ATen computes it.
-      std::string w = tensors[1].empty() ? fmt::format("(({})1)", cty) : tensors[1];
-      std::string b = tensors[2].empty() ? fmt::format("(({})0)", cty) : tensors[2];
-      e = fmt::format("fj_batch_norm({}, {}, {}, {}, {}, {})", tensors[0], w, b, tensors[3], tensors[4], L(0));
+      ExprRef w = tensors[1] ? tensors[1] : Expr::lit(int64_t{1}, ct);
+      ExprRef b = tensors[2] ? tensors[2] : Expr::lit(int64_t{0}, ct);
+      e = Expr::call("fj_batch_norm", {tensors[0], w, b, tensors[3], tensors[4], L(0)});
     } else {
-      std::string args;
-      for (auto& t : tensors) args += (args.empty() ? "" : ", ") + t;
-      for (size_t k = 0; k < lits.size(); ++k) args += (args.empty() ? "" : ", ") + L(k);
-      e = fmt::format("fj_{}({})", fn, args);
+      std::vector<ExprRef> args = tensors;
+      for (size_t k = 0; k < lits.size(); ++k) args.push_back(L(k));
+      e = Expr::call("fj_" + fn, std::move(args));
     }
     // Convert to the output's compute type, and round where eager materializes a reduced float.
-    std::string ocy = compute_c_type(out_t);
-    std::string value = fmt::format("(({})({}))", ocy, e);
-    if (is_reduced_float(out_t)) value = fmt::format("{}({})", round_fn(out_t), value);
+    ExprRef value = Expr::convert(out_t, e);
+    if (is_reduced_float(out_t)) value = round_to_dtype(out_t, value);
     std::string name = fmt::format("t{}", out->id());
-    std::string stmt = fmt::format("const {} {} = {};  // {}", ocy, name, value, n.schema());
+    Stmt stmt = Stmt::let(name, out_t, value, n.schema());
     if (g_.reduction) stmt_[out] = stmt;
     else spec_.body.push_back(stmt);
     var_[out] = name;
@@ -311,12 +282,16 @@ class Builder {
     const Value* out = n.output();
     DType out_t = out->tensor_type().dtype;
     DType acc_t = compute_dtype(out_t);
-    const std::string acc_c = compute_c_type(acc_t);
     frame_ = false;
-    std::string x = arg_var(in, members, false);
+    ExprRef x = arg_var(in, members, false);
     KernelAccumulator a;
-    a.kind = info->kind == "mean" ? "sum" : info->kind == "var" ? "welford" : info->kind;
-    a.type = acc_c;
+    a.kind = info->kind == "mean" || info->kind == "sum" ? AccKind::kSum
+             : info->kind == "var"                      ? AccKind::kWelford
+             : info->kind == "prod"                     ? AccKind::kProd
+             : info->kind == "max"                      ? AccKind::kMax
+                                                        : AccKind::kMin;
+    FJ_INTERNAL_ASSERT(a.kind != AccKind::kMin || info->kind == "min", "reduction kind {}", info->kind);
+    a.type = compute_dtype(acc_t);
     // Sums of terms that cannot be negative (softmax's exps, rms_norm's squares) cannot cancel: float lanes
     // keep them accurate, and cost less than double.
     const Node* src = in->producer() && members.count(in->producer()) ? in->producer() : nullptr;
@@ -326,27 +301,30 @@ class Builder {
         (nonneg.count(src->op()->kernel_fn) ||
          (src->op()->kernel_fn == "mul" && src->args().size() >= 2 && src->args()[0].is_value() &&
           src->args()[0].value == src->args()[1].value));
-    if (a.kind == "sum" && acc_t == DType::kFloat32 && spec_.device == Device::kCPU && non_negative) {
-      a.input = fmt::format("(({}){})", a.type, x);  // float lanes, restarting per chunk
-    } else if (a.kind == "sum" && acc_t == DType::kFloat32 && spec_.device == Device::kCPU) {
-      a.kind = "dsum";  // added up in double: as exact as eager's cascade sum, or more
-      a.type = "double";
-      a.input = fmt::format("((double){})", x);
+    if (a.kind == AccKind::kSum && acc_t == DType::kFloat32 && spec_.device == Device::kCPU && non_negative) {
+      a.input = Expr::cast(a.type, x);  // float lanes, restarting per chunk
+    } else if (a.kind == AccKind::kSum && acc_t == DType::kFloat32 && spec_.device == Device::kCPU) {
+      a.kind = AccKind::kDoubleSum;  // added up in double: as exact as eager's cascade sum, or more
+      a.type = DType::kFloat64;
+      a.input = Expr::cast(a.type, x);
     } else {
-      if (a.kind == "sum" && is_floating(acc_t)) a.kind = "ksum";  // compensated
-      a.input = fmt::format("(({}){})", a.type, x);
+      if (a.kind == AccKind::kSum && is_floating(acc_t)) a.kind = AccKind::kKahanSum;  // compensated
+      a.input = Expr::cast(a.type, x);
     }
     acc_of_[out] = a;
     const int64_t len = g_.reduction->row_len;
-    std::string r;
-    if (info->kind == "mean") r = fmt::format("ACC / {}", literal_in(Literal(len), acc_t));
-    else if (info->kind == "var") r = fmt::format("fj_welford_var(ACC, {})", literal_in(Literal(info->correction), acc_t));
-    else r = "ACC";
-    std::string ocy = compute_c_type(out_t);
-    std::string value = fmt::format("(({})({}))", ocy, r);
-    if (is_reduced_float(out_t)) value = fmt::format("{}({})", round_fn(out_t), value);
+    const std::string kind = info->kind;
+    const Literal correction = Literal(info->correction);
     std::string name = fmt::format("t{}", out->id());
-    finish_[out] = fmt::format("const {} {} = {};  // {}", ocy, name, value, n.schema());
+    std::string schema = n.schema();
+    finish_[out] = [=](ExprRef acc) {
+      ExprRef r = acc;
+      if (kind == "mean") r = Expr::div(acc, Expr::lit(Literal(len), acc_t));
+      else if (kind == "var") r = Expr::call("fj_welford_var", {acc, Expr::lit(correction, acc_t)});
+      ExprRef value = Expr::convert(out_t, r);
+      if (is_reduced_float(out_t)) value = round_to_dtype(out_t, value);
+      return Stmt::let(name, out_t, value, schema);
+    };
     var_[out] = name;
   }
 
@@ -440,7 +418,7 @@ class Builder {
         auto& src = spec_.passes[computed_in.at(v)];
         if (std::find(src.stash_out.begin(), src.stash_out.end(), var_.at(v)) == src.stash_out.end()) {
           src.stash_out.push_back(var_.at(v));
-          spec_.scratch.emplace_back(var_.at(v), compute_c_type(v->tensor_type().dtype));
+          spec_.scratch.emplace_back(var_.at(v), compute_dtype(v->tensor_type().dtype));
         }
         pass.stash_in.push_back(var_.at(v));
       }
@@ -462,9 +440,7 @@ class Builder {
       for (const Node* n : g_.nodes) {
         const Value* o = n->output();
         if (acc_of_.count(o) && f.ready.at(o) == p + 1) {
-          std::string fin = finish_.at(o);
-          fin.replace(fin.find("ACC"), 3, fmt::format("acc{}", acc_count++));
-          pass.after.push_back(fin);
+          pass.after.push_back(finish_.at(o)(Expr::var(fmt::format("acc{}", acc_count++))));
         }
       }
       for (const Node* n : g_.nodes) {
@@ -551,19 +527,19 @@ class Builder {
   // pow with a literal exponent: the special cases ATen's CPU kernel takes, else fj_pow.
   // (For float16 ATen takes the special cases only for integral exponents: pow(-inf, 0.5) is +inf there,
   // sqrt(-inf) NaN in float32 and bfloat16.)
-  std::string pow_scalar(const std::string& x, const Literal& exp, DType ct, bool reduced) {
+  ExprRef pow_scalar(const ExprRef& x, const Literal& exp, DType ct, bool reduced) {
     double p = std::holds_alternative<double>(exp) ? std::get<double>(exp)
                : std::holds_alternative<int64_t>(exp) ? static_cast<double>(std::get<int64_t>(exp))
                                                       : static_cast<double>(std::get<bool>(exp));
     if (is_floating(ct)) {
-      if (p == 2) return fmt::format("fj_sq({})", x);
-      if (p == 3) return fmt::format("fj_cube({})", x);
-      if (p == 0.5 && !reduced) return fmt::format("fj_sqrt({})", x);
-      if (p == -0.5 && !reduced) return fmt::format("fj_rsqrt({})", x);
-      if (p == -1) return fmt::format("fj_reciprocal({})", x);
-      if (p == -2) return fmt::format("fj_reciprocal(fj_sq({}))", x);
+      if (p == 2) return Expr::call("fj_sq", {x});
+      if (p == 3) return Expr::call("fj_cube", {x});
+      if (p == 0.5 && !reduced) return Expr::call("fj_sqrt", {x});
+      if (p == -0.5 && !reduced) return Expr::call("fj_rsqrt", {x});
+      if (p == -1) return Expr::call("fj_reciprocal", {x});
+      if (p == -2) return Expr::call("fj_reciprocal", {Expr::call("fj_sq", {x})});
     }
-    return fmt::format("fj_pow({}, {})", x, literal_in(exp, ct));
+    return Expr::call("fj_pow", {x, Expr::lit(exp, ct)});
   }
 
   // Orders and merges the iteration dims, decides the index type.
@@ -624,18 +600,18 @@ class Builder {
 
   const FusionGroup& g_;
   KernelSpec spec_;
-  std::map<std::tuple<const Value*, bool, bool>, std::string> loads_;
-  std::map<std::string, int> buffer_index_;
+  std::map<std::tuple<const Value*, bool, bool>, int> loads_;  // (value, channel, frame) -> buffer
   // Reduction groups: whether the node being emitted is a row value in the squeezed frame (its dims are
   // the kept dims), and what each statement reads.
   bool frame_ = false;
   std::set<const Value*> deps_vals_;
   std::set<int> deps_bufs_;
-  std::map<const Value*, std::string> stmt_;
+  std::map<const Value*, Stmt> stmt_;
   std::map<const Value*, std::set<const Value*>> val_deps_;
   std::map<const Value*, std::set<int>> buf_deps_;
   std::map<const Value*, KernelAccumulator> acc_of_;
-  std::map<const Value*, std::string> finish_;  // reductions: the result, with ACC for the accumulator
+  // Reductions: the statement naming the result, given the accumulator's variable.
+  std::map<const Value*, std::function<Stmt(ExprRef)>> finish_;
   std::map<const Value*, std::string> var_;
   std::vector<KernelBuffer> inputs_, outputs_;
 };
@@ -657,21 +633,23 @@ std::string store_expr(DType t, const std::string& v) {
   return "(" + std::string(dtype_c_type(t)) + ")(" + v + ")";
 }
 
-std::string reduction_identity(const std::string& kind, const std::string& type) {
-  if (kind == "sum" || kind == "ksum" || kind == "dsum" || kind == "welford") return fmt::format("(({})0)", type);
-  if (kind == "prod") return fmt::format("(({})1)", type);
-  const bool max = kind == "max";
-  if (type == "float") return max ? "(-FJ_INFF)" : "FJ_INFF";
-  if (type == "double") return max ? "(-FJ_INF)" : "FJ_INF";
-  static const std::map<std::string, std::pair<std::string, std::string>> limits = {
-      {"int64_t", {"(-9223372036854775807LL - 1)", "9223372036854775807LL"}},
-      {"int32_t", {"(-2147483647 - 1)", "2147483647"}},
-      {"int16_t", {"((int16_t)-32768)", "((int16_t)32767)"}},
-      {"int8_t", {"((int8_t)-128)", "((int8_t)127)"}},
-      {"uint8_t", {"((uint8_t)0)", "((uint8_t)255)"}}};
-  auto it = limits.find(type);
-  FJ_INTERNAL_ASSERT(it != limits.end(), "no {} identity for {}", kind, type);
-  return max ? it->second.first : it->second.second;
+std::string reduction_identity(AccKind kind, DType type) {
+  const char* ty = compute_c_type(type);
+  if (is_sum(kind) || kind == AccKind::kWelford) return fmt::format("(({})0)", ty);
+  if (kind == AccKind::kProd) return fmt::format("(({})1)", ty);
+  const bool max = kind == AccKind::kMax;
+  switch (type) {
+    case DType::kFloat32: return max ? "(-FJ_INFF)" : "FJ_INFF";
+    case DType::kFloat64: return max ? "(-FJ_INF)" : "FJ_INF";
+    case DType::kInt64: return max ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL";
+    case DType::kInt32: return max ? "(-2147483647 - 1)" : "2147483647";
+    case DType::kInt16: return max ? "((int16_t)-32768)" : "((int16_t)32767)";
+    case DType::kInt8: return max ? "((int8_t)-128)" : "((int8_t)127)";
+    case DType::kUInt8: return max ? "((uint8_t)0)" : "((uint8_t)255)";
+    default: break;
+  }
+  FJ_INTERNAL_ASSERT(false, "no {} identity for {}", acc_kind_name(kind), dtype_name(type));
+  return "";
 }
 
 std::string reduction_summary(const KernelSpec& k) {

@@ -4,8 +4,9 @@
 // (outermost first) and adjacent dims merged where every buffer allows, so that the innermost loop runs
 // over unit strides whenever the layouts permit. Each buffer has a stride per iteration dim: broadcast
 // dims have stride 0, per-channel arguments (batch_norm's) a stride only on the channel dim.
-// The body is straight-line scalar code over fj_* functions of the printers' preludes: it reads the
-// buffer values `b<k>` (already converted to their compute type) and assigns the outputs `o<k>`.
+// The body is straight-line scalar code in the kernel IR (codegen/kernel_ir.h) over fj_* functions of the
+// printers' preludes: it reads the buffer values `b<k>` (Load: already converted to their compute type)
+// and assigns the outputs `o<k>`.
 //
 // Note [Reduction kernels]
 // A group with reductions gives a kernel over rows: `sizes` are the kept dims (the first `kept_dims`,
@@ -15,13 +16,14 @@
 // accumulators and stores its element outputs, followed by the pass's `after` statements (accumulator
 // results, then the row values they make known). Row outputs are stored after the last pass. Statements
 // use the same variables as the pointwise body (`b<k>` buffers, `t<id>` values); an accumulator's result
-// is `acc<k>` (see KernelAccumulator) until its `after` statement names it.
+// is the variable `acc<k>`, k counting the kernel's accumulators over its passes.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "codegen/kernel_ir.h"
 #include "fusion/fusion.h"
 
 namespace fusion_jit {
@@ -34,22 +36,20 @@ struct KernelBuffer {
   int64_t extent = 0;            // elements reachable from the data pointer
 };
 
-// One reduction in a pass: kind "dsum" (float32 sum and mean on CPU: float partials of 16 elements a lane
-// added up in double), "ksum" (other floating sums, compensated), "sum" (integers), "prod", "max", "min"
-// or "welford" (var); `type` the C
-// type it accumulates in; `input` the per-element expression it reads.
+// One reduction in a pass: how it combines (AccKind), the dtype it accumulates in, and the per-element
+// expression it reads.
 struct KernelAccumulator {
-  std::string kind;
-  std::string type;
-  std::string input;
+  AccKind kind = AccKind::kSum;
+  DType type = DType::kFloat32;
+  ExprRef input;
 };
 
 struct KernelPass {
   std::vector<int> loads;                 // element buffers loaded per element
-  std::vector<std::string> body;          // per element
+  std::vector<Stmt> body;                 // per element
   std::vector<KernelAccumulator> accs;    // named acc<k>, k counting over the kernel's passes
   std::vector<std::pair<int, std::string>> stores;  // element outputs: buffer index, variable
-  std::vector<std::string> after;         // once per row after the loop
+  std::vector<Stmt> after;                // once per row after the loop
   std::vector<std::string> stash_in;      // element values read from the row's scratch (before the body)
   std::vector<std::string> stash_out;     // element values saved to the row's scratch (after the body)
 };
@@ -62,17 +62,17 @@ struct KernelSpec {
   int64_t numel = 0;
   bool index32 = true;              // int32 offsets suffice for every buffer
   std::vector<KernelBuffer> buffers;  // argument order: inputs, then outputs
-  std::vector<std::string> body;    // statements (pointwise kernels)
+  std::vector<Stmt> body;           // statements (pointwise kernels)
   // Reduction kernels (rows > 0 or row_len > 0): Note [Reduction kernels].
   int kept_dims = 0;
   int64_t rows = 0, row_len = 0;
   std::vector<int> row_loads;
-  std::vector<std::string> row_prologue;
+  std::vector<Stmt> row_prologue;
   std::vector<KernelPass> passes;
   std::vector<std::pair<int, std::string>> row_stores;
   // Expensive element values (exp of softmax) computed in one pass and read in a later one are kept in a
-  // scratch row instead of computed again: variable, C type. Rows too long for it recompute them.
-  std::vector<std::pair<std::string, std::string>> scratch;
+  // scratch row instead of computed again: variable, compute dtype. Rows too long for it recompute them.
+  std::vector<std::pair<std::string, DType>> scratch;
   bool is_reduction() const { return !passes.empty(); }
 };
 
@@ -104,8 +104,8 @@ bool reduction_is_column(const KernelSpec& k);
 std::string reduction_summary(const KernelSpec& k);
 std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent);
 
-// The value an accumulator of `kind` starts from, as C text of `type`.
-std::string reduction_identity(const std::string& kind, const std::string& type);
+// The value an accumulator of `kind` accumulating in `type` starts from, as C text.
+std::string reduction_identity(AccKind kind, DType type);
 
 // The device a group's kernel runs on (its first output's).
 Device group_device(const FusionGroup& group);

@@ -39,10 +39,11 @@ bool graph_on_cuda(const Graph& g, int* index) {
 #ifndef FJ_BUILD_ID
 #define FJ_BUILD_ID "unknown"
 #endif
-constexpr int kPlanFormat = 2;
+constexpr int kPlanFormat = 3;  // 3: kernels keep their shape, not their code (the source holds it)
 
-// Everything a plan holds besides the graph, as JSON: kernels (specs with value ids), steps (a kernel or
-// a node's position), what explain shows.
+// Everything a plan holds besides the graph, as JSON: kernels (what launching and explain need of their
+// specs, with value ids; their code is in the source), steps (a kernel or a node's position), what
+// explain shows.
 std::string serialize_plan(const ExecutablePlan& p) {
   nlohmann::json j;
   j["format"] = kPlanFormat;
@@ -59,20 +60,13 @@ std::string serialize_plan(const ExecutablePlan& p) {
   for (const auto& k : p.kernels) {
     nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group},  {"cuda", k.spec.device == Device::kCUDA},
                       {"sizes", k.spec.sizes}, {"numel", k.spec.numel},  {"index32", k.spec.index32},
-                      {"body", k.spec.body},   {"cuda_work", k.cuda_work}, {"cuda_vector", k.cuda_vector}};
+                      {"cuda_work", k.cuda_work}, {"cuda_vector", k.cuda_vector}};
     if (k.spec.is_reduction()) {
       kj["kept_dims"] = k.spec.kept_dims;
       kj["rows"] = k.spec.rows;
       kj["row_len"] = k.spec.row_len;
-      kj["row_loads"] = k.spec.row_loads;
-      kj["row_prologue"] = k.spec.row_prologue;
-      kj["row_stores"] = k.spec.row_stores;
-      for (const auto& ps : k.spec.passes) {
-        nlohmann::json pj{{"loads", ps.loads}, {"body", ps.body}, {"stores", ps.stores}, {"after", ps.after}};
-        pj["accs"] = nlohmann::json::array();
-        for (const auto& a : ps.accs) pj["accs"].push_back({a.kind, a.type, a.input});
-        kj["passes"].push_back(pj);
-      }
+      kj["passes"] = k.spec.passes.size();
+      kj["scratch"] = k.spec.scratch.size();
     }
     for (const auto& b : k.spec.buffers)
       kj["buffers"].push_back({{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
@@ -109,25 +103,16 @@ bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
     k.spec.sizes = kj.at("sizes").get<std::vector<int64_t>>();
     k.spec.numel = kj.at("numel").get<int64_t>();
     k.spec.index32 = kj.at("index32").get<bool>();
-    k.spec.body = kj.at("body").get<std::vector<std::string>>();
     k.cuda_work = kj.at("cuda_work").get<int64_t>();
     k.cuda_vector = kj.at("cuda_vector").get<int>();
     if (kj.contains("passes")) {
       k.spec.kept_dims = kj.at("kept_dims").get<int>();
       k.spec.rows = kj.at("rows").get<int64_t>();
       k.spec.row_len = kj.at("row_len").get<int64_t>();
-      k.spec.row_loads = kj.at("row_loads").get<std::vector<int>>();
-      k.spec.row_prologue = kj.at("row_prologue").get<std::vector<std::string>>();
-      k.spec.row_stores = kj.at("row_stores").get<std::vector<std::pair<int, std::string>>>();
-      for (const auto& pj : kj.at("passes")) {
-        KernelPass ps;
-        ps.loads = pj.at("loads").get<std::vector<int>>();
-        ps.body = pj.at("body").get<std::vector<std::string>>();
-        ps.stores = pj.at("stores").get<std::vector<std::pair<int, std::string>>>();
-        ps.after = pj.at("after").get<std::vector<std::string>>();
-        for (const auto& a : pj.at("accs")) ps.accs.push_back({a.at(0).get<std::string>(), a.at(1).get<std::string>(), a.at(2).get<std::string>()});
-        k.spec.passes.push_back(std::move(ps));
-      }
+      const size_t passes = kj.at("passes").get<size_t>(), scratch = kj.at("scratch").get<size_t>();
+      if (passes == 0 || passes > 64 || scratch > 64) return false;  // more than any kernel has
+      k.spec.passes.resize(passes);
+      k.spec.scratch.resize(scratch);
     }
     for (const auto& bj : kj.at("buffers")) {
       auto it = values.find(bj.at("value").get<int>());

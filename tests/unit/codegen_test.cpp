@@ -55,9 +55,9 @@ TEST(Codegen, KernelSpecOfBroadcastChain) {
   EXPECT_EQ(k.buffers[1].strides, std::vector<int64_t>({0, 1}));  // %1 broadcast over rows
   EXPECT_TRUE(k.buffers[2].is_output);
   ASSERT_EQ(k.body.size(), 4u);
-  EXPECT_EQ(k.body[0], "const float t2 = ((float)(fj_add(((float)b0), ((float)b1), ((float)1LL))));  // aten::add.Tensor");
-  EXPECT_EQ(k.body[1], "const float t3 = ((float)(fj_mul(((float)t2), ((float)0x1p-1))));  // aten::mul.Scalar");
-  EXPECT_EQ(k.body[3], "o0 = t4;");
+  EXPECT_EQ(print_stmt(k.body[0]), "const float t2 = ((float)(fj_add(((float)b0), ((float)b1), ((float)1LL))));  // aten::add.Tensor");
+  EXPECT_EQ(print_stmt(k.body[1]), "const float t3 = ((float)(fj_mul(((float)t2), ((float)0x1p-1))));  // aten::mul.Scalar");
+  EXPECT_EQ(print_stmt(k.body[3]), "o0 = t4;");
 }
 
 TEST(Codegen, ContiguousDimsMergeAndTransposedReorder) {
