@@ -55,12 +55,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I off{} = 0;\n", b);
   if (nd > 1) {
     s += "    {\n      I r = row, c;\n";
-    for (size_t d = nd - 1; d-- > 0;) {
-      if (d > 0) s += fmt::format("      c = r % {0}; r /= {0};\n", k.sizes[d]);
-      else s += "      c = r;\n";
-      for (size_t b = 0; b < k.buffers.size(); ++b)
-        if (k.buffers[b].strides[d] != 0) s += fmt::format("      off{} += c * {};\n", b, k.buffers[b].strides[d]);
-    }
+    s += offsets_code(k, 0, nd - 1, {"r", "c", "off"}, "      ");
     s += "    }\n";
   }
   for (size_t b = 0; b < k.buffers.size(); ++b) {
@@ -136,13 +131,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     if (nd - kd == 1) return t;
     t += ind + "I q_ = e_, d_;\n";
     for (size_t b = 0; b < k.buffers.size(); ++b) t += fmt::format("{}I eoff{} = 0;\n", ind, b);
-    for (size_t d = nd; d-- > kd;) {
-      if (d > kd) t += fmt::format("{0}d_ = q_ % {1}; q_ /= {1};\n", ind, k.sizes[d]);
-      else t += ind + "d_ = q_;\n";
-      for (size_t b = 0; b < k.buffers.size(); ++b)
-        if (k.buffers[b].strides[d] != 0) t += fmt::format("{}eoff{} += d_ * {};\n", ind, b, k.buffers[b].strides[d]);
-    }
-    return t;
+    return t + offsets_code(k, kd, nd, {"q_", "d_", "eoff"}, ind);
   };
   // Element e of the row in buffer b: `ref(b)`; in the vector loop, lane l_ of the vector at j_ (whose
   // bases `v<b>` are set before the loop).

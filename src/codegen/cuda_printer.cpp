@@ -69,18 +69,7 @@ void print_offsets(const KernelSpec& k, const std::string& indent, std::string& 
   size_t nd = k.sizes.size();
   s += indent + "I r_ = i, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I off{} = 0;\n", indent, b);
-  for (size_t d = nd; d-- > 0;) {
-    bool used = false;
-    for (const auto& b : k.buffers) used = used || b.strides[d] != 0;
-    if (d > 0 && used) s += fmt::format("{0}c_ = r_ % {1}; r_ /= {1};\n", indent, k.sizes[d]);
-    else if (d > 0) s += fmt::format("{}r_ /= {};\n", indent, k.sizes[d]);
-    else if (used) s += indent + "c_ = r_;\n";
-    for (size_t b = 0; b < k.buffers.size(); ++b) {
-      int64_t st = k.buffers[b].strides[d];
-      if (st == 1) s += fmt::format("{}off{} += c_;\n", indent, b);
-      else if (st != 0) s += fmt::format("{}off{} += c_ * {};\n", indent, b, st);
-    }
-  }
+  s += offsets_code(k, 0, nd, {"r_", "c_", "off", /*short_unit_stride=*/true, /*skip_unused_dims=*/true}, indent);
 }
 
 // The call of the body function with loaded values `in(b)` and output variables `out(b)`.
@@ -272,12 +261,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     if (nd - kd != 1) {
       s += ind + "I q_ = (I)e_, d_;\n";
       for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I eoff{} = 0;\n", ind, b);
-      for (size_t d = nd; d-- > kd;) {
-        if (d > kd) s += fmt::format("{0}d_ = q_ % {1}; q_ /= {1};\n", ind, k.sizes[d]);
-        else s += ind + "d_ = q_;\n";
-        for (size_t b = 0; b < k.buffers.size(); ++b)
-          if (k.buffers[b].strides[d] != 0) s += fmt::format("{}eoff{} += d_ * {};\n", ind, b, k.buffers[b].strides[d]);
-      }
+      s += offsets_code(k, kd, nd, {"q_", "d_", "eoff"}, ind);
     }
     for (int b : pass.loads) {
       const std::string ty = compute_type(k.buffers[b].dtype);

@@ -659,15 +659,25 @@ std::string reduction_summary(const KernelSpec& k) {
   return s + "]";
 }
 
-std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent) {
+std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const OffsetNames& n, const std::string& indent) {
   std::string s;
-  for (size_t d = dims; d-- > 0;) {
-    if (d > 0) s += fmt::format("{0}c_ = r_ % {1}; r_ /= {1};\n", indent, k.sizes[d]);
-    else s += indent + "c_ = r_;\n";
-    for (size_t b = 0; b < k.buffers.size(); ++b)
-      if (k.buffers[b].strides[d] != 0) s += fmt::format("{}roff{} += c_ * {};\n", indent, b, k.buffers[b].strides[d]);
+  for (size_t d = hi; d-- > lo;) {
+    bool used = false;
+    for (const auto& b : k.buffers) used = used || b.strides[d] != 0;
+    if (d > lo && (used || !n.skip_unused_dims)) s += fmt::format("{0}{1} = {2} % {3}; {2} /= {3};\n", indent, n.coord, n.index, k.sizes[d]);
+    else if (d > lo) s += fmt::format("{}{} /= {};\n", indent, n.index, k.sizes[d]);
+    else if (used || !n.skip_unused_dims) s += fmt::format("{}{} = {};\n", indent, n.coord, n.index);
+    for (size_t b = 0; b < k.buffers.size(); ++b) {
+      const int64_t st = k.buffers[b].strides[d];
+      if (st == 1 && n.short_unit_stride) s += fmt::format("{}{}{} += {};\n", indent, n.offset, b, n.coord);
+      else if (st != 0) s += fmt::format("{}{}{} += {} * {};\n", indent, n.offset, b, n.coord, st);
+    }
   }
-  return s + indent + "(void)c_;\n";
+  return s;
+}
+
+std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent) {
+  return offsets_code(k, 0, dims, {"r_", "c_", "roff"}, indent) + indent + "(void)c_;\n";
 }
 
 bool reduction_is_column(const KernelSpec& k) {

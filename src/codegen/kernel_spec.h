@@ -98,10 +98,25 @@ bool cuda_row_in_registers(const KernelSpec& k);
 // dim and strided along the (single) reduced dim. Both printers then walk tiles of neighbouring rows.
 bool reduction_is_column(const KernelSpec& k);
 
-// For the printers of reduction kernels: "group N: R rows of L elements as [kept | reduced]", and the
-// statements that turn the row index in `r_` into per-buffer offsets `roff<b>` over the first `dims` dims
-// (innermost first; `c_` is scratch).
+// For the printers of reduction kernels: "group N: R rows of L elements as [kept | reduced]".
 std::string reduction_summary(const KernelSpec& k);
+
+// Note [Offsets]
+// The one emitter of index arithmetic: statements that turn a flat index over the iteration dims
+// [lo, hi) (row-major, the last dim fastest) into per-buffer element offsets. For each dim from the
+// innermost out: its coordinate is the index modulo the dim's size (the outermost takes the rest), the
+// index is divided by it, and each buffer moving along the dim adds coordinate * stride. The offsets
+// (declared by the caller, starting at 0 or a base) may be int32 by KernelSpec::index32.
+struct OffsetNames {
+  std::string index;   // the flat index variable, divided down as dims are peeled
+  std::string coord;   // the current dim's coordinate
+  std::string offset;  // per-buffer offset variables: <offset><b>
+  bool short_unit_stride = false;  // `off += c` for stride 1 (else `off += c * 1`)
+  bool skip_unused_dims = false;   // a dim no buffer moves along only divides the index
+};
+std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const OffsetNames& names, const std::string& indent);
+// The statements that turn the row index in `r_` into per-buffer offsets `roff<b>` over the first `dims`
+// dims (`c_` is scratch).
 std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent);
 
 // The value an accumulator of `kind` accumulating in `type` starts from, as C text.
