@@ -81,7 +81,8 @@ def main():
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--size", type=int, default=224, help="image size (default 224)")
-    p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--json", help="also write the rows to this file (generated output: put it outside the "
+                   "source tree, e.g. build/models_results.json)")
     p.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:

@@ -33,7 +33,8 @@ std::vector<ArgSpec> parse_args(const std::string& spec) {
     size_t end = spec.find(',', pos);
     if (end == std::string::npos) end = spec.size();
     std::string item = spec.substr(pos, end - pos);
-    ArgSpec a{static_cast<ArgKind>(item[0])};
+    ArgSpec a;
+    a.kind = static_cast<ArgKind>(item[0]);
     if (item.size() > 2 && item[1] == '=') {
       a.has_default = true;
       a.default_value = parse_default(item.substr(2));

@@ -5,6 +5,9 @@
 // groups), the other nodes run through ATen. If the kernels fail to compile or load, their
 // groups run through ATen with a warning that names them, and the plan counts the fallback. The plan
 // also says when each value dies, so that the executor releases intermediates as soon as possible.
+// The compiler driver builds plans (driver/build_plan.h); the runtime holds and runs them and calls no
+// compiler. A plan still holds types of the layers above it (KernelSpec, FusionPlan, CompiledLibrary,
+// CudaBinary).
 #pragma once
 
 #include <map>
@@ -59,6 +62,7 @@ struct ExecutablePlan {
   // The CUDA kernels' handles, by kernel index (nullptr for CPU kernels), loading the binary into the
   // device's context at the first call.
   const std::vector<void*>& cuda_functions(int device) const;
+  ExecutablePlan();  // out of line: CudaModule is incomplete here
   ~ExecutablePlan();
 
  private:
@@ -66,21 +70,5 @@ struct ExecutablePlan {
   mutable std::unique_ptr<CudaModule> cuda_module_;
   mutable std::vector<void*> cuda_functions_;
 };
-
-struct PlanTarget {
-  bool enable_fusion = true;  // false: one kernel per fusible node
-  // For GPU groups: the architecture to compile for ("sm_90"); empty: the device's, asked of the driver.
-  std::string cuda_arch;
-  // false: generate the sources only; the plan's kernels carry no binary and cannot run (for tests and
-  // tools that compile many plans' kernels together).
-  bool compile = true;
-};
-
-// Builds the plan from a verified graph. Plans of the JIT path (compile, no given arch) are kept in the
-// on-disk kernel cache too, keyed by the printed graph, the options that shape the plan, the target and
-// the library's build: a warm start with the same graph skips fusion and code generation
-// (`from_plan_cache`). `fusion` is empty for such plans; `fusion_text`, `num_groups` and `group_ops` hold
-// what is shown of it.
-std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target = {});
 
 }  // namespace fusion_jit

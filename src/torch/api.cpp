@@ -14,6 +14,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "driver/build_plan.h"
 #include "passes/passes.h"
 #include "support/error.h"
 #include "support/log.h"

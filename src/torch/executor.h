@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/plan.h"
+#include "driver/build_plan.h"  // PlanInstance holds what build_plan makes; its users build plans
 #include "torch/capture.h"
 #include "torch/cuda_support.h"
 

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "driver/build_plan.h"
 #include "support/error.h"
 #include "torch/api.h"
 #include "torch/executor.h"

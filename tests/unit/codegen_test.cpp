@@ -8,8 +8,8 @@
 
 #include "codegen/cpu_printer.h"
 #include "compile/host_compiler.h"
+#include "driver/build_plan.h"
 #include "runtime/cpu_launch.h"
-#include "runtime/plan.h"
 #include "kernels_cache/kernels_cache.h"
 
 #include <ctime>

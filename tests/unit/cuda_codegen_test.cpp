@@ -4,8 +4,8 @@
 
 #include "codegen/cuda_printer.h"
 #include "compile/nvrtc.h"
+#include "driver/build_plan.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/plan.h"
 #include "support/error.h"
 
 namespace fusion_jit {

@@ -1,0 +1,31 @@
+// The compiler driver: the layer between the runtime and the torch adapter that turns a graph after the
+// passes into an ExecutablePlan. This folder owns build_plan (fusion, code generation, both compilers,
+// the per-group fallback to ATen, steps and liveness), the plan cache (plan_cache.h) and the plan's JSON
+// form (plan_io.h). The runtime (runtime/) only holds and runs the plans built here.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/graph.h"
+#include "runtime/plan.h"
+
+namespace fusion_jit {
+
+struct PlanTarget {
+  bool enable_fusion = true;  // false: one kernel per fusible node
+  // For GPU groups: the architecture to compile for ("sm_90"); empty: the device's, asked of the driver.
+  std::string cuda_arch;
+  // false: generate the sources only; the plan's kernels carry no binary and cannot run (for tests and
+  // tools that compile many plans' kernels together).
+  bool compile = true;
+};
+
+// Builds the plan from a verified graph. Plans of the JIT path (compile, no given arch) are kept in the
+// on-disk kernel cache too, keyed by the printed graph, the options that shape the plan, the target and
+// the library's build: a warm start with the same graph skips fusion and code generation
+// (`from_plan_cache`). `fusion` is empty for such plans; `fusion_text`, `num_groups` and `group_ops` hold
+// what is shown of it.
+std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target = {});
+
+}  // namespace fusion_jit

@@ -1,0 +1,26 @@
+// The plan cache: plans of the JIT path kept in the on-disk kernel cache (kernels_cache/) as plan_io's
+// JSON, so that a warm start with the same graph skips fusion and code generation. The key is cache_key
+// over the printed graph, the options that shape the plan, the CPU core count and how eager's CPU kernels
+// compute on this machine, the GPU architecture, and the library's build (FJ_BUILD_ID).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "driver/build_plan.h"
+
+namespace fusion_jit {
+
+// The plan cache key of `g` built for `target`; `cuda_arch` is the device's architecture ("" for a CPU
+// graph or without a driver).
+std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::string& cuda_arch);
+
+// The plan stored under `key`, its kernels compiled or found in the kernel caches, owning `*graph`; null
+// when there is none or it does not fit the graph or its kernels fail to load (a warning says so), and
+// `*graph` is left as it was.
+std::unique_ptr<ExecutablePlan> find_cached_plan(const std::string& key, std::unique_ptr<Graph>* graph);
+
+// Stores `plan` under `key`.
+void store_plan(const std::string& key, const ExecutablePlan& plan);
+
+}  // namespace fusion_jit

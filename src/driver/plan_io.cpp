@@ -1,0 +1,113 @@
+#include "driver/plan_io.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace fusion_jit {
+namespace {
+
+// The layout's version, written into every plan: a change of layout changes it, and a plan of another
+// format is never read (the plan cache counts it as a miss).
+constexpr int kPlanFormat = 3;  // 3: kernels keep their shape, not their code (the source holds it)
+
+}  // namespace
+
+// Everything a plan holds besides the graph, as JSON: kernels (specs with value ids), steps (a kernel or
+// a node's position), what explain shows.
+std::string serialize_plan(const ExecutablePlan& p) {
+  nlohmann::json j;
+  j["format"] = kPlanFormat;
+  j["source"] = p.source;
+  j["cuda_source"] = p.cuda_source;
+  j["cuda_arch"] = p.cuda_arch;
+  j["fusion_text"] = p.fusion_text;
+  j["num_groups"] = p.num_groups;
+  j["group_ops"] = p.group_ops;
+  j["fused_ops"] = p.fused_ops;
+  j["aten_ops"] = p.aten_ops;
+  std::map<const Node*, int> position;
+  for (const Node* n : p.graph->nodes()) position.emplace(n, static_cast<int>(position.size()));
+  for (const auto& k : p.kernels) {
+    nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group},  {"cuda", k.spec.device == Device::kCUDA},
+                      {"sizes", k.spec.sizes}, {"numel", k.spec.numel},  {"index32", k.spec.index32},
+                      {"cuda_work", k.cuda_work}, {"cuda_vector", k.cuda_vector}};
+    if (k.spec.is_reduction()) {
+      kj["kept_dims"] = k.spec.kept_dims;
+      kj["rows"] = k.spec.rows;
+      kj["row_len"] = k.spec.row_len;
+      kj["passes"] = k.spec.passes.size();
+      kj["scratch"] = k.spec.scratch.size();
+    }
+    for (const auto& b : k.spec.buffers)
+      kj["buffers"].push_back({{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
+                               {"strides", b.strides}, {"extent", b.extent}});
+    j["kernels"].push_back(kj);
+  }
+  for (const auto& st : p.steps)
+    j["steps"].push_back({{"kernel", st.kernel}, {"node", st.node ? position.at(st.node) : -1}, {"release", st.release}});
+  return j.dump();
+}
+
+// Fills `p` (whose graph is set) from serialize_plan's text; false when it does not fit the graph.
+bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || j.value("format", 0) != kPlanFormat) return false;
+  std::vector<Node*> nodes = p->graph->nodes();
+  std::map<int, const Value*> values;
+  for (const Value* v : p->graph->inputs()) values[v->id()] = v;
+  for (const Node* n : nodes)
+    for (const Value* v : n->outputs()) values[v->id()] = v;
+  p->source = j.at("source").get<std::string>();
+  p->cuda_source = j.at("cuda_source").get<std::string>();
+  p->cuda_arch = j.at("cuda_arch").get<std::string>();
+  p->fusion_text = j.at("fusion_text").get<std::string>();
+  p->num_groups = j.at("num_groups").get<int>();
+  p->group_ops = j.at("group_ops").get<std::vector<int>>();
+  p->fused_ops = j.at("fused_ops").get<int>();
+  p->aten_ops = j.at("aten_ops").get<std::map<std::string, int>>();
+  for (const auto& kj : j.value("kernels", nlohmann::json::array())) {
+    KernelLaunch k;
+    k.spec.name = kj.at("name").get<std::string>();
+    k.spec.group = kj.at("group").get<int>();
+    k.spec.device = kj.at("cuda").get<bool>() ? Device::kCUDA : Device::kCPU;
+    k.spec.sizes = kj.at("sizes").get<std::vector<int64_t>>();
+    k.spec.numel = kj.at("numel").get<int64_t>();
+    k.spec.index32 = kj.at("index32").get<bool>();
+    k.cuda_work = kj.at("cuda_work").get<int64_t>();
+    k.cuda_vector = kj.at("cuda_vector").get<int>();
+    if (kj.contains("passes")) {
+      k.spec.kept_dims = kj.at("kept_dims").get<int>();
+      k.spec.rows = kj.at("rows").get<int64_t>();
+      k.spec.row_len = kj.at("row_len").get<int64_t>();
+      const size_t passes = kj.at("passes").get<size_t>(), scratch = kj.at("scratch").get<size_t>();
+      if (passes == 0 || passes > 64 || scratch > 64) return false;  // more than any kernel has
+      k.spec.passes.resize(passes);
+      k.spec.scratch.resize(scratch);
+    }
+    for (const auto& bj : kj.at("buffers")) {
+      auto it = values.find(bj.at("value").get<int>());
+      if (it == values.end() || !it->second->is_tensor()) return false;
+      KernelBuffer b;
+      b.value = it->second;
+      b.dtype = static_cast<DType>(bj.at("dtype").get<int>());
+      b.is_output = bj.at("out").get<bool>();
+      b.strides = bj.at("strides").get<std::vector<int64_t>>();
+      b.extent = bj.at("extent").get<int64_t>();
+      if (b.dtype != b.value->tensor_type().dtype || b.extent != b.value->tensor_type().extent()) return false;
+      k.spec.buffers.push_back(std::move(b));
+    }
+    p->kernels.push_back(std::move(k));
+  }
+  for (const auto& sj : j.value("steps", nlohmann::json::array())) {
+    ExecStep st;
+    st.kernel = sj.at("kernel").get<int>();
+    int node = sj.at("node").get<int>();
+    if (node >= static_cast<int>(nodes.size()) || st.kernel >= static_cast<int>(p->kernels.size())) return false;
+    st.node = node >= 0 ? nodes[node] : nullptr;
+    st.release = sj.at("release").get<std::vector<int>>();
+    p->steps.push_back(std::move(st));
+  }
+  return true;
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,138 @@
+// The plan's JSON form (driver/plan_io.h): a plan written and read back over the same graph is the same
+// plan, and text that does not fit the graph is refused. Plans are built with sources only (no compiler).
+#include <gtest/gtest.h>
+
+#include "driver/build_plan.h"
+#include "driver/plan_io.h"
+
+namespace fusion_jit {
+namespace {
+
+// An elementwise chain, an ATen step (mm is not in the op table), a softmax (a reduction kernel with
+// three passes) and a value that dies in the middle.
+const char* kPlanGraph = R"(graph(%0 : f32[8,16], %1 : f32[16,16], %2 : f32[16]):
+  %3 : f32[8,16] = aten::add.Tensor(%0, %2, 1)
+  %4 : f32[8,16] = aten::tanh(%3)
+  %5 : f32[8,16] = aten::mm(%4, %1)
+  %6 : f32[8,1] = aten::amax(%5, [1], True)
+  %7 : f32[8,16] = aten::sub.Tensor(%5, %6, 1)
+  %8 : f32[8,16] = aten::exp(%7)
+  %9 : f32[8,1] = aten::sum.dim_IntList(%8, [1], True, None)
+  %10 : f32[8,16] = aten::div.Tensor(%8, %9)
+  return (%10)
+)";
+
+std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda) {
+  auto g = parse_graph(kPlanGraph);
+  if (cuda) set_device(*g, Device::kCUDA, 0);
+  PlanTarget target;
+  target.compile = false;
+  return build_plan(std::move(g), target);
+}
+
+// The plan read back from `text` over a fresh copy of the graph it was built from.
+std::unique_ptr<ExecutablePlan> read_back(const std::string& text, bool cuda, bool* ok) {
+  auto p = std::make_unique<ExecutablePlan>();
+  p->graph = parse_graph(kPlanGraph);
+  if (cuda) set_device(*p->graph, Device::kCUDA, 0);
+  *ok = deserialize_plan(text, p.get());
+  return p;
+}
+
+void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.cuda_source, b.cuda_source);
+  EXPECT_EQ(a.cuda_arch, b.cuda_arch);
+  EXPECT_EQ(a.fusion_text, b.fusion_text);
+  EXPECT_EQ(a.num_groups, b.num_groups);
+  EXPECT_EQ(a.group_ops, b.group_ops);
+  EXPECT_EQ(a.fused_ops, b.fused_ops);
+  EXPECT_EQ(a.aten_ops, b.aten_ops);
+  ASSERT_EQ(a.kernels.size(), b.kernels.size());
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    const KernelLaunch& x = a.kernels[i];
+    const KernelLaunch& y = b.kernels[i];
+    EXPECT_EQ(x.spec.name, y.spec.name);
+    EXPECT_EQ(x.spec.group, y.spec.group);
+    EXPECT_EQ(x.spec.device, y.spec.device);
+    EXPECT_EQ(x.spec.sizes, y.spec.sizes);
+    EXPECT_EQ(x.spec.numel, y.spec.numel);
+    EXPECT_EQ(x.spec.index32, y.spec.index32);
+    EXPECT_EQ(x.cuda_work, y.cuda_work);
+    EXPECT_EQ(x.cuda_vector, y.cuda_vector);
+    EXPECT_EQ(x.spec.is_reduction(), y.spec.is_reduction());
+    EXPECT_EQ(x.spec.rows, y.spec.rows);
+    EXPECT_EQ(x.spec.row_len, y.spec.row_len);
+    EXPECT_EQ(x.spec.passes.size(), y.spec.passes.size());
+    EXPECT_EQ(x.spec.scratch.size(), y.spec.scratch.size());
+    ASSERT_EQ(x.spec.buffers.size(), y.spec.buffers.size());
+    for (size_t j = 0; j < x.spec.buffers.size(); ++j) {
+      EXPECT_EQ(x.spec.buffers[j].value->id(), y.spec.buffers[j].value->id());
+      EXPECT_EQ(x.spec.buffers[j].dtype, y.spec.buffers[j].dtype);
+      EXPECT_EQ(x.spec.buffers[j].is_output, y.spec.buffers[j].is_output);
+      EXPECT_EQ(x.spec.buffers[j].strides, y.spec.buffers[j].strides);
+      EXPECT_EQ(x.spec.buffers[j].extent, y.spec.buffers[j].extent);
+    }
+  }
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  auto position = [](const ExecutablePlan& p, const Node* n) {
+    if (!n) return -1;
+    const std::vector<Node*> nodes = p.graph->nodes();
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i] == n) return static_cast<int>(i);
+    return -2;
+  };
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i].kernel, b.steps[i].kernel) << "step " << i;
+    EXPECT_EQ(position(a, a.steps[i].node), position(b, b.steps[i].node)) << "step " << i;
+    EXPECT_EQ(a.steps[i].release, b.steps[i].release) << "step " << i;
+  }
+}
+
+TEST(PlanIo, ACpuPlanWrittenAndReadBackIsTheSamePlan) {
+  auto plan = sources_only_plan(/*cuda=*/false);
+  ASSERT_EQ(plan->kernels.size(), 2u) << plan->explain();
+  ASSERT_EQ(plan->aten_ops.count("aten::mm"), 1u) << plan->explain();
+  ASSERT_TRUE(plan->kernels[1].spec.is_reduction()) << plan->explain();
+  const std::string text = serialize_plan(*plan);
+  bool ok = false;
+  auto back = read_back(text, /*cuda=*/false, &ok);
+  ASSERT_TRUE(ok) << text;
+  expect_same_plan(*plan, *back);
+  EXPECT_EQ(serialize_plan(*back), text) << "written again, the text is the same";
+}
+
+TEST(PlanIo, ACudaPlanWrittenAndReadBackIsTheSamePlan) {
+  auto plan = sources_only_plan(/*cuda=*/true);
+  ASSERT_FALSE(plan->kernels.empty()) << plan->explain();
+  EXPECT_TRUE(plan->source.empty());
+  EXPECT_FALSE(plan->cuda_source.empty());
+  const std::string text = serialize_plan(*plan);
+  bool ok = false;
+  auto back = read_back(text, /*cuda=*/true, &ok);
+  ASSERT_TRUE(ok) << text;
+  expect_same_plan(*plan, *back);
+  EXPECT_EQ(serialize_plan(*back), text);
+}
+
+TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
+  const std::string text = serialize_plan(*sources_only_plan(/*cuda=*/false));
+  bool ok = true;
+  read_back("not json", /*cuda=*/false, &ok);
+  EXPECT_FALSE(ok) << "not a plan";
+  std::string other_format = text;
+  const std::string field = "\"format\":2";
+  ASSERT_NE(other_format.find(field), std::string::npos) << text;
+  other_format.replace(other_format.find(field), field.size(), "\"format\":1");
+  read_back(other_format, /*cuda=*/false, &ok);
+  EXPECT_FALSE(ok) << "another format";
+  // The same plan over a graph whose tensors have another dtype: its buffers do not fit.
+  auto p = std::make_unique<ExecutablePlan>();
+  std::string f64 = kPlanGraph;
+  for (size_t at = f64.find("f32"); at != std::string::npos; at = f64.find("f32", at)) f64.replace(at, 3, "f64");
+  p->graph = parse_graph(f64);
+  EXPECT_FALSE(deserialize_plan(text, p.get()));
+}
+
+}  // namespace
+}  // namespace fusion_jit
