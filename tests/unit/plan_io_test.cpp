@@ -121,11 +121,18 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   read_back("not json", /*cuda=*/false, &ok);
   EXPECT_FALSE(ok) << "not a plan";
   std::string other_format = text;
-  const std::string field = "\"format\":2";
+  const std::string field = "\"format\":3";
   ASSERT_NE(other_format.find(field), std::string::npos) << text;
-  other_format.replace(other_format.find(field), field.size(), "\"format\":1");
+  other_format.replace(other_format.find(field), field.size(), "\"format\":2");
   read_back(other_format, /*cuda=*/false, &ok);
   EXPECT_FALSE(ok) << "another format";
+  // A reduction kernel claiming more passes than any kernel has (hostile bytes) is refused, not allocated.
+  std::string many_passes = text;
+  const std::string passes = "\"passes\":3";
+  ASSERT_NE(many_passes.find(passes), std::string::npos) << text;
+  many_passes.replace(many_passes.find(passes), passes.size(), "\"passes\":1000000000000");
+  read_back(many_passes, /*cuda=*/false, &ok);
+  EXPECT_FALSE(ok) << "a trillion passes";
   // The same plan over a graph whose tensors have another dtype: its buffers do not fit.
   auto p = std::make_unique<ExecutablePlan>();
   std::string f64 = kPlanGraph;
