@@ -371,6 +371,7 @@ std::string print_cuda_source(const std::vector<KernelSpec>& kernels) {
   for (const auto& k : kernels) reductions = reductions || k.is_reduction();
   if (reductions) s += kReducePrelude;
   s += kVector;
+  s += kernel_hooks().cuda_prelude;  // empty but in tests (Note [Kernel hooks])
   for (const auto& k : kernels) {
     if (k.is_reduction()) print_reduction_kernel(k, s);
     else print_kernel(k, s);

@@ -68,13 +68,54 @@ bool eager_rounds(const OpInfo& op, size_t i, ArgKind kind, const Value* v, cons
   return promoting;
 }
 
+KernelHooks g_kernel_hooks;
+
 // `x` rounded to float16 or bfloat16 as eager's materialized value.
-ExprRef round_to_dtype(DType t, ExprRef x) {
-  if (t == DType::kBFloat16 && planted_bugs_for_tests().bf16_truncates) {
-    ExprRef f = x->kind == ExprKind::kCast ? Expr::cast(DType::kFloat32, x->args[0]) : x;
-    return Expr::call("fj_round_bf16_trunc", {f});
+ExprRef round_to_dtype(DType t, ExprRef x) { return Expr::round(t, std::move(x)); }
+
+// Dims of an iteration space with one stride per dim for each buffer.
+struct Dims {
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides;  // [buffer][dim]
+};
+
+// The dims `order` of (sizes, strides), outermost first, with size-1 dims dropped and each dim merged into
+// the one before it when every buffer allows (stride[before] == stride[d] * size[d]); at least one dim.
+// The one dimension-merge routine of both kernel kinds.
+Dims merge_dims(const std::vector<int64_t>& order, const std::vector<int64_t>& sizes,
+                const std::vector<std::vector<int64_t>>& strides) {
+  Dims m;
+  m.strides.resize(strides.size());
+  for (int64_t d : order) {
+    if (sizes[d] == 1) continue;  // size-1 dims carry nothing
+    bool merge = !m.sizes.empty();
+    for (size_t k = 0; k < strides.size() && merge; ++k) merge = m.strides[k].back() == strides[k][d] * sizes[d];
+    if (merge) {
+      m.sizes.back() *= sizes[d];
+      for (size_t k = 0; k < strides.size(); ++k) m.strides[k].back() = strides[k][d];
+    } else {
+      m.sizes.push_back(sizes[d]);
+      for (size_t k = 0; k < strides.size(); ++k) m.strides[k].push_back(strides[k][d]);
+    }
   }
-  return Expr::round(t, std::move(x));
+  if (m.sizes.empty()) {
+    m.sizes.push_back(1);
+    for (auto& st : m.strides) st.push_back(0);
+  }
+  return m;
+}
+
+// Whether int32 offsets suffice: the element count and, for every buffer, its extent (storage offset
+// included) and the furthest element the iteration reaches stay below 2^31 - 1. The one index-width rule.
+bool fits_int32(const KernelSpec& k) {
+  const int64_t lim = std::numeric_limits<int32_t>::max();
+  if (k.numel >= lim) return false;
+  for (const auto& b : k.buffers) {
+    int64_t reach = 1;
+    for (size_t d = 0; d < k.sizes.size(); ++d) reach += (k.sizes[d] - 1) * std::abs(b.strides[d]);
+    if (b.extent >= lim || reach >= lim) return false;
+  }
+  return true;
 }
 
 // Bytes of scratch rows a reduction kernel may use per thread (about a core's L2 share).
@@ -134,9 +175,6 @@ class Builder {
     b.strides.assign(nd, 0);
     if (channel) {
       if (nd > 1 && t.sizes[0] != 1) b.strides[1] = t.strides[0];
-    } else if (planted_bugs_for_tests().left_aligned_broadcast && t.dim() < nd) {
-      for (int64_t d = 0; d < t.dim(); ++d)
-        b.strides[d] = t.sizes[d] == 1 || t.sizes[d] != g_.shape[d] ? 0 : t.strides[d];
     } else {
       int64_t off = nd - t.dim();
       for (int64_t d = 0; d < t.dim(); ++d)
@@ -200,7 +238,6 @@ class Builder {
     const bool gelu_cpu_float = fn == "gelu" && compute_dtype(out_t) == DType::kFloat32 && spec_.device == Device::kCPU;
     const bool gelu_formula = gelu_cpu_float && out_t == DType::kFloat16 && !eager_cpu_math().half_gelu_polynomial;
     const bool gelu_as = gelu_cpu_float && !gelu_formula;
-    if (planted_bugs_for_tests().maximum_drops_nan && (fn == "maximum" || fn == "clamp")) fn += "_nonan";
     ExprRef e;
     auto L = [&](size_t k) { return Expr::lit(lits.at(k), ct); };
     if (fn == "add" || fn == "sub" || fn == "rsub") {
@@ -220,11 +257,10 @@ class Builder {
     } else if (fn == "pow" && tensors.size() == 1) {
       // ATen's CPU kernel skips the sqrt/rsqrt special cases for float16, its CUDA kernel does not.
       e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16 && spec_.device == Device::kCPU);
-    } else if (fn == "clamp" || fn == "clamp_nonan") {
-      const char* sfx = fn == "clamp" ? "" : "_nonan";
+    } else if (fn == "clamp") {
       e = tensors[0];
-      if (!is_none(lits.at(0))) e = Expr::call(std::string("fj_clamp_min") + sfx, {e, L(0)});
-      if (!is_none(lits.at(1))) e = Expr::call(std::string("fj_clamp_max") + sfx, {e, L(1)});
+      if (!is_none(lits.at(0))) e = Expr::call("fj_clamp_min", {e, L(0)});
+      if (!is_none(lits.at(1))) e = Expr::call("fj_clamp_max", {e, L(1)});
     } else if (fn == "where") {
       // (cond, a, b) with either of a, b a scalar.
       std::vector<ExprRef> vals;
@@ -480,48 +516,32 @@ class Builder {
     std::vector<int64_t> kept, red;
     for (int64_t d = 0; d < static_cast<int64_t>(f.shape.size()); ++d)
       (std::count(f.dims.begin(), f.dims.end(), d) ? red : kept).push_back(d);
-    std::vector<int64_t> sizes;
-    std::vector<std::vector<int64_t>> strides(nb);
+    std::vector<std::vector<int64_t>> all(nb);
+    for (size_t k = 0; k < nb; ++k) all[k] = spec_.buffers[k].strides;
+    Dims merged;
+    merged.strides.resize(nb);
+    // Each of the two parts ordered by the main buffer's strides (outermost first), then merged.
     auto place = [&](std::vector<int64_t> dims) {
       const auto& ms = spec_.buffers[main].strides;
       std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return std::abs(ms[a]) > std::abs(ms[b]); });
-      size_t first = sizes.size();
-      for (int64_t d : dims) {
-        if (f.shape[d] == 1) continue;
-        bool merge = sizes.size() > first;
-        for (size_t k = 0; k < nb && merge; ++k)
-          merge = strides[k].back() == spec_.buffers[k].strides[d] * f.shape[d];
-        if (merge) {
-          sizes.back() *= f.shape[d];
-          for (size_t k = 0; k < nb; ++k) strides[k].back() = spec_.buffers[k].strides[d];
-        } else {
-          sizes.push_back(f.shape[d]);
-          for (size_t k = 0; k < nb; ++k) strides[k].push_back(spec_.buffers[k].strides[d]);
-        }
-      }
-      if (sizes.size() == first) {
-        sizes.push_back(1);
-        for (auto& st : strides) st.push_back(0);
-      }
+      Dims part = merge_dims(dims, f.shape, all);
+      merged.sizes.insert(merged.sizes.end(), part.sizes.begin(), part.sizes.end());
+      for (size_t k = 0; k < nb; ++k) merged.strides[k].insert(merged.strides[k].end(), part.strides[k].begin(), part.strides[k].end());
       int64_t n = 1;
-      for (size_t i = first; i < sizes.size(); ++i) n *= sizes[i];
+      for (int64_t x : part.sizes) n *= x;
       return n;
     };
     spec_.rows = place(kept);
-    spec_.kept_dims = static_cast<int>(sizes.size());
+    spec_.kept_dims = static_cast<int>(merged.sizes.size());
     spec_.row_len = place(red);
-    spec_.sizes = sizes;
+    spec_.sizes = merged.sizes;
     spec_.numel = spec_.rows * spec_.row_len;
-    const int64_t lim = std::numeric_limits<int32_t>::max();
-    spec_.index32 = spec_.numel < lim;
     for (size_t k = 0; k < nb; ++k) {
       auto& b = spec_.buffers[k];
-      b.strides = strides[k];
+      b.strides = merged.strides[k];
       b.extent = b.value->tensor_type().extent();
-      int64_t reach = 1;
-      for (size_t d = 0; d < sizes.size(); ++d) reach += (sizes[d] - 1) * std::abs(b.strides[d]);
-      spec_.index32 = spec_.index32 && b.extent < lim && reach < lim;
     }
+    spec_.index32 = fits_int32(spec_);
   }
 
   // pow with a literal exponent: the special cases ATen's CPU kernel takes, else fj_pow.
@@ -546,6 +566,7 @@ class Builder {
   void layout() {
     spec_.buffers = inputs_;
     for (auto& o : outputs_) spec_.buffers.push_back(o);
+    if (g_kernel_hooks.before_layout) g_kernel_hooks.before_layout(g_, spec_);
     std::vector<int64_t> sizes = g_.shape;
     int64_t nd = static_cast<int64_t>(sizes.size());
     // Order dims by the first output's strides, outermost (largest stride) first; stable.
@@ -558,44 +579,18 @@ class Builder {
         return os[a] > os[b];
       });
     }
-    std::vector<int64_t> ps;
-    std::vector<std::vector<int64_t>> pst(spec_.buffers.size());
-    for (int64_t d : perm) {
-      if (sizes[d] == 1) continue;  // size-1 dims carry nothing
-      ps.push_back(sizes[d]);
-      for (size_t k = 0; k < spec_.buffers.size(); ++k) pst[k].push_back(spec_.buffers[k].strides[d]);
-    }
-    // Merge dim d into d+1 when every buffer's stride[d] == stride[d+1] * size[d+1].
-    std::vector<int64_t> ms;
-    std::vector<std::vector<int64_t>> mst(spec_.buffers.size());
-    for (size_t d = 0; d < ps.size(); ++d) {
-      bool merge = !ms.empty();
-      for (size_t k = 0; k < pst.size() && merge; ++k) merge = mst[k].back() == pst[k][d] * ps[d];
-      if (merge) {
-        ms.back() *= ps[d];
-        for (size_t k = 0; k < pst.size(); ++k) mst[k].back() = pst[k][d];
-      } else {
-        ms.push_back(ps[d]);
-        for (size_t k = 0; k < pst.size(); ++k) mst[k].push_back(pst[k][d]);
-      }
-    }
-    if (ms.empty()) {
-      ms.push_back(1);
-      for (auto& s : mst) s.push_back(0);
-    }
-    spec_.sizes = ms;
+    std::vector<std::vector<int64_t>> all(spec_.buffers.size());
+    for (size_t k = 0; k < all.size(); ++k) all[k] = spec_.buffers[k].strides;
+    Dims m = merge_dims(perm, sizes, all);
+    spec_.sizes = m.sizes;
     spec_.numel = 1;
-    for (auto s : ms) spec_.numel *= s;
-    const int64_t lim = std::numeric_limits<int32_t>::max();
-    spec_.index32 = spec_.numel < lim || planted_bugs_for_tests().int32_always;
+    for (auto s : m.sizes) spec_.numel *= s;
     for (size_t k = 0; k < spec_.buffers.size(); ++k) {
       auto& b = spec_.buffers[k];
-      b.strides = mst[k];
+      b.strides = m.strides[k];
       b.extent = b.value->tensor_type().extent();
-      int64_t reach = 1;
-      for (size_t d = 0; d < ms.size(); ++d) reach += (ms[d] - 1) * b.strides[d];
-      spec_.index32 = spec_.index32 && ((b.extent < lim && reach < lim) || planted_bugs_for_tests().int32_always);
     }
+    spec_.index32 = fits_int32(spec_);
   }
 
   const FusionGroup& g_;
@@ -618,7 +613,14 @@ class Builder {
 
 }  // namespace
 
-KernelSpec make_kernel_spec(const FusionGroup& group) { return Builder(group).build(); }
+KernelSpec make_kernel_spec(const FusionGroup& group) {
+  KernelSpec k = Builder(group).build();
+  if (g_kernel_hooks.after_lowering) g_kernel_hooks.after_lowering(group, k);
+  return k;
+}
+
+void set_kernel_hooks(KernelHooks hooks) { g_kernel_hooks = std::move(hooks); }
+const KernelHooks& kernel_hooks() { return g_kernel_hooks; }
 
 std::string load_expr(DType t, const std::string& ref) {
   if (t == DType::kFloat16) return "fj_h2f(" + ref + ")";
@@ -628,8 +630,7 @@ std::string load_expr(DType t, const std::string& ref) {
 
 std::string store_expr(DType t, const std::string& v) {
   if (t == DType::kFloat16) return "fj_f2h(" + v + ")";
-  if (t == DType::kBFloat16)
-    return (planted_bugs_for_tests().bf16_truncates ? "fj_f2bf_trunc(" : "fj_f2bf(") + v + ")";
+  if (t == DType::kBFloat16) return "fj_f2bf(" + v + ")";
   return "(" + std::string(dtype_c_type(t)) + ")(" + v + ")";
 }
 
@@ -717,9 +718,5 @@ const EagerCpuMath& eager_cpu_math() {
   return m;
 }
 
-PlantedBugs& planted_bugs_for_tests() {
-  static PlantedBugs bugs;
-  return bugs;
-}
 
 }  // namespace fusion_jit

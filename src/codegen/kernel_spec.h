@@ -138,14 +138,23 @@ struct EagerCpuMath {
 const EagerCpuMath& eager_cpu_math();
 void set_eager_cpu_math_probe(EagerCpuMath (*probe)());
 
-// Known bugs that the fuzzer's self-test plants in code generation, to prove that the fuzzer catches
-// each. Only tests set them; everything else leaves them false.
-struct PlantedBugs {
-  bool left_aligned_broadcast = false;  // a lower-rank input is aligned left (only where sizes agree)
-  bool int32_always = false;            // int32 offsets even where an extent needs int64
-  bool maximum_drops_nan = false;       // maximum and clamp without their NaN checks
-  bool bf16_truncates = false;          // float -> bfloat16 truncates instead of rounding to nearest even
+// Note [Kernel hooks]
+// Test-only injection points into code generation: the fuzzer's self-test plants known bugs through them
+// (tests/torch/fuzz_test.cpp) to prove that the fuzzer catches each. Nothing else sets them. While any is
+// set, plans are neither read from nor written to the plan cache (the driver checks `empty()`), and the
+// generated sources, hence the kernel cache keys, differ by what the hooks change.
+struct KernelHooks {
+  // A pointwise kernel after its buffers are known, their strides still over the group's shape (before
+  // dims are ordered and merged).
+  void (*before_layout)(const FusionGroup& group, KernelSpec& kernel) = nullptr;
+  // Every kernel once lowered.
+  void (*after_lowering)(const FusionGroup& group, KernelSpec& kernel) = nullptr;
+  // Text appended to each target's preludes, before the kernels.
+  std::string cpu_prelude, cuda_prelude;
+  bool empty() const { return !before_layout && !after_lowering && cpu_prelude.empty() && cuda_prelude.empty(); }
 };
-PlantedBugs& planted_bugs_for_tests();
+// Not synchronized: set them before compiling, reset them (to KernelHooks{}) after.
+void set_kernel_hooks(KernelHooks hooks);
+const KernelHooks& kernel_hooks();
 
 }  // namespace fusion_jit

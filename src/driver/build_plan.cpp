@@ -55,7 +55,8 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   };
   // The plan cache: the JIT path only (AOT plans and tools set an arch or skip compiling).
   std::string plan_key;
-  if (target.compile && target.cuda_arch.empty() && !opt.is_disabled("cache")) {
+  // Plans built while a test's kernel hooks are set are not cached (Note [Kernel hooks]).
+  if (target.compile && target.cuda_arch.empty() && !opt.is_disabled("cache") && kernel_hooks().empty()) {
     plan_key = plan_cache_key(*plan->graph, target, on_cuda && cuda_driver_available() ? arch_of_device() : "");
     if (auto cached = find_cached_plan(plan_key, &plan->graph)) {
       cached->from_plan_cache = true;

@@ -36,10 +36,7 @@ bool load_cached_kernels(ExecutablePlan* p) {
 
 std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::string& cuda_arch) {
   const Options& opt = Options::get();
-  const PlantedBugs& bugs = planted_bugs_for_tests();
-  std::string flags = fmt::format("fusion={} bugs={}{}{}{}", target.enable_fusion && !opt.is_disabled("fusion"),
-                                  bugs.left_aligned_broadcast, bugs.int32_always, bugs.maximum_drops_nan,
-                                  bugs.bf16_truncates);
+  std::string flags = fmt::format("fusion={}", target.enable_fusion && !opt.is_disabled("fusion"));
   std::string where = fmt::format("cpu cores {} | eager cpu math {} | cuda {}", host_cpu_description().cores,
                                   eager_cpu_math().key(), cuda_arch);
   return cache_key({"plan", print_graph(g), std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});
