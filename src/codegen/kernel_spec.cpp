@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "codegen/target.h"
 #include "ir/op_table.h"
 #include "support/error.h"
 
@@ -35,38 +36,6 @@ double round_to(double d, DType t) {
 }
 
 bool is_none(const Literal& l) { return std::holds_alternative<None>(l); }
-
-// ATen's TensorIterator::is_scalar(arg): the operand's stride is 0 in every dim of the op's shape that
-// is not 1 (a wrapped number, a 0-dim or one-element tensor, or one expanded in every dim).
-bool eager_is_scalar(const Value* v, const Value* out) {
-  const TensorType& t = v->tensor_type();
-  const TensorType& o = out->tensor_type();
-  int64_t off = o.dim() - t.dim();
-  for (int64_t d = 0; d < o.dim(); ++d) {
-    int64_t k = d - off;
-    if (o.sizes[d] != 1 && k >= 0 && t.sizes[k] != 1 && t.strides[k] != 0) return false;
-  }
-  return true;
-}
-
-// Whether eager's CPU kernel for a float16/bfloat16 result rounds argument i (`v`: the value, null for a
-// literal) to the dtype before the arithmetic. It does for operands and for Scalars that take part in
-// promotion (ATen wraps them in tensors and TensorIterator casts those), for masked_fill's value, and for
-// add/sub/rsub's alpha (the ufunc kernel takes alpha.to<scalar_t>()). It does not for the scalar second
-// operand of mul and div (every rounding mode): BinaryOpsKernel.cpp takes `iter.is_scalar(2) &&
-// isReducedFloatingType(dtype)` -> `iter.original_scalar_value<opmath_t>(2)`, the value before the cast
-// (a double 0.001 becomes (float)0.001, not float16's 0.0010004); nor for lerp's Scalar weight
-// (weight.to<opmath_t>()); nor for the other non-promoting Scalars (addcmul's value, leaky_relu's slope).
-// CUDA keeps the previous rule (its kernels were not checked here).
-bool eager_rounds(const OpInfo& op, size_t i, ArgKind kind, const Value* v, const Value* out, bool cpu) {
-  bool promoting = v ? true : kind == ArgKind::kScalar || kind == ArgKind::kOptScalar || op.kernel_fn == "masked_fill";
-  if (!cpu) return promoting;
-  const std::string& fn = op.kernel_fn;
-  if ((fn == "mul" || fn == "div") && i == 1 && (!v || eager_is_scalar(v, out))) return false;
-  if (fn == "lerp" && i == 2 && !v) return false;
-  if ((fn == "add" || fn == "sub" || fn == "rsub") && i == 2 && !v) return true;  // alpha
-  return promoting;
-}
 
 KernelHooks g_kernel_hooks;
 
@@ -118,12 +87,9 @@ bool fits_int32(const KernelSpec& k) {
   return true;
 }
 
-// Bytes of scratch rows a reduction kernel may use per thread (about a core's L2 share).
-constexpr int64_t kScratchRowBytes = 256 * 1024;
-
 class Builder {
  public:
-  explicit Builder(const FusionGroup& g) : g_(g) {}
+  explicit Builder(const FusionGroup& g) : g_(g), target_(target_for(group_device(g))) {}
 
   KernelSpec build() {
     spec_.name = fmt::format("fj_kernel_{}", g_.id);
@@ -195,8 +161,7 @@ class Builder {
     std::vector<Literal> lits;
     // Scalars that take part in promotion become tensors of the promoted dtype in eager (ATen wraps
     // them), so with f16/bf16 they are rounded to it before the arithmetic; so is masked_fill's value.
-    // The exceptions are in eager_rounds.
-    const bool cpu = spec_.device == Device::kCPU;
+    // The exceptions are the target's (Target::rounds_argument).
     DType promoted = op_promoted_dtype(op, n.args(), out_t);
     for (size_t i = 0; i < op.args.size(); ++i) {
       const ArgSpec& spec = op.args[i];
@@ -214,14 +179,16 @@ class Builder {
         // Eager converts each operand to the promoted dtype first: into float16 or bfloat16 that rounds.
         DType vt = v->tensor_type().dtype;
         bool rounds = is_reduced_float(promoted) && vt != promoted && vt != DType::kBool;
-        if (rounds && eager_rounds(op, i, spec.kind, v, out, cpu))
+        if (rounds && target_.rounds_argument(op, i, v, out, /*promoting=*/true))
           tensors.push_back(round_to_dtype(promoted, Expr::cast(DType::kFloat32, var)));
         else
           tensors.push_back(Expr::cast(ct, var));
       } else if (spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kScalarNoPromote ||
                  spec.kind == ArgKind::kOptScalar || spec.kind == ArgKind::kMode) {
         Literal l = present ? n.args()[i].literal : literal_arg(n, i);
-        bool rounds = eager_rounds(op, i, spec.kind, nullptr, out, cpu) && is_reduced_float(promoted);
+        const bool promoting =
+            spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kOptScalar || op.kernel_fn == "masked_fill";
+        bool rounds = target_.rounds_argument(op, i, nullptr, out, promoting) && is_reduced_float(promoted);
         if (rounds && std::holds_alternative<double>(l)) l = round_to(std::get<double>(l), promoted);
         // Integers too: float16 has no 2049.
         if (rounds && std::holds_alternative<int64_t>(l))
@@ -229,15 +196,7 @@ class Builder {
         lits.push_back(l);
       }
     }
-    std::string fn = op.kernel_fn;
-    // Eager's CPU erf of float16/bfloat16 computes in float through Vectorized<float>::erf, an
-    // Abramowitz-Stegun polynomial (1.5e-7 absolute error; tiny inputs give 0), not libm's erff.
-    if (fn == "erf" && is_reduced_float(out_t) && spec_.device == Device::kCPU) fn = "erf_as";
-    // So does its float32 GELU (the vectorized part of GeluKernel.cpp), which libmvec's erff makes three
-    // times slower here.
-    const bool gelu_cpu_float = fn == "gelu" && compute_dtype(out_t) == DType::kFloat32 && spec_.device == Device::kCPU;
-    const bool gelu_formula = gelu_cpu_float && out_t == DType::kFloat16 && !eager_cpu_math().half_gelu_polynomial;
-    const bool gelu_as = gelu_cpu_float && !gelu_formula;
+    const std::string& fn = op.kernel_fn;
     ExprRef e;
     auto L = [&](size_t k) { return Expr::lit(lits.at(k), ct); };
     if (fn == "add" || fn == "sub" || fn == "rsub") {
@@ -252,11 +211,9 @@ class Builder {
       e = Expr::call("fj_div" + suffix, {tensors[0], b});
     } else if (fn == "gelu") {
       std::string mode = std::get<std::string>(lits.at(0));
-      e = Expr::call(std::string("fj_gelu") + (mode == "tanh" ? "_tanh" : gelu_as ? "_as" : gelu_formula ? "_erf" : ""),
-                     {tensors[0]});
+      e = Expr::call(mode == "tanh" ? "fj_gelu_tanh" : "fj_" + target_.math_fn(fn, out_t), {tensors[0]});
     } else if (fn == "pow" && tensors.size() == 1) {
-      // ATen's CPU kernel skips the sqrt/rsqrt special cases for float16, its CUDA kernel does not.
-      e = pow_scalar(tensors[0], lits.at(0), ct, out_t == DType::kFloat16 && spec_.device == Device::kCPU);
+      e = pow_scalar(tensors[0], lits.at(0), ct, !target_.pow_uses_sqrt(out_t));
     } else if (fn == "clamp") {
       e = tensors[0];
       if (!is_none(lits.at(0))) e = Expr::call("fj_clamp_min", {e, L(0)});
@@ -280,7 +237,7 @@ class Builder {
     } else {
       std::vector<ExprRef> args = tensors;
       for (size_t k = 0; k < lits.size(); ++k) args.push_back(L(k));
-      e = Expr::call("fj_" + fn, std::move(args));
+      e = Expr::call("fj_" + target_.math_fn(fn, out_t), std::move(args));
     }
     // Convert to the output's compute type, and round where eager materializes a reduced float.
     ExprRef value = Expr::convert(out_t, e);
@@ -337,16 +294,9 @@ class Builder {
         (nonneg.count(src->op()->kernel_fn) ||
          (src->op()->kernel_fn == "mul" && src->args().size() >= 2 && src->args()[0].is_value() &&
           src->args()[0].value == src->args()[1].value));
-    if (a.kind == AccKind::kSum && acc_t == DType::kFloat32 && spec_.device == Device::kCPU && non_negative) {
-      a.input = Expr::cast(a.type, x);  // float lanes, restarting per chunk
-    } else if (a.kind == AccKind::kSum && acc_t == DType::kFloat32 && spec_.device == Device::kCPU) {
-      a.kind = AccKind::kDoubleSum;  // added up in double: as exact as eager's cascade sum, or more
-      a.type = DType::kFloat64;
-      a.input = Expr::cast(a.type, x);
-    } else {
-      if (a.kind == AccKind::kSum && is_floating(acc_t)) a.kind = AccKind::kKahanSum;  // compensated
-      a.input = Expr::cast(a.type, x);
-    }
+    if (a.kind == AccKind::kSum && is_floating(acc_t)) a.kind = target_.float_sum(a.type, non_negative);
+    if (a.kind == AccKind::kDoubleSum) a.type = DType::kFloat64;
+    a.input = Expr::cast(a.type, x);
     acc_of_[out] = a;
     const int64_t len = g_.reduction->row_len;
     const std::string kind = info->kind;
@@ -402,7 +352,7 @@ class Builder {
     }
     int acc_count = 0;
     std::map<const Value*, int> computed_in;  // element value -> the first pass that computes it
-    int64_t scratch_budget = kScratchRowBytes;
+    int64_t scratch_budget = Target::kScratchStart;
     std::set<const Value*> approved;
     auto stashable = [&](const Value* v) {
       const Node* n = v->producer();
@@ -411,14 +361,7 @@ class Builder {
                                                       "mish", "softplus", "elu", "pow"};
       if (!n->op() || !expensive.count(n->op()->kernel_fn)) return false;
       if (approved.count(v)) return true;
-      if (spec_.device == Device::kCUDA) {
-        // In registers: only rows a thread holds whole, a few values at most.
-        if (!cuda_row_in_registers(spec_) || approved.size() >= 2) return false;
-      } else {
-        int64_t bytes = spec_.row_len * static_cast<int64_t>(dtype_size(compute_dtype(v->tensor_type().dtype)));
-        if (bytes > scratch_budget) return false;
-        scratch_budget -= bytes;
-      }
+      if (!target_.may_keep_between_passes(spec_, v->tensor_type().dtype, approved.size(), &scratch_budget)) return false;
       approved.insert(v);
       return true;
     };
@@ -594,6 +537,7 @@ class Builder {
   }
 
   const FusionGroup& g_;
+  const Target& target_;
   KernelSpec spec_;
   std::map<std::tuple<const Value*, bool, bool>, int> loads_;  // (value, channel, frame) -> buffer
   // Reduction groups: whether the node being emitted is a row value in the squeezed frame (its dims are

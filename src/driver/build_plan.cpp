@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "codegen/cpu_printer.h"
-#include "codegen/cuda_printer.h"
+#include "codegen/cuda/cuda_printer.h"
+#include "codegen/target.h"
 #include "cost/cost_model.h"
 #include "driver/plan_cache.h"
 #include "runtime/cuda_driver.h"
@@ -77,8 +77,8 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     KernelSpec k = make_kernel_spec(g);
     (k.device == Device::kCUDA ? cuda_specs : cpu_specs).push_back(std::move(k));
   }
-  if (!cpu_specs.empty()) plan->source = print_cpu_source(cpu_specs);
-  if (!cuda_specs.empty()) plan->cuda_source = print_cuda_source(cuda_specs);
+  if (!cpu_specs.empty()) plan->source = target_for(Device::kCPU).print_source(cpu_specs);
+  if (!cuda_specs.empty()) plan->cuda_source = target_for(Device::kCUDA).print_source(cuda_specs);
   plan->codegen_ms = ms_since(t0);
   if (opt.dumps("source") && !plan->source.empty())
     std::fprintf(stderr, "== generated source ==\n%s", plan->source.c_str());

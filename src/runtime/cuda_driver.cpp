@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "codegen/cuda_printer.h"
+#include "codegen/cuda/cuda_printer.h"
 #include "support/error.h"
 #include "support/log.h"
 

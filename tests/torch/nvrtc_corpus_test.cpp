@@ -8,7 +8,7 @@
 
 #include <future>
 
-#include "codegen/cuda_printer.h"
+#include "codegen/cuda/cuda_printer.h"
 #include "compile/nvrtc.h"
 #include "support/error.h"
 #include "op_corpus.h"

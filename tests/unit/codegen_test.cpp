@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "codegen/cpu_printer.h"
+#include "codegen/cpu/cpu_printer.h"
 #include "compile/host_compiler.h"
 #include "driver/build_plan.h"
 #include "runtime/cpu_launch.h"

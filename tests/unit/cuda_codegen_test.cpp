@@ -2,7 +2,7 @@
 // architectures we ship for, with ptxas's report parsed; the Driver API's absence reported clearly.
 #include <gtest/gtest.h>
 
-#include "codegen/cuda_printer.h"
+#include "codegen/cuda/cuda_printer.h"
 #include "compile/nvrtc.h"
 #include "driver/build_plan.h"
 #include "runtime/cuda_driver.h"

@@ -1,4 +1,4 @@
-#include "codegen/cpu_printer.h"
+#include "codegen/cpu/cpu_printer.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@ namespace fusion_jit {
 namespace {
 
 const char* kPrelude =
-#include "codegen/cpu_prelude.inc"
+#include "codegen/cpu/cpu_prelude.inc"
 #include "codegen/common_prelude.inc"
     ;
 

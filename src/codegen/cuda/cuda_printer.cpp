@@ -1,4 +1,4 @@
-#include "codegen/cuda_printer.h"
+#include "codegen/cuda/cuda_printer.h"
 
 #include <fmt/format.h>
 
@@ -12,16 +12,16 @@ namespace fusion_jit {
 namespace {
 
 const char* kPrelude =
-#include "codegen/cuda_prelude.inc"
+#include "codegen/cuda/cuda_prelude.inc"
     ;
 const char* kHalfPrelude =
-#include "codegen/cuda_prelude_half.inc"
+#include "codegen/cuda/cuda_prelude_half.inc"
     ;
 const char* kCommonPrelude =
 #include "codegen/common_prelude.inc"
     ;
 const char* kReducePrelude =
-#include "codegen/cuda_prelude_reduce.inc"
+#include "codegen/cuda/cuda_prelude_reduce.inc"
     ;
 // 128-bit (or narrower) vectors of N elements, aligned to their size.
 const char* kVector = "template <class T, int N> struct alignas(sizeof(T) * N) fj_vec { T v[N]; };\n";
