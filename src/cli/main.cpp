@@ -42,7 +42,7 @@
 #include "runtime/plan.h"
 #include "support/error.h"
 #include "support/parse.h"
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 #include "torch/cuda_support.h"
 #include "torch/executor.h"
 #include "torch/tolerance.h"
