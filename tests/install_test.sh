@@ -23,7 +23,8 @@ cmake -S "$SRC/examples/cpp" -B "$WORK/build" -DCMAKE_PREFIX_PATH="$WORK/prefix"
   >"$WORK/configure.log" 2>&1 || { cat "$WORK/configure.log"; exit 1; }
 cmake --build "$WORK/build" -j2 >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
 
-"$PYTHON" - "$WORK/model.pt" <<'PY'
+# torch.jit.script reads the module's source: the script is a file.
+cat >"$WORK/make_model.py" <<'PY'
 import sys
 import torch
 
@@ -38,6 +39,7 @@ class Block(torch.nn.Module):
 
 torch.jit.script(Block().eval()).save(sys.argv[1])
 PY
+"$PYTHON" "$WORK/make_model.py" "$WORK/model.pt"
 
 out="$("$WORK/build/fusion_jit_example" "$WORK/model.pt" 32 256)"
 echo "$out"
