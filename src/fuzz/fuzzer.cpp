@@ -18,7 +18,7 @@
 #include "ir/op_table.h"
 #include "passes/passes.h"
 #include "support/error.h"
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 #include "torch/executor.h"
 #include "torch/tolerance.h"
 
