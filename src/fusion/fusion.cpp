@@ -14,12 +14,7 @@
 namespace fusion_jit {
 namespace {
 
-int64_t op_flops(const Node& n) {
-  static const std::set<std::string> expensive = {
-      "exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "pow",
-      "gelu", "silu", "mish", "softplus", "elu", "remainder", "fmod"};
-  return n.op() && expensive.count(n.op()->kernel_fn) ? 20 : 1;
-}
+int64_t op_flops(const Node& n) { return n.op() && n.op()->has(OpFlag::kExpensive) ? 20 : 1; }
 
 int64_t tensor_bytes(const Value* v) {
   const TensorType& t = v->tensor_type();
@@ -655,15 +650,13 @@ bool can_fuse_node(const Node& n, std::string* why) {
           n.args()[i].value->tensor_type().sizes != std::vector<int64_t>{out.sizes[1]})
         return no("batch_norm statistics of an unexpected shape");
   }
-  if ((op->kernel_fn == "remainder" || op->kernel_fn == "fmod" ||
-       (op->kernel_fn == "div" && op->rule == DTypeRule::kDivMode)) &&
-      is_integral(out.dtype, true)) {
+  if (op->has(OpFlag::kIntegerDivision) && is_integral(out.dtype, true)) {
     // Integer division by zero raises in eager; a kernel could only return garbage.
     return no("integer division runs through ATen");
   }
-  if (op->kernel_fn == "pow" && is_integral(out.dtype, true)) {
-    // Integer powers with negative exponents raise in eager; keep ATen's checks.
-    return no("integer pow runs through ATen");
+  if (op->has(OpFlag::kIntegerRaises) && is_integral(out.dtype, true)) {
+    // Eager checks integer operands (pow: negative exponents) and raises; keep ATen's checks.
+    return no(fmt::format("integer {} runs through ATen", op->kernel_fn));
   }
   return true;
 }
