@@ -20,7 +20,7 @@
 
 #include "runtime/cuda_driver.h"
 #include "runtime/plan.h"
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 #include "torch/cuda_support.h"
 
 namespace {

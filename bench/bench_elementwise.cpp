@@ -8,7 +8,7 @@
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 #include "torch/tolerance.h"
 
 namespace {

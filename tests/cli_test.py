@@ -433,6 +433,44 @@ def _():
 
 
 
+@case("--help for the tool and each subcommand: exit 0, the subcommand's options listed")
+def _():
+    expected = {
+        (): ["run", "explain", "compile", "fuzz", "cache"],
+        ("run",): ["MODEL", "--input", "--inputs", "--device", "--seed", "--check", "--bench", "--json",
+                   "--save-outputs", "SPEC"],
+        ("explain",): ["MODEL", "--input", "--inputs", "--device", "--dump-source"],
+        ("compile",): ["MODEL", "--input", "--device", "--arch", "--out", "NVRTC"],
+        ("fuzz",): ["--graphs", "--minutes", "--seed", "--batch", "--out", "--device", "--nvrtc", "--graph-seeds"],
+        ("cache",): ["stats", "ls", "verify", "clear", "prune"],
+        ("cache", "stats"): ["stats"],
+        ("cache", "ls"): ["ls"],
+        ("cache", "verify"): ["verify"],
+        ("cache", "clear"): ["clear"],
+        ("cache", "prune"): ["--max-size"],
+    }
+    for words, fragments in expected.items():
+        for flag in ("--help", "-h"):
+            p = cli(*words, flag)
+            assert p.returncode == 0, (words, flag, p.returncode, p.stderr)
+            for f in fragments:
+                assert f in p.stdout, (words, flag, f, p.stdout)
+    # A subcommand's help is its own: run's does not list compile's options.
+    assert "--arch" not in cli("run", "--help").stdout
+
+
+@case("rejected command lines: one line naming the problem, exit 2")
+def _():
+    expect_error([], "missing command")
+    expect_error(["cache"], "cache: missing command")
+    expect_error(["cache", "stats", "extra"], "cache stats: unexpected argument 'extra'")
+    expect_error(["run", MODEL, MODEL, "--input", "f32[4]", "f32[4]"], "unexpected argument")
+    expect_error(["explain", MODEL, "--input", "f32[4]", "f32[4]", "--check"], "unknown option --check for explain")
+    expect_error(["fuzz", "--graphs", "0"], "--graphs expects an integer >= 1")
+    expect_error(["fuzz", "--bogus"], "unknown option --bogus for fuzz")
+    expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench"], "--bench")
+
+
 class AddsToItsInput(torch.nn.Module):
     def forward(self, x):
         x.add_(1.0)

@@ -45,10 +45,7 @@ class Options:
             raise ValueError(f"fusion_jit: unknown mode {mode!r} (known: {', '.join(str(m) for m in _MODES[1:])})")
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"fusion_jit: options must be a dict, not {type(options).__name__}")
-        limit = os.environ.get("FUSION_JIT_SPECIALIZATION_LIMIT", "8")
-        if not limit.isdigit():
-            raise ValueError(f"FUSION_JIT_SPECIALIZATION_LIMIT={limit}: expected an integer >= 0")
-        self.specialization_limit = int(limit)
+        self.specialization_limit = None  # None: FUSION_JIT_SPECIALIZATION_LIMIT, read by the C++ side
         self.cuda_graphs = _env_bool("FUSION_JIT_CUDA_GRAPHS", False) or mode == "reduce-overhead"
         self.cache_dir = None
         self.enable_fusion = True
@@ -96,8 +93,13 @@ def _warn_once(key, message):
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
+_RAN, _NO_PLAN, _EAGER = 0, 1, 2  # GraphFunction.run's status
+
+
 class _CompiledGraph:
-    """One FX graph: one plan per input signature, compiled at the first call with that signature."""
+    """One FX graph: one plan per input signature, compiled at the first call with that signature. The
+    signature table, the specialization limit and its warning are the C++ GraphFunction's (the same as
+    for TorchScript modules); this class lowers the graph when the table has no plan for a signature."""
 
     def __init__(self, gm, name, opts, record=None):
         # AOT autograd calls it with the list of arguments. An instance attribute: dynamo wraps backward
@@ -106,7 +108,8 @@ class _CompiledGraph:
         self.gm = gm
         self.name = name
         self.opts = opts
-        self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs)
+        limit = -1 if opts.specialization_limit is None else opts.specialization_limit
+        self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs, limit)
         self.positions = None       # which arguments are tensors (known after the first lowering)
         self.all_tensors = False
         self.outputs = {}           # specialization key -> output spec of the lowering
@@ -124,11 +127,17 @@ class _CompiledGraph:
                 tensors = [args[i] for i in self.positions]
                 key = specialization_key(args, self.positions)
             spec = self.outputs.get(key)
-            if spec is not None:
-                found, outs = self.fn.run(tensors, key)
-                if found:
-                    return [outs[v] if kind == "ir" else v for kind, v in spec]
+            status, outs = self.fn.run(tensors, key)
+            if status == _RAN and spec is not None:
+                return [outs[v] if kind == "ir" else v for kind, v in spec]
+            if status == _EAGER:
+                self._report_warnings()
+                return self._eager(args)
         return self._compile_and_run(args)
+
+    def _report_warnings(self):
+        for message in self.fn.take_warnings():
+            warnings.warn(f"fusion_jit: {message}", RuntimeWarning, stacklevel=4)
 
     def _eager(self, args):
         with _stats.lock:
@@ -149,12 +158,6 @@ class _CompiledGraph:
     def _compile_and_run(self, args):
         if self.eager_reason is not None:
             return self._eager(args)
-        if self.fn.num_plans() >= self.opts.specialization_limit:
-            _warn_once((id(self), "limit"),
-                       f"fusion_jit: {self.name}: the specialization limit of {self.opts.specialization_limit} "
-                       "signatures is reached; new input signatures run eagerly (raise it with the "
-                       "'specialization_limit' option or FUSION_JIT_SPECIALIZATION_LIMIT)")
-            return self._eager(args)
         t0 = time.perf_counter()
         try:
             low = lower(self.gm, args)
@@ -162,21 +165,27 @@ class _CompiledGraph:
             return self._give_up(str(e), args)
         tensors = [args[i] for i in low.tensor_positions]
         try:
-            kernels, fused, aten, _, _ = self.fn.add(tensors, low.key, low.ir, low.constants)
+            compiled, kernels, fused, aten, _, _, added_here = self.fn.add(tensors, low.key, low.ir, low.constants)
         except (ValueError, TypeError, RuntimeError) as e:
             return self._give_up(f"compiling it failed: {e}", args, low.results)
         ms = (time.perf_counter() - t0) * 1000.0
         self.positions = low.tensor_positions
         self.all_tensors = len(self.positions) == len(args)
+        if not compiled:  # past the specialization limit: the lowering ran the graph eagerly
+            self._report_warnings()
+            with _stats.lock:
+                _stats.eager_calls += 1
+            return list(low.results)
         self.outputs[low.key] = low.outputs
-        with _stats.lock:
-            _stats.plans += 1
-            _stats.kernels += int(kernels)
-            _stats.fused_ops += int(fused)
-            _stats.fallback_ops += int(aten)
-            _stats.compile_ms += ms
-        if self.record is not None:
-            self.record.append((self.name, self.fn.explain(tensors, low.key)))
+        if added_here:
+            with _stats.lock:
+                _stats.plans += 1
+                _stats.kernels += int(kernels)
+                _stats.fused_ops += int(fused)
+                _stats.fallback_ops += int(aten)
+                _stats.compile_ms += ms
+            if self.record is not None:
+                self.record.append((self.name, self.fn.explain(tensors, low.key)))
         return list(low.results)
 
     def clear(self):

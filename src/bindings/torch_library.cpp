@@ -1,9 +1,13 @@
 // The Python binding: TORCH_LIBRARY registrations, loaded by the Python package with
-// torch.ops.load_library. No Python headers: torch's own bindings carry the calls.
+// torch.ops.load_library. No Python headers: torch's own bindings carry the calls. It uses the public API
+// only (fusion_jit/fusion_jit.h, fusion_jit/cache.h) and the tolerance rule.
 //
-//   torch.classes.fusion_jit.GraphFunction(name, enable_fusion, cuda_graphs)
-//     .run(tensors, key) -> (found, outputs)       the plan of this signature, if one was added
-//     .add(tensors, key, ir, constants) -> [kernels, fused_ops, aten_ops, compile_ms, from_plan_cache]
+//   torch.classes.fusion_jit.GraphFunction(name, enable_fusion, cuda_graphs, specialization_limit)
+//     specialization_limit < 0: the FUSION_JIT_SPECIALIZATION_LIMIT option
+//     .run(tensors, key) -> (status, outputs)      status 0: ran, 1: no plan yet (add one), 2: runs eagerly
+//     .add(tensors, key, ir, constants) -> [compiled, kernels, fused_ops, aten_ops, compile_ms,
+//                                           from_plan_cache, added_here]
+//     .take_warnings() -> [str]                    warnings since the last call (each given once)
 //     .explain(tensors, key) -> str, .num_plans() -> int, .clear()
 //   torch.ops.fusion_jit.counters() -> [cache hits, cache misses, host compiles, NVRTC compiles]
 //   torch.ops.fusion_jit.use_cache_dir(dir), torch.ops.fusion_jit.cache_dir() -> str
@@ -15,11 +19,12 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
-#include "compile/host_compiler.h"
-#include "compile/nvrtc.h"
-#include "kernels_cache/kernels_cache.h"
-#include "support/error.h"
-#include "torch/api.h"
+#include <mutex>
+#include <utility>
+
+#include "fusion_jit/cache.h"
+#include "fusion_jit/error.h"
+#include "fusion_jit/fusion_jit.h"
 #include "torch/tolerance.h"
 
 namespace fusion_jit {
@@ -39,24 +44,32 @@ auto translate_errors(F&& f) -> decltype(f()) {
 }
 
 struct PyGraphFunction : torch::CustomClassHolder {
-  PyGraphFunction(const std::string& name, bool enable_fusion, bool cuda_graphs)
+  PyGraphFunction(const std::string& name, bool enable_fusion, bool cuda_graphs, int64_t limit)
       : fn(name, [&] {
           CompileOptions o;
           o.enable_fusion = enable_fusion;
           o.cuda_graphs = cuda_graphs;
+          if (limit >= 0) o.specialization_limit = static_cast<int>(limit);
+          // Python's warnings module reports them (the package takes them after each call).
+          o.on_warning = [this](const std::string& message) {
+            std::lock_guard<std::mutex> g(mu);
+            warnings.push_back(message);
+          };
           return o;
         }()) {}
-  GraphFunction fn;
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  GraphFunction fn;  // last: its warning handler uses the members above
 };
 
 using Self = c10::intrusive_ptr<PyGraphFunction>;
 
-std::tuple<bool, std::vector<at::Tensor>> run(const Self& self, const std::vector<at::Tensor>& inputs,
-                                              const std::string& key) {
+std::tuple<int64_t, std::vector<at::Tensor>> run(const Self& self, const std::vector<at::Tensor>& inputs,
+                                                 const std::string& key) {
   return translate_errors([&] {
     std::vector<at::Tensor> outs;
-    bool found = self->fn.run(inputs, key, &outs);
-    return std::make_tuple(found, std::move(outs));
+    GraphFunction::Status st = self->fn.run(inputs, key, &outs);
+    return std::make_tuple(static_cast<int64_t>(st), std::move(outs));
   });
 }
 
@@ -64,14 +77,20 @@ std::vector<double> add(const Self& self, const std::vector<at::Tensor>& inputs,
                         const std::string& ir, const std::vector<at::Tensor>& constants) {
   return translate_errors([&] {
     GraphPlanInfo i = self->fn.add(inputs, key, ir, constants);
-    return std::vector<double>{static_cast<double>(i.kernels), static_cast<double>(i.fused_ops),
-                               static_cast<double>(i.aten_ops), i.compile_ms, i.from_plan_cache ? 1.0 : 0.0};
+    return std::vector<double>{i.compiled ? 1.0 : 0.0, static_cast<double>(i.kernels),
+                               static_cast<double>(i.fused_ops), static_cast<double>(i.aten_ops), i.compile_ms,
+                               i.from_plan_cache ? 1.0 : 0.0, i.added_here ? 1.0 : 0.0};
   });
 }
 
-std::vector<int64_t> counters() {
-  CacheStats c = KernelsCache::instance().stats();
-  return {c.hits, c.misses, host_compile_stats().compiles, nvrtc_stats().compiles};
+std::vector<std::string> take_warnings(const Self& self) {
+  std::lock_guard<std::mutex> g(self->mu);
+  return std::exchange(self->warnings, {});
+}
+
+std::vector<int64_t> counter_list() {
+  Counters c = fusion_jit::counters();
+  return {c.cache_hits, c.cache_misses, c.host_compiles, c.nvrtc_compiles};
 }
 
 }  // namespace
@@ -80,18 +99,23 @@ std::vector<int64_t> counters() {
 TORCH_LIBRARY(fusion_jit, m) {
   using namespace fusion_jit;
   m.class_<PyGraphFunction>("GraphFunction")
-      .def(torch::init<std::string, bool, bool>())
+      .def(torch::init([](const std::string& name, bool enable_fusion, bool cuda_graphs, int64_t limit) {
+        // The limit's default is read here, from FUSION_JIT_SPECIALIZATION_LIMIT: a bad value is a ValueError.
+        return translate_errors(
+            [&] { return c10::make_intrusive<PyGraphFunction>(name, enable_fusion, cuda_graphs, limit); });
+      }))
       .def("run", &run)
       .def("add", &add)
+      .def("take_warnings", &take_warnings)
       .def("explain",
            [](const Self& self, const std::vector<at::Tensor>& inputs, const std::string& key) {
              return translate_errors([&] { return self->fn.explain(inputs, key); });
            })
       .def("num_plans", [](const Self& self) { return static_cast<int64_t>(self->fn.num_plans()); })
       .def("clear", [](const Self& self) { self->fn.clear(); });
-  m.def("counters", &counters);
-  m.def("use_cache_dir", [](const std::string& dir) { translate_errors([&] { KernelsCache::use_dir(dir); }); });
-  m.def("cache_dir", []() { return KernelsCache::instance().dir(); });
+  m.def("counters", &counter_list);
+  m.def("use_cache_dir", [](const std::string& dir) { translate_errors([&] { cache::use_dir(dir); }); });
+  m.def("cache_dir", []() { return cache::dir(); });
   m.def("check_close", [](const at::Tensor& actual, const at::Tensor& expected, const std::optional<at::Tensor>& ref64) {
     CheckResult r = check_close(actual, expected, ref64);
     return std::make_tuple(r.ok, r.max_abs_err, r.message);

@@ -8,23 +8,12 @@
 #include <set>
 #include <unordered_map>
 
+#include "cost/work.h"
 #include "ir/op_table.h"
 #include "support/error.h"
 
 namespace fusion_jit {
 namespace {
-
-int64_t op_flops(const Node& n) {
-  static const std::set<std::string> expensive = {
-      "exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "pow",
-      "gelu", "silu", "mish", "softplus", "elu", "remainder", "fmod"};
-  return n.op() && expensive.count(n.op()->kernel_fn) ? 20 : 1;
-}
-
-int64_t tensor_bytes(const Value* v) {
-  const TensorType& t = v->tensor_type();
-  return t.numel() * static_cast<int64_t>(dtype_size(t.dtype));
-}
 
 bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
   if (from.size() > to.size()) return false;
@@ -333,8 +322,8 @@ class GreedyFuser {
     double t_apart = cost_.estimate_us(apart), t_together = cost_.estimate_us(together);
     std::string row_note;
     if (form) {
-      int64_t row_bytes = row_input_bytes(merged, *form);
-      bool fits = row_bytes <= cost_.device().on_chip_row_bytes;
+      int64_t row_bytes = row_input_bytes(nodes_of(merged), row_walk(*form));
+      bool fits = row_fits_on_chip(row_bytes, cost_.device());
       row_note = form->passes == 1 ? ", one pass per row"
                  : fits ? fmt::format(", persistent row: {} passes over a row of {} kept on chip", form->passes,
                                       format_bytes(row_bytes))
@@ -379,66 +368,25 @@ class GreedyFuser {
   }
 
   std::optional<ReductionForm> form_of(const std::vector<int>& ms, std::string* why) const {
+    return reduction_form(nodes_of(ms), outside_of(ms), why);
+  }
+
+  std::vector<const Node*> nodes_of(const std::vector<int>& ms) const {
     std::vector<const Node*> ns;
     for (int m : ms) ns.push_back(nodes_[m]);
-    return reduction_form(ns, outside_of(ms), why);
+    return ns;
   }
 
-  // Bytes per row of the element values a reduction kernel reads from memory.
-  int64_t row_input_bytes(const std::vector<int>& ms, const ReductionForm& f) const {
-    std::set<int> members(ms.begin(), ms.end());
-    std::set<const Value*> seen;
-    int64_t per_element = 0;
-    for (int m : ms)
-      for (const Value* v : nodes_[m]->value_inputs()) {
-        if (!v->is_tensor() || (v->producer() && members.count(index_.at(v->producer())))) continue;
-        if (!seen.insert(v).second) continue;
-        // Inputs that vary along the reduced dims (right-aligned against the reduced shape).
-        const auto& vs = v->tensor_type().sizes;
-        bool varies = false;
-        for (int64_t d : f.dims) {
-          int64_t k = d - static_cast<int64_t>(f.shape.size() - vs.size());
-          varies |= k >= 0 && vs[k] != 1;
-        }
-        if (varies) per_element += static_cast<int64_t>(dtype_size(v->tensor_type().dtype));
-      }
-    return per_element * f.row_len;
+  static RowWalk row_walk(const ReductionForm& f) {
+    return RowWalk{&f.shape, &f.dims, &f.row_values, f.passes, f.row_len};
   }
 
-  // Work of a kernel over `shape` made of `ms`: its external reads and writes, its flops, one launch.
+  // Work of a kernel over `shape` made of `ms` (cost/work.h counts it).
   WorkEstimate group_work(const std::vector<int>& ms, const std::vector<int64_t>& shape,
-                          const std::optional<ReductionForm>& form = std::nullopt) {
-    std::set<int> members(ms.begin(), ms.end());
-    std::set<const Value*> reads, writes;
-    int64_t numel = 1;
-    for (auto s : shape) numel *= s;
-    WorkEstimate w;
-    w.launches = 1;
-    const int64_t rows = form && form->row_len ? numel / form->row_len : 0;
-    for (int m : ms) {
-      const Node* n = nodes_[m];
-      w.flops += op_flops(*n) * (form && form->row_values.count(n->output()) && !is_reduction(n) ? rows : numel);
-      for (const Value* v : n->value_inputs()) {
-        if (!v->is_tensor()) continue;
-        if (v->producer() && members.count(index_.at(v->producer()))) continue;
-        reads.insert(v);
-      }
-      const Value* o = n->output();
-      bool outside = graph_outputs_.count(o) > 0;
-      for (const Node* u : users_[o->id()]) outside |= !members.count(index_.at(u));
-      if (outside) writes.insert(o);
-    }
-    for (const Value* v : reads) w.bytes += tensor_bytes(v);
-    for (const Value* v : writes) w.bytes += tensor_bytes(v);
-    if (form && form->passes > 1) {
-      // Rows that do not fit on chip are read from memory again in every pass.
-      int64_t row_bytes = row_input_bytes(ms, *form);
-      if (row_bytes > cost_.device().on_chip_row_bytes) {
-        int64_t rows = form->row_len ? numel / form->row_len : 0;
-        w.bytes += (form->passes - 1) * row_bytes * rows;
-      }
-    }
-    return w;
+                          const std::optional<ReductionForm>& form = std::nullopt) const {
+    KernelSketch k{nodes_of(ms), shape, outside_of(ms), std::nullopt};
+    if (form) k.rows = row_walk(*form);
+    return kernel_work(k, cost_.device());
   }
 
   // Super node of a node: its group, or itself (as -1 - index).
@@ -577,21 +525,6 @@ class GreedyFuser {
 
 }  // namespace
 
-WorkEstimate node_work(const Node& n) {
-  WorkEstimate w;
-  w.launches = 1;
-  std::set<const Value*> reads;
-  for (const Value* v : n.value_inputs())
-    if (v->is_tensor()) reads.insert(v);
-  for (const Value* v : reads) w.bytes += tensor_bytes(v);
-  for (const Value* o : n.outputs())
-    if (o->is_tensor()) {
-      w.bytes += tensor_bytes(o);
-      w.flops += op_flops(n) * o->tensor_type().numel();
-    }
-  return w;
-}
-
 bool can_fuse_node(const Node& n, std::string* why) {
   auto no = [&](std::string r) {
     if (why) *why = std::move(r);
@@ -655,15 +588,13 @@ bool can_fuse_node(const Node& n, std::string* why) {
           n.args()[i].value->tensor_type().sizes != std::vector<int64_t>{out.sizes[1]})
         return no("batch_norm statistics of an unexpected shape");
   }
-  if ((op->kernel_fn == "remainder" || op->kernel_fn == "fmod" ||
-       (op->kernel_fn == "div" && op->rule == DTypeRule::kDivMode)) &&
-      is_integral(out.dtype, true)) {
+  if (op->has(OpFlag::kIntegerDivision) && is_integral(out.dtype, true)) {
     // Integer division by zero raises in eager; a kernel could only return garbage.
     return no("integer division runs through ATen");
   }
-  if (op->kernel_fn == "pow" && is_integral(out.dtype, true)) {
-    // Integer powers with negative exponents raise in eager; keep ATen's checks.
-    return no("integer pow runs through ATen");
+  if (op->has(OpFlag::kIntegerRaises) && is_integral(out.dtype, true)) {
+    // Eager checks integer operands (pow: negative exponents) and raises; keep ATen's checks.
+    return no(fmt::format("integer {} runs through ATen", op->kernel_fn));
   }
   return true;
 }

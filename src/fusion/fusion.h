@@ -73,7 +73,4 @@ FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion
 // their reasons.
 std::string explain_plan(const FusionPlan& p);
 
-// Work of one node run alone: reads its tensor inputs, writes its output.
-WorkEstimate node_work(const Node& n);
-
 }  // namespace fusion_jit

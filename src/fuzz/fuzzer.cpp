@@ -18,7 +18,7 @@
 #include "ir/op_table.h"
 #include "passes/passes.h"
 #include "support/error.h"
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 #include "torch/executor.h"
 #include "torch/tolerance.h"
 
@@ -201,6 +201,9 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 // the sum cancels: the float16 finding of issue 13). The backend restores the addcdiv before AOT
 // autograd (python/fusion_jit/_backend.py, _restore_addcdiv); the fuzzer's recipes are ATen ops and
 // never see the rewrite.
+// Op properties (exact, discontinuous, integer division, integer-only) come from the op table's flags; the
+// names below are the oracle's numerical model of particular functions (their condition numbers,
+// summands, domains and singularities), which a new op needs only when the fuzzer finds it ill-conditioned.
 bool in_set(const std::string& fn, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (fn == n) return true;
@@ -430,15 +433,14 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   if (schema == "aten::type_as" && stack.size() > 1 && stack[1].isTensor())
     target = static_cast<int>(stack[1].toTensor().scalar_type());
   bool to_int = target >= 0 && (is_int_code(target) || target == 11);
-  bool discontinuous = op->rule == DTypeRule::kBool || to_int ||
-                       in_set(fn, {"floor", "ceil", "round", "trunc", "sign", "remainder", "fmod"}) ||
-                       (fn == "div" && op->rule == DTypeRule::kDivMode);
+  const bool int_division = op->has(OpFlag::kIntegerDivision);  // remainder, fmod, div with a rounding mode
+  bool discontinuous = op->has(OpFlag::kDiscontinuous) || to_int;
   if (discontinuous && any_inexact) return false;
   if (to_int && float_in) {
     static const double bounds[] = {255, 127, 32767, 2147483647.0, 9.2e18};
     if (target != 11 && abs_max(stack[0]) >= bounds[target]) return false;
   }
-  if (float_in && (in_set(fn, {"remainder", "fmod"}) || (fn == "div" && op->rule == DTypeRule::kDivMode))) {
+  if (float_in && int_division) {
     at::Tensor a = stack[0].toTensor().to(at::kDouble);
     at::Tensor b = stack[1].isTensor() ? stack[1].toTensor().to(at::kDouble) : at::scalar_tensor(stack[1].toScalar().toDouble(), at::kDouble);
     if (!a.isfinite().all().item<bool>() || !b.isfinite().all().item<bool>() || b.eq(0).any().item<bool>()) return false;
@@ -490,8 +492,7 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
       return false;
   }
   // Integer division of the type's minimum by -1 traps in eager (SIGFPE): keep the minimum away from it.
-  if (!float_in && stack.size() > 1 && (in_set(fn, {"remainder", "fmod"}) || (fn == "div" && op->rule == DTypeRule::kDivMode)) &&
-      stack[0].isTensor()) {
+  if (!float_in && stack.size() > 1 && int_division && stack[0].isTensor()) {
     const at::Tensor& a = stack[0].toTensor();
     if (a.numel() && a.scalar_type() != at::kBool && a.to(at::kDouble).min().item<double>() <= -2147483648.0) return false;
   }
@@ -545,11 +546,7 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
     at::Tensor lost = at::logical_and(big.isfinite(), r.lt(big * 1e-3));
     if (lost.any().item<bool>()) return false;
   }
-  bool exact_op = in_set(fn, {"neg", "abs", "relu", "sign", "floor", "ceil", "round", "trunc", "minimum", "maximum",
-                              "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "cast", "hardtanh", "mul",
-                              "div", "reciprocal", "sqrt", "leaky_relu", "bitwise_and", "bitwise_or", "bitwise_xor",
-                              "bitwise_not"}) ||
-                  op->rule == DTypeRule::kBool || (in_set(fn, {"add", "sub", "rsub"}) && alpha_one);
+  bool exact_op = op->has(OpFlag::kExact) || (in_set(fn, {"add", "sub", "rsub"}) && alpha_one);
   bool is_float_out = at::isFloatingType(stack[0].toTensor().scalar_type());
   // A transcendental result within a factor of 2 of the dtype's largest value may overflow in one
   // library and not in the other.
@@ -642,13 +639,16 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
   return true;
 }
 
-// The ops the generator draws from: the table's elementwise ops, except batch_norm (its per-channel
-// arguments need shapes of their own).
+// The ops the generator draws from: the table's elementwise ops, except those with per-channel arguments
+// (batch_norm's need shapes of their own).
 const std::vector<const OpInfo*>& fuzz_ops() {
   static const std::vector<const OpInfo*> ops = [] {
     std::vector<const OpInfo*> v;
-    for (const auto& op : all_ops())
-      if (op.category == OpCategory::kElementwise && op.kernel_fn != "batch_norm") v.push_back(&op);
+    for (const auto& op : all_ops()) {
+      bool channel = false;
+      for (const ArgSpec& a : op.args) channel = channel || a.kind == ArgKind::kChannel;
+      if (op.category == OpCategory::kElementwise && !channel) v.push_back(&op);
+    }
     return v;
   }();
   return ops;
@@ -941,7 +941,8 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
             // Prefer recent values; the mask and condition of where/masked_fill must be bool.
             std::vector<int> cands;
             for (int v = 0; v < static_cast<int>(vals.size()); ++v) {
-              if (a.kind == ArgKind::kTensorNoPromote && op.kernel_fn != "cast" &&
+              // (type_as's second tensor only lends its dtype: any dtype does.)
+              if (a.kind == ArgKind::kTensorNoPromote && op.rule != DTypeRule::kCastLike &&
                   vals[static_cast<size_t>(v)].scalar_type() != at::kBool)
                 continue;
               bool bok = true;
@@ -966,7 +967,7 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
             have_shape = true;
             if (first_tensor < 0) first_tensor = v;
           } else if (a.kind == ArgKind::kScalar || a.kind == ArgKind::kScalarNoPromote) {
-            bool int_only = op.kernel_fn.rfind("bitwise", 0) == 0 ||
+            bool int_only = op.has(OpFlag::kIntegral) ||
                             (first_tensor >= 0 && !at::isFloatingType(vals[static_cast<size_t>(first_tensor)].scalar_type()) &&
                              (op.kernel_fn == "add" || op.kernel_fn == "sub" || op.kernel_fn == "rsub") && i == 2);
             ra.literal = a.has_default && chance(r, 0.5) ? a.default_value : random_scalar(r, int_only);

@@ -15,6 +15,11 @@ constexpr OC kElementwise = OC::kElementwise, kView = OC::kView, kReduction = OC
 constexpr DR kPromote = DR::kPromote, kFloat = DR::kFloat, kBool = DR::kBool, kSame = DR::kSame,
              kCastArg = DR::kCastArg, kCastLike = DR::kCastLike, kDivMode = DR::kDivMode, kReduce = DR::kReduce,
              kNone = DR::kNone;
+constexpr uint32_t flag(OpFlag f) { return static_cast<uint32_t>(f); }
+constexpr uint32_t kExpensive = flag(OpFlag::kExpensive), kNonNegative = flag(OpFlag::kNonNegative),
+                   kIntegerDivision = flag(OpFlag::kIntegerDivision), kIntegerRaises = flag(OpFlag::kIntegerRaises),
+                   kDiscontinuous = flag(OpFlag::kDiscontinuous), kIntegral = flag(OpFlag::kIntegral),
+                   kExact = flag(OpFlag::kExact);
 
 Literal parse_default(const std::string& s) {
   if (s == "None") return None{};
@@ -47,7 +52,8 @@ std::vector<ArgSpec> parse_args(const std::string& spec) {
 
 std::vector<OpInfo> build_table() {
   std::vector<OpInfo> t;
-#define FJ_OP(schema, cat, rule, args, fn) t.push_back(OpInfo{schema, cat, rule, parse_args(args), fn});
+#define FJ_OP(schema, cat, rule, args, fn, flags) \
+  t.push_back(OpInfo{schema, cat, rule, parse_args(args), fn, static_cast<uint32_t>(flags)});
 #include "ir/ops.def"
 #undef FJ_OP
   return t;
@@ -84,6 +90,26 @@ std::vector<PromotionOperand> promotion_operands(const OpInfo& op, const std::ve
 const char* category_name(OpCategory c) {
   static const char* names[] = {"elementwise", "broadcast", "reduction", "view", "opaque"};
   return names[static_cast<int>(c)];
+}
+
+const char* flag_name(OpFlag f) {
+  switch (f) {
+    case OpFlag::kExpensive: return "expensive";
+    case OpFlag::kNonNegative: return "non-negative";
+    case OpFlag::kIntegerDivision: return "integer division";
+    case OpFlag::kIntegerRaises: return "raises on integers";
+    case OpFlag::kDiscontinuous: return "discontinuous";
+    case OpFlag::kIntegral: return "integral";
+    case OpFlag::kExact: return "exact";
+  }
+  return "?";
+}
+
+const std::vector<OpFlag>& all_op_flags() {
+  static const std::vector<OpFlag> flags = {OpFlag::kExpensive,     OpFlag::kNonNegative,    OpFlag::kIntegerDivision,
+                                            OpFlag::kIntegerRaises, OpFlag::kDiscontinuous, OpFlag::kIntegral,
+                                            OpFlag::kExact};
+  return flags;
 }
 
 const std::vector<OpInfo>& all_ops() {

@@ -1,6 +1,7 @@
-// The op table (ir/ops.def) as data: category, dtype rule and argument kinds of every known op.
+// The op table (ir/ops.def) as data: category, dtype rule, argument kinds and flags of every known op.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,12 +30,29 @@ struct ArgSpec {
   }
 };
 
+// Properties of an op, one bit each (the flags column of ops.def, which says what each means). Passes,
+// fusion, cost, codegen and the fuzzer ask the table (`op.has(OpFlag::kExpensive)`), never a list of names.
+enum class OpFlag : uint32_t {
+  kExpensive = 1u << 0,
+  kNonNegative = 1u << 1,
+  kIntegerDivision = 1u << 2,
+  kIntegerRaises = 1u << 3,
+  kDiscontinuous = 1u << 4,
+  kIntegral = 1u << 5,
+  kExact = 1u << 6,
+};
+const char* flag_name(OpFlag f);
+// Every flag, in bit order.
+const std::vector<OpFlag>& all_op_flags();
+
 struct OpInfo {
   std::string schema;  // "aten::add.Tensor"
   OpCategory category;
   DTypeRule rule;
   std::vector<ArgSpec> args;
   std::string kernel_fn;  // "add": fj_add in the preludes
+  uint32_t flags = 0;     // OpFlag bits
+  bool has(OpFlag f) const { return (flags & static_cast<uint32_t>(f)) != 0; }
 };
 
 // nullptr when the schema is not in the table.

@@ -8,23 +8,11 @@
 
 #include <fmt/format.h>
 
-#include <stdexcept>
 #include <string>
 
-namespace fusion_jit {
+#include "fusion_jit/error.h"  // Error, TypeError, InternalError: part of the public API
 
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-class TypeError : public Error {
- public:
-  using Error::Error;
-};
-class InternalError : public std::logic_error {
- public:
-  using std::logic_error::logic_error;
-};
+namespace fusion_jit {
 
 namespace detail {
 [[noreturn]] void throw_error(const std::string& msg);

@@ -1,4 +1,4 @@
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 
 #include <ATen/ops/empty.h>
 #include <torch/csrc/jit/api/module.h>
@@ -9,10 +9,9 @@
 
 #include <c10/core/GradMode.h>
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
-#include <unordered_map>
 
 #include "driver/build_plan.h"
 #include "passes/passes.h"
@@ -20,6 +19,7 @@
 #include "support/log.h"
 #include "support/options.h"
 #include "torch/executor.h"
+#include "torch/graph_function.h"
 
 namespace fusion_jit {
 namespace tj = torch::jit;
@@ -41,30 +41,26 @@ std::vector<c10::IValue> graph_constant_tensors(const tj::Graph& g) {
 }  // namespace
 
 struct CompiledModule::Impl {
+  Impl(std::string module_name, const CompileOptions& options)
+      : name(std::move(module_name)),
+        table(name, specialization_limit(options), options.on_warning),
+        enable_fusion(options.enable_fusion),
+        cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)) {}
+
   std::string name;
+  SignatureTable table;  // one plan per signature (graph_function.h)
+  bool enable_fusion = true;
+  bool cuda_graphs = false;
   std::shared_ptr<tj::Graph> graph;
   bool skip_self = false;
   std::function<c10::IValue(const std::vector<c10::IValue>&)> eager;
-  int limit = 8;
-  bool enable_fusion = true;
-  bool cuda_graphs = false;
   std::shared_ptr<tj::Module> module_keepalive;
   // The tensors of the graph's prim::Constant nodes (frozen weights and what freezing folded): results
   // that alias them, from the capture run or the eager fallback, are copied before they are returned.
   std::vector<c10::IValue> graph_constants;
 
-  // One signature's plan. The first caller of a new signature compiles it outside the module's lock;
-  // callers of the same signature wait for it (`ready`), callers of other signatures do not.
-  struct Entry {
-    std::unique_ptr<PlanInstance> instance;  // null: eager
-    std::string eager_reason;
-    bool ready = false;
-  };
-  std::mutex mu;
-  std::condition_variable compiled;  // an entry became ready
-  std::unordered_map<std::string, std::shared_ptr<Entry>> entries;
-  ModuleStats stats;
-  int reserved = 0;  // signatures compiled or being compiled (counted against the limit)
+  std::atomic<int64_t> calls{0}, eager_calls{0}, graph_replays{0};
+  mutable std::mutex report_mu;
   std::string last_report;
 
   // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
@@ -85,10 +81,7 @@ struct CompiledModule::Impl {
   c10::IValue run(PlanInstance& inst, const std::vector<c10::IValue>& inputs) {
     bool replayed = false;
     c10::IValue out = run_instance(inst, inputs, cuda_graphs, name, &replayed);
-    if (replayed) {
-      std::lock_guard<std::mutex> s(mu);
-      stats.graph_replays++;
-    }
+    if (replayed) graph_replays++;
     return out;
   }
 
@@ -103,43 +96,11 @@ struct CompiledModule::Impl {
     return "";
   }
 
-  // Returns the entry for these inputs, compiling it if new; `first_result` receives the capture run's
-  // result when this call compiled.
-  std::shared_ptr<Entry> entry_for(const std::vector<c10::IValue>& inputs, c10::IValue* first_result) {
-    std::string sig = input_signature(inputs);
-    sig += c10::GradMode::is_enabled() ? '\1' : '\0';
-    std::shared_ptr<Entry> e;
-    {
-      std::unique_lock<std::mutex> g(mu);
-      auto it = entries.find(sig);
-      if (it != entries.end()) {
-        e = it->second;
-        compiled.wait(g, [&] { return e->ready; });
-        return e;
-      }
-      e = std::make_shared<Entry>();
-      entries.emplace(sig, e);
-      std::string eager = eager_only_reason(inputs);
-      if (eager.empty() && reserved >= limit) {
-        eager = fmt::format("specialization limit of {} signatures reached", limit);
-        warn_once(name + ":limit", fmt::format("{}: {} new input signatures run eagerly (raise "
-                                               "FUSION_JIT_SPECIALIZATION_LIMIT to compile more)",
-                                               name, eager));
-      } else if (!eager.empty()) {
-        warn_once(name + ":grad", fmt::format("{}: {}", name, eager));
-      }
-      if (!eager.empty()) {
-        e->eager_reason = std::move(eager);
-        e->ready = true;
-        return e;
-      }
-      reserved++;
-    }
-    // Compiled with no lock held: calls of other signatures go on meanwhile.
-    auto t0 = std::chrono::steady_clock::now();
-    std::string report, failure;
-    bool rethrow = false;
-    std::exception_ptr error;
+  // Captures, optimizes, fuses and compiles the plan of these inputs (the table's Compile). Any failure
+  // (ours, torch's, the model's own on these inputs) makes the signature run eagerly, and eager's own
+  // error, if any, reaches the caller from the eager run; FUSION_JIT_ASSERT_NO_COMPILE's error is thrown.
+  std::unique_ptr<PlanInstance> compile(const std::vector<c10::IValue>& inputs, c10::IValue* first_result,
+                                        std::string* eager_reason) {
     try {
       double capture_ms = 0, passes_ms = 0;
       c10::IValue result;
@@ -149,37 +110,32 @@ struct CompiledModule::Impl {
       inst->plan = build_plan(std::move(inst->captured.graph), target);
       inst->captured.graph = nullptr;
       const ExecutablePlan& p = *inst->plan;
-      report = fmt::format("capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms",
-                           capture_ms, passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms);
-      e->instance = std::move(inst);
-      if (first_result) *first_result = std::move(result);
-    } catch (const std::exception& err) {
-      // Any failure (ours, torch's, the model's own on these inputs) is recorded: the signature runs
-      // eagerly from now on, and eager's own error, if any, reaches the caller from the eager run.
-      auto* c10_error = dynamic_cast<const c10::Error*>(&err);
-      failure = c10_error ? first_line(c10_error->what_without_backtrace()) : err.what();
-      rethrow = Options::get().assert_no_compile && failure.find("FUSION_JIT_ASSERT_NO_COMPILE") != std::string::npos;
-      if (rethrow) error = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> g(mu);
-      stats.compile_ms += ms_since(t0);
-      if (e->instance) {
-        stats.signatures++;
-        last_report = std::move(report);
-      } else {
-        reserved--;
-        e->eager_reason = failure;
-        if (rethrow) entries.erase(sig);
+      {
+        std::lock_guard<std::mutex> g(report_mu);
+        last_report = fmt::format(
+            "capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms", capture_ms,
+            passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms);
       }
-      e->ready = true;
+      if (first_result) *first_result = std::move(result);
+      return inst;
+    } catch (const std::exception& err) {
+      auto* c10_error = dynamic_cast<const c10::Error*>(&err);
+      *eager_reason = c10_error ? first_line(c10_error->what_without_backtrace()) : err.what();
+      if (eager_reason->empty()) *eager_reason = "capturing or compiling it failed";
+      if (Options::get().assert_no_compile && eager_reason->find("FUSION_JIT_ASSERT_NO_COMPILE") != std::string::npos)
+        throw;
+      return nullptr;
     }
-    compiled.notify_all();
-    if (error) std::rethrow_exception(error);
-    if (!e->instance)
-      warn_once(name + ":capture:" + e->eager_reason,
-                fmt::format("{}: this input signature runs eagerly: {}", name, e->eager_reason));
-    return e;
+  }
+
+  // The entry of these inputs' signature, compiling it if new; `first_result` receives the capture
+  // run's result when this call compiled.
+  std::shared_ptr<const SignatureTable::Entry> entry_for(const std::vector<c10::IValue>& inputs,
+                                                         c10::IValue* first_result) {
+    std::string sig = input_signature(inputs);
+    sig += c10::GradMode::is_enabled() ? '\1' : '\0';
+    return table.get_or_compile(
+        sig, [&](std::string* why) { return compile(inputs, first_result, why); }, eager_only_reason(inputs));
   }
 
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
@@ -188,12 +144,11 @@ struct CompiledModule::Impl {
 c10::IValue CompiledModule::operator()(const std::vector<c10::IValue>& inputs) {
   c10::IValue first;
   auto e = impl_->entry_for(inputs, &first);
-  {
-    std::lock_guard<std::mutex> g(impl_->mu);
-    impl_->stats.calls++;
-    if (!e->instance) impl_->stats.eager_calls++;
+  impl_->calls++;
+  if (!e->instance) {
+    impl_->eager_calls++;
+    return unalias_constants(impl_->eager(inputs), impl_->graph_constants);
   }
-  if (!e->instance) return unalias_constants(impl_->eager(inputs), impl_->graph_constants);
   if (!first.isNone()) return unalias_constants(std::move(first), impl_->graph_constants);
   return impl_->run(*e->instance, inputs);
 }
@@ -217,13 +172,18 @@ std::string CompiledModule::explain(const std::vector<c10::IValue>& inputs) {
 }
 
 std::string CompiledModule::last_compile_report() const {
-  std::lock_guard<std::mutex> g(impl_->mu);
+  std::lock_guard<std::mutex> g(impl_->report_mu);
   return impl_->last_report;
 }
 
 ModuleStats CompiledModule::stats() const {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  return impl_->stats;
+  ModuleStats s;
+  s.calls = impl_->calls.load();
+  s.signatures = impl_->table.num_plans();
+  s.eager_calls = impl_->eager_calls.load();
+  s.graph_replays = impl_->graph_replays.load();
+  s.compile_ms = impl_->table.compile_ms();
+  return s;
 }
 
 std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::vector<c10::IValue>& inputs,
@@ -245,8 +205,8 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
 }
 
 CompiledModule compile(const torch::jit::Module& module, CompileOptions options) {
-  auto impl = std::make_shared<CompiledModule::Impl>();
-  impl->name = module.type()->name() ? module.type()->name()->name() : "module";
+  auto impl = std::make_shared<CompiledModule::Impl>(module.type()->name() ? module.type()->name()->name() : "module",
+                                                     options);
   // freeze_module works on its own copy; a module in training mode is first copied and set to eval.
   tj::Module source = module;
   if (module.is_training()) {
@@ -263,15 +223,11 @@ CompiledModule compile(const torch::jit::Module& module, CompileOptions options)
   impl->skip_self = true;
   impl->module_keepalive = frozen;
   impl->eager = [frozen](const std::vector<c10::IValue>& in) { return frozen->forward(in); };
-  impl->limit = options.specialization_limit.value_or(Options::get().specialization_limit);
-  impl->enable_fusion = options.enable_fusion;
-  impl->cuda_graphs = options.cuda_graphs.value_or(Options::get().cuda_graphs);
   return CompiledModule(impl);
 }
 
 CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_inputs, CompileOptions options) {
-  auto impl = std::make_shared<CompiledModule::Impl>();
-  impl->name = "traced function";
+  auto impl = std::make_shared<CompiledModule::Impl>("traced function", options);
   tj::Stack stack(example_inputs.begin(), example_inputs.end());
   auto traced = tj::tracer::trace(
       stack,
@@ -294,9 +250,6 @@ CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_i
     for (auto& t : fn(ts)) list.push_back(t);
     return c10::IValue(list);
   };
-  impl->limit = options.specialization_limit.value_or(Options::get().specialization_limit);
-  impl->enable_fusion = options.enable_fusion;
-  impl->cuda_graphs = options.cuda_graphs.value_or(Options::get().cuda_graphs);
   return CompiledModule(impl);
 }
 

@@ -1,112 +1,261 @@
-// GraphFunction: plans of graphs handed over as IR text (api.h).
+// SignatureTable (graph_function.h) and GraphFunction, plans of graphs handed over as IR text
+// (fusion_jit/fusion_jit.h).
+#include "torch/graph_function.h"
+
 #include <ATen/core/ivalue.h>
 
 #include <chrono>
-#include <mutex>
-#include <unordered_map>
 
 #include "driver/build_plan.h"
 #include "support/error.h"
-#include "torch/api.h"
-#include "torch/executor.h"
+#include "support/log.h"
+#include "support/options.h"
 
 namespace fusion_jit {
 
+int specialization_limit(const CompileOptions& options) {
+  int limit = options.specialization_limit.value_or(Options::get().specialization_limit);
+  FJ_CHECK(limit >= 0, "the specialization limit must be >= 0, got {}", limit);
+  return limit;
+}
+
+SignatureTable::SignatureTable(std::string name, int limit, WarningHandler warn)
+    : name_(std::move(name)), limit_(limit), warn_(std::move(warn)) {}
+
+void SignatureTable::warn(const std::string& message) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!warned_.insert(message).second) return;
+  }
+  if (warn_) warn_(message);
+  else log_message(LogLevel::kWarn, message);
+}
+
+std::string SignatureTable::limit_warning(const std::string& reason) const {
+  return fmt::format("{}: {}; new input signatures run eagerly (raise FUSION_JIT_SPECIALIZATION_LIMIT or the "
+                     "specialization_limit option to compile more)", name_, reason);
+}
+
+std::shared_ptr<SignatureTable::Entry> SignatureTable::find_locked(std::unique_lock<std::mutex>& lock,
+                                                                   const std::string& sig, bool record,
+                                                                   bool* past_limit) {
+  *past_limit = false;
+  auto it = entries_.find(sig);
+  if (it != entries_.end()) {
+    std::shared_ptr<Entry> e = it->second;
+    ready_.wait(lock, [&] { return e->ready; });
+    return e;
+  }
+  if (reserved_ < limit_ || !record) return nullptr;
+  auto e = std::make_shared<Entry>();
+  e->eager_reason = fmt::format("specialization limit of {} signatures reached", limit_);
+  e->ready = true;
+  entries_.emplace(sig, e);
+  *past_limit = true;
+  return e;
+}
+
+std::shared_ptr<const SignatureTable::Entry> SignatureTable::find(const std::string& sig, bool record) {
+  bool past_limit = false;
+  std::shared_ptr<Entry> e;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    e = find_locked(lock, sig, record, &past_limit);
+  }
+  if (past_limit) warn(limit_warning(e->eager_reason));
+  return e;
+}
+
+std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(const std::string& sig,
+                                                                            const Compile& compile,
+                                                                            const std::string& eager_reason,
+                                                                            bool* compiled_here) {
+  if (compiled_here) *compiled_here = false;
+  std::shared_ptr<Entry> e;
+  int64_t generation = 0;
+  bool eager_now = false;  // recorded as eager here, nothing to compile
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = entries_.find(sig);
+    if (it != entries_.end()) {
+      e = it->second;
+      ready_.wait(lock, [&] { return e->ready; });
+      return e;
+    }
+    e = std::make_shared<Entry>();
+    entries_.emplace(sig, e);
+    if (!eager_reason.empty()) {
+      e->eager_reason = eager_reason;
+      e->ready = eager_now = true;
+    } else if (reserved_ >= limit_) {
+      e->eager_reason = fmt::format("specialization limit of {} signatures reached", limit_);
+      e->ready = eager_now = true;
+    } else {
+      reserved_++;
+      generation = generation_;
+    }
+  }
+  if (eager_now) {
+    if (eager_reason.empty())
+      warn(limit_warning(e->eager_reason));
+    else
+      warn(fmt::format("{}: {}", name_, eager_reason));
+    return e;
+  }
+  // Compiled with no lock held: calls of other signatures go on meanwhile.
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<PlanInstance> instance;
+  std::string reason;
+  std::exception_ptr error;
+  try {
+    instance = compile(&reason);
+    FJ_INTERNAL_ASSERT(instance || !reason.empty(), "{}: a compile gave neither a plan nor a reason", name_);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    const bool current = generation == generation_;
+    e->compile_ms = ms;
+    if (current) compile_ms_ += ms;
+    if (instance) {
+      e->instance = std::move(instance);
+      if (current) plans_++;
+    } else {
+      e->eager_reason = error ? "compiling it failed" : reason;
+      if (current) {
+        reserved_--;
+        if (error) entries_.erase(sig);
+      }
+    }
+    e->ready = true;
+  }
+  ready_.notify_all();
+  if (error) std::rethrow_exception(error);
+  if (compiled_here) *compiled_here = true;
+  if (!e->instance) warn(fmt::format("{}: this input signature runs eagerly: {}", name_, e->eager_reason));
+  return e;
+}
+
+int SignatureTable::num_plans() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return plans_;
+}
+
+double SignatureTable::compile_ms() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return compile_ms_;
+}
+
+void SignatureTable::clear() {
+  std::lock_guard<std::mutex> g(mu_);
+  // Entries being compiled stay valid for their waiters (they hold them); they are no longer found.
+  entries_.clear();
+  reserved_ = plans_ = 0;
+  compile_ms_ = 0;
+  generation_++;
+  warned_.clear();
+}
+
+// GraphFunction
+
 struct GraphFunction::Impl {
-  std::string name;
+  Impl(std::string name, const CompileOptions& o)
+      : table(std::move(name), specialization_limit(o), o.on_warning), options(o) {}
+  SignatureTable table;
   CompileOptions options;
-  mutable std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<PlanInstance>> plans;
 
   static std::string signature(const std::vector<at::Tensor>& inputs, const std::string& key,
                                std::vector<c10::IValue>* boxed) {
     boxed->assign(inputs.begin(), inputs.end());
     return input_signature(*boxed) + '\1' + key;
   }
-  std::shared_ptr<PlanInstance> find(const std::string& sig) const {
-    std::lock_guard<std::mutex> g(mu);
-    auto it = plans.find(sig);
-    return it == plans.end() ? nullptr : it->second;
+  const std::string& name() const { return table.name(); }
+
+  // Parses and compiles `ir` for these inputs (GraphFunction::add).
+  std::unique_ptr<PlanInstance> compile(const std::vector<at::Tensor>& inputs, const std::string& ir,
+                                        const std::vector<at::Tensor>& constants) const {
+    auto inst = std::make_unique<PlanInstance>();
+    CapturedGraph& cap = inst->captured;
+    cap.graph = parse_graph(ir);
+    cap.output_kind = OutputKind::kList;
+    const Graph& g = *cap.graph;
+    FJ_CHECK(g.inputs().size() == inputs.size(), "{}: the graph takes {} inputs, {} were given", name(),
+             g.inputs().size(), inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Value* in = g.inputs()[i];
+      FJ_TYPE_CHECK(in->is_tensor(), "{}: graph input {} is a {}, not a tensor", name(), i, in->type().str());
+      FJ_TYPE_CHECK(inputs[i].defined(), "{}: input {} is an undefined tensor", name(), i);
+      TensorType t = tensor_type_of(inputs[i]);
+      FJ_TYPE_CHECK(t == in->tensor_type(), "{}: input {} is {}, the graph's input is {}", name(), i, t.str(),
+                    in->tensor_type().str());
+    }
+    for (const Value* o : g.outputs())
+      FJ_TYPE_CHECK(o->is_tensor(), "{}: graph output {} is a {}; outputs must be tensors", name(), o->name(),
+                    o->type().str());
+    for (const at::Tensor& c : constants) cap.constants.emplace_back(c);
+    for (const Node* n : g.nodes())
+      if (n->is_constant())
+        FJ_CHECK(n->constant_index() >= 0 && n->constant_index() < static_cast<int64_t>(constants.size()),
+                 "{}: fj::constant({}) is out of range: {} constants were given", name(), n->constant_index(),
+                 constants.size());
+    verify_graph(g);
+    optimize_captured(cap);
+    PlanTarget target;
+    target.enable_fusion = options.enable_fusion;
+    inst->plan = build_plan(std::move(cap.graph), target);
+    return inst;
   }
 };
 
-GraphFunction::GraphFunction(std::string name, CompileOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->name = std::move(name);
-  impl_->options = options;
-}
+GraphFunction::GraphFunction(std::string name, CompileOptions options)
+    : impl_(std::make_unique<Impl>(std::move(name), options)) {}
 GraphFunction::~GraphFunction() = default;
 
-bool GraphFunction::run(const std::vector<at::Tensor>& inputs, const std::string& key, std::vector<at::Tensor>* outputs) {
+GraphFunction::Status GraphFunction::run(const std::vector<at::Tensor>& inputs, const std::string& key,
+                                         std::vector<at::Tensor>* outputs) {
   std::vector<c10::IValue> boxed;
-  auto inst = impl_->find(Impl::signature(inputs, key, &boxed));
-  if (!inst) return false;
+  auto e = impl_->table.find(Impl::signature(inputs, key, &boxed));
+  if (!e) return Status::kNoPlan;
+  if (!e->instance) return Status::kEager;
   bool replayed = false;
-  c10::IValue out = run_instance(*inst, boxed, impl_->options.cuda_graphs.value_or(false), impl_->name, &replayed);
+  c10::IValue out = run_instance(*e->instance, boxed, impl_->options.cuda_graphs.value_or(false), impl_->name(),
+                                 &replayed);
   outputs->clear();
   for (const c10::IValue& v : out.toListRef()) outputs->push_back(v.toTensor());
-  return true;
+  return Status::kRan;
 }
 
 GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
                                  const std::vector<at::Tensor>& constants) {
-  auto t0 = std::chrono::steady_clock::now();
   std::vector<c10::IValue> boxed;
-  std::string sig = Impl::signature(inputs, key, &boxed);
-  auto inst = std::make_shared<PlanInstance>();
-  CapturedGraph& cap = inst->captured;
-  cap.graph = parse_graph(ir);
-  cap.output_kind = OutputKind::kList;
-  const Graph& g = *cap.graph;
-  FJ_CHECK(g.inputs().size() == inputs.size(), "{}: the graph takes {} inputs, {} were given", impl_->name,
-           g.inputs().size(), inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Value* in = g.inputs()[i];
-    FJ_TYPE_CHECK(in->is_tensor(), "{}: graph input {} is a {}, not a tensor", impl_->name, i, in->type().str());
-    FJ_TYPE_CHECK(inputs[i].defined(), "{}: input {} is an undefined tensor", impl_->name, i);
-    TensorType t = tensor_type_of(inputs[i]);
-    FJ_TYPE_CHECK(t == in->tensor_type(), "{}: input {} is {}, the graph's input is {}", impl_->name, i, t.str(),
-                  in->tensor_type().str());
-  }
-  for (const Value* o : g.outputs())
-    FJ_TYPE_CHECK(o->is_tensor(), "{}: graph output {} is a {}; outputs must be tensors", impl_->name, o->name(),
-                  o->type().str());
-  for (const at::Tensor& c : constants) cap.constants.emplace_back(c);
-  for (const Node* n : g.nodes())
-    if (n->is_constant())
-      FJ_CHECK(n->constant_index() >= 0 && n->constant_index() < static_cast<int64_t>(constants.size()),
-               "{}: fj::constant({}) is out of range: {} constants were given", impl_->name, n->constant_index(),
-               constants.size());
-  verify_graph(g);
-  optimize_captured(cap);
-  PlanTarget target;
-  target.enable_fusion = impl_->options.enable_fusion;
-  inst->plan = build_plan(std::move(cap.graph), target);
-  const ExecutablePlan& p = *inst->plan;
   GraphPlanInfo info;
+  auto e = impl_->table.get_or_compile(
+      Impl::signature(inputs, key, &boxed),
+      [&](std::string*) { return impl_->compile(inputs, ir, constants); }, "", &info.added_here);
+  if (!e->instance) {
+    info.eager_reason = e->eager_reason;
+    return info;
+  }
+  const ExecutablePlan& p = *e->instance->plan;
+  info.compiled = true;
   info.kernels = static_cast<int>(p.kernels.size());
   info.fused_ops = p.fused_ops;
   for (const auto& [schema, count] : p.aten_ops) info.aten_ops += count;  // constants are not counted there
   info.from_plan_cache = p.from_plan_cache;
-  info.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->plans[sig] = std::move(inst);
+  info.compile_ms = e->compile_ms;
   return info;
 }
 
 std::string GraphFunction::explain(const std::vector<at::Tensor>& inputs, const std::string& key) const {
   std::vector<c10::IValue> boxed;
-  auto inst = impl_->find(Impl::signature(inputs, key, &boxed));
-  return inst ? inst->plan->explain() : "";
+  auto e = impl_->table.find(Impl::signature(inputs, key, &boxed), /*record=*/false);
+  return e && e->instance ? e->instance->plan->explain() : "";
 }
 
-int GraphFunction::num_plans() const {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  return static_cast<int>(impl_->plans.size());
-}
+int GraphFunction::num_plans() const { return impl_->table.num_plans(); }
 
-void GraphFunction::clear() {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  impl_->plans.clear();
-}
+void GraphFunction::clear() { impl_->table.clear(); }
 
 }  // namespace fusion_jit

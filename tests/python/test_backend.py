@@ -169,7 +169,7 @@ def test_options_are_checked():
 
 
 def test_cpp_errors_are_value_and_type_errors():
-    fn = torch.classes.fusion_jit.GraphFunction("test graph", True, False)
+    fn = torch.classes.fusion_jit.GraphFunction("test graph", True, False, -1)
     ir = "graph(%0 : f32[4]):\n  %1 : f32[4] = aten::relu(%0)\n  return (%1)\n"
     with pytest.raises(TypeError, match=r"input 0 is f64\[4\], the graph's input is f32\[4\]"):
         fn.add([torch.zeros(4, dtype=torch.float64)], "", ir, [])
@@ -179,8 +179,8 @@ def test_cpp_errors_are_value_and_type_errors():
         torch.ops.fusion_jit.use_cache_dir("")
     assert fn.num_plans() == 0  # nothing was added by the failed calls
     fn.add([torch.zeros(4)], "", ir, [])
-    found, outs = fn.run([torch.tensor([-1.0, 2.0, -3.0, 4.0])], "")
-    assert found and outs[0].tolist() == [0.0, 2.0, 0.0, 4.0]
+    status, outs = fn.run([torch.tensor([-1.0, 2.0, -3.0, 4.0])], "")
+    assert status == 0 and outs[0].tolist() == [0.0, 2.0, 0.0, 4.0]
 
 
 def test_options_reach_the_plan(tmp_path):

@@ -125,6 +125,23 @@ inline const OpCase kCases[] = {
     {"type_as", "x.type_as(y)", 2, kF | kLowF | kI},
     {"chain", "torch.sigmoid(x * y + 1.0) - torch.tanh(x) * 0.5", 2, kF | kLowF},
     {"mixed_promotion", "(x + y.double()) * 2", 2, kF | kLowF | kI},
+    // Overloads the cases above do not reach (OpTableCoverage in ops_test.cpp names any op of the table
+    // no case runs).
+    {"rsub_scalar_alpha", "torch.rsub(x, 2.0, alpha=3)", 1, kF | kLowF | kI},
+    {"fmod_scalar", "torch.fmod(x, -1.5)", 1, kF | kLowF},
+    {"where_scalar_self", "torch.where(x > 0, 0.5, x)", 1, kF | kLowF},
+    {"ne", "x != y", 2, kF | kLowF | kI | kB},
+    {"lt_scalar", "x < 0.5", 1, kF | kLowF | kI},
+    {"le", "x <= y", 2, kF | kLowF | kI},
+    {"ge", "x >= y", 2, kF | kLowF | kI | kB},
+    {"bitwise_and_fn", "torch.bitwise_and(x, y)", 2, kI | kB},
+    {"bitwise_and_fn_scalar", "torch.bitwise_and(x, 3)", 1, kI},
+    {"bitwise_or_fn", "torch.bitwise_or(x, y)", 2, kI | kB},
+    {"bitwise_or_fn_scalar", "torch.bitwise_or(x, 3)", 1, kI},
+    {"bitwise_xor_fn", "torch.bitwise_xor(x, y)", 2, kI | kB},
+    {"bitwise_xor_fn_scalar", "torch.bitwise_xor(x, 3)", 1, kI},
+    {"bitwise_or_scalar", "x | 3", 1, kI},
+    {"bitwise_xor_scalar", "x ^ 3", 1, kI},
 };
 
 inline std::vector<at::ScalarType> dtypes_of(unsigned set) {

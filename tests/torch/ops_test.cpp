@@ -4,8 +4,17 @@
 // One module per (op, dtype) applies the op to every layout at once, so each case costs one compile.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/inliner.h>
 
+#include <map>
+#include <set>
+
+#include "ir/op_table.h"
 #include "op_corpus.h"
+#include "reduction_corpus.h"
+#include "torch/capture.h"
+#include "torch/executor.h"
 
 namespace fusion_jit::testing {
 namespace {
@@ -31,13 +40,20 @@ TEST_P(OpsTest, MatchesEager) {
 INSTANTIATE_TEST_SUITE_P(AllOps, OpsTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<OpCase>& i) { return std::string(i.param.name); });
 
+torch::jit::Module batch_norm_module() {
+  return script("x, w, b, mean, var",
+                "    y = torch.batch_norm(x, w, b, mean, var, False, 0.1, 1e-5, False)\n    return torch.relu(y)");
+}
+
+std::vector<c10::IValue> batch_norm_inputs(at::ScalarType t) {
+  at::manual_seed(0);
+  return {at::randn({2, 3, 4, 5}, t), at::randn({3}, t), at::randn({3}, t), at::randn({3}, t), at::rand({3}, t) + 0.5};
+}
+
 TEST(BatchNorm, InferenceIsFusedAndMatchesEager) {
-  auto m = script("x, w, b, mean, var",
-                  "    y = torch.batch_norm(x, w, b, mean, var, False, 0.1, 1e-5, False)\n    return torch.relu(y)");
+  auto m = batch_norm_module();
   for (at::ScalarType t : {at::kFloat, at::kDouble}) {
-    at::manual_seed(0);
-    std::vector<c10::IValue> in{at::randn({2, 3, 4, 5}, t), at::randn({3}, t), at::randn({3}, t), at::randn({3}, t),
-                                at::rand({3}, t) + 0.5};
+    std::vector<c10::IValue> in = batch_norm_inputs(t);
     auto r = run_and_compare(m, in, "batch_norm");
     ASSERT_NE(r.plan, nullptr);
     EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
@@ -46,6 +62,77 @@ TEST(BatchNorm, InferenceIsFusedAndMatchesEager) {
   // channels-last input
   at::Tensor x = at::randn({2, 3, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);
   run_and_compare(m, {x, at::randn({3}), at::randn({3}), at::randn({3}), at::rand({3}) + 0.5}, "batch_norm NHWC");
+}
+
+// The schemas of the table ops the fuser sees when `m` runs on `inputs`: the graph after capture and the
+// passes (a decomposed op counts through the ops it becomes). The module is frozen first, as compile()
+// freezes it (which folds torch.tensor(...) into a constant).
+std::set<std::string> table_ops_run_by(torch::jit::Module& m, const std::vector<c10::IValue>& inputs) {
+  torch::jit::Module source = m.clone();
+  torch::jit::Inline(*source.get_method("forward").graph());
+  torch::jit::Module frozen = torch::jit::freeze_module(source);
+  auto graph = frozen.get_method("forward").graph()->copy();
+  prepare_torchscript_graph(graph);
+  CaptureResult cap = capture_graph(graph, inputs, /*skip_self=*/true);
+  optimize_captured(cap.captured);
+  std::set<std::string> out;
+  for (const Node* n : cap.captured.graph->nodes())
+    if (n->op()) out.insert(n->schema());
+  return out;
+}
+
+// Every op of the table is run by a case of the corpus (op_corpus.h, reduction_corpus.h), where the
+// tests above compare it with eager in every dtype and layout; the exceptions say why. A new op without
+// a case fails here, by name (docs/howto.md: "Adding an elementwise op").
+TEST(OpTableCoverage, EveryOpHasACorpusCase) {
+  std::map<std::string, std::string> covered_by;  // schema -> the first case that runs it
+  for (const OpCase& c : kCases) {
+    // Integer dtypes first when the case has them: the case's ints_via_aten must match the table.
+    auto dtypes = dtypes_of(c.dtypes);
+    at::ScalarType t = (c.dtypes & kI) ? at::kInt : dtypes.at(0);
+    auto m = corpus_module(c);
+    std::set<std::string> ops = table_ops_run_by(m, corpus_inputs(c, t));
+    bool ints_raise = false;
+    for (const auto& s : ops) {
+      covered_by.emplace(s, c.name);
+      const OpInfo* op = find_op(s);
+      ints_raise |= op->has(OpFlag::kIntegerDivision) || op->has(OpFlag::kIntegerRaises);
+    }
+    if (c.dtypes & kI) {
+      EXPECT_EQ(c.ints_via_aten, ints_raise)
+          << c.name << ": ints_via_aten must say whether the table sends its integer ops to ATen";
+    }
+  }
+  for (const ReductionCase& c : kReductionCases) {
+    auto ins = inputs_for(c);
+    auto m = reduction_module(c, ins.size());
+    for (const auto& s : table_ops_run_by(m, reduction_case_inputs(ins, reduction_dtypes(c.dtypes).at(0))))
+      covered_by.emplace(s, c.name);
+  }
+  {
+    auto m = batch_norm_module();  // per-channel arguments: a test of its own above
+    for (const auto& s : table_ops_run_by(m, batch_norm_inputs(at::kFloat))) covered_by.emplace(s, "BatchNorm");
+  }
+  // Ops no TorchScript expression reaches, with the reason.
+  const std::map<std::string, std::string> exempt = {
+      {"aten::rsub.Tensor",
+       "TorchScript writes torch.rsub(x, y) as aten::sub(y, x) before capture; FX graphs (the torch.compile "
+       "backend) bring it"},
+  };
+  std::string missing;
+  for (const OpInfo& op : all_ops()) {
+    // Views are in the table for their category only: ATen runs them, no kernel computes them.
+    if (op.category == OpCategory::kView) continue;
+    if (exempt.count(op.schema)) {
+      EXPECT_FALSE(covered_by.count(op.schema)) << op.schema << " is exempt, yet case " << covered_by[op.schema]
+                                                << " runs it: drop the exemption";
+      continue;
+    }
+    if (!covered_by.count(op.schema)) missing += " " + op.schema;
+  }
+  EXPECT_EQ(missing, "") << "ops of the table that no corpus case runs (add a case to tests/torch/op_corpus.h or "
+                            "reduction_corpus.h):"
+                         << missing;
 }
 
 }  // namespace

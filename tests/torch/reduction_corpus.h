@@ -55,6 +55,11 @@ inline const ReductionCase kReductionCases[] = {
      "aten::layer_norm"},
     {"rms_norm", "torch.rms_norm($, [$.size(-1)], None, None)", kRF | kRLow, true, "aten::rms_norm"},
     {"group_norm", "torch.group_norm($, 1, None, None, 1e-5)", kRF | kRLow, false, ""},
+    // Whole-tensor overloads (OpTableCoverage in ops_test.cpp names any op of the table no case runs).
+    {"mean_all", "torch.mean($)", kRF, true, "aten::mean"},
+    {"prod_all", "torch.prod($ * 0.2 + 1.0)", kRF, true, "aten::prod"},
+    {"min_all", "torch.min($)", kRF | kRInt, false, "aten::min"},
+    {"var_all", "torch.var($)", kRF, true, "aten::var"},
 };
 
 // Inputs of rank 3. Float inputs get a NaN, +inf and -inf in some of them.

@@ -230,5 +230,63 @@ TEST(Serving, ManyThreadsGetEagersResults) {
   EXPECT_EQ(fused.stats().calls, 8 * 40);
 }
 
+// The specialization limit and its warning (one, whatever the number of signatures past it), the same
+// for a TorchScript module and for a graph handed over as IR text: both keep their plans in one table.
+TEST(Serving, TheLimitWarnsOnceForModulesAndGraphFunctions) {
+  std::vector<std::string> warnings;
+  CompileOptions o;
+  o.specialization_limit = 1;
+  o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  auto m = script("x", "    return torch.relu(x) + 1.0");
+  auto fused = compile(m, o);
+  for (int64_t n : {4, 5, 6, 5, 7}) fused({at::randn({n})});
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("specialization limit of 1 signatures reached"), std::string::npos) << warnings[0];
+  EXPECT_EQ(fused.stats().signatures, 1);
+  EXPECT_EQ(fused.stats().eager_calls, 4);
+
+  warnings.clear();
+  GraphFunction f("graph", o);
+  const std::string ir = "graph(%0 : f32[4]):\n  %1 : f32[4] = aten::relu(%0)\n  return (%1)\n";
+  std::vector<at::Tensor> outs;
+  at::Tensor x = at::tensor({-1.0f, 2.0f, -3.0f, 4.0f});
+  EXPECT_EQ(f.run({x}, "", &outs), GraphFunction::Status::kNoPlan);
+  GraphPlanInfo info = f.add({x}, "", ir, {});
+  EXPECT_TRUE(info.compiled && info.added_here);
+  EXPECT_EQ(f.run({x}, "", &outs), GraphFunction::Status::kRan);
+  EXPECT_TRUE(outs.at(0).equal(at::relu(x)));
+  // Another key is another signature: past the limit, eager, with one warning.
+  EXPECT_EQ(f.run({x}, "other", &outs), GraphFunction::Status::kEager);
+  EXPECT_EQ(f.run({x}, "third", &outs), GraphFunction::Status::kEager);
+  EXPECT_FALSE(f.add({x}, "fourth", ir, {}).compiled);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("specialization limit of 1"), std::string::npos) << warnings[0];
+  EXPECT_EQ(f.num_plans(), 1);
+  // A second add of a known signature returns its plan, compiled once.
+  GraphPlanInfo again = f.add({x}, "", ir, {});
+  EXPECT_TRUE(again.compiled);
+  EXPECT_FALSE(again.added_here);
+}
+
+// Threads adding the same new signature of a graph function: one compiles, the others wait and get its
+// plan.
+TEST(Serving, GraphFunctionCompilesASignatureOnce) {
+  GraphFunction f("graph");
+  const std::string ir = "graph(%0 : f32[8]):\n  %1 : f32[8] = aten::sigmoid(%0)\n  return (%1)\n";
+  at::Tensor x = at::randn({8});
+  std::atomic<int> compiled{0}, ran{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      std::vector<at::Tensor> outs;
+      if (f.run({x}, "", &outs) == GraphFunction::Status::kNoPlan) compiled += f.add({x}, "", ir, {}).added_here;
+      ran += f.run({x}, "", &outs) == GraphFunction::Status::kRan && check_close(outs.at(0), at::sigmoid(x)).ok;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(compiled.load(), 1);
+  EXPECT_EQ(ran.load(), 4);
+  EXPECT_EQ(f.num_plans(), 1);
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/plan.h"
-#include "torch/api.h"
+#include "fusion_jit/fusion_jit.h"
 #include "torch/tolerance.h"
 
 namespace fusion_jit::testing {

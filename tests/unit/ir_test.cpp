@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "ir/graph.h"
 #include "ir/op_table.h"
 #include "support/error.h"
@@ -112,6 +114,58 @@ TEST(OpTable, EveryEntryIsWellFormed) {
     }
   }
   EXPECT_EQ(find_op("aten::conv2d"), nullptr);
+}
+
+TEST(OpTable, FlagsAnswerForTheOp) {
+  const OpInfo& exp = *find_op("aten::exp");
+  EXPECT_TRUE(exp.has(OpFlag::kExpensive));
+  EXPECT_TRUE(exp.has(OpFlag::kNonNegative));
+  EXPECT_FALSE(exp.has(OpFlag::kDiscontinuous));
+  EXPECT_EQ(find_op("aten::add.Tensor")->flags, 0u);
+  EXPECT_TRUE(find_op("aten::relu")->has(OpFlag::kNonNegative));
+  EXPECT_FALSE(find_op("aten::relu")->has(OpFlag::kExpensive));
+  // The rounding overloads of div divide integers; true division does not.
+  EXPECT_TRUE(find_op("aten::div.Tensor_mode")->has(OpFlag::kIntegerDivision));
+  EXPECT_TRUE(find_op("aten::div.Scalar_mode")->has(OpFlag::kIntegerDivision));
+  EXPECT_FALSE(find_op("aten::div.Tensor")->has(OpFlag::kIntegerDivision));
+  EXPECT_TRUE(find_op("aten::fmod.Scalar")->has(OpFlag::kIntegerDivision));
+  EXPECT_TRUE(find_op("aten::pow.Tensor_Scalar")->has(OpFlag::kIntegerRaises));
+  EXPECT_TRUE(find_op("aten::__xor__.Scalar")->has(OpFlag::kIntegral));
+  EXPECT_TRUE(find_op("aten::floor")->has(OpFlag::kDiscontinuous));
+  EXPECT_TRUE(find_op("aten::mul.Scalar")->has(OpFlag::kExact));
+  EXPECT_FALSE(find_op("aten::add.Scalar")->has(OpFlag::kExact));  // only with alpha 1
+  EXPECT_FALSE(find_op("aten::tanh")->has(OpFlag::kExact));
+}
+
+TEST(OpTable, FlagsAreConsistent) {
+  std::set<std::string> names;
+  uint32_t all = 0;
+  for (OpFlag f : all_op_flags()) {
+    EXPECT_TRUE(names.insert(flag_name(f)).second) << flag_name(f);
+    all |= static_cast<uint32_t>(f);
+  }
+  for (const auto& op : all_ops()) {
+    EXPECT_EQ(op.flags & ~all, 0u) << op.schema << ": an unknown flag bit";
+    // Flags describe what a kernel computes: views and reductions have none.
+    if (op.category != OpCategory::kElementwise) {
+      EXPECT_EQ(op.flags, 0u) << op.schema;
+    }
+    // Ops with a bool result are exact step functions of their arguments.
+    if (op.rule == DTypeRule::kBool) {
+      EXPECT_TRUE(op.has(OpFlag::kDiscontinuous)) << op.schema;
+      EXPECT_TRUE(op.has(OpFlag::kExact)) << op.schema;
+    }
+    EXPECT_FALSE(op.has(OpFlag::kExact) && op.has(OpFlag::kExpensive)) << op.schema << ": a libm call is not exact";
+    // An integer division rounds its quotient.
+    if (op.has(OpFlag::kIntegerDivision)) {
+      EXPECT_TRUE(op.has(OpFlag::kDiscontinuous)) << op.schema;
+    }
+    // The overloads of an op share its properties.
+    for (const auto& other : all_ops())
+      if (other.kernel_fn == op.kernel_fn && other.category == op.category && other.rule == op.rule) {
+        EXPECT_EQ(other.flags, op.flags) << op.schema << " and " << other.schema;
+      }
+  }
 }
 
 }  // namespace

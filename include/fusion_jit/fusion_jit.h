@@ -1,4 +1,5 @@
-// The public C++ API of fusion_jit.
+// The public C++ API of fusion_jit: `#include <fusion_jit/fusion_jit.h>`, link fusion_jit::fusion_jit
+// (find_package(fusion_jit); examples/cpp is a complete program).
 //
 //   auto fused = fusion_jit::compile(module);           // a TorchScript module
 //   c10::IValue out = fused({x, y});                     // compiles at the first call per input signature
@@ -6,11 +7,14 @@
 //
 //   auto f = fusion_jit::trace(fn, {x, y});              // a plain C++ function over tensors
 //
-// A signature is the inputs' dtypes, sizes, strides and devices (and the values of non-tensor inputs).
-// Each new signature is captured, optimized, fused, compiled and kept; past the specialization limit
-// (FUSION_JIT_SPECIALIZATION_LIMIT, default 8) new signatures run eagerly, with one warning. A signature
-// whose graph cannot be captured (control flow, in-place ops, ops outside ATen) also runs eagerly, with a
-// warning that says why.
+// A signature is the inputs' dtypes, sizes, strides, devices and requires_grad (and the values of
+// non-tensor inputs), with the grad mode. Each new signature is captured, optimized, fused, compiled and
+// kept; past the specialization limit (FUSION_JIT_SPECIALIZATION_LIMIT, default 8) new signatures run
+// eagerly, with one warning. A signature whose graph cannot be captured (control flow, in-place ops, ops
+// outside ATen) also runs eagerly, with a warning that says why. Calls may come from many threads: a new
+// signature compiles with no lock held, and callers of that signature wait for it.
+//
+// Errors: fusion_jit/error.h. The kernel cache, the counters and CUDA's availability: fusion_jit/cache.h.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -21,6 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "fusion_jit/cache.h"
+#include "fusion_jit/error.h"
+
 namespace torch::jit {
 struct Module;
 }
@@ -29,6 +36,10 @@ namespace fusion_jit {
 
 struct ExecutablePlan;
 
+// Receives each warning of a compiled module or graph function (a signature that runs eagerly and why).
+// Each distinct warning is given once per module or function.
+using WarningHandler = std::function<void(const std::string& message)>;
+
 struct CompileOptions {
   std::optional<int> specialization_limit;  // default: the FUSION_JIT_SPECIALIZATION_LIMIT option
   bool enable_fusion = true;                // false: one kernel per fusible op
@@ -36,6 +47,8 @@ struct CompileOptions {
   // CudaGraphReplay in torch/cuda_support.h for what replay does to inputs and outputs). Default: the
   // FUSION_JIT_CUDA_GRAPHS option. Plans that cannot be captured run normally; explain() says why.
   std::optional<bool> cuda_graphs;
+  // Default: printed to stderr (filtered by FUSION_JIT_LOG_LEVEL).
+  WarningHandler on_warning;
 };
 
 struct ModuleStats {
@@ -81,16 +94,25 @@ using TensorFunction = std::function<std::vector<at::Tensor>(const std::vector<a
 CompiledModule trace(TensorFunction fn, const std::vector<at::Tensor>& example_inputs, CompileOptions options = {});
 
 // A graph handed over in the IR's text form whose inputs are tensors (the Python backend's FX graphs,
-// specialized by the caller on the values of their non-tensor inputs). Each input signature has its own
-// plan, added by the caller with the graph captured for it; a call runs the plan of its signature.
+// specialized by the caller on the values of their non-tensor inputs as `key`). It keeps one plan per
+// input signature, as CompiledModule does (the same table, limit and warnings): run() runs the plan of
+// the call's signature; when there is none the caller captures the graph for these inputs and add()s it.
 //
 //   GraphFunction f("forward");
-//   if (!f.run(inputs, "", &outs)) { f.add(inputs, "", ir_text, constants); f.run(inputs, "", &outs); }
+//   switch (f.run(inputs, "", &outs)) {
+//     case GraphFunction::Status::kRan: break;
+//     case GraphFunction::Status::kNoPlan: if (f.add(inputs, "", ir_text, constants).compiled) break;
+//                                          [[fallthrough]];  // the limit was reached meanwhile
+//     case GraphFunction::Status::kEager: outs = run_the_graph_eagerly(inputs);
+//   }
 struct GraphPlanInfo {
+  bool compiled = false;     // false: the signature runs eagerly (eager_reason); nothing was compiled
+  std::string eager_reason;
+  bool added_here = false;   // this call compiled the plan (false: another call had, or was compiling it)
   int kernels = 0;
-  int fused_ops = 0;     // IR nodes inside kernels
-  int aten_ops = 0;      // IR nodes run through ATen per call (constants not counted)
-  double compile_ms = 0; // parse, passes, fusion, codegen and compile of this plan
+  int fused_ops = 0;         // IR nodes inside kernels
+  int aten_ops = 0;          // IR nodes run through ATen per call (constants not counted)
+  double compile_ms = 0;     // parse, passes, fusion, codegen and compile of this plan
   bool from_plan_cache = false;
 };
 
@@ -98,18 +120,24 @@ class GraphFunction {
  public:
   explicit GraphFunction(std::string name, CompileOptions options = {});
   ~GraphFunction();
+  enum class Status {
+    kRan,     // *outputs holds the plan's results
+    kNoPlan,  // no plan for this signature yet: add() one
+    kEager,   // this signature runs eagerly (the specialization limit was reached): the caller runs it
+  };
   // Runs the plan of these inputs' signature (and `key`: what else the caller specialized on) into
-  // *outputs; false when no plan was added for that signature.
-  bool run(const std::vector<at::Tensor>& inputs, const std::string& key, std::vector<at::Tensor>* outputs);
+  // *outputs. A signature being compiled by another thread is waited for.
+  Status run(const std::vector<at::Tensor>& inputs, const std::string& key, std::vector<at::Tensor>* outputs);
   // Parses `ir`, checks that `inputs` match its inputs' types, optimizes, fuses and compiles it as the
   // plan of this signature; `fj::constant(i)` in it is constants[i]. Throws fusion_jit::Error (TypeError
-  // when an input does not match) naming what is wrong; nothing is added then.
+  // when an input does not match) naming what is wrong; nothing is added then. Past the specialization
+  // limit nothing is compiled (GraphPlanInfo::compiled is false; the first time, a warning).
   GraphPlanInfo add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
                     const std::vector<at::Tensor>& constants);
   // The plan of this signature as text (explain_plan), or "" when there is none.
   std::string explain(const std::vector<at::Tensor>& inputs, const std::string& key) const;
   int num_plans() const;
-  // Drops every plan (the next call of each signature must add it again).
+  // Drops every plan and eager signature (the next call of each signature must add it again).
   void clear();
 
  private:

@@ -1,0 +1,78 @@
+// The process-wide parts of fusion_jit a service or a tool looks at: the on-disk cache of compiled kernels
+// and plans, the counters of the cache and the compilers, and whether CUDA code can be compiled and run
+// here. No LibTorch header: this is the API of the CLI's `cache` command and of the Python counters.
+//
+//   fusion_jit::counters()               cache hits and misses, compiler runs, since the process started
+//   fusion_jit::cache::dir()             the cache directory (FUSION_JIT_CACHE_DIR, else
+//                                        $XDG_CACHE_HOME/fusion_jit, else ~/.cache/fusion_jit; "" for none)
+//   fusion_jit::cache::list(verify)      its entries; stats(), prune(max_bytes), clear()
+//   fusion_jit::cuda_status()            NVRTC, the driver and the devices torch sees
+//
+// The cache's format and its trust rule are described in docs/ARCHITECTURE.md ("The kernel cache").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fusion_jit {
+
+// Counters of this process since it started (they only grow; take differences to measure a span).
+struct Counters {
+  // The on-disk cache (kernels and plans): entries found, not found, found damaged (a miss), evicted.
+  int64_t cache_hits = 0, cache_misses = 0, cache_corrupt = 0, cache_evictions = 0;
+  int64_t cache_bytes_read = 0, cache_bytes_written = 0;
+  int64_t host_compiles = 0;   // runs of the host compiler (CPU kernels)
+  int64_t nvrtc_compiles = 0;  // runs of NVRTC (CUDA kernels)
+  int64_t compiles() const { return host_compiles + nvrtc_compiles; }
+};
+Counters counters();
+
+namespace cache {
+
+struct Entry {
+  std::string key;   // the SHA-256 the entry is stored under
+  std::string path;
+  int64_t bytes = 0;
+  int64_t mtime = 0;  // seconds since the epoch: the last write or hit
+  bool valid = true;  // list(true) only: the frame and checksum are intact
+};
+
+struct Stats {
+  std::string dir;             // "" when there is no cache directory (compiled code is kept in memory)
+  std::string unusable_reason; // why the directory is not used (not ours, writable by others...), or ""
+  int64_t entries = 0, bytes = 0;
+  int64_t max_bytes = 0;       // the size cap (FUSION_JIT_CACHE_MAX_MB); least recently used go first
+};
+
+// The cache directory of this process, "" when there is none.
+std::string dir();
+// Uses `dir` as the cache from now on (created if missing, checked as the default one is). Throws
+// fusion_jit::Error when it is empty.
+void use_dir(const std::string& dir);
+Stats stats();
+// The entries; with `verify` each one is read and checked (Entry::valid).
+std::vector<Entry> list(bool verify = false);
+// Removes the least recently used entries until the cache holds at most `max_bytes`; returns the bytes
+// removed.
+int64_t prune(int64_t max_bytes);
+// Removes every entry; returns how many there were.
+int64_t clear();
+
+}  // namespace cache
+
+// Whether CUDA work is possible in this process. NVRTC (libnvrtc.so.13) is enough to compile CUDA kernels
+// ahead of time; running them needs the driver (libcuda.so.1) and a device. Both are opened at first use.
+struct CudaStatus {
+  bool nvrtc = false;
+  std::string nvrtc_problem;  // why NVRTC cannot be used, when it cannot
+  int nvrtc_version = 0;      // major * 1000 + minor * 10, as NVRTC reports it (0 without NVRTC)
+  bool driver = false;
+  std::string driver_problem;
+  int devices = 0;            // CUDA devices torch sees
+};
+CudaStatus cuda_status();
+// Throws fusion_jit::Error naming `arch` unless NVRTC can compile for it ("sm_90", "compute_90").
+void check_cuda_arch(const std::string& arch);
+
+}  // namespace fusion_jit

@@ -1,0 +1,70 @@
+// fusion-jit cache: the on-disk cache of kernels and plans, through the public API (fusion_jit/cache.h).
+#include <cstdio>
+#include <ctime>
+#include <regex>
+
+#include "cli/cli.h"
+#include "cost/cost_model.h"  // format_bytes
+#include "fusion_jit/cache.h"
+#include "support/parse.h"
+
+namespace fusion_jit::cli {
+
+namespace {
+
+// "512M", "2G", "100": bytes; a usage error naming the value otherwise.
+int64_t parse_size(const std::string& v) {
+  static const std::regex re(R"(^([0-9]+)([KMG]?)$)");
+  std::smatch m;
+  if (!std::regex_match(v, m, re)) usage_error("cache prune --max-size " + v + ": expected a size such as 512M or 2G");
+  const int shift = m[2] == "K" ? 10 : m[2] == "M" ? 20 : m[2] == "G" ? 30 : 0;
+  int64_t n = 0, bytes = 0;
+  if (parse_int64(m[1].str(), &n) != ParseStatus::kOk || !checked_shl(n, shift, &bytes))
+    usage_error("cache prune --max-size " + v + ": too large (at most " +
+                std::to_string(std::numeric_limits<int64_t>::max() >> shift) + m[2].str() + ")");
+  return bytes;
+}
+
+}  // namespace
+
+int run_cache(const std::string& command, const std::string& max_size) {
+  if (command == "stats") {
+    const cache::Stats s = cache::stats();
+    std::printf("directory: %s\n", s.dir.empty() ? "none" : s.dir.c_str());
+    if (!s.unusable_reason.empty())
+      std::printf("status: not used (%s); compiled kernels are kept in memory only\n", s.unusable_reason.c_str());
+    std::printf("entries: %lld\nsize: %s of %s\n", static_cast<long long>(s.entries), format_bytes(s.bytes).c_str(),
+                format_bytes(s.max_bytes).c_str());
+    return 0;
+  }
+  if (command == "ls") {
+    const time_t now = ::time(nullptr);
+    for (const cache::Entry& e : cache::list())
+      std::printf("%s %10lld %8llds ago\n", e.key.c_str(), static_cast<long long>(e.bytes),
+                  static_cast<long long>(now - e.mtime));
+    return 0;
+  }
+  if (command == "verify") {
+    const std::vector<cache::Entry> entries = cache::list(/*verify=*/true);
+    int bad = 0;
+    for (const cache::Entry& e : entries)
+      if (!e.valid) {
+        bad++;
+        std::printf("BAD %s %s\n", e.key.c_str(), e.path.c_str());
+      }
+    std::printf("%zu entries checked, %d bad\n", entries.size(), bad);
+    return bad ? 1 : 0;
+  }
+  if (command == "clear") {
+    const int64_t n = cache::clear();
+    std::printf("removed %lld entries from %s\n", static_cast<long long>(n), cache::dir().c_str());
+    return 0;
+  }
+  // prune
+  const int64_t cap = max_size.empty() ? cache::stats().max_bytes : parse_size(max_size);
+  const int64_t removed = cache::prune(cap);
+  std::printf("removed %s; %zu entries left\n", format_bytes(removed).c_str(), cache::list().size());
+  return 0;
+}
+
+}  // namespace fusion_jit::cli

@@ -1,0 +1,48 @@
+// fusion-jit, the command line tool: what its subcommands share. main.cpp declares every subcommand and
+// option (CLI11: `fusion-jit SUBCOMMAND --help` shows them); each subcommand lives in its own file.
+//
+// Exit codes: 0 success, 1 a --check mismatch or a bad cache entry, 2 bad input (one line on stderr, no
+// stack trace), 3 an internal error.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fusion_jit::cli {
+
+// A rejected input: main prints "fusion-jit: MESSAGE" and exits with 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void usage_error(const std::string& msg);
+
+// `v` as an integer in [lo, hi]; a usage error naming `flag` and the value otherwise.
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo,
+                  int64_t hi = std::numeric_limits<int64_t>::max());
+std::string first_line(std::string s);
+
+// run, explain and compile (model.cpp).
+struct ModelArgs {
+  std::string command;  // "run", "explain" or "compile"
+  std::string model;
+  std::vector<std::string> specs;
+  std::string inputs_file, save_outputs, device = "cpu", arch = "sm_90", out_dir;
+  std::string seed = "0", bench;  // checked by run_model
+  bool check = false, json = false, dump_source = false;
+};
+int run_model(const ModelArgs& a);
+
+// cache stats | ls | verify | clear | prune (cache.cpp).
+int run_cache(const std::string& command, const std::string& max_size);
+
+// fuzz (fuzz.cpp): the options as given, checked there.
+struct FuzzArgs {
+  std::string program;  // argv[0], for the repro files' command lines
+  std::string graphs, minutes, seed, batch, out, nvrtc, graph_seeds, device;
+};
+int run_fuzz(const FuzzArgs& a);
+
+}  // namespace fusion_jit::cli

@@ -1,0 +1,85 @@
+// The public API over the process-wide parts (include/fusion_jit/cache.h): the kernel cache, the
+// counters of the cache and the compilers, and CUDA's availability. The CLI and the Python binding use
+// these instead of the layers' own headers.
+#include "fusion_jit/cache.h"
+
+#include "compile/host_compiler.h"
+#include "compile/nvrtc.h"
+#include "kernels_cache/kernels_cache.h"
+#include "runtime/cuda_driver.h"
+#include "support/error.h"
+#include "torch/cuda_support.h"
+
+namespace fusion_jit {
+
+Counters counters() {
+  const CacheStats c = KernelsCache::instance().stats();
+  Counters out;
+  out.cache_hits = c.hits;
+  out.cache_misses = c.misses;
+  out.cache_corrupt = c.corrupt;
+  out.cache_evictions = c.evictions;
+  out.cache_bytes_read = c.bytes_read;
+  out.cache_bytes_written = c.bytes_written;
+  out.host_compiles = host_compile_stats().compiles;
+  out.nvrtc_compiles = nvrtc_stats().compiles;
+  return out;
+}
+
+namespace cache {
+
+std::string dir() { return KernelsCache::instance().dir(); }
+
+void use_dir(const std::string& d) { KernelsCache::use_dir(d); }
+
+std::vector<Entry> list(bool verify) {
+  std::vector<Entry> out;
+  for (const CacheEntryInfo& e : KernelsCache::instance().list(verify)) {
+    Entry x;
+    x.key = e.key;
+    x.path = e.path;
+    x.bytes = e.bytes;
+    x.mtime = e.mtime;
+    x.valid = e.valid;
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+Stats stats() {
+  KernelsCache& c = KernelsCache::instance();
+  Stats s;
+  s.dir = c.dir();
+  s.unusable_reason = c.unusable_reason();
+  s.max_bytes = c.max_bytes();
+  for (const CacheEntryInfo& e : c.list()) {
+    s.entries++;
+    s.bytes += e.bytes;
+  }
+  return s;
+}
+
+int64_t prune(int64_t max_bytes) {
+  FJ_CHECK(max_bytes >= 0, "cache prune: the size cap must be >= 0, got {}", max_bytes);
+  return KernelsCache::instance().prune(max_bytes);
+}
+
+int64_t clear() {
+  KernelsCache& c = KernelsCache::instance();
+  const auto n = static_cast<int64_t>(c.list().size());
+  c.clear();
+  return n;
+}
+
+}  // namespace cache
+
+CudaStatus cuda_status() {
+  CudaStatus s;
+  s.nvrtc = nvrtc_available(&s.nvrtc_problem);
+  if (s.nvrtc) s.nvrtc_version = nvrtc_version();
+  s.driver = cuda_driver_available(&s.driver_problem);
+  s.devices = torch_cuda_device_count();
+  return s;
+}
+
+}  // namespace fusion_jit

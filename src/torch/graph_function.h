@@ -1,0 +1,84 @@
+// SignatureTable: the one "one plan per input signature" table of fusion_jit. CompiledModule (TorchScript
+// modules and traced functions) and GraphFunction (graphs handed over as IR text, hence the torch.compile
+// backend) keep their plans in one each; the specialization limit and its warning live only here.
+//
+// Note [One plan per input signature]
+// - A call looks its signature up under the table's lock (a std::unordered_map: on every call, about
+//   21 ns with 8 signatures, under 1% of a served call; absl::flat_hash_map was measured slower there,
+//   bench/RESULTS.md "Signature lookup").
+// - A new signature under the limit is reserved under the lock, then compiled with no lock held: calls
+//   of other signatures go on meanwhile, callers of the same signature wait for it (`Entry::ready`).
+// - A new signature past the limit, or one the caller says must run eagerly (an input that requires grad
+//   under grad mode), is recorded as eager with its reason. Every distinct warning is given once per
+//   table, through CompileOptions::on_warning (by default the log, on stderr).
+// - A compile either returns the plan, or returns null with the reason the signature runs eagerly from
+//   then on (a capture that failed), or throws: then nothing is recorded, the reservation is given back,
+//   and the exception reaches the caller (GraphFunction::add's errors, FUSION_JIT_ASSERT_NO_COMPILE).
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "fusion_jit/fusion_jit.h"
+#include "torch/executor.h"
+
+namespace fusion_jit {
+
+class SignatureTable {
+ public:
+  struct Entry {
+    std::shared_ptr<PlanInstance> instance;  // null: the signature runs eagerly
+    std::string eager_reason;
+    double compile_ms = 0;
+    bool ready = false;  // compiled (or found eager); guarded by the table's lock until then
+  };
+  // Compiles the signature's plan; returns null with *eager_reason set when it must run eagerly.
+  using Compile = std::function<std::unique_ptr<PlanInstance>(std::string* eager_reason)>;
+
+  // `limit`: signatures compiled at most; `warn` null: the log's warning.
+  SignatureTable(std::string name, int limit, WarningHandler warn);
+
+  // The entry of `sig`, waiting while another thread compiles it; null when there is none and the limit
+  // still allows one. Past the limit an eager entry is recorded and returned (with `record`; else null).
+  std::shared_ptr<const Entry> find(const std::string& sig, bool record = true);
+  // The entry of `sig` as find() gives it, or, when there is none, a new one: eager with `eager_reason`
+  // when that is given, else compiled by `compile` with no lock held. `*compiled_here` says whether this
+  // call compiled it.
+  std::shared_ptr<const Entry> get_or_compile(const std::string& sig, const Compile& compile,
+                                              const std::string& eager_reason = "", bool* compiled_here = nullptr);
+  // Gives `message` to the warning handler unless this table gave it already.
+  void warn(const std::string& message);
+
+  const std::string& name() const { return name_; }
+  int limit() const { return limit_; }
+  int num_plans() const;
+  double compile_ms() const;  // all compiles, failed ones included
+  void clear();
+
+ private:
+  std::shared_ptr<Entry> find_locked(std::unique_lock<std::mutex>& lock, const std::string& sig, bool record,
+                                     bool* past_limit);
+  std::string limit_warning(const std::string& reason) const;
+
+  const std::string name_;
+  const int limit_;
+  const WarningHandler warn_;
+  mutable std::mutex mu_;
+  std::condition_variable ready_;  // an entry became ready
+  std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
+  int reserved_ = 0;  // signatures compiled or being compiled (counted against the limit)
+  int plans_ = 0;
+  double compile_ms_ = 0;
+  int64_t generation_ = 0;  // clear() starts a new one: compiles begun before it do not count after it
+  std::unordered_set<std::string> warned_;
+};
+
+// The limit of CompileOptions, or the FUSION_JIT_SPECIALIZATION_LIMIT option.
+int specialization_limit(const CompileOptions& options);
+
+}  // namespace fusion_jit
