@@ -288,10 +288,9 @@ class Builder {
     // Sums of terms that cannot be negative (softmax's exps, rms_norm's squares) cannot cancel: float lanes
     // keep them accurate, and cost less than double.
     const Node* src = in->producer() && members.count(in->producer()) ? in->producer() : nullptr;
-    static const std::set<std::string> nonneg = {"exp", "exp2", "sigmoid", "relu", "abs", "sqrt"};
     const bool non_negative =
         src && src->op() &&
-        (nonneg.count(src->op()->kernel_fn) ||
+        (src->op()->has(OpFlag::kNonNegative) ||
          (src->op()->kernel_fn == "mul" && src->args().size() >= 2 && src->args()[0].is_value() &&
           src->args()[0].value == src->args()[1].value));
     if (a.kind == AccKind::kSum && is_floating(acc_t)) a.kind = target_.float_sum(a.type, non_negative);
@@ -356,10 +355,7 @@ class Builder {
     std::set<const Value*> approved;
     auto stashable = [&](const Value* v) {
       const Node* n = v->producer();
-      static const std::set<std::string> expensive = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sin",
-                                                      "cos", "tan", "tanh", "sigmoid", "erf", "gelu", "silu",
-                                                      "mish", "softplus", "elu", "pow"};
-      if (!n->op() || !expensive.count(n->op()->kernel_fn)) return false;
+      if (!n->op() || !n->op()->has(OpFlag::kExpensive)) return false;
       if (approved.count(v)) return true;
       if (!target_.may_keep_between_passes(spec_, v->tensor_type().dtype, approved.size(), &scratch_budget)) return false;
       approved.insert(v);

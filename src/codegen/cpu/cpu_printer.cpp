@@ -8,6 +8,7 @@ namespace fusion_jit {
 namespace {
 
 const char* kPrelude =
+#include "codegen/libm_functions.inc"
 #include "codegen/cpu/cpu_prelude.inc"
 #include "codegen/common_prelude.inc"
     ;

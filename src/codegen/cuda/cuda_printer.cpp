@@ -12,6 +12,7 @@ namespace fusion_jit {
 namespace {
 
 const char* kPrelude =
+#include "codegen/libm_functions.inc"
 #include "codegen/cuda/cuda_prelude.inc"
     ;
 const char* kHalfPrelude =
