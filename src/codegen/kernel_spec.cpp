@@ -629,16 +629,6 @@ bool reduction_is_column(const KernelSpec& k) {
   return false;
 }
 
-int cuda_threads_per_row(const KernelSpec& k) {
-  if (reduction_is_column(k)) return kCudaColumnThreads;
-  return k.row_len <= 512 ? 32 : 256;
-}
-int64_t cuda_elements_per_thread(const KernelSpec& k) {
-  const int t = cuda_threads_per_row(k);
-  return (k.row_len + t - 1) / t;
-}
-bool cuda_row_in_registers(const KernelSpec& k) { return cuda_elements_per_thread(k) <= kCudaRowRegisters; }
-
 Device group_device(const FusionGroup& group) {
   FJ_INTERNAL_ASSERT(!group.outputs.empty(), "group {} has no outputs", group.id);
   return group.outputs.front()->tensor_type().device;

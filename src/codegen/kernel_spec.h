@@ -83,16 +83,6 @@ KernelSpec make_kernel_spec(const FusionGroup& group);
 std::string load_expr(DType t, const std::string& ref);
 std::string store_expr(DType t, const std::string& v);
 
-// The CUDA schedule of a reduction kernel (Note [CUDA reduction schedule] in cuda_printer.cpp): threads
-// per row (a warp for rows up to 512 elements, a block of 256 otherwise, kCudaColumnThreads for column
-// reductions), elements each thread handles, and whether those stay in registers across the passes (at
-// most kCudaRowRegisters per thread).
-constexpr int64_t kCudaRowRegisters = 16;
-constexpr int kCudaColumnThreads = 8;
-int cuda_threads_per_row(const KernelSpec& k);
-int64_t cuda_elements_per_thread(const KernelSpec& k);
-bool cuda_row_in_registers(const KernelSpec& k);
-
 // Whether a reduction kernel reduces across rows laid out next to each other (a column reduction, such as
 // a sum over dim 0 of a row-major matrix): its first element buffer is contiguous along the innermost kept
 // dim and strided along the (single) reduced dim. Both printers then walk tiles of neighbouring rows.

@@ -188,9 +188,7 @@ void cuda_launch(void* function, int device, int64_t work_items, void** args, Cu
   if (work_items <= 0) return;
   Driver& d = checked();
   const DeviceState& st = make_current(d, device);
-  const int64_t per_sm = 2048 / kCudaBlockSize;  // one full wave of resident threads
-  int64_t blocks = (work_items + kCudaBlockSize - 1) / kCudaBlockSize;
-  blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, per_sm * std::max(1, st.sm_count)));
+  const int64_t blocks = cuda_grid_blocks(work_items, st.sm_count);
   check(d,
         d.LaunchKernel(static_cast<CUfunction>(function), static_cast<unsigned>(blocks), 1, 1, kCudaBlockSize, 1, 1,
                        0, static_cast<CUstream>(stream), args, nullptr),

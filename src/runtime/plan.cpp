@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cuda/cuda_schedule.h"
 #include "runtime/cuda_driver.h"
 #include "support/error.h"
 

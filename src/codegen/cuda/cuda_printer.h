@@ -14,22 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cuda/cuda_schedule.h"
 #include "codegen/kernel_spec.h"
 
 namespace fusion_jit {
-
-constexpr int kCudaBlockSize = 256;
-// __launch_bounds__'s minimum resident blocks per SM. 1 leaves ptxas free to use as many registers as a
-// kernel's body needs: without the minimum, sm_90's ptxas aimed at full occupancy (32 registers) and
-// spilled batch_norm's chain; with 4 (64 registers) long fused chains of transcendental ops spilled.
-// Elementwise kernels are memory-bound and use 128-bit accesses, so fewer resident warps cost little.
-constexpr int kCudaMinBlocksPerSm = 1;
-
-// Elements per thread on the vector path; 1 when the kernel has no vector path.
-int cuda_vector_width(const KernelSpec& k);
-// Threads that have work on the kernel's main path (whole vectors, or elements); the launch sizes the
-// grid from it and the device's SM count.
-int64_t cuda_work_items(const KernelSpec& k);
 
 std::string print_cuda_source(const std::vector<KernelSpec>& kernels);
 

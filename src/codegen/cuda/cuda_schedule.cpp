@@ -1,0 +1,58 @@
+#include "codegen/cuda/cuda_schedule.h"
+
+#include <algorithm>
+
+#include "codegen/kernel_spec.h"
+
+namespace fusion_jit {
+
+int cuda_vector_width(const KernelSpec& k) {
+  if (k.is_reduction()) return 1;
+  size_t nd = k.sizes.size();
+  int64_t widest = 0;
+  for (const auto& b : k.buffers) {
+    int64_t st = b.strides[nd - 1];
+    if (st != 0 && st != 1) return 1;
+    if (st == 1) widest = std::max<int64_t>(widest, dtype_size(b.dtype));
+  }
+  for (const auto& b : k.buffers)
+    if (b.is_output && b.strides[nd - 1] != 1) return 1;  // outputs are written whole
+  if (widest == 0) return 1;
+  int vec = static_cast<int>(std::min<int64_t>(8, 16 / widest));
+  if (vec < 2 || k.numel < 2 * vec) return 1;
+  if (nd > 1 && k.sizes[nd - 1] % vec != 0) return 1;
+  // Every contiguous buffer's rows must start on a vector boundary.
+  for (const auto& b : k.buffers) {
+    if (b.strides[nd - 1] != 1) continue;
+    for (size_t d = 0; d + 1 < nd; ++d)
+      if (b.strides[d] % vec != 0) return 1;
+  }
+  return vec;
+}
+
+int64_t cuda_work_items(const KernelSpec& k) {
+  if (k.is_reduction()) {  // one block per group of rows
+    const int rb = kCudaBlockSize / cuda_threads_per_row(k);
+    return (k.rows + rb - 1) / rb * kCudaBlockSize;
+  }
+  int vec = cuda_vector_width(k);
+  return (k.numel + vec - 1) / vec;
+}
+
+int cuda_threads_per_row(const KernelSpec& k) {
+  if (reduction_is_column(k)) return kCudaColumnThreads;
+  return k.row_len <= 512 ? 32 : 256;
+}
+int64_t cuda_elements_per_thread(const KernelSpec& k) {
+  const int t = cuda_threads_per_row(k);
+  return (k.row_len + t - 1) / t;
+}
+bool cuda_row_in_registers(const KernelSpec& k) { return cuda_elements_per_thread(k) <= kCudaRowRegisters; }
+
+int64_t cuda_grid_blocks(int64_t work_items, int sm_count) {
+  const int64_t per_sm = 2048 / kCudaBlockSize;  // one full wave of resident threads
+  const int64_t blocks = (work_items + kCudaBlockSize - 1) / kCudaBlockSize;
+  return std::max<int64_t>(1, std::min<int64_t>(blocks, per_sm * std::max(1, sm_count)));
+}
+
+}  // namespace fusion_jit

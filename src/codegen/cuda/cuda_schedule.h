@@ -1,0 +1,40 @@
+// The CUDA target's schedule: every launch-geometry decision of a CUDA kernel, in one place that the
+// lowering (what a reduction keeps in registers), the printer (loops, vector paths) and the launcher
+// (grid size) share.
+#pragma once
+
+#include <cstdint>
+
+namespace fusion_jit {
+
+struct KernelSpec;
+
+constexpr int kCudaBlockSize = 256;
+// __launch_bounds__'s minimum resident blocks per SM. 1 leaves ptxas free to use as many registers as a
+// kernel's body needs: without the minimum, sm_90's ptxas aimed at full occupancy (32 registers) and
+// spilled batch_norm's chain; with 4 (64 registers) long fused chains of transcendental ops spilled.
+// Elementwise kernels are memory-bound and use 128-bit accesses, so fewer resident warps cost little.
+constexpr int kCudaMinBlocksPerSm = 1;
+
+// Elements per thread on the vector path; 1 when the kernel has no vector path.
+int cuda_vector_width(const KernelSpec& k);
+// Threads that have work on the kernel's main path (whole vectors, or elements); the launch sizes the
+// grid from it and the device's SM count.
+int64_t cuda_work_items(const KernelSpec& k);
+
+// The CUDA schedule of a reduction kernel (Note [CUDA reduction schedule] in cuda_printer.cpp): threads
+// per row (a warp for rows up to 512 elements, a block of 256 otherwise, kCudaColumnThreads for column
+// reductions), elements each thread handles, and whether those stay in registers across the passes (at
+// most kCudaRowRegisters per thread).
+constexpr int64_t kCudaRowRegisters = 16;
+constexpr int kCudaColumnThreads = 8;
+int cuda_threads_per_row(const KernelSpec& k);
+int64_t cuda_elements_per_thread(const KernelSpec& k);
+bool cuda_row_in_registers(const KernelSpec& k);
+
+// Blocks of kCudaBlockSize threads to launch for `work_items` (cuda_work_items) on a device with
+// `sm_count` SMs: enough for the work, capped at one full wave of resident threads (the kernels loop over
+// the rest).
+int64_t cuda_grid_blocks(int64_t work_items, int sm_count);
+
+}  // namespace fusion_jit
