@@ -270,23 +270,33 @@ std::string describe(const Node& n) {
   return s + " = " + n.schema();
 }
 
-// Moves the uses of n's outputs to the rule's replacement (see the contract in rewrite.h).
-void replace(Graph& g, Node* n, const Replacement& r, const Builder& b, const std::string& rule) {
+// Whether the rule's replacement can stand for n's outputs (see the contract in rewrite.h): a dtype or
+// size that differs is the rule's bug; an existing value with another layout than the output's makes the
+// rule decline, as the output's layout is eager's.
+bool fits(const Node* n, const Replacement& r, const Builder& b, const std::string& rule) {
   FJ_INTERNAL_ASSERT(r.size() == n->outputs().size(), "rule {} gives {} values for the {} outputs of {}", rule,
                      r.size(), n->outputs().size(), n->schema());
   const auto& created = b.created();
   for (size_t i = 0; i < r.size(); ++i) {
-    Value* o = n->output(i);
-    if (!r[i]) continue;  // the matched node's output nobody uses (the pattern said so)
+    const Value* o = n->output(i);
+    if (!r[i]) continue;  // an output nobody uses (the pattern said so)
     FJ_INTERNAL_ASSERT(o->is_tensor() && r[i]->is_tensor() && r[i]->tensor_type().sizes == o->tensor_type().sizes &&
                            r[i]->tensor_type().dtype == o->tensor_type().dtype,
                        "rule {} replaces {} of {} by {}", rule, o->type().str(), n->schema(), r[i]->type().str());
-    // A new value takes the original's layout, which eager's output has; an old one must have it already.
+    bool is_new = std::find(created.begin(), created.end(), r[i]->producer()) != created.end();
+    if (!is_new && r[i]->tensor_type() != o->tensor_type()) return false;
+  }
+  return true;
+}
+
+// Moves the uses of n's outputs to the replacement; new values take the outputs' strides.
+void replace(Graph& g, Node* n, const Replacement& r, const Builder& b) {
+  const auto& created = b.created();
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (!r[i]) continue;
     if (std::find(created.begin(), created.end(), r[i]->producer()) != created.end())
-      r[i]->mutable_type().tensor->strides = o->tensor_type().strides;
-    FJ_INTERNAL_ASSERT(r[i]->tensor_type() == o->tensor_type(), "rule {} replaces {} of {} by an existing {}", rule,
-                       o->type().str(), n->schema(), r[i]->type().str());
-    g.replace_all_uses(o, r[i]);
+      r[i]->mutable_type().tensor->strides = n->output(i)->tensor_type().strides;
+    g.replace_all_uses(n->output(i), r[i]);
   }
 }
 
@@ -327,13 +337,13 @@ bool run_rules(Graph& g, const RuleSet& set, const std::set<std::string>& disabl
         if (!matcher.match(rule->pattern, n, m)) continue;
         Builder b(g, n);
         Replacement r = rule->rewrite(m, b);
-        if (r.empty()) {  // declined: nothing it built stays
+        const std::string name = set.name + "." + rule->name;
+        if (r.empty() || !fits(n, r, b, name)) {  // declined: nothing it built stays
           for (auto it = b.created().rbegin(); it != b.created().rend(); ++it) g.erase(*it);
           continue;
         }
-        const std::string name = set.name + "." + rule->name;
         if (log) log->push_back({name, describe(*n)});
-        replace(g, n, r, b, name);
+        replace(g, n, r, b);
         matcher.invalidate();
         applied = true;
         break;

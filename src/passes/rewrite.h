@@ -12,15 +12,16 @@
 // Contract of run_rules:
 // - A node with side effects is never matched, neither at the root nor inside a pattern. Nodes whose
 //   outputs nobody uses are not matched at the root (DCE removes them).
-// - Each replacement value has the dtype and sizes of the output it replaces (checked); the values the
-//   rule created take that output's strides, the layout eager gives it. A rule that returns nothing leaves
-//   the graph as it was: the nodes its Builder made are erased.
+// - Each replacement value has the dtype and sizes of the output it replaces (checked: our bug if not);
+//   the values the rule created take that output's strides, the layout eager gives it, and an existing
+//   value with other strides makes the rule decline. A rule that declines leaves the graph as it was: the
+//   nodes its Builder made are erased.
 // - Replaced nodes, and matched intermediates left without users, are removed by DCE after each sweep.
 // - Rules named in `disabled` (by "set.rule" or by the set's name) do not run.
 // - Every application is recorded: the rule's full name ("decompose.softmax") and the node it replaced.
 // - A set that still changes the graph after kMaxSweeps sweeps is our bug (InternalError naming its rules).
 //
-// Example (x * 1 -> x, for a float tensor x whose type the product keeps):
+// Example (x * 1.0 -> x; where x's strides differ from the product's, the engine declines it):
 //   Rule{"mul_one", Pattern::op({"aten::mul.Scalar"}, {Pattern::tensor().bind("x"), Pattern::literal(1.0)}),
 //        [](const Match& m, Builder&) { return Replacement{m.value("x")}; }}
 #pragma once

@@ -104,6 +104,11 @@ TEST(Rewrite, LiteralArgumentsMatchByValueAndKind) {
 )");
 }
 
+TEST(Rewrite, AnExistingValueOfAnotherLayoutIsNoReplacement) {
+  apply(RuleSet{"t", {mul_one()}},
+        "graph(%0 : f32[2,3]{1,2}):\n  %1 : f32[2,3] = aten::mul.Scalar(%0, 1.0)\n  return (%1)\n", false);
+}
+
 TEST(Rewrite, SameNameTwiceMeansSameValueAndPredicatesFilter) {
   RuleSet set{"t", {square()}};
   EXPECT_EQ(apply(set, R"(graph(%0 : f32[4], %1 : f32[4], %2 : i64[4]):
