@@ -19,7 +19,7 @@
 // - Replaced nodes, and matched intermediates left without users, are removed by DCE after each sweep.
 // - Rules named in `disabled` (by "set.rule" or by the set's name) do not run.
 // - Every application is recorded: the rule's full name ("decompose.softmax") and the node it replaced.
-// - A set that still changes the graph after kMaxSweeps sweeps is our bug (InternalError naming its rules).
+// - A set that still changes the graph after kMaxSweeps sweeps is our bug (InternalError naming the set).
 //
 // Example (x * 1.0 -> x; where x's strides differ from the product's, the engine declines it):
 //   Rule{"mul_one", Pattern::op({"aten::mul.Scalar"}, {Pattern::tensor().bind("x"), Pattern::literal(1.0)}),
