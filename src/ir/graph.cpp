@@ -203,6 +203,7 @@ std::unique_ptr<Graph> Graph::clone() const {
     for (size_t i = 0; i < n->outputs_.size(); ++i) map[n->outputs_[i]] = c->outputs_[i];
   }
   for (auto* o : outputs_) g->add_output(map.at(o));
+  g->notes_ = notes_;
   return g;
 }
 

@@ -153,12 +153,17 @@ class Graph {
   // Renumbers values in definition order, so that the printed form is canonical.
   void renumber();
   std::unique_ptr<Graph> clone() const;
+  // Lines the passes leave for explain ("rewrites: decompose.softmax x2"). Not part of the text form:
+  // graphs that print alike are the same program, whatever made them.
+  std::vector<std::string>& notes() { return notes_; }
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   Value* new_value(ValueType type, Node* producer);
   std::vector<Value*> inputs_, outputs_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::string> notes_;
   int next_id_ = 0;
 };
 

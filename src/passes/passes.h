@@ -1,14 +1,17 @@
 // Graph passes. Each runs in place, returns whether it changed the graph, and keeps the graph valid.
 //
-// decompose      rewrites composite ops (softmax, log_softmax, logsumexp, layer_norm, rms_norm, group_norm,
-//                std, max.dim without indices) into reductions and elementwise ops (Note [Decompositions]).
+// decompose      the rule set "decompose" (passes/rewrite.h, Note [Decompositions]): composite ops
+//                (softmax, log_softmax, logsumexp, layer_norm, rms_norm, group_norm, std, max.dim without
+//                indices) rewritten into reductions and elementwise ops, one named rule each.
 // dce            removes nodes whose outputs are unused and that have no side effects.
 // cse            merges nodes with the same schema and arguments (pure ops only), keeping the first.
 // constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant, through an evaluator
 //                supplied by the caller (the torch adapter runs ATen); the result becomes a new constant.
 //
 // run_pipeline runs them in order, times each, verifies the graph after each, and leaves out those named
-// in FUSION_JIT_DISABLE. With FUSION_JIT_DUMP=ir it prints the graph after each pass that changed it.
+// in FUSION_JIT_DISABLE (a pass, a rule set, or one rule as "set.rule"). With FUSION_JIT_DUMP=ir it prints
+// the graph after each pass that changed it, with the rules that fired and the nodes they replaced. The
+// count of each rule's applications is left in the graph's notes, which explain shows.
 #pragma once
 
 #include <functional>
@@ -17,9 +20,12 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/rewrite.h"
 
 namespace fusion_jit {
 
+// The decompositions as a rule set, and the whole set applied to a fixed point (no rule disabled).
+const RuleSet& decompositions();
 bool decompose(Graph& g);
 bool dce(Graph& g);
 bool cse(Graph& g);
@@ -33,7 +39,12 @@ struct PassTiming {
   std::string name;
   double ms;
   bool changed;
+  std::vector<RuleApplication> rewrites;  // a rule set's applications, in order
 };
 std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval);
+
+// The names FUSION_JIT_DISABLE may give for the pipeline: its passes, its rule sets and their rules
+// ("decompose.softmax"). The pipeline registers them with the option table when the library loads.
+std::vector<std::string> pipeline_names();
 
 }  // namespace fusion_jit

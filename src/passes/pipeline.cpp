@@ -5,32 +5,63 @@
 #include "support/options.h"
 
 namespace fusion_jit {
+namespace {
 
-std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval) {
-  const Options& opt = Options::get();
-  struct Pass {
-    const char* name;
-    std::function<bool(Graph&)> run;
-  };
-  const Pass passes[] = {
-      {"decompose", decompose},
+// One step of the pipeline: a pass, or a rule set run to its fixed point (`rules`).
+struct Step {
+  const char* name;
+  std::function<bool(Graph&)> run;
+  const RuleSet* rules = nullptr;
+};
+
+std::vector<Step> steps(const ConstantEvaluator& eval) {
+  return {
+      {"decompose", nullptr, &decompositions()},
       {"dce", dce},
-      {"constant_fold", [&](Graph& gr) { return constant_fold(gr, eval); }},
+      {"constant_fold", [&eval](Graph& gr) { return constant_fold(gr, eval); }},
       {"cse", cse},
       {"dce", dce},
   };
-  std::vector<PassTiming> timings;
-  if (opt.dumps("ir")) std::fprintf(stderr, "== IR after capture ==\n%s", print_graph(g).c_str());
-  for (const auto& p : passes) {
-    if (opt.is_disabled(p.name)) continue;
-    auto t0 = std::chrono::steady_clock::now();
-    bool changed = p.run(g);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    verify_graph(g);
-    timings.push_back({p.name, ms, changed});
-    if (changed && opt.dumps("ir"))
-      std::fprintf(stderr, "== IR after %s (%.3f ms) ==\n%s", p.name, ms, print_graph(g).c_str());
+}
+
+// FUSION_JIT_DISABLE knows the pipeline's names as soon as the library is loaded.
+const bool kNamesRegistered = (Options::register_disable_names(pipeline_names()), true);
+
+}  // namespace
+
+std::vector<std::string> pipeline_names() {
+  std::vector<std::string> names;
+  for (const Step& s : steps(nullptr)) {
+    names.push_back(s.name);
+    if (s.rules)
+      for (const auto& r : s.rules->rule_names()) names.push_back(r);
   }
+  return names;
+}
+
+std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval) {
+  (void)kNamesRegistered;
+  const Options& opt = Options::get();
+  std::vector<PassTiming> timings;
+  std::vector<RuleApplication> all;
+  if (opt.dumps("ir")) std::fprintf(stderr, "== IR after capture ==\n%s", print_graph(g).c_str());
+  for (const Step& p : steps(eval)) {
+    if (opt.is_disabled(p.name)) continue;
+    PassTiming t{p.name, 0, false, {}};
+    auto t0 = std::chrono::steady_clock::now();
+    t.changed = p.rules ? run_rules(g, *p.rules, opt.disabled, &t.rewrites) : p.run(g);
+    t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    verify_graph(g);
+    if (t.changed && opt.dumps("ir")) {
+      std::string rules = summarize(t.rewrites);
+      std::fprintf(stderr, "== IR after %s (%.3f ms)%s%s ==\n", p.name, t.ms, rules.empty() ? "" : ": ", rules.c_str());
+      for (const auto& a : t.rewrites) std::fprintf(stderr, "  rule %s replaced %s\n", a.rule.c_str(), a.replaced.c_str());
+      std::fprintf(stderr, "%s", print_graph(g).c_str());
+    }
+    all.insert(all.end(), t.rewrites.begin(), t.rewrites.end());
+    timings.push_back(std::move(t));
+  }
+  if (!all.empty()) g.notes().push_back("rewrites: " + summarize(all));
   return timings;
 }
 

@@ -9,7 +9,10 @@
 namespace fusion_jit {
 
 std::string ExecutablePlan::explain() const {
-  std::string s = fusion_text;
+  std::string s;
+  if (graph)
+    for (const auto& note : graph->notes()) s += note + "\n";
+  s += fusion_text;
   if (from_plan_cache) s += "(plan from the plan cache: fusion and code generation skipped)\n";
   for (const auto& f : fallback_groups) s += "fallback: " + f + " failed to compile and runs through ATen\n";
   for (const auto& k : kernels) {

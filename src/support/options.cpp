@@ -58,6 +58,12 @@ void check_members(const std::string& name, const std::set<std::string>& got,
   }
 }
 
+// The names FUSION_JIT_DISABLE accepts besides its own; filled by register_disable_names.
+std::set<std::string>& registered_disable_names() {
+  static std::set<std::string> names;
+  return names;
+}
+
 struct Entry {
   const char* name;
   std::function<void(Options&, const std::string&)> set;
@@ -81,7 +87,7 @@ const std::vector<Entry>& table() {
       {"FUSION_JIT_DISABLE",
        [](Options& o, const std::string& v) {
          o.disabled = split_list(v);
-         check_members("FUSION_JIT_DISABLE", o.disabled, {"decompose", "dce", "cse", "constant_fold", "fusion", "cache"});
+         check_members("FUSION_JIT_DISABLE", o.disabled, Options::disable_names());
        }},
       {"FUSION_JIT_SPECIALIZATION_LIMIT",
        [](Options& o, const std::string& v) {
@@ -140,6 +146,16 @@ Options Options::parse(const char* const* envp) {
   }
   if (o.cxx.empty()) o.cxx = "g++";
   return o;
+}
+
+void Options::register_disable_names(const std::vector<std::string>& names) {
+  registered_disable_names().insert(names.begin(), names.end());
+}
+
+std::set<std::string> Options::disable_names() {
+  std::set<std::string> names = registered_disable_names();
+  names.insert({"fusion", "cache"});
+  return names;
 }
 
 const Options& Options::get() {

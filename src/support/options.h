@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace fusion_jit {
 
@@ -16,7 +17,8 @@ struct Options {
   LogLevel log_level = LogLevel::kWarn;
   // FUSION_JIT_DUMP: comma list of ir, plan, source, log (or all); written to stderr.
   std::set<std::string> dump;
-  // FUSION_JIT_DISABLE: comma list of passes (decompose, dce, cse, constant_fold), "fusion" or "cache".
+  // FUSION_JIT_DISABLE: comma list of "fusion", "cache", and the names the pass pipeline registers: its
+  // passes (decompose, dce, cse, constant_fold), rule sets (decompose) and rules (decompose.softmax, ...).
   std::set<std::string> disabled;
   // FUSION_JIT_SPECIALIZATION_LIMIT: compiled signatures kept per model; later ones run eagerly.
   int specialization_limit = 8;
@@ -46,6 +48,13 @@ struct Options {
   static const Options& get();
   // Parses a given environment (NAME=VALUE strings); for tests.
   static Options parse(const char* const* envp);
+
+  // Adds names FUSION_JIT_DISABLE accepts. A layer above registers its own when the library loads,
+  // before any option is read (the pass pipeline: passes/pipeline.cpp); support knows only its users'
+  // names through this.
+  static void register_disable_names(const std::vector<std::string>& names);
+  // Every name FUSION_JIT_DISABLE accepts, sorted.
+  static std::set<std::string> disable_names();
 };
 
 }  // namespace fusion_jit
