@@ -1,0 +1,132 @@
+// The kernel IR printed and queried, the one offset emitter, and the targets' lowering policies, without
+// torch and without compiling anything.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "codegen/cuda/cuda_schedule.h"
+#include "codegen/kernel_ir.h"
+#include "codegen/kernel_spec.h"
+#include "codegen/target.h"
+#include "cost/cost_model.h"
+#include "fusion/fusion.h"
+
+namespace fusion_jit {
+namespace {
+
+TEST(KernelIr, PrintsEachKindOfExpression) {
+  ExprRef b0 = Expr::load(0);
+  EXPECT_EQ(print_expr(*b0), "b0");
+  EXPECT_EQ(print_expr(*Expr::lit(2.5, DType::kFloat32)), "((float)0x1.4p+1)");
+  EXPECT_EQ(print_expr(*Expr::lit(int64_t{3}, DType::kFloat64)), "((double)3LL)");
+  EXPECT_EQ(print_expr(*Expr::lit(std::numeric_limits<double>::infinity(), DType::kFloat32)), "((float)(FJ_INF))");
+  EXPECT_EQ(print_expr(*Expr::lit(-std::numeric_limits<double>::infinity(), DType::kFloat64)), "((double)(-FJ_INF))");
+  EXPECT_EQ(print_expr(*Expr::lit(std::nan(""), DType::kFloat16)), "((float)FJ_NAN)");  // computed in float
+  EXPECT_EQ(print_expr(*Expr::lit(int64_t{7}, DType::kInt32)), "((int32_t)7LL)");
+  EXPECT_EQ(print_expr(*Expr::lit(true, DType::kBool)), "true");
+  ExprRef c = Expr::cast(DType::kFloat32, b0);
+  EXPECT_EQ(print_expr(*c), "((float)b0)");
+  EXPECT_EQ(print_expr(*Expr::call("fj_add", {c, Expr::var("t3"), Expr::lit(int64_t{1}, DType::kFloat32)})),
+            "fj_add(((float)b0), t3, ((float)1LL))");
+  EXPECT_EQ(print_expr(*Expr::convert(DType::kBFloat16, Expr::call("fj_exp", {c}))), "((float)(fj_exp(((float)b0))))");
+  // A cast right under a rounding needs no parentheses of its own; anything else keeps them.
+  EXPECT_EQ(print_expr(*Expr::round(DType::kFloat16, c)), "fj_round_f16((float)b0)");
+  EXPECT_EQ(print_expr(*Expr::round(DType::kBFloat16, Expr::convert(DType::kBFloat16, Expr::var("t2")))),
+            "fj_round_bf16(((float)(t2)))");
+  EXPECT_EQ(print_expr(*Expr::select(Expr::load(1), c, Expr::var("t4"))), "(b1 ? ((float)b0) : t4)");
+  EXPECT_EQ(print_expr(*Expr::div(Expr::var("acc0"), Expr::lit(int64_t{16}, DType::kFloat32))), "acc0 / ((float)16LL)");
+}
+
+TEST(KernelIr, PrintsStatements) {
+  Stmt let = Stmt::let("t5", DType::kFloat16, Expr::var("t4"), "aten::relu");
+  EXPECT_EQ(print_stmt(let), "const float t5 = t4;  // aten::relu");  // float16 values compute in float
+  EXPECT_EQ(print_stmt(Stmt::let("t6", DType::kInt64, Expr::load(2), "aten::neg")), "const int64_t t6 = b2;  // aten::neg");
+  EXPECT_EQ(print_stmt(Stmt::out(1, Expr::var("t5"))), "o1 = t5;");
+}
+
+TEST(KernelIr, WalksWhatAnExpressionReads) {
+  ExprRef e = Expr::call("fj_mul", {Expr::round(DType::kFloat16, Expr::cast(DType::kFloat32, Expr::load(3))),
+                                    Expr::select(Expr::load(1), Expr::var("t2"), Expr::var("acc0"))});
+  std::set<std::string> vars;
+  std::set<int> bufs;
+  vars_read(*e, &vars);
+  buffers_read(*e, &bufs);
+  EXPECT_EQ(vars, (std::set<std::string>{"acc0", "t2"}));
+  EXPECT_EQ(bufs, (std::set<int>{1, 3}));
+  EXPECT_TRUE(rounds_reduced_float(*e));
+  EXPECT_FALSE(rounds_reduced_float(*Expr::call("fj_exp", {Expr::load(0)})));
+}
+
+TEST(KernelIr, AccumulatorKinds) {
+  EXPECT_STREQ(acc_kind_name(AccKind::kDoubleSum), "dsum");
+  EXPECT_STREQ(acc_kind_name(AccKind::kWelford), "welford");
+  EXPECT_TRUE(is_sum(AccKind::kKahanSum));
+  EXPECT_FALSE(is_sum(AccKind::kProd));
+  EXPECT_EQ(reduction_identity(AccKind::kMax, DType::kFloat32), "(-FJ_INFF)");
+  EXPECT_EQ(reduction_identity(AccKind::kMin, DType::kInt32), "2147483647");
+  EXPECT_EQ(reduction_identity(AccKind::kProd, DType::kFloat64), "((double)1)");
+  EXPECT_EQ(reduction_identity(AccKind::kKahanSum, DType::kFloat32), "((float)0)");
+}
+
+TEST(KernelIr, OneOffsetEmitterForEveryIndexDecomposition) {
+  KernelSpec k;
+  k.sizes = {4, 6, 8};
+  KernelBuffer a, b;
+  a.strides = {48, 8, 1};
+  b.strides = {0, 0, 1};  // moves along the last dim only
+  k.buffers = {a, b};
+  EXPECT_EQ(offsets_code(k, 0, 3, {"r", "c", "off"}, "  "),
+            "  c = r % 8; r /= 8;\n  off0 += c * 1;\n  off1 += c * 1;\n"
+            "  c = r % 6; r /= 6;\n  off0 += c * 8;\n"
+            "  c = r;\n  off0 += c * 48;\n");
+  // CUDA's form: unit strides without the multiply, dims no buffer moves along only divide the index.
+  k.buffers[0].strides = {0, 0, 1};
+  EXPECT_EQ(offsets_code(k, 0, 3, {"r_", "c_", "off", true, true}, ""),
+            "c_ = r_ % 8; r_ /= 8;\noff0 += c_;\noff1 += c_;\nr_ /= 6;\n");
+  // A range of dims (a reduction's reduced dims): its first dim takes the rest of the index.
+  EXPECT_EQ(offsets_code(k, 1, 3, {"q_", "d_", "eoff"}, ""),
+            "d_ = q_ % 8; q_ /= 8;\neoff0 += d_ * 1;\neoff1 += d_ * 1;\nd_ = q_;\n");
+}
+
+TEST(Targets, EachDeviceHasOneAndTheirPoliciesDifferWhereEagerDoes) {
+  const Target& cpu = target_for(Device::kCPU);
+  const Target& cuda = target_for(Device::kCUDA);
+  EXPECT_STREQ(cpu.name(), "cpu");
+  EXPECT_STREQ(cuda.name(), "cuda");
+  EXPECT_EQ(cpu.device(), Device::kCPU);
+  EXPECT_EQ(cuda.device(), Device::kCUDA);
+  // Eager's CPU erf of float16 is ATen's vectorized polynomial; CUDA calls the device's erff.
+  EXPECT_EQ(cpu.math_fn("erf", DType::kFloat16), "erf_as");
+  EXPECT_EQ(cpu.math_fn("erf", DType::kFloat32), "erf");
+  EXPECT_EQ(cuda.math_fn("erf", DType::kFloat16), "erf");
+  EXPECT_EQ(cpu.math_fn("gelu", DType::kFloat64), "gelu");
+  EXPECT_FALSE(cpu.pow_uses_sqrt(DType::kFloat16));
+  EXPECT_TRUE(cpu.pow_uses_sqrt(DType::kBFloat16));
+  EXPECT_TRUE(cuda.pow_uses_sqrt(DType::kFloat16));
+  EXPECT_EQ(cpu.float_sum(DType::kFloat32, false), AccKind::kDoubleSum);
+  EXPECT_EQ(cpu.float_sum(DType::kFloat32, true), AccKind::kSum);
+  EXPECT_EQ(cpu.float_sum(DType::kFloat64, false), AccKind::kKahanSum);
+  EXPECT_EQ(cuda.float_sum(DType::kFloat32, false), AccKind::kKahanSum);
+  // Keeping values between passes: CPU scratch rows within a byte budget; CUDA registers, two values.
+  KernelSpec k;
+  k.row_len = 1024;
+  int64_t budget = 6000;
+  EXPECT_TRUE(cpu.may_keep_between_passes(k, DType::kFloat32, 0, &budget));
+  EXPECT_EQ(budget, 6000 - 4096);
+  EXPECT_FALSE(cpu.may_keep_between_passes(k, DType::kFloat32, 1, &budget));
+  k.row_len = 32 * kCudaRowRegisters;
+  k.passes.resize(1);
+  EXPECT_TRUE(cuda.may_keep_between_passes(k, DType::kFloat32, 1, &budget));
+  EXPECT_FALSE(cuda.may_keep_between_passes(k, DType::kFloat32, 2, &budget));
+}
+
+TEST(Targets, CudaGridCoversTheWorkUpToOneWave) {
+  EXPECT_EQ(cuda_grid_blocks(1, 132), 1);
+  EXPECT_EQ(cuda_grid_blocks(kCudaBlockSize * 10 + 1, 132), 11);
+  EXPECT_EQ(cuda_grid_blocks(int64_t{1} << 40, 132), 132 * (2048 / kCudaBlockSize));
+  EXPECT_EQ(cuda_grid_blocks(int64_t{1} << 40, 0), 2048 / kCudaBlockSize);
+}
+
+}  // namespace
+}  // namespace fusion_jit
