@@ -16,6 +16,14 @@ const char* compute_c_type(DType t) {
 namespace {
 ExprRef make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
 
+ExprRef unary(ExprKind kind, DType type, ExprRef x) {
+  Expr e;
+  e.kind = kind;
+  e.type = type;
+  e.args = {std::move(x)};
+  return make(std::move(e));
+}
+
 // A literal in the compute type `t`, as C text.
 std::string literal_text(const Literal& l, DType t) {
   double d = 0;
@@ -66,27 +74,11 @@ ExprRef Expr::call(std::string fn, std::vector<ExprRef> args) {
   e.args = std::move(args);
   return make(std::move(e));
 }
-ExprRef Expr::cast(DType type, ExprRef x) {
-  Expr e;
-  e.kind = ExprKind::kCast;
-  e.type = type;
-  e.args = {std::move(x)};
-  return make(std::move(e));
-}
-ExprRef Expr::convert(DType type, ExprRef x) {
-  Expr e;
-  e.kind = ExprKind::kConvert;
-  e.type = type;
-  e.args = {std::move(x)};
-  return make(std::move(e));
-}
+ExprRef Expr::cast(DType type, ExprRef x) { return unary(ExprKind::kCast, type, std::move(x)); }
+ExprRef Expr::convert(DType type, ExprRef x) { return unary(ExprKind::kConvert, type, std::move(x)); }
 ExprRef Expr::round(DType type, ExprRef x) {
   FJ_INTERNAL_ASSERT(is_reduced_float(type), "Round to {}", dtype_name(type));
-  Expr e;
-  e.kind = ExprKind::kRound;
-  e.type = type;
-  e.args = {std::move(x)};
-  return make(std::move(e));
+  return unary(ExprKind::kRound, type, std::move(x));
 }
 ExprRef Expr::select(ExprRef cond, ExprRef a, ExprRef b) {
   Expr e;
