@@ -494,6 +494,19 @@ def _():
     assert torch.equal(out, torch.full((4,), 2.0)), out
 
 
+@case("FUSION_JIT_DISABLE: an unknown name is rejected with the known ones, each documented in the README (issue 14)")
+def _():
+    env = dict(os.environ, FUSION_JIT_DISABLE="decompose.no_such_rule")
+    p = subprocess.run([CLI, "cache", "stats"], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "unknown item 'decompose.no_such_rule'" in p.stderr, (p.returncode, p.stderr)
+    known = p.stderr.split("(known: ", 1)[1].rsplit(")", 1)[0].split(", ")
+    assert "decompose.softmax" in known and "fusion" in known, known
+    readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")).read()
+    row = next(line for line in readme.splitlines() if line.startswith("| `FUSION_JIT_DISABLE`"))
+    missing = [name for name in known if f"`{name}`" not in row]
+    assert not missing, f"README's FUSION_JIT_DISABLE row does not name {missing}"
+
+
 failed = [(n, e) for n, e in results if e]
 for n, e in results:
     print(("FAIL " if e else "ok   ") + n + (f": {e}" if e else ""))
