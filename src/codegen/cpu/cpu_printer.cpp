@@ -90,6 +90,64 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   s += "    }\n    i += n;\n  }\n}\n";
 }
 
+// A reduction pass's per-lane accumulators (Note [CPU reduction schedule]), declared and set to their
+// identities: `a<i>` (with `ac<i>`, `ap<i>` for compensated sums), or Welford's `wm<i>`, `wq<i>`.
+std::string lane_accumulators(const KernelPass& pass, int width) {
+  std::string s;
+  const size_t na = pass.accs.size();
+  for (size_t i = 0; i < na; ++i) {
+    const auto& a = pass.accs[i];
+    const char* ty = compute_c_type(a.type);
+    std::string id = reduction_identity(a.kind, a.type);
+    if (a.kind == AccKind::kKahanSum)
+      s += fmt::format("      {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) "
+                       "a{1}[l_] = ac{1}[l_] = ap{1}[l_] = 0;\n",
+                       ty, i, width);
+    else if (a.kind == AccKind::kWelford)
+      s += fmt::format("      {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0, tm{1} = 0, tq{1} = 0, tn{1} = 0;\n"
+                       "      for (int l_ = 0; l_ < {2}; ++l_) wm{1}[l_] = wq{1}[l_] = ({0})0;\n",
+                       ty, i, width);
+    else
+      s += fmt::format("      {0} a{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) a{1}[l_] = {3};\n", ty, i,
+                       width, id);
+  }
+  return s;
+}
+
+// After a pass's loop: its lanes merged as a tree into `acc<acc_base + i>`.
+std::string merge_lanes(const KernelPass& pass, int acc_base, int width) {
+  std::string s;
+  const size_t na = pass.accs.size();
+  for (size_t i = 0; i < na; ++i) {
+    const auto& a = pass.accs[i];
+    int idx = acc_base + static_cast<int>(i);
+    const char* ty = compute_c_type(a.type);
+    if (a.kind == AccKind::kKahanSum) {
+      // The lanes' compensated values and plain sums, each added up as a tree.
+      s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) a{1}[l_] -= ac{1}[l_];\n"
+                       "      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n"
+                       "        for (int l_ = 0; l_ < w_; ++l_) {{ a{1}[l_] += a{1}[l_ + w_]; ap{1}[l_] += ap{1}[l_ + w_]; }}\n"
+                       "      acc{2} = fj_kahan_value(a{1}[0], ({3})0, ap{1}[0]);\n",
+                       width, i, idx, ty);
+    } else if (a.kind == AccKind::kWelford) {
+      s += fmt::format("      acc{0}.mean = tm{1}; acc{0}.m2 = tq{1}; acc{0}.n = tn{1};\n", idx, i);
+      s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) {{ fj_wf<{1}> w_; w_.mean = wm{2}[l_]; "
+                       "w_.m2 = wq{2}[l_]; w_.n = wc{2}; acc{3} = fj_wf_merge(acc{3}, w_); }}\n",
+                       width, ty, i, idx);
+    } else {
+      const char* op = is_sum(a.kind) ? "a{0}[l_] + a{0}[l_ + w_]"
+                       : a.kind == AccKind::kProd ? "a{0}[l_] * a{0}[l_ + w_]"
+                                                  : nullptr;
+      std::string merge = op ? fmt::format(fmt::runtime(op), i)
+                             : fmt::format("fj_red_{0}(a{1}[l_], a{1}[l_ + w_])", acc_kind_name(a.kind), i);
+      s += fmt::format("      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n        for (int l_ = 0; l_ < w_; ++l_) "
+                       "a{1}[l_] = {2};\n      acc{3} = a{1}[0];\n",
+                       width, i, merge, idx);
+    }
+  }
+  return s;
+}
+
 // Note [CPU reduction schedule]
 // Rows run in parallel over threads (the launch splits [0, rows)); each thread walks its rows one by one,
 // so a row stays in its core's caches between passes. A pass with accumulators runs its loop in vectors of
@@ -198,22 +256,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
         s += fmt::format("    {} acc{};\n", a.kind == AccKind::kWelford ? "fj_wf<" + ty + ">" : ty, acc_base + i);
       }
       s += "    {\n";
-      for (size_t i = 0; i < na; ++i) {
-        const auto& a = pass.accs[i];
-        const char* ty = compute_c_type(a.type);
-        std::string id = reduction_identity(a.kind, a.type);
-        if (a.kind == AccKind::kKahanSum)
-          s += fmt::format("      {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) "
-                           "a{1}[l_] = ac{1}[l_] = ap{1}[l_] = 0;\n",
-                           ty, i, width);
-        else if (a.kind == AccKind::kWelford)
-          s += fmt::format("      {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0, tm{1} = 0, tq{1} = 0, tn{1} = 0;\n"
-                           "      for (int l_ = 0; l_ < {2}; ++l_) wm{1}[l_] = wq{1}[l_] = ({0})0;\n",
-                           ty, i, width);
-        else
-          s += fmt::format("      {0} a{1}[{2}];\n      for (int l_ = 0; l_ < {2}; ++l_) a{1}[l_] = {3};\n", ty, i,
-                           width, id);
-      }
+      s += lane_accumulators(pass, width);
       // Chunks: a floating sum adds each chunk's lanes into its compensated total.
       int chunk = 1024;
       for (const auto& a : pass.accs)
@@ -263,33 +306,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
                            a.kind == AccKind::kProd ? "*" : "+");
       }
       s += "      }\n";
-      for (size_t i = 0; i < na; ++i) {
-        const auto& a = pass.accs[i];
-        int idx = acc_base + static_cast<int>(i);
-        const char* ty = compute_c_type(a.type);
-        if (a.kind == AccKind::kKahanSum) {
-          // The lanes' compensated values and plain sums, each added up as a tree.
-          s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) a{1}[l_] -= ac{1}[l_];\n"
-                           "      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n"
-                           "        for (int l_ = 0; l_ < w_; ++l_) {{ a{1}[l_] += a{1}[l_ + w_]; ap{1}[l_] += ap{1}[l_ + w_]; }}\n"
-                           "      acc{2} = fj_kahan_value(a{1}[0], ({3})0, ap{1}[0]);\n",
-                           width, i, idx, ty);
-        } else if (a.kind == AccKind::kWelford) {
-          s += fmt::format("      acc{0}.mean = tm{1}; acc{0}.m2 = tq{1}; acc{0}.n = tn{1};\n", idx, i);
-          s += fmt::format("      for (int l_ = 0; l_ < {0}; ++l_) {{ fj_wf<{1}> w_; w_.mean = wm{2}[l_]; "
-                           "w_.m2 = wq{2}[l_]; w_.n = wc{2}; acc{3} = fj_wf_merge(acc{3}, w_); }}\n",
-                           width, ty, i, idx);
-        } else {
-          const char* op = is_sum(a.kind) ? "a{0}[l_] + a{0}[l_ + w_]"
-                           : a.kind == AccKind::kProd ? "a{0}[l_] * a{0}[l_ + w_]"
-                                                      : nullptr;
-          std::string merge = op ? fmt::format(fmt::runtime(op), i)
-                                 : fmt::format("fj_red_{0}(a{1}[l_], a{1}[l_ + w_])", acc_kind_name(a.kind), i);
-          s += fmt::format("      for (int w_ = {0} / 2; w_ > 0; w_ /= 2)\n        for (int l_ = 0; l_ < w_; ++l_) "
-                           "a{1}[l_] = {2};\n      acc{3} = a{1}[0];\n",
-                           width, i, merge, idx);
-        }
-      }
+      s += merge_lanes(pass, acc_base, width);
       s += "    }\n";
       acc_base += static_cast<int>(na);
     }
@@ -333,6 +350,45 @@ struct Reads {
 // its own accumulator (float32 sums in double, float64 sums compensated per 16 elements, products
 // restarting every 16). Row values are arrays over the tile; the `after` statements run once per row.
 constexpr int kTile = 32;
+
+// A column tile's accumulators for one pass (Note [CPU column schedule]): one per row of the tile.
+std::string tile_accumulators(const KernelPass& pass) {
+  std::string s;
+  const size_t na = pass.accs.size();
+  for (size_t i = 0; i < na; ++i) {
+    const auto& a = pass.accs[i];
+    const char* ty = compute_c_type(a.type);
+    if (a.kind == AccKind::kKahanSum)
+      s += fmt::format("    {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = ac{1}[r_] = ap{1}[r_] = 0;\n",
+                       ty, i, kTile);
+    else if (a.kind == AccKind::kWelford)
+      s += fmt::format("    {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0;\n    for (int r_ = 0; r_ < {2}; ++r_) wm{1}[r_] = wq{1}[r_] = 0;\n",
+                       ty, i, kTile);
+    else
+      s += fmt::format("    {0} a{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = {3};\n", ty, i, kTile,
+                       reduction_identity(a.kind, a.type));
+  }
+  return s;
+}
+
+// Per row of the tile, after the pass's loop: `acc<acc_base + i>` from the row's accumulators.
+std::string tile_results(const KernelPass& pass, int acc_base) {
+  std::string pre;
+  const size_t na = pass.accs.size();
+  for (size_t i = 0; i < na; ++i) {
+    const auto& a = pass.accs[i];
+    const size_t idx = acc_base + i;
+    const char* ty = compute_c_type(a.type);
+    if (a.kind == AccKind::kKahanSum)
+      pre += fmt::format("      const {0} acc{1} = fj_kahan_value(a{2}[r_], ac{2}[r_], ap{2}[r_]);\n", ty, idx, i);
+    else if (a.kind == AccKind::kWelford)
+      pre += fmt::format("      fj_wf<{0}> acc{1}; acc{1}.mean = wm{2}[r_]; acc{1}.m2 = wq{2}[r_]; acc{1}.n = wc{2};\n",
+                         ty, idx, i);
+    else
+      pre += fmt::format("      const {} acc{} = a{}[r_];\n", ty, idx, i);
+  }
+  return pre;
+}
 
 void print_column_kernel(const KernelSpec& k, std::string& s) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
@@ -393,19 +449,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
   for (const auto& pass : k.passes) {
     const size_t na = pass.accs.size();
     s += fmt::format("    {{  // pass {}\n", &pass - &k.passes[0]);
-    for (size_t i = 0; i < na; ++i) {
-      const auto& a = pass.accs[i];
-      const char* ty = compute_c_type(a.type);
-      if (a.kind == AccKind::kKahanSum)
-        s += fmt::format("    {0} a{1}[{2}], ac{1}[{2}], ap{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = ac{1}[r_] = ap{1}[r_] = 0;\n",
-                         ty, i, kTile);
-      else if (a.kind == AccKind::kWelford)
-        s += fmt::format("    {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0;\n    for (int r_ = 0; r_ < {2}; ++r_) wm{1}[r_] = wq{1}[r_] = 0;\n",
-                         ty, i, kTile);
-      else
-        s += fmt::format("    {0} a{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = {3};\n", ty, i, kTile,
-                         reduction_identity(a.kind, a.type));
-    }
+    s += tile_accumulators(pass);
     Reads reads;
     reads.add(pass.body);
     for (const auto& a : pass.accs) reads.add(*a.input);
@@ -460,19 +504,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     }
     s += "    }\n";
     // The pass's results and the row values after it, per row.
-    std::string pre;
-    for (size_t i = 0; i < na; ++i) {
-      const auto& a = pass.accs[i];
-      const size_t idx = acc_base + i;
-      const char* ty = compute_c_type(a.type);
-      if (a.kind == AccKind::kKahanSum)
-        pre += fmt::format("      const {0} acc{1} = fj_kahan_value(a{2}[r_], ac{2}[r_], ap{2}[r_]);\n", ty, idx, i);
-      else if (a.kind == AccKind::kWelford)
-        pre += fmt::format("      fj_wf<{0}> acc{1}; acc{1}.mean = wm{2}[r_]; acc{1}.m2 = wq{2}[r_]; acc{1}.n = wc{2};\n",
-                           ty, idx, i);
-      else
-        pre += fmt::format("      const {} acc{} = a{}[r_];\n", ty, idx, i);
-    }
+    const std::string pre = tile_results(pass, acc_base);
     acc_base += static_cast<int>(na);
     per_row(pass.after, pre);
     s += "    }\n";
