@@ -202,7 +202,8 @@ Replacement group_norm(const Match& m, Builder& r) {
   for (auto p : {*w, *b})
     if (p && (p->tensor_type().sizes != std::vector<int64_t>{C} || !p->tensor_type().is_contiguous())) return {};
   std::vector<int64_t> view = {N, G, C / G, hw};
-  if (!reducible(x, {2, 3}) || C / G * hw == 0) return {};
+  // The reduced dims are the view's [C/G, HW], not x's dims 2 and 3 (x may have rank 2 or 3).
+  if (!is_floating(xt.dtype) || C / G * hw == 0) return {};
   DType ct = compute_dtype(ot.dtype);
   Value* xf = r.cast(r.reshape(x, view), ct);
   Value* mean = r.reduce("aten::mean.dim", xf, {2, 3}, true);
