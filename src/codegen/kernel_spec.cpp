@@ -39,9 +39,6 @@ bool is_none(const Literal& l) { return std::holds_alternative<None>(l); }
 
 KernelHooks g_kernel_hooks;
 
-// `x` rounded to float16 or bfloat16 as eager's materialized value.
-ExprRef round_to_dtype(DType t, ExprRef x) { return Expr::round(t, std::move(x)); }
-
 // Dims of an iteration space with one stride per dim for each buffer.
 struct Dims {
   std::vector<int64_t> sizes;
@@ -180,7 +177,7 @@ class Builder {
         DType vt = v->tensor_type().dtype;
         bool rounds = is_reduced_float(promoted) && vt != promoted && vt != DType::kBool;
         if (rounds && target_.rounds_argument(op, i, v, out, /*promoting=*/true))
-          tensors.push_back(round_to_dtype(promoted, Expr::cast(DType::kFloat32, var)));
+          tensors.push_back(Expr::round(promoted, Expr::cast(DType::kFloat32, var)));
         else
           tensors.push_back(Expr::cast(ct, var));
       } else if (spec.kind == ArgKind::kScalar || spec.kind == ArgKind::kScalarNoPromote ||
@@ -241,7 +238,7 @@ class Builder {
     }
     // Convert to the output's compute type, and round where eager materializes a reduced float.
     ExprRef value = Expr::convert(out_t, e);
-    if (is_reduced_float(out_t)) value = round_to_dtype(out_t, value);
+    if (is_reduced_float(out_t)) value = Expr::round(out_t, value);
     std::string name = fmt::format("t{}", out->id());
     Stmt stmt = Stmt::let(name, out_t, value, n.schema());
     if (g_.reduction) stmt_[out] = stmt;
@@ -307,7 +304,7 @@ class Builder {
       if (kind == "mean") r = Expr::div(acc, Expr::lit(Literal(len), acc_t));
       else if (kind == "var") r = Expr::call("fj_welford_var", {acc, Expr::lit(correction, acc_t)});
       ExprRef value = Expr::convert(out_t, r);
-      if (is_reduced_float(out_t)) value = round_to_dtype(out_t, value);
+      if (is_reduced_float(out_t)) value = Expr::round(out_t, value);
       return Stmt::let(name, out_t, value, schema);
     };
     var_[out] = name;
