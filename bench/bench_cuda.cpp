@@ -18,9 +18,9 @@
 #include <functional>
 #include <optional>
 
-#include "runtime/cuda_driver.h"
-#include "runtime/plan.h"
 #include "fusion_jit/fusion_jit.h"
+#include "runtime/plan.h"
+#include "targets/cuda/cuda_driver.h"
 #include "torch/cuda_support.h"
 
 namespace {

@@ -40,6 +40,7 @@
 #include "ir/dtype.h"
 #include "runtime/plan.h"  // the plan's kernels, sources and binary, for explain and compile
 #include "support/parse.h"
+#include "targets/cuda/cuda_schedule.h"  // the vector width, for compile's kernels.json
 #include "torch/executor.h"
 #include "torch/tolerance.h"
 
@@ -224,8 +225,10 @@ int compile_cuda(const Args& a, torch::jit::Module& module, const std::vector<c1
   j["arch"] = a.arch;
   j["nvrtc_version"] = cuda.nvrtc_version;
   j["codegen_ms"] = plan->codegen_ms;
-  j["nvrtc_ms"] = plan->cuda_binary ? plan->cuda_binary->compile_ms : 0.0;
-  j["nvrtc_calls"] = plan->cuda_binary ? 1 : 0;
+  const fj::TargetCode* code = plan->code_for(fj::Device::kCUDA);
+  const fj::Artifact* binary = code ? code->artifact.get() : nullptr;
+  j["nvrtc_ms"] = binary ? binary->compile_ms() : 0.0;
+  j["nvrtc_calls"] = binary ? 1 : 0;
   j["total_ms"] = total_ms;
   j["aten_ops"] = plan->aten_ops;
   j["kernels"] = nlohmann::json::array();
@@ -234,23 +237,17 @@ int compile_cuda(const Args& a, torch::jit::Module& module, const std::vector<c1
     kj["name"] = k.spec.name;
     kj["ops"] = plan->group_ops.at(&k - plan->kernels.data());
     kj["elements"] = k.spec.numel;
-    kj["vector_width"] = k.cuda_vector;
+    kj["vector_width"] = fj::cuda_vector_width(k.spec);
     kj["index_bits"] = k.spec.index32 ? 32 : 64;
-    if (const fj::CudaKernelInfo* info = plan->cuda_binary ? plan->cuda_binary->kernel(k.spec.name) : nullptr) {
-      kj["registers"] = info->registers;
-      kj["shared_bytes"] = info->shared_bytes;
-      kj["stack_bytes"] = info->stack_bytes;
-      kj["spill_stores"] = info->spill_stores;
-      kj["spill_loads"] = info->spill_loads;
-    }
+    if (binary)
+      for (const auto& [field, value] : binary->kernel_report(k.spec.name)) kj[field] = value;
     j["kernels"].push_back(kj);
   }
   std::string json = j.dump(2) + "\n", explain = plan->explain();
-  write_atomically("--out", dir + "plan.cu", plan->cuda_source.data(), plan->cuda_source.size());
-  if (plan->cuda_binary) {
-    const std::string& image = plan->cuda_binary->image;
-    write_atomically("--out", dir + (plan->cuda_binary->is_ptx ? "plan.ptx" : "plan.cubin"), image.data(), image.size());
-  }
+  const std::string source = code ? code->source : "";
+  write_atomically("--out", dir + "plan.cu", source.data(), source.size());
+  if (binary && !binary->image_file_name().empty())
+    write_atomically("--out", dir + binary->image_file_name(), binary->image().data(), binary->image().size());
   write_atomically("--out", dir + "kernels.json", json.data(), json.size());
   write_atomically("--out", dir + "explain.txt", explain.data(), explain.size());
   std::printf("%s: %zu CUDA kernels for %s, %zu ATen ops; codegen %.1f ms, NVRTC %.1f ms (1 call), total %.1f ms; "
@@ -331,9 +328,8 @@ int run(const Args& a) {
     if (plan) {
       std::cout << "compile: " << fused.last_compile_report() << "\n";
       if (a.dump_source) {
-        if (plan->source.empty() && plan->cuda_source.empty()) std::cout << "\n// no generated source\n";
-        if (!plan->source.empty()) std::cout << "\n" << plan->source;
-        if (!plan->cuda_source.empty()) std::cout << "\n" << plan->cuda_source;
+        if (plan->code.empty()) std::cout << "\n// no generated source\n";
+        for (const auto& c : plan->code) std::cout << "\n" << c.source;
       }
     }
     return 0;

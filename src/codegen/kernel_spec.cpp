@@ -86,7 +86,9 @@ bool fits_int32(const KernelSpec& k) {
 
 class Builder {
  public:
-  explicit Builder(const FusionGroup& g) : g_(g), target_(target_for(group_device(g))) {}
+  Builder(const FusionGroup& g, const Target& target) : g_(g), target_(target) {
+    FJ_INTERNAL_ASSERT(target.device() == group_device(g), "group {} lowered for target {}", g.id, target.name());
+  }
 
   KernelSpec build() {
     spec_.name = fmt::format("fj_kernel_{}", g_.id);
@@ -550,8 +552,8 @@ class Builder {
 
 }  // namespace
 
-KernelSpec make_kernel_spec(const FusionGroup& group) {
-  KernelSpec k = Builder(group).build();
+KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target) {
+  KernelSpec k = Builder(group, target).build();
   if (g_kernel_hooks.after_lowering) g_kernel_hooks.after_lowering(group, k);
   return k;
 }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@
 #include "fusion/fusion.h"
 
 namespace fusion_jit {
+
+class Target;
 
 struct KernelBuffer {
   const Value* value = nullptr;
@@ -76,7 +79,8 @@ struct KernelSpec {
   bool is_reduction() const { return !passes.empty(); }
 };
 
-KernelSpec make_kernel_spec(const FusionGroup& group);
+// Lowers `group` under the policy of `target`, the target of the group's device (targets/targets.h).
+KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target);
 
 // For the printers: a buffer element `ref` of dtype `t` loaded into its compute type (float for f16 and
 // bf16, through the preludes' fj_h2f / fj_bf2f), and a compute-type value `v` converted for storing.
@@ -139,9 +143,14 @@ struct KernelHooks {
   void (*before_layout)(const FusionGroup& group, KernelSpec& kernel) = nullptr;
   // Every kernel once lowered.
   void (*after_lowering)(const FusionGroup& group, KernelSpec& kernel) = nullptr;
-  // Text appended to each target's preludes, before the kernels.
-  std::string cpu_prelude, cuda_prelude;
-  bool empty() const { return !before_layout && !after_lowering && cpu_prelude.empty() && cuda_prelude.empty(); }
+  // Text appended to a target's preludes, before the kernels, by target name ("cpu").
+  std::map<std::string, std::string> preludes;
+  const std::string& prelude(const std::string& target) const {
+    static const std::string none;
+    auto it = preludes.find(target);
+    return it == preludes.end() ? none : it->second;
+  }
+  bool empty() const { return !before_layout && !after_lowering && preludes.empty(); }
 };
 // Not synchronized: set them before compiling, reset them (to KernelHooks{}) after.
 void set_kernel_hooks(KernelHooks hooks);

@@ -1,29 +1,79 @@
-// Code generation targets: what differs per device, behind one interface.
+// Targets: what differs per device, behind one interface.
 //
 // A target owns
 //  - its lowering policy: where the device's eager kernels compute differently and the generated code must
 //    follow (which scalars are rounded to float16/bfloat16 before the arithmetic, which erf and gelu, pow's
 //    special cases, how float sums accumulate, which values a reduction keeps between passes);
-//  - its printer and preludes: the kernels of one plan as one source (codegen/<target>/);
-//  - its schedule, which the printer and the launcher share (CUDA: codegen/cuda/cuda_printer.h).
-// Lowering (kernel_spec.cpp) asks the target of the group's device and branches on no device itself.
-// Compiling a source into an artifact and launching it are still done by compile/ (host compiler, NVRTC)
-// and runtime/ (CPU launch, CUDA Driver API); docs/howto.md says what a new target adds there.
+//  - its printer and preludes: the kernels of one plan as one source;
+//  - its schedule, which the printer and the launcher share (CUDA: threads per row, vector width, grid);
+//  - compiling that source into an Artifact (a shared object, a CUBIN or PTX), kept in the kernel cache;
+//  - loading an artifact's kernels for a device and launching them.
+// Lowering (kernel_spec.cpp) is given the target of the group's device; the driver, the runtime and the
+// torch adapter go through this interface and branch on no device. The implementations live in
+// targets/<name>/; targets/targets.h finds a device's target.
 //
-// Adding a target: a folder codegen/<name>/ with a class implementing Target, and one line in
-// target_for (target.cpp).
+// Adding a target: a folder targets/<name>/ with a class implementing Target (and its Artifact and
+// LoadedKernels), and one line in target_for (targets/targets.cpp). docs/howto.md says more.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "codegen/kernel_ir.h"
+#include "cost/cost_model.h"
 #include "ir/op_table.h"
 
 namespace fusion_jit {
 
 struct KernelSpec;
+
+// Calls fn(begin, end) over [0, n) in chunks of at least `grain`.
+using ParallelFor = std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
+
+// What the caller of a plan (the torch adapter) gives each launch.
+struct LaunchContext {
+  // Host targets split their kernels with it: torch's at::parallel_for, so that torch's thread settings
+  // hold.
+  ParallelFor parallel_for;
+  int64_t grain = 32768;  // elements per chunk (the FUSION_JIT_CPU_GRAIN option)
+  // The stream a kernel on (device, index) is launched on: torch's current stream (a CUstream for CUDA).
+  std::function<void*(Device device, int index)> stream;
+};
+
+// One target's compiled source: a shared object, a CUBIN or PTX. Shared by the plans built from the same
+// source, immutable once made.
+class Artifact {
+ public:
+  virtual ~Artifact() = default;
+  // Milliseconds its compiler took; 0 when it came from a cache.
+  virtual double compile_ms() const = 0;
+  // False when kernel `name` is known to be missing (a damaged or foreign object that loaded): its group
+  // then runs through ATen. A target that learns this only when loading says true.
+  virtual bool has_kernel(const std::string& name) const = 0;
+  // The compiler's figures for kernel `name` (registers, spills, shared memory, ...), in a fixed order;
+  // empty when the compiler reports none.
+  virtual std::vector<std::pair<std::string, int64_t>> kernel_report(const std::string& name) const { return {}; }
+  // The binary as tools write it out, and its file name ("plan.cubin"); an empty name when there is none
+  // to write.
+  virtual std::string image_file_name() const { return ""; }
+  virtual const std::string& image() const {
+    static const std::string none;
+    return none;
+  }
+};
+
+// An artifact's kernels loaded for one device (a loaded library's functions, a module in the device's
+// context), ready to launch.
+class LoadedKernels {
+ public:
+  virtual ~LoadedKernels() = default;
+  // Launches the i-th of the kernels Target::load was given, over `buffers` (the spec's, in order).
+  virtual void launch(size_t i, void* const* buffers, const LaunchContext& ctx) const = 0;
+};
 
 class Target {
  public:
@@ -48,17 +98,39 @@ class Target {
   // of scratch left, starting at kScratchStart).
   static constexpr int64_t kScratchStart = 256 * 1024;
   virtual bool may_keep_between_passes(const KernelSpec& k, DType t, size_t kept, int64_t* budget) const = 0;
+  // What the policy depends on besides the library's own code (eager's math on this machine), for the plan
+  // cache's key; "" when nothing.
+  virtual std::string policy_key() const { return ""; }
+
+  // ---- Cost ----
+  // The machine the fuser's cost model plans for: device `index` of this target.
+  virtual DeviceDescription machine(int index) const = 0;
 
   // ---- Printing ----
   // The kernels of one plan as one source for this target's compiler.
   virtual std::string print_source(const std::vector<KernelSpec>& kernels) const = 0;
+
+  // ---- Compiling ----
+  // Whether device `index` can be asked for its architecture (a driver is there); `why` receives the
+  // reason when not. Plan cache keys of a device that cannot be asked hold no architecture.
+  virtual bool device_present(std::string* why = nullptr) const = 0;
+  // The architecture to compile for device `index` ("sm_90"; "" for a target with one, as the host).
+  // Throws fusion_jit::Error when the device cannot be asked.
+  virtual std::string device_arch(int index) const = 0;
+  // Checks an architecture given by the user; throws fusion_jit::Error naming the valid ones.
+  virtual void check_arch(const std::string& arch) const = 0;
+  // Compiles `source` for `arch` (or finds it in the caches). Throws fusion_jit::Error with the compiler's
+  // log when that fails, and when FUSION_JIT_ASSERT_NO_COMPILE is set and a compile would be needed.
+  virtual std::shared_ptr<const Artifact> compile(const std::string& source, const std::string& arch) const = 0;
+
+  // ---- Launching ----
+  // Loads `kernels` (specs whose code `artifact` holds) for device `index`; what it returns keeps the
+  // artifact alive. Throws fusion_jit::Error naming the kernel or the device when that fails.
+  virtual std::unique_ptr<LoadedKernels> load(const std::shared_ptr<const Artifact>& artifact, const std::vector<const KernelSpec*>& kernels,
+                                              int index) const = 0;
+  // One line (no newline) on how kernel `k` runs, for explain: its schedule and, given its artifact, its
+  // compiler's report; "" when there is nothing beyond the fusion plan's own line.
+  virtual std::string explain_kernel(const KernelSpec& k, const Artifact* artifact, const std::string& arch) const = 0;
 };
-
-// The target of a device. Throws fusion_jit::Error for a device no target handles.
-const Target& target_for(Device device);
-
-// The targets, defined in their folders.
-const Target& cpu_target();
-const Target& cuda_target();
 
 }  // namespace fusion_jit

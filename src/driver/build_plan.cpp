@@ -5,14 +5,12 @@
 #include <chrono>
 #include <cstdio>
 
-#include "codegen/cuda/cuda_printer.h"
-#include "codegen/target.h"
 #include "cost/cost_model.h"
 #include "driver/plan_cache.h"
-#include "runtime/cuda_driver.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
+#include "targets/targets.h"
 
 namespace fusion_jit {
 namespace {
@@ -21,18 +19,16 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool graph_on_cuda(const Graph& g, int* index) {
-  auto on = [&](const Value* v) {
-    if (!v->is_tensor() || v->tensor_type().device != Device::kCUDA) return false;
-    *index = v->tensor_type().device_index;
-    return true;
+// The devices the graph's tensors live on, each with the index of the first tensor there.
+std::map<Device, int> graph_devices(const Graph& g) {
+  std::map<Device, int> devices;
+  auto add = [&](const Value* v) {
+    if (v->is_tensor()) devices.emplace(v->tensor_type().device, v->tensor_type().device_index);
   };
-  for (const Value* v : g.inputs())
-    if (on(v)) return true;
+  for (const Value* v : g.inputs()) add(v);
   for (const Node* n : g.nodes())
-    for (const Value* v : n->outputs())
-      if (on(v)) return true;
-  return false;
+    for (const Value* v : n->outputs()) add(v);
+  return devices;
 }
 
 }  // namespace
@@ -42,108 +38,110 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   auto plan = std::make_unique<ExecutablePlan>();
   plan->graph = std::move(graph);
   auto t0 = std::chrono::steady_clock::now();
-  int cuda_index = 0;
-  const bool on_cuda = graph_on_cuda(*plan->graph, &cuda_index);
-  // The architecture of the graph's GPU, asked of the driver once (throws without one).
-  std::string device_arch;
-  auto arch_of_device = [&]() -> const std::string& {
-    if (device_arch.empty()) {
-      CudaDeviceInfo info = cuda_device_info(cuda_index);
-      device_arch = cuda_arch_for(info.major, info.minor);
-    }
-    return device_arch;
+  const std::map<Device, int> devices = graph_devices(*plan->graph);
+  auto index_on = [&](const Target& t) {
+    auto it = devices.find(t.device());
+    return it == devices.end() ? 0 : it->second;
+  };
+  // What each target compiles for: the architecture given, else its device's (asked once; it throws
+  // when the device cannot be asked).
+  std::map<std::string, std::string> archs = target.arch;
+  auto arch_of = [&](const Target& t) -> const std::string& {
+    auto it = archs.find(t.name());
+    if (it == archs.end()) it = archs.emplace(t.name(), t.device_arch(index_on(t))).first;
+    return it->second;
   };
   // The plan cache: the JIT path only (AOT plans and tools set an arch or skip compiling).
   std::string plan_key;
   // Plans built while a test's kernel hooks are set are not cached (Note [Kernel hooks]).
-  if (target.compile && target.cuda_arch.empty() && !opt.is_disabled("cache") && kernel_hooks().empty()) {
-    plan_key = plan_cache_key(*plan->graph, target, on_cuda && cuda_driver_available() ? arch_of_device() : "");
+  if (target.compile && target.arch.empty() && !opt.is_disabled("cache") && kernel_hooks().empty()) {
+    std::string where;
+    for (const auto& [device, index] : devices) {
+      const Target& t = target_for(device);
+      where += fmt::format("{} {} | ", t.name(), t.device_present() ? arch_of(t) : "");
+    }
+    plan_key = plan_cache_key(*plan->graph, target, where);
     if (auto cached = find_cached_plan(plan_key, &plan->graph)) {
       cached->from_plan_cache = true;
       cached->fusion_ms = ms_since(t0);
       return cached;
     }
   }
-  RooflineCostModel cost(on_cuda ? cuda_gpu_description() : host_cpu_description());
+  // The cost model plans for the graph's accelerator when it has one, else for the host.
+  const Target* planned = &target_for(Device::kCPU);
+  for (const auto& d : devices)
+    if (d.first != Device::kCPU) planned = &target_for(d.first);
+  RooflineCostModel cost(planned->machine(index_on(*planned)));
   plan->fusion = plan_fusion(*plan->graph, cost, target.enable_fusion && !opt.is_disabled("fusion"));
   plan->fusion_ms = ms_since(t0);
   plan->fusion_text = explain_plan(plan->fusion);
   plan->num_groups = static_cast<int>(plan->fusion.groups.size());
   if (opt.dumps("plan")) std::fprintf(stderr, "== fusion plan ==\n%s", explain_plan(plan->fusion).c_str());
 
+  // Lowering and printing: one source per target, in the order of all_targets().
   t0 = std::chrono::steady_clock::now();
-  std::vector<KernelSpec> cpu_specs, cuda_specs;
+  const auto& targets = all_targets();
+  std::vector<std::vector<KernelSpec>> by_target(targets.size());
   for (const auto& g : plan->fusion.groups) {
-    KernelSpec k = make_kernel_spec(g);
-    (k.device == Device::kCUDA ? cuda_specs : cpu_specs).push_back(std::move(k));
+    const Target& t = target_for(group_device(g));
+    const size_t ti = std::find(targets.begin(), targets.end(), &t) - targets.begin();
+    by_target[ti].push_back(make_kernel_spec(g, t));
   }
-  if (!cpu_specs.empty()) plan->source = target_for(Device::kCPU).print_source(cpu_specs);
-  if (!cuda_specs.empty()) plan->cuda_source = target_for(Device::kCUDA).print_source(cuda_specs);
+  std::vector<std::vector<KernelSpec>> specs;  // by plan->code index
+  for (size_t ti = 0; ti < targets.size(); ++ti) {
+    if (by_target[ti].empty()) continue;
+    TargetCode c;
+    c.target = targets[ti];
+    c.source = c.target->print_source(by_target[ti]);
+    plan->code.push_back(std::move(c));
+    specs.push_back(std::move(by_target[ti]));
+  }
   plan->codegen_ms = ms_since(t0);
-  if (opt.dumps("source") && !plan->source.empty())
-    std::fprintf(stderr, "== generated source ==\n%s", plan->source.c_str());
-  if (opt.dumps("source") && !plan->cuda_source.empty())
-    std::fprintf(stderr, "== generated CUDA source ==\n%s", plan->cuda_source.c_str());
+  if (opt.dumps("source"))
+    for (const auto& c : plan->code)
+      std::fprintf(stderr, "== generated %s source ==\n%s", c.target->name(), c.source.c_str());
 
-  // Compiles one target's kernels; on failure their groups run through ATen, with a warning.
-  auto compile_or_fall_back = [&](std::vector<KernelSpec>& specs, const char* what, auto compile) {
-    if (specs.empty()) return false;
-    try {
-      compile();
-      return true;
-    } catch (const Error& e) {
-      if (opt.assert_no_compile) throw;
-      std::string names;
-      for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
-      log_warn("compiling fused {} kernels failed; groups {} run through ATen instead: {}", what, names, e.what());
-      for (const auto& s : specs) plan->fallback_groups.push_back(s.name);
-      return false;
-    }
-  };
+  // Compiling: one compiler call per target. When it fails, or a kernel is missing from what it made,
+  // those groups run through ATen, with a warning.
   std::vector<int> kernel_of_group(plan->fusion.groups.size(), -1);
-  auto add_kernel = [&](KernelSpec&& s, CpuKernelFn fn) {
-    KernelLaunch k;
-    k.fn = fn;
-    if (s.device == Device::kCUDA) {
-      k.cuda_work = cuda_work_items(s);
-      k.cuda_vector = cuda_vector_width(s);
-    }
-    kernel_of_group[s.group] = static_cast<int>(plan->kernels.size());
-    k.spec = std::move(s);
-    plan->kernels.push_back(std::move(k));
-  };
-  if (!target.compile) {
-    for (auto* specs : {&cpu_specs, &cuda_specs})
-      for (auto& s : *specs) add_kernel(std::move(s), nullptr);
-    cpu_specs.clear();
-    cuda_specs.clear();
-  }
-  if (compile_or_fall_back(cpu_specs, "CPU", [&] {
-        plan->library = compile_cpu_source(plan->source);
-        plan->compile_ms += plan->library->compile_ms();
-      })) {
-    for (auto& s : cpu_specs) {
-      // A library without one kernel's function (a damaged or foreign object that loaded) costs that
-      // group only: it runs through ATen.
-      CpuKernelFn fn = nullptr;
+  auto fall_back = [&](const KernelSpec& s) { plan->fallback_groups.push_back(s.name); };
+  for (size_t ci = 0; ci < plan->code.size(); ++ci) {
+    TargetCode& c = plan->code[ci];
+    const Target& t = *c.target;
+    if (target.compile) {
       try {
-        fn = reinterpret_cast<CpuKernelFn>(plan->library->symbol(s.name));
+        c.arch = arch_of(t);
+        c.artifact = t.compile(c.source, c.arch);
+        plan->compile_ms += c.artifact->compile_ms();
       } catch (const Error& e) {
         if (opt.assert_no_compile) throw;
-        log_warn("fused CPU kernel {} is missing from its compiled library; its group runs through ATen: {}", s.name,
-                 e.what());
-        plan->fallback_groups.push_back(s.name);
+        std::string names;
+        for (const auto& s : specs[ci]) names += (names.empty() ? "" : ", ") + s.name;
+        log_warn("compiling fused {} kernels failed; groups {} run through ATen instead: {}", t.name(), names, e.what());
+        for (const auto& s : specs[ci]) fall_back(s);
         continue;
       }
-      add_kernel(std::move(s), fn);
+    } else {
+      auto it = archs.find(t.name());
+      if (it != archs.end()) c.arch = it->second;
     }
-  }
-  if (compile_or_fall_back(cuda_specs, "CUDA", [&] {
-        plan->cuda_arch = target.cuda_arch.empty() ? arch_of_device() : target.cuda_arch;
-        plan->cuda_binary = compile_cuda_source(plan->cuda_source, plan->cuda_arch);
-        plan->compile_ms += plan->cuda_binary->compile_ms;
-      })) {
-    for (auto& s : cuda_specs) add_kernel(std::move(s), nullptr);
+    for (auto& s : specs[ci]) {
+      if (c.artifact && !c.artifact->has_kernel(s.name)) {
+        // A damaged or foreign object that loaded costs that group only.
+        FJ_CHECK(!opt.assert_no_compile, "fused {} kernel {} is missing from its compiled library", t.name(), s.name);
+        log_warn("fused {} kernel {} is missing from its compiled library; its group runs through ATen", t.name(),
+                 s.name);
+        fall_back(s);
+        continue;
+      }
+      KernelLaunch k;
+      k.code = static_cast<int>(ci);
+      k.slot = static_cast<int>(c.kernels.size());
+      kernel_of_group[s.group] = static_cast<int>(plan->kernels.size());
+      c.kernels.push_back(static_cast<int>(plan->kernels.size()));
+      k.spec = std::move(s);
+      plan->kernels.push_back(std::move(k));
+    }
   }
   // Steps in fusion order; groups whose kernels are missing expand into their nodes.
   for (const auto& ps : plan->fusion.steps) {

@@ -1,9 +1,11 @@
 // The compiler driver: the layer between the runtime and the torch adapter that turns a graph after the
-// passes into an ExecutablePlan. This folder owns build_plan (fusion, code generation, both compilers,
-// the per-group fallback to ATen, steps and liveness), the plan cache (plan_cache.h) and the plan's JSON
-// form (plan_io.h). The runtime (runtime/) only holds and runs the plans built here.
+// passes into an ExecutablePlan. This folder owns build_plan (fusion, code generation and compiling
+// through each group's target, the per-group fallback to ATen, steps and liveness), the plan cache
+// (plan_cache.h) and the plan's JSON form (plan_io.h). The runtime (runtime/) only holds and runs the
+// plans built here.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -14,8 +16,9 @@ namespace fusion_jit {
 
 struct PlanTarget {
   bool enable_fusion = true;  // false: one kernel per fusible node
-  // For GPU groups: the architecture to compile for ("sm_90"); empty: the device's, asked of the driver.
-  std::string cuda_arch;
+  // What a target's groups are compiled for, by target name ({"cuda", "sm_90"}); a target not named
+  // compiles for its device's architecture, asked of the device (Target::device_arch).
+  std::map<std::string, std::string> arch;
   // false: generate the sources only; the plan's kernels carry no binary and cannot run (for tests and
   // tools that compile many plans' kernels together).
   bool compile = true;

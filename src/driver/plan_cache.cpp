@@ -8,6 +8,7 @@
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
+#include "targets/targets.h"
 
 // The library's build identity, a hash of every source file (CMakeLists.txt).
 #ifndef FJ_BUILD_ID
@@ -20,10 +21,14 @@ namespace {
 // Compiles (or finds in the caches) a deserialized plan's kernels; false when that fails.
 bool load_cached_kernels(ExecutablePlan* p) {
   try {
-    if (!p->source.empty()) p->library = compile_cpu_source(p->source);
-    if (!p->cuda_source.empty()) p->cuda_binary = compile_cuda_source(p->cuda_source, p->cuda_arch);
-    for (auto& k : p->kernels)
-      if (k.spec.device == Device::kCPU) k.fn = reinterpret_cast<CpuKernelFn>(p->library->symbol(k.spec.name));
+    for (auto& c : p->code) {
+      c.artifact = c.target->compile(c.source, c.arch);
+      for (int k : c.kernels) {
+        const std::string& name = p->kernels.at(k).spec.name;
+        FJ_CHECK(c.artifact->has_kernel(name), "its {} kernel {} is missing from the compiled library", c.target->name(),
+                 name);
+      }
+    }
     return true;
   } catch (const Error& e) {
     if (Options::get().assert_no_compile) throw;
@@ -34,11 +39,11 @@ bool load_cached_kernels(ExecutablePlan* p) {
 
 }  // namespace
 
-std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::string& cuda_arch) {
+std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::string& devices) {
   const Options& opt = Options::get();
   std::string flags = fmt::format("fusion={}", target.enable_fusion && !opt.is_disabled("fusion"));
-  std::string where = fmt::format("cpu cores {} | eager cpu math {} | cuda {}", host_cpu_description().cores,
-                                  eager_cpu_math().key(), cuda_arch);
+  std::string where = fmt::format("cpu cores {} | {}", host_cpu_description().cores, devices);
+  for (const Target* t : all_targets()) where += fmt::format(" | {} policy {}", t->name(), t->policy_key());
   return cache_key({"plan", print_graph(g), std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});
 }
 

@@ -3,12 +3,15 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "targets/targets.h"
+
 namespace fusion_jit {
 namespace {
 
 // The layout's version, written into every plan: a change of layout changes it, and a plan of another
 // format is never read (the plan cache counts it as a miss).
-constexpr int kPlanFormat = 3;  // 3: kernels keep their shape, not their code (the source holds it)
+// 3: kernels keep their shape, not their code (the source holds it). 4: sources per target.
+constexpr int kPlanFormat = 4;
 
 }  // namespace
 
@@ -17,9 +20,9 @@ constexpr int kPlanFormat = 3;  // 3: kernels keep their shape, not their code (
 std::string serialize_plan(const ExecutablePlan& p) {
   nlohmann::json j;
   j["format"] = kPlanFormat;
-  j["source"] = p.source;
-  j["cuda_source"] = p.cuda_source;
-  j["cuda_arch"] = p.cuda_arch;
+  j["code"] = nlohmann::json::array();
+  for (const auto& c : p.code)
+    j["code"].push_back({{"target", c.target->name()}, {"arch", c.arch}, {"source", c.source}});
   j["fusion_text"] = p.fusion_text;
   j["num_groups"] = p.num_groups;
   j["group_ops"] = p.group_ops;
@@ -28,9 +31,8 @@ std::string serialize_plan(const ExecutablePlan& p) {
   std::map<const Node*, int> position;
   for (const Node* n : p.graph->nodes()) position.emplace(n, static_cast<int>(position.size()));
   for (const auto& k : p.kernels) {
-    nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group},  {"cuda", k.spec.device == Device::kCUDA},
-                      {"sizes", k.spec.sizes}, {"numel", k.spec.numel},  {"index32", k.spec.index32},
-                      {"cuda_work", k.cuda_work}, {"cuda_vector", k.cuda_vector}};
+    nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group}, {"code", k.code},
+                      {"sizes", k.spec.sizes}, {"numel", k.spec.numel}, {"index32", k.spec.index32}};
     if (k.spec.is_reduction()) {
       kj["kept_dims"] = k.spec.kept_dims;
       kj["rows"] = k.spec.rows;
@@ -48,18 +50,22 @@ std::string serialize_plan(const ExecutablePlan& p) {
   return j.dump();
 }
 
-// Fills `p` (whose graph is set) from serialize_plan's text; false when it does not fit the graph.
-bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || j.value("format", 0) != kPlanFormat) return false;
+namespace {
+
+bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
   std::vector<Node*> nodes = p->graph->nodes();
   std::map<int, const Value*> values;
   for (const Value* v : p->graph->inputs()) values[v->id()] = v;
   for (const Node* n : nodes)
     for (const Value* v : n->outputs()) values[v->id()] = v;
-  p->source = j.at("source").get<std::string>();
-  p->cuda_source = j.at("cuda_source").get<std::string>();
-  p->cuda_arch = j.at("cuda_arch").get<std::string>();
+  for (const auto& cj : j.at("code")) {
+    TargetCode c;
+    c.target = target_named(cj.at("target").get<std::string>());
+    if (!c.target) return false;  // a target this build does not have
+    c.arch = cj.at("arch").get<std::string>();
+    c.source = cj.at("source").get<std::string>();
+    p->code.push_back(std::move(c));
+  }
   p->fusion_text = j.at("fusion_text").get<std::string>();
   p->num_groups = j.at("num_groups").get<int>();
   p->group_ops = j.at("group_ops").get<std::vector<int>>();
@@ -69,12 +75,15 @@ bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
     KernelLaunch k;
     k.spec.name = kj.at("name").get<std::string>();
     k.spec.group = kj.at("group").get<int>();
-    k.spec.device = kj.at("cuda").get<bool>() ? Device::kCUDA : Device::kCPU;
+    k.code = kj.at("code").get<int>();
+    if (k.code < 0 || k.code >= static_cast<int>(p->code.size())) return false;
+    TargetCode& c = p->code[k.code];
+    k.spec.device = c.target->device();
+    k.slot = static_cast<int>(c.kernels.size());
+    c.kernels.push_back(static_cast<int>(p->kernels.size()));
     k.spec.sizes = kj.at("sizes").get<std::vector<int64_t>>();
     k.spec.numel = kj.at("numel").get<int64_t>();
     k.spec.index32 = kj.at("index32").get<bool>();
-    k.cuda_work = kj.at("cuda_work").get<int64_t>();
-    k.cuda_vector = kj.at("cuda_vector").get<int>();
     if (kj.contains("passes")) {
       k.spec.kept_dims = kj.at("kept_dims").get<int>();
       k.spec.rows = kj.at("rows").get<int64_t>();
@@ -108,6 +117,23 @@ bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
     p->steps.push_back(std::move(st));
   }
   return true;
+}
+
+}  // namespace
+
+// Fills `p` (whose graph is set) from serialize_plan's text; false when it does not fit the graph or a
+// field is missing or of another type (nlohmann's exceptions stop here).
+bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", 0) != kPlanFormat) return false;
+  try {
+    if (read_plan(j, p)) return true;
+  } catch (const nlohmann::json::exception&) {
+  }
+  p->code.clear();
+  p->kernels.clear();
+  p->steps.clear();
+  return false;
 }
 
 }  // namespace fusion_jit

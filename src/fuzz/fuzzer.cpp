@@ -15,10 +15,11 @@
 #include <random>
 #include <set>
 
+#include "fusion_jit/fusion_jit.h"
 #include "ir/op_table.h"
 #include "passes/passes.h"
 #include "support/error.h"
-#include "fusion_jit/fusion_jit.h"
+#include "targets/cuda/nvrtc.h"  // the NVRTC check: ptxas's spill report
 #include "torch/executor.h"
 #include "torch/tolerance.h"
 
@@ -1129,12 +1130,13 @@ std::string nvrtc_check(const Graph& g, const std::string& arch, int64_t* kernel
   auto gc = g.clone();
   set_device(*gc, Device::kCUDA, 0);
   PlanTarget target;
-  target.cuda_arch = arch;
+  target.arch["cuda"] = arch;
   target.compile = false;
   auto plan = build_plan(std::move(gc), target);
-  if (plan->cuda_source.empty()) return "";
+  const TargetCode* code = plan->code_for(Device::kCUDA);
+  if (!code) return "";
   try {
-    auto bin = compile_cuda_source(plan->cuda_source, arch);
+    auto bin = compile_cuda_source(code->source, arch);
     *kernels += static_cast<int64_t>(bin->kernels.size());
     for (const auto& k : bin->kernels)
       if (k.spill_stores + k.spill_loads > 0)

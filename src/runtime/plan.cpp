@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "codegen/cuda/cuda_schedule.h"
-#include "runtime/cuda_driver.h"
 #include "support/error.h"
 
 namespace fusion_jit {
@@ -16,28 +14,9 @@ std::string ExecutablePlan::explain() const {
   if (from_plan_cache) s += "(plan from the plan cache: fusion and code generation skipped)\n";
   for (const auto& f : fallback_groups) s += "fallback: " + f + " failed to compile and runs through ATen\n";
   for (const auto& k : kernels) {
-    const KernelSpec& ks = k.spec;
-    if (ks.is_reduction() && ks.device == Device::kCPU)
-      s += fmt::format("cpu {}: {} rows of {}, {} pass{}, {}{}\n", ks.name, ks.rows, ks.row_len, ks.passes.size(),
-                       ks.passes.size() == 1 ? "" : "es",
-                       reduction_is_column(ks) ? "column tiles of 32 rows vectorized across rows"
-                                               : "rows over threads, 16 lanes per row",
-                       ks.scratch.empty() ? "" : fmt::format(", {} value(s) kept in a scratch row", ks.scratch.size()));
-    if (k.spec.device != Device::kCUDA) continue;
-    const CudaKernelInfo* info = cuda_binary ? cuda_binary->kernel(k.spec.name) : nullptr;
-    if (ks.is_reduction())
-      s += fmt::format("cuda {} ({}): {} rows of {}, {} threads per row{}, {}, {} offsets", ks.name, cuda_arch, ks.rows,
-                       ks.row_len, cuda_threads_per_row(ks), reduction_is_column(ks) ? " (column tile)" : "",
-                       cuda_row_in_registers(ks) ? fmt::format("{} elements per thread in registers", cuda_elements_per_thread(ks))
-                                                 : std::string("rows read once per pass"),
-                       ks.index32 ? "int32" : "int64");
-    else
-      s += fmt::format("cuda {} ({}): {} elements, vector width {}, {} offsets", k.spec.name, cuda_arch, k.spec.numel,
-                       k.cuda_vector, k.spec.index32 ? "int32" : "int64");
-    if (info)
-      s += fmt::format(", {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded", info->registers,
-                       info->shared_bytes, info->stack_bytes, info->spill_stores, info->spill_loads);
-    s += "\n";
+    const TargetCode& c = code.at(k.code);
+    std::string line = c.target->explain_kernel(k.spec, c.artifact.get(), c.arch);
+    if (!line.empty()) s += line + "\n";
   }
   s += fmt::format("{} kernel{}, {} fused op{}, {} ATen step{}; ", kernels.size(), kernels.size() == 1 ? "" : "s",
                    fused_ops, fused_ops == 1 ? "" : "s", steps.size() - kernels.size(),
@@ -49,24 +28,27 @@ std::string ExecutablePlan::explain() const {
   return s;
 }
 
-ExecutablePlan::ExecutablePlan() = default;
-ExecutablePlan::~ExecutablePlan() = default;
+const TargetCode* ExecutablePlan::code_for(Device device) const {
+  for (const auto& c : code)
+    if (c.target->device() == device) return &c;
+  return nullptr;
+}
 
-const std::vector<void*>& ExecutablePlan::cuda_functions(int device) const {
-  std::lock_guard<std::mutex> g(cuda_mu_);
-  if (cuda_module_) {
-    FJ_CHECK(cuda_module_->device() == device, "a plan compiled for cuda:{} was run on cuda:{}", cuda_module_->device(),
-             device);
-    return cuda_functions_;
+const LoadedKernels& ExecutablePlan::load(const TargetCode& c, int index) const {
+  TargetCode::Loaded& l = *c.loaded;
+  std::lock_guard<std::mutex> g(l.mu);
+  if (l.owner) {
+    FJ_CHECK(l.device == index, "a plan whose {} kernels were loaded for {}:{} was run on {}:{}", c.target->name(),
+             c.target->name(), l.device, c.target->name(), index);
+    return *l.owner;
   }
-  FJ_INTERNAL_ASSERT(cuda_binary != nullptr, "the plan has no CUDA binary");
-  auto module = std::make_unique<CudaModule>(*cuda_binary, device);
-  std::vector<void*> fns(kernels.size(), nullptr);
-  for (size_t i = 0; i < kernels.size(); ++i)
-    if (kernels[i].spec.device == Device::kCUDA) fns[i] = module->function(kernels[i].spec.name);
-  cuda_module_ = std::move(module);
-  cuda_functions_ = std::move(fns);
-  return cuda_functions_;
+  FJ_INTERNAL_ASSERT(c.artifact != nullptr, "the plan's {} kernels were not compiled", c.target->name());
+  std::vector<const KernelSpec*> specs;
+  for (int k : c.kernels) specs.push_back(&kernels.at(k).spec);
+  l.owner = c.target->load(c.artifact, specs, index);
+  l.device = index;
+  l.ready.store(l.owner.get(), std::memory_order_release);
+  return *l.owner;
 }
 
 }  // namespace fusion_jit

@@ -1,15 +1,14 @@
 // ExecutablePlan: what runs at each call for one input signature.
 //
 // Built from a graph after the passes: fusion groups become generated kernels (per target one source per
-// plan and one compiler call: C++ by the host compiler for CPU groups, CUDA C++ by NVRTC for GPU
-// groups), the other nodes run through ATen. If the kernels fail to compile or load, their
-// groups run through ATen with a warning that names them, and the plan counts the fallback. The plan
-// also says when each value dies, so that the executor releases intermediates as soon as possible.
-// The compiler driver builds plans (driver/build_plan.h); the runtime holds and runs them and calls no
-// compiler. A plan still holds types of the layers above it (KernelSpec, FusionPlan, CompiledLibrary,
-// CudaBinary).
+// plan and one compiler call, held in the plan's TargetCode), the other nodes run through ATen. If a
+// target's kernels fail to compile or load, their groups run through ATen with a warning that names
+// them, and the plan counts the fallback. The plan also says when each value dies, so that the executor
+// releases intermediates as soon as possible. The compiler driver builds plans (driver/build_plan.h); the
+// runtime holds and runs them, through the Target interface (codegen/target.h), and calls no compiler.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,21 +16,34 @@
 #include <vector>
 
 #include "codegen/kernel_spec.h"
-#include "compile/host_compiler.h"
-#include "compile/nvrtc.h"
+#include "codegen/target.h"
 #include "fusion/fusion.h"
-#include "runtime/cpu_launch.h"
 
 namespace fusion_jit {
 
-struct KernelLaunch {
-  KernelSpec spec;
-  CpuKernelFn fn = nullptr;   // CPU kernels
-  int64_t cuda_work = 0;      // CUDA kernels: threads with work (cuda_work_items)
-  int cuda_vector = 1;        // CUDA kernels: elements per thread on the vector path
+// One target's part of a plan: the source of its kernels and what its compiler made of it.
+struct TargetCode {
+  const Target* target = nullptr;
+  std::string arch;                          // what the source is compiled for ("sm_90"; "" for the host)
+  std::string source;                        // the generated source of the target's kernels
+  std::shared_ptr<const Artifact> artifact;  // null when not compiled (tools) or when compiling failed
+  std::vector<int> kernels;                  // the plan's kernels in this code, in load order
+
+  // The kernels loaded for one device at their first call (ExecutablePlan::launch).
+  struct Loaded {
+    std::mutex mu;
+    std::atomic<const LoadedKernels*> ready{nullptr};
+    std::unique_ptr<LoadedKernels> owner;
+    int device = -1;
+  };
+  std::shared_ptr<Loaded> loaded = std::make_shared<Loaded>();
 };
 
-class CudaModule;
+struct KernelLaunch {
+  KernelSpec spec;
+  int code = -1;  // index into ExecutablePlan::code
+  int slot = -1;  // position in that code's kernels
+};
 
 struct ExecStep {
   int kernel = -1;               // index into kernels, or -1
@@ -44,11 +56,7 @@ struct ExecutablePlan {
   FusionPlan fusion;
   std::vector<KernelLaunch> kernels;
   std::vector<ExecStep> steps;
-  std::shared_ptr<CompiledLibrary> library;
-  std::string source;              // generated C++ (empty when no CPU group)
-  std::string cuda_source;         // generated CUDA C++ (empty when no GPU group)
-  std::string cuda_arch;           // what it was compiled for
-  std::shared_ptr<const CudaBinary> cuda_binary;
+  std::vector<TargetCode> code;    // one per target that has kernels
   std::vector<std::string> fallback_groups;  // groups run through ATen because compiling failed
   std::map<std::string, int> aten_ops;       // schema -> count of nodes run through ATen per call
   int fused_ops = 0;               // nodes inside kernels
@@ -59,16 +67,21 @@ struct ExecutablePlan {
   double codegen_ms = 0, compile_ms = 0, fusion_ms = 0;
 
   std::string explain() const;
-  // The CUDA kernels' handles, by kernel index (nullptr for CPU kernels), loading the binary into the
-  // device's context at the first call.
-  const std::vector<void*>& cuda_functions(int device) const;
-  ExecutablePlan();  // out of line: CudaModule is incomplete here
-  ~ExecutablePlan();
+  // The code of the target of `device`, or nullptr when the plan has no kernel there.
+  const TargetCode* code_for(Device device) const;
+  // Runs kernel `kernel` over `buffers` (its spec's, in order) on device `index`, loading its target's
+  // kernels for that device at the first call. Throws fusion_jit::Error when loading fails or when the
+  // kernels were loaded for another device.
+  void launch(int kernel, int index, void* const* buffers, const LaunchContext& ctx) const {
+    const KernelLaunch& k = kernels[kernel];
+    TargetCode::Loaded& l = *code[k.code].loaded;
+    const LoadedKernels* ready = l.ready.load(std::memory_order_acquire);
+    if (!ready || l.device != index) ready = &load(code[k.code], index);
+    ready->launch(static_cast<size_t>(k.slot), buffers, ctx);
+  }
 
  private:
-  mutable std::mutex cuda_mu_;
-  mutable std::unique_ptr<CudaModule> cuda_module_;
-  mutable std::vector<void*> cuda_functions_;
+  const LoadedKernels& load(const TargetCode& c, int index) const;
 };
 
 }  // namespace fusion_jit

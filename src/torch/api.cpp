@@ -197,10 +197,11 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   set_device(*inst->captured.graph, Device::kCUDA, 0);
   PlanTarget target;
   target.enable_fusion = impl_->enable_fusion;
-  target.cuda_arch = arch;
+  target.arch["cuda"] = arch;
   target.compile = run_nvrtc;
   std::shared_ptr<ExecutablePlan> plan = build_plan(std::move(inst->captured.graph), target);
-  if (!plan->fallback_groups.empty()) compile_cuda_source(plan->cuda_source, arch);  // throws NVRTC's log
+  if (const TargetCode* c = plan->code_for(Device::kCUDA); c && !plan->fallback_groups.empty())
+    c->target->compile(c->source, arch);  // throws NVRTC's log
   return plan;
 }
 

@@ -3,11 +3,11 @@
 // these instead of the layers' own headers.
 #include "fusion_jit/cache.h"
 
-#include "compile/host_compiler.h"
-#include "compile/nvrtc.h"
 #include "kernels_cache/kernels_cache.h"
-#include "runtime/cuda_driver.h"
 #include "support/error.h"
+#include "targets/cpu/host_compiler.h"
+#include "targets/cuda/cuda_driver.h"
+#include "targets/cuda/nvrtc.h"
 #include "torch/cuda_support.h"
 
 namespace fusion_jit {

@@ -12,7 +12,6 @@
 #include <limits>
 
 #include "runtime/buffer_pool.h"
-#include "runtime/cuda_driver.h"
 #include "torch/cuda_support.h"
 
 #include "support/error.h"
@@ -80,6 +79,9 @@ at::Tensor allocate_output(const TensorType& t) {
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   at::parallel_for(0, n, grain, fn);
 }
+
+// Torch's current stream on a device; none for the host.
+void* current_stream(Device device, int index) { return device == Device::kCUDA ? current_cuda_stream(index) : nullptr; }
 
 }  // namespace
 
@@ -312,8 +314,12 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
   std::vector<c10::IValue> env(g.num_value_ids());
   FJ_INTERNAL_ASSERT(inputs.size() == g.inputs().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]->id()] = inputs[i];
-  const int64_t grain = Options::get().cpu_grain;
-  std::vector<void*> ptrs, cuda_args;
+  // What launches take from torch: its threads and its current streams (plain functions: no allocation).
+  LaunchContext launch_context;
+  launch_context.parallel_for = parallel_for;
+  launch_context.grain = Options::get().cpu_grain;
+  launch_context.stream = current_stream;
+  std::vector<void*> ptrs;
   std::vector<c10::IValue> args;
   for (const ExecStep& st : plan.steps) {
     if (st.kernel >= 0) {
@@ -333,19 +339,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
           env[b.value->id()] = std::move(out);
         }
       }
-      if (k.spec.device == Device::kCUDA) {
-        const int device = k.spec.buffers.back().value->tensor_type().device_index;
-        void* fn = plan.cuda_functions(device)[st.kernel];
-        cuda_args.clear();
-        for (void*& p : ptrs) cuda_args.push_back(&p);
-        cuda_launch(fn, device, k.cuda_work, cuda_args.data(), current_cuda_stream(device));
-      } else {
-        if (k.spec.is_reduction())  // rows in parallel, about `grain` elements per chunk
-          launch_cpu_kernel(k.fn, ptrs.data(), k.spec.rows, std::max<int64_t>(1, grain / std::max<int64_t>(k.spec.row_len, 1)),
-                            parallel_for);
-        else
-          launch_cpu_kernel(k.fn, ptrs.data(), k.spec.numel, grain, parallel_for);
-      }
+      plan.launch(st.kernel, k.spec.buffers.back().value->tensor_type().device_index, ptrs.data(), launch_context);
     } else {
       const Node& n = *st.node;
       if (n.is_constant()) {

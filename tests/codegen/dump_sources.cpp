@@ -38,7 +38,7 @@ std::unique_ptr<fj::ExecutablePlan> plan_sources(const tj::Module& m, const std:
   fj::optimize_captured(cap.captured);
   if (device == fj::Device::kCUDA) fj::set_device(*cap.captured.graph, fj::Device::kCUDA, 0);
   fj::PlanTarget target;
-  target.cuda_arch = "sm_90";
+  target.arch["cuda"] = "sm_90";
   target.compile = false;
   return fj::build_plan(std::move(cap.captured.graph), target);
 }
@@ -53,8 +53,10 @@ int files = 0;
 void dump(const std::string& dir, const std::string& name, const tj::Module& m, const std::vector<c10::IValue>& in) {
   auto cpu = plan_sources(m, in, fj::Device::kCPU);
   auto cuda = plan_sources(m, in, fj::Device::kCUDA);
-  write(dir + "/" + name + ".cpp", cpu->source.empty() ? "// no CPU kernel\n" : cpu->source);
-  write(dir + "/" + name + ".cu", cuda->cuda_source.empty() ? "// no CUDA kernel\n" : cuda->cuda_source);
+  const fj::TargetCode* cpu_code = cpu->code_for(fj::Device::kCPU);
+  const fj::TargetCode* cuda_code = cuda->code_for(fj::Device::kCUDA);
+  write(dir + "/" + name + ".cpp", cpu_code ? cpu_code->source : "// no CPU kernel\n");
+  write(dir + "/" + name + ".cu", cuda_code ? cuda_code->source : "// no CUDA kernel\n");
   files += 2;
 }
 

@@ -13,7 +13,7 @@
 #include "../torch/op_corpus.h"
 #include "../torch/reduction_corpus.h"
 #include "fuzz/fuzzer.h"
-#include "runtime/cuda_driver.h"
+#include "targets/cuda/cuda_driver.h"
 #include "torch/cuda_support.h"
 
 namespace fusion_jit::testing {

@@ -180,8 +180,8 @@ TEST_P(PlantedBug, IsCaught) {
   switch (GetParam()) {
     case 0: hooks.before_layout = left_aligned_broadcast; break;
     case 1: hooks.after_lowering = int32_always; break;
-    case 2: hooks.cpu_prelude = kMaximumDropsNan; break;
-    case 3: hooks.cpu_prelude = kBf16Truncates; break;
+    case 2: hooks.preludes["cpu"] = kMaximumDropsNan; break;
+    case 3: hooks.preludes["cpu"] = kBf16Truncates; break;
   }
   set_kernel_hooks(hooks);
   fuzz::Options opt;

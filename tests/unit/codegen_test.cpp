@@ -6,11 +6,12 @@
 #include <cstring>
 #include <limits>
 
-#include "codegen/cpu/cpu_printer.h"
-#include "compile/host_compiler.h"
 #include "driver/build_plan.h"
-#include "runtime/cpu_launch.h"
 #include "kernels_cache/kernels_cache.h"
+#include "targets/cpu/cpu_launch.h"
+#include "targets/cpu/cpu_printer.h"
+#include "targets/cpu/host_compiler.h"
+#include "targets/targets.h"
 
 #include <ctime>
 #include <unistd.h>
@@ -32,7 +33,7 @@ Built build(const std::string& ir) {
   verify_graph(*b.graph);
   RooflineCostModel cost(host_cpu_description());
   b.plan = plan_fusion(*b.graph, cost);
-  for (const auto& g : b.plan.groups) b.specs.push_back(make_kernel_spec(g));
+  for (const auto& g : b.plan.groups) b.specs.push_back(make_kernel_spec(g, target_for(Device::kCPU)));
   b.source = print_cpu_source(b.specs);
   return b;
 }
@@ -213,7 +214,7 @@ TEST(PlanCache, ASecondBuildOfAGraphSkipsFusionAndCodegenAndComputesTheSame) {
     for (int j = 0; j < 5; ++j) bias[j] = static_cast<float>(j) * 0.25f;
     EXPECT_EQ(p.kernels.size(), 1u);
     void* bufs[] = {x.data(), bias.data(), out.data()};
-    p.kernels.at(0).fn(bufs, 0, 15);
+    p.launch(0, 0, bufs, LaunchContext{});  // 15 elements: one chunk, no parallel_for needed
     return out;
   };
   auto first = build_plan(parse_graph(ir));
@@ -221,7 +222,8 @@ TEST(PlanCache, ASecondBuildOfAGraphSkipsFusionAndCodegenAndComputesTheSame) {
   auto second = build_plan(parse_graph(ir));
   ASSERT_TRUE(second->from_plan_cache) << "the plan was not found in the cache";
   EXPECT_TRUE(second->fusion.groups.empty()) << "no fusion ran";
-  EXPECT_EQ(second->source, first->source);
+  ASSERT_EQ(second->code.size(), 1u);
+  EXPECT_EQ(second->code[0].source, first->code.at(0).source);
   EXPECT_EQ(second->num_groups, 1);
   EXPECT_EQ(second->fused_ops, 3);
   EXPECT_NE(second->explain().find("plan from the plan cache"), std::string::npos);
@@ -238,7 +240,7 @@ TEST(PlanCache, ALibraryMissingAKernelFallsBackPerGroup) {
                          "  return (%2)\n";
   PlanTarget sources_only;
   sources_only.compile = false;
-  const std::string source = build_plan(parse_graph(ir), sources_only)->source;
+  const std::string source = build_plan(parse_graph(ir), sources_only)->code.at(0).source;
   ASSERT_FALSE(source.empty());
   // A loadable library without the kernel, stored under the key of the plan's source.
   const std::string other = "extern \"C\" int fj_unrelated_kernel() { return 0; }\n// " + salt + "\n";

@@ -2,10 +2,11 @@
 // architectures we ship for, with ptxas's report parsed; the Driver API's absence reported clearly.
 #include <gtest/gtest.h>
 
-#include "codegen/cuda/cuda_printer.h"
-#include "compile/nvrtc.h"
 #include "driver/build_plan.h"
-#include "runtime/cuda_driver.h"
+#include "targets/cuda/cuda_driver.h"
+#include "targets/cuda/cuda_printer.h"
+#include "targets/cuda/nvrtc.h"
+#include "targets/targets.h"
 #include "support/error.h"
 
 namespace fusion_jit {
@@ -19,7 +20,7 @@ std::vector<KernelSpec> cuda_specs(const std::string& ir) {
   RooflineCostModel cost(cuda_gpu_description());
   FusionPlan plan = plan_fusion(*g, cost);
   std::vector<KernelSpec> specs;
-  for (const auto& grp : plan.groups) specs.push_back(make_kernel_spec(grp));
+  for (const auto& grp : plan.groups) specs.push_back(make_kernel_spec(grp, target_for(Device::kCUDA)));
   static std::vector<std::unique_ptr<Graph>> keep;  // specs point into the graph
   keep.push_back(std::move(g));
   return specs;
@@ -149,13 +150,22 @@ TEST(CudaPlan, BuildsWithAGivenArchWithoutAGpu) {
   auto g = parse_graph(kChain);
   set_device(*g, Device::kCUDA, 0);
   PlanTarget target;
-  target.cuda_arch = "sm_90";
+  target.arch["cuda"] = "sm_90";
   auto plan = build_plan(std::move(g), target);
   ASSERT_EQ(plan->kernels.size(), 1u) << plan->explain();
-  EXPECT_TRUE(plan->source.empty());
-  EXPECT_FALSE(plan->cuda_source.empty());
-  ASSERT_NE(plan->cuda_binary, nullptr);
-  EXPECT_EQ(plan->kernels[0].cuda_vector, 4);
+  EXPECT_EQ(plan->code_for(Device::kCPU), nullptr);
+  const TargetCode* code = plan->code_for(Device::kCUDA);
+  ASSERT_NE(code, nullptr);
+  EXPECT_EQ(code->arch, "sm_90");
+  EXPECT_FALSE(code->source.empty());
+  ASSERT_NE(code->artifact, nullptr);
+  EXPECT_EQ(code->artifact->image_file_name(), "plan.cubin");
+  EXPECT_FALSE(code->artifact->image().empty());
+  const auto report = code->artifact->kernel_report("fj_kernel_0");
+  ASSERT_EQ(report.size(), 5u);
+  EXPECT_EQ(report[0].first, "registers");
+  EXPECT_GT(report[0].second, 0);
+  EXPECT_EQ(cuda_vector_width(plan->kernels[0].spec), 4);
   std::string ex = plan->explain();
   EXPECT_NE(ex.find("cuda fj_kernel_0 (sm_90): 16384 elements, vector width 4, int32 offsets"), std::string::npos) << ex;
   EXPECT_NE(ex.find("spills 0 B stored / 0 B loaded"), std::string::npos) << ex;

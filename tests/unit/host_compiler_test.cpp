@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "compile/host_compiler.h"
 #include "kernels_cache/kernels_cache.h"
 #include "support/error.h"
 #include "support/hash.h"
+#include "targets/cpu/host_compiler.h"
 
 namespace fusion_jit {
 namespace {

@@ -3,14 +3,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
+#include <set>
+#include <fstream>
+#include <filesystem>
 #include <limits>
 
-#include "codegen/cuda/cuda_schedule.h"
 #include "codegen/kernel_ir.h"
 #include "codegen/kernel_spec.h"
 #include "codegen/target.h"
 #include "cost/cost_model.h"
 #include "fusion/fusion.h"
+#include "support/error.h"
+#include "targets/cuda/cuda_schedule.h"
+#include "targets/targets.h"
 
 namespace fusion_jit {
 namespace {
@@ -96,6 +102,15 @@ TEST(Targets, EachDeviceHasOneAndTheirPoliciesDifferWhereEagerDoes) {
   EXPECT_STREQ(cuda.name(), "cuda");
   EXPECT_EQ(cpu.device(), Device::kCPU);
   EXPECT_EQ(cuda.device(), Device::kCUDA);
+  EXPECT_EQ(all_targets().size(), 2u);
+  EXPECT_EQ(target_named("cpu"), &cpu);
+  EXPECT_EQ(target_named("cuda"), &cuda);
+  EXPECT_EQ(target_named("tpu"), nullptr);
+  // The host compiles for itself only; CUDA names the architectures it knows.
+  EXPECT_NO_THROW(cpu.check_arch(""));
+  EXPECT_THROW(cpu.check_arch("sm_90"), Error);
+  EXPECT_TRUE(cpu.device_present());
+  EXPECT_EQ(cpu.device_arch(0), "");
   // Eager's CPU erf of float16 is ATen's vectorized polynomial; CUDA calls the device's erff.
   EXPECT_EQ(cpu.math_fn("erf", DType::kFloat16), "erf_as");
   EXPECT_EQ(cpu.math_fn("erf", DType::kFloat32), "erf");
@@ -126,6 +141,39 @@ TEST(Targets, CudaGridCoversTheWorkUpToOneWave) {
   EXPECT_EQ(cuda_grid_blocks(kCudaBlockSize * 10 + 1, 132), 11);
   EXPECT_EQ(cuda_grid_blocks(int64_t{1} << 40, 132), 132 * (2048 / kCudaBlockSize));
   EXPECT_EQ(cuda_grid_blocks(int64_t{1} << 40, 0), 2048 / kCudaBlockSize);
+}
+
+// A third target is a new folder under src/targets/ and its entry in all_targets(): the layers that build,
+// hold and run plans name no target and no CUDA device. Outside src/targets/ only the CUDA-specific
+// features include a target's headers: the public CUDA status and compiler counters (torch/api_cache.cpp),
+// `fusion-jit compile`'s kernels.json (cli/model.cpp) and the fuzzer's NVRTC spill check (fuzz/fuzzer.cpp).
+TEST(Targets, OnlyTheTargetsFolderNamesATarget) {
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(FJ_TEST_DATA_DIR) / ".." / ".." / ".." / "src";
+  ASSERT_TRUE(fs::exists(src / "targets" / "targets.cpp")) << src;
+  const std::set<std::string> cuda_features = {"torch/api_cache.cpp", "cli/model.cpp", "fuzz/fuzzer.cpp"};
+  // The layers that lower, build, hold and run plans.
+  const std::set<std::string> device_neutral = {"codegen", "runtime", "driver"};
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(src)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), src).generic_string();
+    const std::string layer = rel.substr(0, rel.find('/'));
+    if (layer == "targets") continue;
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string t = text.str();
+    ++files;
+    const bool includes_target =
+        t.find("#include \"targets/cpu/") != std::string::npos || t.find("#include \"targets/cuda/") != std::string::npos;
+    EXPECT_TRUE(!includes_target || cuda_features.count(rel)) << rel << " includes a target's own header";
+    if (device_neutral.count(layer)) {
+      EXPECT_EQ(t.find("Device::kCUDA"), std::string::npos) << rel << " branches on the CUDA device";
+      EXPECT_EQ(t.find("cuda_"), std::string::npos) << rel << " names a CUDA function";
+    }
+  }
+  EXPECT_GT(files, 50);
 }
 
 }  // namespace

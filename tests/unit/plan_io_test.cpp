@@ -40,9 +40,13 @@ std::unique_ptr<ExecutablePlan> read_back(const std::string& text, bool cuda, bo
 }
 
 void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
-  EXPECT_EQ(a.source, b.source);
-  EXPECT_EQ(a.cuda_source, b.cuda_source);
-  EXPECT_EQ(a.cuda_arch, b.cuda_arch);
+  ASSERT_EQ(a.code.size(), b.code.size());
+  for (size_t i = 0; i < a.code.size(); ++i) {
+    EXPECT_EQ(a.code[i].target, b.code[i].target);
+    EXPECT_EQ(a.code[i].arch, b.code[i].arch);
+    EXPECT_EQ(a.code[i].source, b.code[i].source);
+    EXPECT_EQ(a.code[i].kernels, b.code[i].kernels);
+  }
   EXPECT_EQ(a.fusion_text, b.fusion_text);
   EXPECT_EQ(a.num_groups, b.num_groups);
   EXPECT_EQ(a.group_ops, b.group_ops);
@@ -58,8 +62,8 @@ void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
     EXPECT_EQ(x.spec.sizes, y.spec.sizes);
     EXPECT_EQ(x.spec.numel, y.spec.numel);
     EXPECT_EQ(x.spec.index32, y.spec.index32);
-    EXPECT_EQ(x.cuda_work, y.cuda_work);
-    EXPECT_EQ(x.cuda_vector, y.cuda_vector);
+    EXPECT_EQ(x.code, y.code);
+    EXPECT_EQ(x.slot, y.slot);
     EXPECT_EQ(x.spec.is_reduction(), y.spec.is_reduction());
     EXPECT_EQ(x.spec.rows, y.spec.rows);
     EXPECT_EQ(x.spec.row_len, y.spec.row_len);
@@ -105,8 +109,9 @@ TEST(PlanIo, ACpuPlanWrittenAndReadBackIsTheSamePlan) {
 TEST(PlanIo, ACudaPlanWrittenAndReadBackIsTheSamePlan) {
   auto plan = sources_only_plan(/*cuda=*/true);
   ASSERT_FALSE(plan->kernels.empty()) << plan->explain();
-  EXPECT_TRUE(plan->source.empty());
-  EXPECT_FALSE(plan->cuda_source.empty());
+  EXPECT_EQ(plan->code_for(Device::kCPU), nullptr);
+  ASSERT_NE(plan->code_for(Device::kCUDA), nullptr);
+  EXPECT_FALSE(plan->code_for(Device::kCUDA)->source.empty());
   const std::string text = serialize_plan(*plan);
   bool ok = false;
   auto back = read_back(text, /*cuda=*/true, &ok);
@@ -121,9 +126,9 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   read_back("not json", /*cuda=*/false, &ok);
   EXPECT_FALSE(ok) << "not a plan";
   std::string other_format = text;
-  const std::string field = "\"format\":3";
+  const std::string field = "\"format\":4";
   ASSERT_NE(other_format.find(field), std::string::npos) << text;
-  other_format.replace(other_format.find(field), field.size(), "\"format\":2");
+  other_format.replace(other_format.find(field), field.size(), "\"format\":3");
   read_back(other_format, /*cuda=*/false, &ok);
   EXPECT_FALSE(ok) << "another format";
   // A reduction kernel claiming more passes than any kernel has (hostile bytes) is refused, not allocated.
@@ -133,6 +138,20 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   many_passes.replace(many_passes.find(passes), passes.size(), "\"passes\":1000000000000");
   read_back(many_passes, /*cuda=*/false, &ok);
   EXPECT_FALSE(ok) << "a trillion passes";
+  // Hostile or foreign text: each is refused, none throws.
+  auto refused = [&](const std::string& from, const std::string& to, const char* what) {
+    std::string t = text;
+    ASSERT_NE(t.find(from), std::string::npos) << text;
+    t.replace(t.find(from), from.size(), to);
+    bool ok = true;
+    EXPECT_NO_THROW(read_back(t, /*cuda=*/false, &ok)) << what;
+    EXPECT_FALSE(ok) << what;
+  };
+  refused("\"target\":\"cpu\"", "\"target\":\"tpu\"", "a target this build does not have");
+  refused("\"code\":0", "\"code\":7", "a kernel naming code out of range");
+  refused("\"code\":0", "\"code\":-1", "a kernel naming code -1");
+  refused("\"numel\":", "\"elements\":", "a kernel without its element count");
+  refused("\"numel\":", "\"numel\":\"x\",\"y\":", "an element count that is a string");
   // The same plan over a graph whose tensors have another dtype: its buffers do not fit.
   auto p = std::make_unique<ExecutablePlan>();
   std::string f64 = kPlanGraph;

@@ -1,4 +1,4 @@
-#include "codegen/cuda/cuda_printer.h"
+#include "targets/cuda/cuda_printer.h"
 
 #include <fmt/format.h>
 
@@ -13,16 +13,16 @@ namespace {
 
 const char* kPrelude =
 #include "codegen/libm_functions.inc"
-#include "codegen/cuda/cuda_prelude.inc"
+#include "targets/cuda/cuda_prelude.inc"
     ;
 const char* kHalfPrelude =
-#include "codegen/cuda/cuda_prelude_half.inc"
+#include "targets/cuda/cuda_prelude_half.inc"
     ;
 const char* kCommonPrelude =
 #include "codegen/common_prelude.inc"
     ;
 const char* kReducePrelude =
-#include "codegen/cuda/cuda_prelude_reduce.inc"
+#include "targets/cuda/cuda_prelude_reduce.inc"
     ;
 // 128-bit (or narrower) vectors of N elements, aligned to their size.
 const char* kVector = "template <class T, int N> struct alignas(sizeof(T) * N) fj_vec { T v[N]; };\n";
@@ -339,7 +339,7 @@ std::string print_cuda_source(const std::vector<KernelSpec>& kernels) {
   for (const auto& k : kernels) reductions = reductions || k.is_reduction();
   if (reductions) s += kReducePrelude;
   s += kVector;
-  s += kernel_hooks().cuda_prelude;  // empty but in tests (Note [Kernel hooks])
+  s += kernel_hooks().prelude("cuda");  // empty but in tests (Note [Kernel hooks])
   for (const auto& k : kernels) {
     if (k.is_reduction()) print_reduction_kernel(k, s);
     else print_kernel(k, s);

@@ -1,4 +1,4 @@
-#include "compile/nvrtc.h"
+#include "targets/cuda/nvrtc.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "codegen/cuda/cuda_schedule.h"
+#include "targets/cuda/cuda_schedule.h"
 
 #include <algorithm>
 

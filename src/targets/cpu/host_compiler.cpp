@@ -1,4 +1,4 @@
-#include "compile/host_compiler.h"
+#include "targets/cpu/host_compiler.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -1,4 +1,4 @@
-#include "runtime/cpu_launch.h"
+#include "targets/cpu/cpu_launch.h"
 
 namespace fusion_jit {
 

@@ -1,4 +1,4 @@
-#include "runtime/cuda_driver.h"
+#include "targets/cuda/cuda_driver.h"
 
 #include <dlfcn.h>
 
@@ -6,9 +6,9 @@
 #include <map>
 #include <mutex>
 
-#include "codegen/cuda/cuda_printer.h"
 #include "support/error.h"
 #include "support/log.h"
+#include "targets/cuda/cuda_schedule.h"
 
 namespace fusion_jit {
 namespace {

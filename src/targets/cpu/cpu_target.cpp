@@ -1,8 +1,17 @@
 // The CPU target: C++ for the host compiler (cpu_printer.cpp, cpu_prelude.inc), lowered to follow eager's
-// CPU kernels (ATen's vectorized float math, its scalar handling of float16/bfloat16).
-#include "codegen/cpu/cpu_printer.h"
+// CPU kernels (ATen's vectorized float math, its scalar handling of float16/bfloat16), compiled into a
+// shared object by the host compiler (host_compiler.h) and run over index ranges split across torch's
+// threads (cpu_launch.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "codegen/kernel_spec.h"
 #include "codegen/target.h"
+#include "support/error.h"
+#include "targets/cpu/cpu_launch.h"
+#include "targets/cpu/cpu_printer.h"
+#include "targets/cpu/host_compiler.h"
 
 namespace fusion_jit {
 namespace {
@@ -19,6 +28,45 @@ bool eager_is_scalar(const Value* v, const Value* out) {
   }
   return true;
 }
+
+class CpuArtifact final : public Artifact {
+ public:
+  explicit CpuArtifact(std::shared_ptr<CompiledLibrary> library) : library_(std::move(library)) {}
+  double compile_ms() const override { return library_->compile_ms(); }
+  bool has_kernel(const std::string& name) const override { return library_->find_symbol(name) != nullptr; }
+  const CompiledLibrary& library() const { return *library_; }
+
+ private:
+  std::shared_ptr<CompiledLibrary> library_;
+};
+
+class CpuKernels final : public LoadedKernels {
+ public:
+  CpuKernels(std::shared_ptr<const Artifact> keep, const std::vector<const KernelSpec*>& kernels) {
+    const CompiledLibrary& lib = static_cast<const CpuArtifact&>(*keep).library();
+    for (const KernelSpec* k : kernels) {
+      Kernel e;
+      e.fn = reinterpret_cast<CpuKernelFn>(lib.symbol(k->name));
+      // Elementwise kernels take element ranges; reductions take row ranges, about `grain` elements each.
+      e.range = k->is_reduction() ? k->rows : k->numel;
+      e.row_len = k->is_reduction() ? std::max<int64_t>(k->row_len, 1) : 1;
+      kernels_.push_back(e);
+    }
+    keep_ = std::move(keep);
+  }
+  void launch(size_t i, void* const* buffers, const LaunchContext& ctx) const override {
+    const Kernel& k = kernels_[i];
+    launch_cpu_kernel(k.fn, buffers, k.range, std::max<int64_t>(1, ctx.grain / k.row_len), ctx.parallel_for);
+  }
+
+ private:
+  struct Kernel {
+    CpuKernelFn fn = nullptr;
+    int64_t range = 0, row_len = 1;
+  };
+  std::shared_ptr<const Artifact> keep_;  // the library stays loaded while its functions may run
+  std::vector<Kernel> kernels_;
+};
 
 class CpuTarget final : public Target {
  public:
@@ -72,7 +120,37 @@ class CpuTarget final : public Target {
     return true;
   }
 
+  std::string policy_key() const override { return "eager cpu math " + eager_cpu_math().key(); }
+
+  DeviceDescription machine(int) const override { return host_cpu_description(); }
+
   std::string print_source(const std::vector<KernelSpec>& kernels) const override { return print_cpu_source(kernels); }
+
+  // The host is always there, and it is its own architecture (the cache keys of compiled objects name
+  // its ISA).
+  bool device_present(std::string*) const override { return true; }
+  std::string device_arch(int) const override { return ""; }
+  void check_arch(const std::string& arch) const override {
+    FJ_CHECK(arch.empty(), "the cpu target compiles for this host only, not for '{}'", arch);
+  }
+  std::shared_ptr<const Artifact> compile(const std::string& source, const std::string& arch) const override {
+    check_arch(arch);
+    return std::make_shared<CpuArtifact>(compile_cpu_source(source));
+  }
+
+  std::unique_ptr<LoadedKernels> load(const std::shared_ptr<const Artifact>& artifact, const std::vector<const KernelSpec*>& kernels,
+                                      int) const override {
+    return std::make_unique<CpuKernels>(artifact, kernels);
+  }
+
+  std::string explain_kernel(const KernelSpec& ks, const Artifact*, const std::string&) const override {
+    if (!ks.is_reduction()) return "";
+    return fmt::format("cpu {}: {} rows of {}, {} pass{}, {}{}", ks.name, ks.rows, ks.row_len, ks.passes.size(),
+                       ks.passes.size() == 1 ? "" : "es",
+                       reduction_is_column(ks) ? "column tiles of 32 rows vectorized across rows"
+                                               : "rows over threads, 16 lanes per row",
+                       ks.scratch.empty() ? "" : fmt::format(", {} value(s) kept in a scratch row", ks.scratch.size()));
+  }
 };
 
 }  // namespace

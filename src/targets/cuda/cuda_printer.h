@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda/cuda_schedule.h"
 #include "codegen/kernel_spec.h"
+#include "targets/cuda/cuda_schedule.h"
 
 namespace fusion_jit {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "compile/nvrtc.h"
+#include "targets/cuda/nvrtc.h"
 
 namespace fusion_jit {
 
