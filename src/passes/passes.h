@@ -3,6 +3,9 @@
 // decompose      the rule set "decompose" (passes/rewrite.h, Note [Decompositions]): composite ops
 //                (softmax, log_softmax, logsumexp, layer_norm, rms_norm, group_norm, std, max.dim without
 //                indices) rewritten into reductions and elementwise ops, one named rule each.
+// fold           the rule set "fold" (Note [Convolution rules]): batch_norm folded into a frozen conv.
+// epilogue       the rule set "epilogue": conv + activation as one oneDNN call with a post-op.
+// prepack        the rule set "prepack": the other frozen convs as oneDNN calls on a reordered weight.
 // dce            removes nodes whose outputs are unused and that have no side effects.
 // cse            merges nodes with the same schema and arguments (pure ops only), keeping the first.
 // constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant, through an evaluator
@@ -16,6 +19,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +30,18 @@ namespace fusion_jit {
 
 // The decompositions as a rule set, and the whole set applied to a fixed point (no rule disabled).
 const RuleSet& decompositions();
+// The rules around convolutions (Note [Convolution rules], conv_rules.cpp): "fold" folds a frozen
+// batch_norm into the convolution before it; "epilogue" turns a convolution and its activation into one
+// oneDNN call with the activation as a post-op.
+const RuleSet& fold_rules();
+const RuleSet& epilogue_rules();
+// "prepack": a convolution with a frozen weight that no epilogue took, as the same oneDNN call without a
+// post-op, for the weight reordered once.
+const RuleSet& prepack_rules();
+// Tells the rules which ATen schemas this build of torch has ("mkldnn::_convolution_pointwise"); the
+// torch adapter sets it when the library loads. Unset (tests of the IR alone), every schema is taken as
+// present.
+void set_schema_probe(bool (*probe)(const std::string& schema));
 bool decompose(Graph& g);
 bool dce(Graph& g);
 bool cse(Graph& g);
@@ -41,7 +57,8 @@ struct PassTiming {
   bool changed;
   std::vector<RuleApplication> rewrites;  // a rule set's applications, in order
 };
-std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval);
+// `skip`: passes, rule sets or rules left out of this run besides FUSION_JIT_DISABLE's.
+std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, const std::set<std::string>& skip = {});
 
 // The names FUSION_JIT_DISABLE may give for the pipeline: its passes, its rule sets and their rules
 // ("decompose.softmax"). The pipeline registers them with the option table when the library loads.

@@ -18,6 +18,11 @@ std::vector<Step> steps(const ConstantEvaluator& eval) {
   return {
       {"decompose", nullptr, &decompositions()},
       {"dce", dce},
+      // Before constant_fold, which evaluates the folded weights and biases the fold rules build.
+      {"fold", nullptr, &fold_rules()},
+      {"epilogue", nullptr, &epilogue_rules()},
+      {"prepack", nullptr, &prepack_rules()},
+      {"dce", dce},
       {"constant_fold", [&eval](Graph& gr) { return constant_fold(gr, eval); }},
       {"cse", cse},
       {"dce", dce},
@@ -39,17 +44,19 @@ std::vector<std::string> pipeline_names() {
   return names;
 }
 
-std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval) {
+std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, const std::set<std::string>& skip) {
   (void)kNamesRegistered;
   const Options& opt = Options::get();
   std::vector<PassTiming> timings;
   std::vector<RuleApplication> all;
   if (opt.dumps("ir")) std::fprintf(stderr, "== IR after capture ==\n%s", print_graph(g).c_str());
+  std::set<std::string> disabled = opt.disabled;
+  disabled.insert(skip.begin(), skip.end());
   for (const Step& p : steps(eval)) {
-    if (opt.is_disabled(p.name)) continue;
+    if (disabled.count(p.name)) continue;
     PassTiming t{p.name, 0, false, {}};
     auto t0 = std::chrono::steady_clock::now();
-    t.changed = p.rules ? run_rules(g, *p.rules, opt.disabled, &t.rewrites) : p.run(g);
+    t.changed = p.rules ? run_rules(g, *p.rules, disabled, &t.rewrites) : p.run(g);
     t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     verify_graph(g);
     if (t.changed && opt.dumps("ir")) {

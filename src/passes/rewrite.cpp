@@ -80,6 +80,11 @@ Pattern Pattern::unused(int index) const {
   p.unused_.push_back(index);
   return p;
 }
+Pattern Pattern::commutative() const {
+  Pattern p = *this;
+  p.commutative_ = true;
+  return p;
+}
 
 bool is_floating_tensor(const TensorType& t) { return is_floating(t.dtype); }
 Pattern::TypePredicate has_dtype(DType d) {
@@ -137,10 +142,21 @@ class Matcher {
     if (p.num_outputs_ && n->outputs().size() != *p.num_outputs_) return false;
     for (int i : p.unused_)
       if (i >= static_cast<int>(n->outputs().size()) || uses(n->output(i))) return false;
-    m.nodes.push_back(n);
-    for (size_t i = 0; i < p.args_.size(); ++i)
-      if (!match_arg(p.args_[i], i < n->args().size() ? &n->args()[i] : nullptr, m)) return false;
-    return check(p, as, m);
+    const size_t nodes = m.nodes.size();
+    const auto bound = m.bound_;
+    for (bool swap : {false, true}) {
+      if (swap && !p.commutative_) break;
+      m.nodes.resize(nodes);  // what the first order bound is forgotten
+      m.bound_ = bound;
+      m.nodes.push_back(n);
+      bool ok = true;
+      for (size_t i = 0; ok && i < p.args_.size(); ++i) {
+        const size_t j = swap && i < 2 ? 1 - i : i;
+        ok = match_arg(p.args_[i], j < n->args().size() ? &n->args()[j] : nullptr, m);
+      }
+      if (ok && check(p, as, m)) return true;
+    }
+    return false;
   }
 
   bool match_arg(const Pattern& p, const Arg* a, Match& m) {

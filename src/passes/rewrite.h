@@ -20,6 +20,9 @@
 // - Rules named in `disabled` (by "set.rule" or by the set's name) do not run.
 // - Every application is recorded: the rule's full name ("decompose.softmax") and the node it replaced.
 // - A set that still changes the graph after kMaxSweeps sweeps is our bug (InternalError naming the set).
+// - Nodes are visited in graph order and, at each, the set's rules in their order: where a larger pattern
+//   (relu(add(conv, y))) contains a smaller one rooted earlier (add(conv, y)), the smaller one's rewrite
+//   declines when the larger one applies (Builder::users).
 //
 // Example (x * 1.0 -> x; where x's strides differ from the product's, the engine declines it):
 //   Rule{"mul_one", Pattern::op({"aten::mul.Scalar"}, {Pattern::tensor().bind("x"), Pattern::literal(1.0)}),
@@ -70,6 +73,9 @@ class Pattern {
   Pattern outputs(size_t n) const;
   // For op patterns: output `index` of the node has no user and is not a graph output.
   Pattern unused(int index) const;
+  // For op patterns: the first two argument patterns match the node's first two arguments in either
+  // order (add, mul); the order given is tried first.
+  Pattern commutative() const;
 
   bool is_op() const { return kind_ == Kind::kOp; }
   const std::vector<std::string>& schemas() const { return schemas_; }
@@ -88,6 +94,7 @@ class Pattern {
   int output_ = 0;
   std::optional<size_t> num_outputs_;
   std::vector<int> unused_;
+  bool commutative_ = false;
 };
 
 // Type predicates for Pattern::where.
@@ -135,6 +142,9 @@ class Builder {
   Value* reduce(const std::string& schema, Value* x, const std::vector<int64_t>& dims, bool keepdim,
                 std::optional<double> correction = std::nullopt);
   Value* reshape(Value* x, const std::vector<int64_t>& to);
+
+  // The nodes that use `v` (a graph output is not a node).
+  std::vector<Node*> users(const Value* v) const { return g_.users().at(v->id()); }
 
   static DType dt(const Value* v) { return v->tensor_type().dtype; }
   static const std::vector<int64_t>& sizes(const Value* v) { return v->tensor_type().sizes; }

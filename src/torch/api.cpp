@@ -64,8 +64,9 @@ struct CompiledModule::Impl {
   std::string last_report;
 
   // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
+  // `skip`: passes or rule sets left out (run_pipeline).
   std::unique_ptr<PlanInstance> prepare(const std::vector<c10::IValue>& inputs, c10::IValue* result,
-                                        double* capture_ms, double* passes_ms) {
+                                        double* capture_ms, double* passes_ms, const std::set<std::string>& skip = {}) {
     auto t0 = std::chrono::steady_clock::now();
     auto inst = std::make_unique<PlanInstance>();
     CaptureResult cap = capture_graph(graph, inputs, skip_self);
@@ -73,7 +74,7 @@ struct CompiledModule::Impl {
     inst->captured = std::move(cap.captured);
     *result = std::move(cap.result);
     auto t1 = std::chrono::steady_clock::now();
-    optimize_captured(inst->captured);
+    optimize_captured(inst->captured, skip);
     *passes_ms = ms_since(t1);
     return inst;
   }
@@ -193,7 +194,9 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
              "compile_cuda: input {} is already on a GPU; give CPU inputs (the plan is moved to cuda:0)", i);
   double capture_ms = 0, passes_ms = 0;
   c10::IValue result;
-  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms);
+  // The passes see the CPU inputs' graph: the rule sets "epilogue" and "prepack" rewrite into oneDNN ops,
+  // which run on the host only, so they are left out of a plan moved to the GPU.
+  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, {"epilogue", "prepack"});
   set_device(*inst->captured.graph, Device::kCUDA, 0);
   PlanTarget target;
   target.enable_fusion = impl_->enable_fusion;

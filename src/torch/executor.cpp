@@ -1,5 +1,6 @@
 #include "torch/executor.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -99,6 +100,17 @@ EagerCpuMath probe_eager_cpu_math() {
 // Registered when the library loads; run at the first kernel generated.
 [[maybe_unused]] const bool g_probe_registered = (set_eager_cpu_math_probe(&probe_eager_cpu_math), true);
 
+// Whether this build of torch has `schema` (the mkldnn:: ops exist only with oneDNN), for the rules that
+// rewrite into such ops (passes/conv_rules.cpp).
+bool schema_in_dispatcher(const std::string& schema) {
+  if (schema.rfind("mkldnn::", 0) == 0 && !at::hasMKLDNN()) return false;
+  const size_t dot = schema.find('.');
+  return c10::Dispatcher::singleton()
+      .findSchema({schema.substr(0, dot), dot == std::string::npos ? "" : schema.substr(dot + 1)})
+      .has_value();
+}
+[[maybe_unused]] const bool g_schema_probe_registered = (set_schema_probe(&schema_in_dispatcher), true);
+
 }  // namespace
 
 // Nodes whose op draws from a random generator (the dispatcher's nondeterministic_seeded tag), unless a
@@ -195,7 +207,8 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
   }
   const c10::OperatorHandle& h = find_handle(s);
   // Literals the IR has no kind for, converted by the schema: a device is written as a string ("cpu",
-  // "cuda:0"), a list of bools (output masks of backward ops) as a list of 0/1.
+  // "cuda:0"), a list of bools (output masks of backward ops) as a list of 0/1, a list of optional
+  // Scalars (oneDNN post-ops' scalars) as a list of ints.
   for (size_t i = 0; i < stack.size() && i < h.schema().arguments().size(); ++i) {
     if (!stack[i].isString() && !stack[i].isIntList()) continue;
     c10::TypePtr t = h.schema().arguments()[i].type();
@@ -207,6 +220,14 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
       c10::List<bool> bools;
       for (int64_t b : stack[i].toIntVector()) bools.push_back(b != 0);
       stack[i] = bools;
+    } else if (stack[i].isIntList() && t->kind() == c10::TypeKind::ListType) {
+      c10::TypePtr e = t->expectRef<c10::ListType>().getElementType();
+      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+      if (e->kind() == c10::TypeKind::NumberType) {
+        c10::List<std::optional<c10::Scalar>> scalars;
+        for (int64_t v : stack[i].toIntVector()) scalars.push_back(c10::Scalar(v));
+        stack[i] = scalars;
+      }
     }
   }
   h.callBoxed(stack);
@@ -263,7 +284,7 @@ std::string input_signature(const std::vector<c10::IValue>& inputs) {
   return key;
 }
 
-void optimize_captured(CapturedGraph& cap) {
+void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
   auto& constants = cap.constants;
   ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
     std::vector<c10::IValue> args;
@@ -281,7 +302,7 @@ void optimize_captured(CapturedGraph& cap) {
     }
   };
   mark_side_effects(*cap.graph);
-  run_pipeline(*cap.graph, eval);
+  run_pipeline(*cap.graph, eval, skip);
 }
 
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,

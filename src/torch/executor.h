@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,8 @@ std::string input_signature(const std::vector<c10::IValue>& inputs);
 // passes then never merge, fold, remove or reorder them, and fusion leaves them to ATen in order.
 void mark_side_effects(Graph& g);
 // Runs the pass pipeline on a captured graph (marking side effects first); ATen evaluates the subgraphs of constants (into the
-// constants table).
-void optimize_captured(CapturedGraph& cap);
+// constants table). `skip`: passes, rule sets or rules left out (run_pipeline).
+void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip = {});
 // Runs a compiled instance: as a CUDA Graph when `cuda_graphs` is set and the plan can be captured (at
 // its first call after this one), else step by step. `*replayed` says whether a graph replay served it.
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,

@@ -104,6 +104,27 @@ TEST(Rewrite, LiteralArgumentsMatchByValueAndKind) {
 )");
 }
 
+// sub(x, exp(y)) written either way round matches a commutative pattern; a non-commutative one only as
+// written.
+TEST(Rewrite, ACommutativePatternMatchesEitherOperandOrder) {
+  auto exp_y = Pattern::op({"aten::exp"}, {Pattern::tensor().bind("y")});
+  auto make = [&](bool commutative) {
+    Pattern p = Pattern::op({"aten::mul.Tensor"}, {exp_y, Pattern::tensor().bind("x")});
+    if (commutative) p = p.commutative();
+    return Rule{"mul_exp", p, [](const Match& m, Builder& b) {
+                  return Replacement{b.binary("aten::sub.Tensor", m.value("x"), m.value("y"), true)};
+                }};
+  };
+  const char* ir = R"(graph(%0 : f32[4], %1 : f32[4]):
+  %2 : f32[4] = aten::exp(%1)
+  %3 : f32[4] = aten::mul.Tensor(%0, %2)
+  return (%3)
+)";
+  EXPECT_EQ(apply(RuleSet{"t", {make(true)}}, ir),
+            "graph(%0 : f32[4], %1 : f32[4]):\n  %2 : f32[4] = aten::sub.Tensor(%0, %1, 1)\n  return (%2)\n");
+  apply(RuleSet{"t", {make(false)}}, ir, /*expect_change=*/false);
+}
+
 TEST(Rewrite, AnExistingValueOfAnotherLayoutIsNoReplacement) {
   apply(RuleSet{"t", {mul_one()}},
         "graph(%0 : f32[2,3]{1,2}):\n  %1 : f32[2,3] = aten::mul.Scalar(%0, 1.0)\n  return (%1)\n", false);

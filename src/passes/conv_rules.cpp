@@ -1,0 +1,313 @@
+// Rules around convolutions (Note [Convolution rules]).
+//
+// Note [Convolution rules]
+// - fold.conv_bn: batch_norm in inference mode over a convolution's output (used by the batch_norm only),
+//   with the convolution's weight and bias and the batch_norm's statistics, weight and bias all frozen
+//   constants, becomes one convolution with weight W * s and bias (b - mean) * s + beta, where
+//   s = gamma / sqrt(var + eps) per output channel. The new weight and bias are built as ops on the
+//   constants; constant_fold, later in the pipeline, evaluates them once (through ATen, in the
+//   constants' dtype). float32 and float64 only: in float16 and bfloat16 the folded weight would be
+//   rounded once more than eager's conv and batch_norm round. Folding changes the rounding, not the
+//   result beyond the tolerance rule: eager computes (conv(x, W) + b - mean) * s + beta, the folded
+//   conv sums x * (W * s).
+// - epilogue.conv_<act>: an activation (relu, sigmoid, tanh, hardswish, silu, hardsigmoid, gelu with
+//   either approximation) over a 2-d convolution's output (used by the activation only) becomes
+//   mkldnn::_convolution_pointwise with the activation as oneDNN's post-op: one pass over the output
+//   instead of a convolution and a kernel that reads the output again.
+// - epilogue.conv_add, epilogue.conv_add_relu: a convolution's output plus a tensor of the result's shape,
+//   dtype and contiguous layout (either operand order; add's alpha 1), then optionally relu, becomes
+//   mkldnn::_convolution_pointwise.binary with an "add" post-op (and relu): the residual block's tail.
+//   float32 only (ATen's add_relu post-op has no bfloat16 kernel).
+// - prepack.conv (a set of its own, after the epilogues): any other such convolution, as the same call
+//   without a post-op.
+// All of them only where the weight (and bias) is frozen, or computed from frozen constants (a folded
+//   batch_norm): the weight is reordered once into oneDNN's blocked layout for the input's shape
+//   (mkldnn::_reorder_convolution_weight, which constant_fold evaluates at plan build); a weight given at
+//   each call would be reordered at each call, slower than eager's convolution. With the reordered weight
+//   oneDNN writes its result channels-last whatever the input's layout, so the call's output is typed
+//   channels-last and aten::contiguous gives eager's layout back (a copy; keeping activations
+//   channels-last between convolutions is the layout work still to do). Only CPU tensors of float32 or
+//   bfloat16, a contiguous (NCHW) input, groups, stride, padding and dilation as literals.
+//   mkldnn::_convolution_pointwise exists only in builds of torch with oneDNN: the torch adapter says so
+//   through set_schema_probe, and without it the rules decline. Every post-op was checked against eager
+//   (float32: at most 4.8e-7 absolute difference on values of order 1; bit-identical for relu and gelu).
+#include "passes/passes.h"
+
+namespace fusion_jit {
+namespace {
+
+bool (*g_schema_probe)(const std::string&) = nullptr;
+
+bool is_constant(const Value* v) { return v && v->producer() && v->producer()->is_constant(); }
+
+// Whether `a` is the literal `l`.
+bool is_literal(const Arg& a, const Literal& l) { return !a.is_value() && a.literal == l; }
+
+// Whether `v` is a frozen constant or computed from frozen constants only by pure nodes (constant_fold
+// will make it one), looking `depth` producers back.
+bool frozen(const Value* v, int depth = 8) {
+  if (is_constant(v)) return true;
+  const Node* n = v ? v->producer() : nullptr;
+  if (!n || depth == 0 || n->side_effects()) return false;
+  for (const Value* in : n->value_inputs())
+    if (!frozen(in, depth - 1)) return false;
+  return true;
+}
+
+// The convolution a rule may rewrite: aten::conv2d(x, W, b, stride, padding, dilation, groups) or
+// aten::convolution(x, W, b, stride, padding, dilation, transposed = false, output_padding, groups).
+struct Conv {
+  Node* node = nullptr;
+  Value* x = nullptr;
+  Value* weight = nullptr;
+  Value* bias = nullptr;  // nullptr: none
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+};
+
+std::optional<std::vector<int64_t>> int_list(const Arg& a) {
+  if (a.is_value() || !std::holds_alternative<std::vector<int64_t>>(a.literal)) return std::nullopt;
+  return std::get<std::vector<int64_t>>(a.literal);
+}
+
+std::optional<Conv> as_conv(Node* n) {
+  const auto& a = n->args();
+  const bool conv2d = n->schema() == "aten::conv2d";
+  if (a.size() != (conv2d ? 7u : 9u)) return std::nullopt;
+  Conv c;
+  c.node = n;
+  if (!a[0].is_value() || !a[0].value->is_tensor() || !a[1].is_value() || !a[1].value->is_tensor()) return std::nullopt;
+  c.x = a[0].value;
+  c.weight = a[1].value;
+  if (a[2].is_value()) {
+    if (!a[2].value->is_tensor()) return std::nullopt;
+    c.bias = a[2].value;
+  } else if (!std::holds_alternative<None>(a[2].literal)) {
+    return std::nullopt;
+  }
+  auto stride = int_list(a[3]), padding = int_list(a[4]), dilation = int_list(a[5]);
+  if (!stride || !padding || !dilation) return std::nullopt;
+  c.stride = *stride;
+  c.padding = *padding;
+  c.dilation = *dilation;
+  const Arg& groups = a[conv2d ? 6 : 8];
+  if (!conv2d && !is_literal(a[6], false)) return std::nullopt;  // transposed
+  if (groups.is_value() || !std::holds_alternative<int64_t>(groups.literal)) return std::nullopt;
+  c.groups = std::get<int64_t>(groups.literal);
+  return c;
+}
+
+bool floating32_or_64(const Value* v) {
+  const DType d = v->tensor_type().dtype;
+  return d == DType::kFloat32 || d == DType::kFloat64;
+}
+
+// batch_norm(conv(x, W, b), gamma, beta, mean, var, training = false, momentum, eps, cudnn) with frozen
+// parameters -> conv(x, W * s, (b - mean) * s + beta).
+Replacement conv_bn(const Match& m, Builder& r) {
+  Node* bn = m.root;
+  const auto& a = bn->args();
+  if (a.size() != 9 || !is_literal(a[5], false) || a[7].is_value()) return {};  // inference mode
+  auto conv = as_conv(m.value("conv")->producer());
+  if (!conv || !is_constant(conv->weight) || (conv->bias && !is_constant(conv->bias))) return {};
+  const Value* out = bn->output();
+  if (!floating32_or_64(conv->x) || !floating32_or_64(conv->weight) || !floating32_or_64(out)) return {};
+  if (conv->weight->tensor_type().dtype != out->tensor_type().dtype) return {};
+  double eps = 0;
+  if (std::holds_alternative<double>(a[7].literal)) eps = std::get<double>(a[7].literal);
+  else if (std::holds_alternative<int64_t>(a[7].literal)) eps = static_cast<double>(std::get<int64_t>(a[7].literal));
+  else return {};
+  // gamma and beta may be absent (None); the statistics may not.
+  auto constant_or_none = [](const Arg& x, Value** v) {
+    if (x.is_value()) {
+      *v = x.value;
+      return is_constant(x.value) && x.value->is_tensor();
+    }
+    *v = nullptr;
+    return std::holds_alternative<None>(x.literal);
+  };
+  Value *gamma, *beta, *mean, *var;
+  if (!constant_or_none(a[1], &gamma) || !constant_or_none(a[2], &beta) || !constant_or_none(a[3], &mean) ||
+      !constant_or_none(a[4], &var) || !mean || !var)
+    return {};
+  const int64_t channels = conv->weight->tensor_type().sizes.at(0);
+  for (const Value* p : std::initializer_list<const Value*>{gamma, beta, mean, var, conv->bias})
+    if (p && (p->tensor_type().sizes != std::vector<int64_t>{channels} ||
+              p->tensor_type().dtype != out->tensor_type().dtype))
+      return {};
+  // s = gamma * rsqrt(var + eps), per output channel.
+  Value* scale = r.unary("aten::rsqrt", r.add_scalar(var, eps));
+  if (gamma) scale = r.mul(scale, gamma);
+  std::vector<int64_t> per_channel(conv->weight->tensor_type().dim(), 1);
+  per_channel[0] = channels;
+  Value* weight = r.mul(conv->weight, r.reshape(scale, per_channel));
+  Value* shift = r.mul(conv->bias ? r.sub(conv->bias, mean) : r.unary("aten::neg", mean), scale);
+  Value* bias = beta ? r.add(shift, beta) : shift;
+  std::vector<Arg> args = conv->node->args();
+  args[1] = Arg::of(weight);
+  args[2] = Arg::of(bias);
+  return {r.node(conv->node->schema(), std::move(args), {out->type()})->output()};
+}
+
+// The checks conv_pointwise and conv_add share: a 2-d convolution on the CPU in float32 or bfloat16, with a
+// contiguous input and a contiguous result `y` of the same dtype, and stride, padding and dilation pairs.
+bool onednn_conv(const Conv& conv, const Value* result) {
+  const TensorType& x = conv.x->tensor_type();
+  const TensorType& y = result->tensor_type();
+  if (x.device != Device::kCPU || x.dim() != 4 || conv.weight->tensor_type().dim() != 4) return false;
+  if (x.dtype != DType::kFloat32 && x.dtype != DType::kBFloat16) return false;
+  if (conv.weight->tensor_type().dtype != x.dtype || y.dtype != x.dtype) return false;
+  if (conv.bias && conv.bias->tensor_type().dtype != x.dtype) return false;
+  if (x.strides != contiguous_strides(x.sizes) || y.strides != contiguous_strides(y.sizes)) return false;
+  if (x.extent() == 0 || y.extent() == 0) return false;
+  for (const auto* l : {&conv.stride, &conv.padding, &conv.dilation})
+    if (l->size() != 2) return false;
+  // A weight given at each call would be reordered at each call: slower than eager's convolution.
+  return frozen(conv.weight) && (!conv.bias || frozen(conv.bias));
+}
+
+// The oneDNN call for `conv` and its post-ops (`post`: the arguments after groups; `other`: the binary
+// post-op's operand or nullptr), giving the value that replaces `out`. The weight is reordered once into
+// oneDNN's blocked layout for this input shape (mkldnn::_reorder_convolution_weight on a frozen weight:
+// constant_fold evaluates it at plan build, the plan keeps the result); with such a weight oneDNN writes
+// its result channels-last, and aten::contiguous gives eager's layout back.
+Value* onednn_call(Builder& r, const Conv& conv, const Value* out, const std::string& schema, Value* other,
+                   std::vector<Arg> post) {
+  const TensorType& x = conv.x->tensor_type();
+  Value* packed = r.node("mkldnn::_reorder_convolution_weight",
+                         {Arg::of(conv.weight), Arg::lit(conv.padding), Arg::lit(conv.stride), Arg::lit(conv.dilation),
+                          Arg::lit(conv.groups), Arg::lit(x.sizes)},
+                         {conv.weight->type()})
+                      ->output();
+  std::vector<Arg> args = {Arg::of(conv.x)};
+  if (other) args.push_back(Arg::of(other));
+  for (Arg a : {Arg::of(packed), conv.bias ? Arg::of(conv.bias) : Arg::lit(None{}), Arg::lit(conv.padding),
+                Arg::lit(conv.stride), Arg::lit(conv.dilation), Arg::lit(conv.groups)})
+    args.push_back(std::move(a));
+  for (Arg& a : post) args.push_back(std::move(a));
+  ValueType channels_last = out->type();
+  const auto& sz = out->tensor_type().sizes;  // [N, C, H, W]
+  channels_last.tensor->strides = {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
+  Value* y = r.node(schema, std::move(args), {channels_last})->output();
+  return r.op("aten::contiguous", {Arg::of(y), Arg::lit(int64_t{0})}, out->tensor_type().dtype, sz);
+}
+
+// activation(conv(x, W, b)) -> mkldnn::_convolution_pointwise(x, W, b, padding, stride, dilation, groups,
+// attr, [], algorithm).
+Replacement conv_pointwise(const Match& m, Builder& r, const char* attr) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise")) return {};
+  Node* act = m.root;
+  auto conv = as_conv(m.value("conv")->producer());
+  if (!conv || !onednn_conv(*conv, act->output())) return {};
+  Arg algorithm = Arg::lit(None{});
+  if (std::string(attr) == "gelu") {
+    const auto& ga = act->args();
+    std::string approximate = "none";
+    if (ga.size() > 1) {
+      if (ga[1].is_value() || !std::holds_alternative<std::string>(ga[1].literal)) return {};
+      approximate = std::get<std::string>(ga[1].literal);
+    }
+    if (approximate != "none" && approximate != "tanh") return {};
+    algorithm = Arg::lit(approximate);
+  }
+  return {onednn_call(r, *conv, act->output(), "mkldnn::_convolution_pointwise", nullptr,
+                      {Arg::lit(std::string(attr)), Arg::lit(std::vector<int64_t>{}), algorithm})};
+}
+
+// A convolution left without post-ops: the same call with none, for the reordered weight alone.
+Replacement conv_prepacked(const Match& m, Builder& r) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise")) return {};
+  auto conv = as_conv(m.root);
+  if (!conv || !onednn_conv(*conv, m.root->output())) return {};
+  return {onednn_call(r, *conv, m.root->output(), "mkldnn::_convolution_pointwise", nullptr,
+                      {Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})})};
+}
+
+// add(conv(x, W, b), other) [-> relu] -> mkldnn::_convolution_pointwise.binary(x, other, W, b, padding,
+// stride, dilation, groups, "add", None, "relu" | None, [], None): the residual add of a ResNet block.
+// `other` has the result's sizes, dtype and contiguous layout (no broadcasting); add's alpha is 1.
+Replacement conv_add(const Match& m, Builder& r, bool relu) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise.binary")) return {};
+  Node* root = m.root;
+  Node* add = relu ? m.value("sum")->producer() : root;
+  // Without the relu: declined when a relu is the add's only user, for conv_add_relu to take both.
+  if (!relu) {
+    const auto users = r.users(add->output());
+    if (users.size() == 1 && users[0]->schema() == "aten::relu") return {};
+  }
+  const Arg* alpha = m.arg("alpha");
+  if (alpha && !is_literal(*alpha, int64_t{1}) && !is_literal(*alpha, 1.0)) return {};
+  auto conv = as_conv(m.value("conv")->producer());
+  if (!conv || !onednn_conv(*conv, root->output())) return {};
+  const Value* other = m.value("other");
+  const TensorType& o = other->tensor_type();
+  const TensorType& y = root->output()->tensor_type();
+  if (o.sizes != y.sizes || o.dtype != y.dtype || o.device != y.device || o.strides != contiguous_strides(o.sizes))
+    return {};
+  if (y.dtype != DType::kFloat32) return {};  // bfloat16: ATen's add_relu post-op has no bfloat16 kernel
+  return {onednn_call(r, *conv, root->output(), "mkldnn::_convolution_pointwise.binary", m.value("other"),
+                      {Arg::lit(std::string("add")), Arg::lit(None{}),
+                       relu ? Arg::lit(std::string("relu")) : Arg::lit(None{}), Arg::lit(std::vector<int64_t>{}),
+                       Arg::lit(None{})})};
+}
+
+Pattern conv_output() {
+  return Pattern::op({"aten::conv2d", "aten::convolution"}).single_use().bind("conv");
+}
+
+RuleSet make_prepack_rules() {
+  return RuleSet{"prepack", {{"conv", Pattern::op({"aten::conv2d", "aten::convolution"}), conv_prepacked}}};
+}
+
+RuleSet make_fold_rules() {
+  return RuleSet{"fold", {{"conv_bn", Pattern::op({"aten::batch_norm"}, {conv_output()}).outputs(1), conv_bn}}};
+}
+
+RuleSet make_epilogue_rules() {
+  struct Act {
+    const char* rule;
+    const char* schema;
+    const char* attr;
+  };
+  const Act acts[] = {{"conv_relu", "aten::relu", "relu"},
+                      {"conv_sigmoid", "aten::sigmoid", "sigmoid"},
+                      {"conv_tanh", "aten::tanh", "tanh"},
+                      {"conv_hardswish", "aten::hardswish", "hardswish"},
+                      {"conv_silu", "aten::silu", "swish"},
+                      {"conv_hardsigmoid", "aten::hardsigmoid", "hardsigmoid"},
+                      {"conv_gelu", "aten::gelu", "gelu"}};
+  RuleSet set{"epilogue", {}};
+  for (const Act& a : acts) {
+    const char* attr = a.attr;
+    set.rules.push_back({a.rule, Pattern::op({a.schema}, {conv_output()}).outputs(1),
+                         [attr](const Match& m, Builder& b) { return conv_pointwise(m, b, attr); }});
+  }
+  const Pattern add = Pattern::op({"aten::add.Tensor"}, {conv_output(), Pattern::tensor().bind("other"),
+                                                        Pattern::any().bind("alpha")})
+                          .commutative();
+  set.rules.push_back({"conv_add_relu", Pattern::op({"aten::relu"}, {add.single_use().bind("sum")}),
+                       [](const Match& m, Builder& b) { return conv_add(m, b, true); }});
+  set.rules.push_back({"conv_add", add, [](const Match& m, Builder& b) { return conv_add(m, b, false); }});
+  return set;
+}
+
+}  // namespace
+
+void set_schema_probe(bool (*probe)(const std::string& schema)) { g_schema_probe = probe; }
+
+const RuleSet& fold_rules() {
+  static const RuleSet set = make_fold_rules();
+  return set;
+}
+
+const RuleSet& prepack_rules() {
+  static const RuleSet set = make_prepack_rules();
+  return set;
+}
+
+const RuleSet& epilogue_rules() {
+  static const RuleSet set = make_epilogue_rules();
+  return set;
+}
+
+}  // namespace fusion_jit

@@ -1,0 +1,135 @@
+// The rules around convolutions (passes/conv_rules.cpp) against eager: conv + batch_norm + activation
+// modules compiled through fusion_jit compute eager's results (by the tolerance rule), and the plan is
+// the one the rules promise.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace fusion_jit::testing {
+namespace {
+
+// conv2d(x, w, b, stride 1, padding 1) [-> batch_norm] -> `act`(y), frozen parameters, in `dtype`.
+torch::jit::Module conv_block(const std::string& act, bool bn, at::ScalarType dtype, bool return_conv = false) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m("ConvBlock");
+  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
+  m.register_parameter("b", at::randn({16}) * 0.1, false);
+  m.register_buffer("gamma", at::rand({16}) + 0.5);
+  m.register_buffer("beta", at::randn({16}) * 0.1);
+  m.register_buffer("mean", at::randn({16}) * 0.1);
+  m.register_buffer("var", at::rand({16}) + 0.5);
+  std::string body = "    c = torch.conv2d(x, self.w, self.b, [1, 1], [1, 1], [1, 1], 1)\n";
+  body += bn ? "    y = torch.batch_norm(c, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-05, False)\n"
+             : "    y = c\n";
+  body += "    z = " + act + "\n";
+  body += return_conv ? "    return (z, c)\n" : "    return z\n";
+  m.define("def forward(self, x):\n" + body);
+  m.eval();
+  m.to(dtype);
+  return m;
+}
+
+at::Tensor input(at::ScalarType dtype) { return at::randn({2, 8, 20, 20}).to(dtype); }
+
+
+TEST(ConvRules, ConvBatchNormReluIsOneOneDnnCallAndMatchesEager) {
+  auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat);
+  auto r = run_and_compare(m, {input(at::kFloat)}, "conv + batch_norm + relu");
+  ASSERT_NE(r.plan, nullptr);
+  const std::string ex = r.plan->explain();
+  EXPECT_TRUE(r.plan->kernels.empty()) << ex;
+  // The call, and eager's layout back from oneDNN's channels-last result; the reordered weight is a constant.
+  EXPECT_EQ(r.plan->aten_ops, (std::map<std::string, int>{{"mkldnn::_convolution_pointwise", 1}, {"aten::contiguous", 1}}))
+      << ex;
+  EXPECT_TRUE(r.fused.at(0).is_contiguous()) << "eager's layout";
+  EXPECT_NE(ex.find("fold.conv_bn x1"), std::string::npos) << ex;
+  EXPECT_NE(ex.find("epilogue.conv_relu x1"), std::string::npos) << ex;
+}
+
+TEST(ConvRules, EveryPostOpMatchesEagerInFloat32AndBFloat16) {
+  const char* acts[] = {"torch.relu(y)",
+                        "torch.sigmoid(y)",
+                        "torch.tanh(y)",
+                        "torch.hardswish(y)",
+                        "torch.silu(y)",
+                        "torch.hardsigmoid(y)",
+                        "torch.gelu(y)",
+                        "torch.gelu(y, approximate='tanh')"};
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const char* act : acts) {
+      for (bool bn : {false, true}) {
+        const std::string what = std::string(act) + (bn ? " after batch_norm" : "") + " in " + c10::toString(dtype);
+        auto m = conv_block(act, bn, dtype);
+        auto r = run_and_compare(m, {input(dtype)}, what);
+        ASSERT_NE(r.plan, nullptr) << what;
+        // bfloat16's batch_norm is not folded: the conv is prepacked alone, the rest is our kernel.
+        const bool post_op = dtype == at::kFloat || !bn;
+        const std::string ex = r.plan->explain();
+        EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_convolution_pointwise"), 1u) << what << "\n" << ex;
+        EXPECT_NE(ex.find(post_op ? "epilogue.conv_" : "prepack.conv x1"), std::string::npos) << what << "\n" << ex;
+        EXPECT_EQ(r.plan->kernels.size(), post_op ? 0u : 1u) << what << "\n" << ex;
+      }
+    }
+  }
+}
+
+TEST(ConvRules, NearMissesComputeEagerResultsWithoutTheRules) {
+  {  // the conv's output is returned too: not folded, no post-op; the conv alone is prepacked
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat, /*return_conv=*/true);
+    auto r = run_and_compare(m, {input(at::kFloat)}, "conv output returned");
+    ASSERT_NE(r.plan, nullptr);
+    const std::string ex = r.plan->explain();
+    EXPECT_EQ(ex.find("fold.conv_bn"), std::string::npos) << ex;
+    EXPECT_EQ(ex.find("epilogue."), std::string::npos) << ex;
+    EXPECT_NE(ex.find("prepack.conv x1"), std::string::npos) << ex;
+    EXPECT_TRUE(r.fused.at(1).is_contiguous()) << "the returned conv output has eager's layout";
+  }
+  {  // a channels-last input: the batch_norm folds, the conv stays eager's, the activation our kernel
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat);
+    at::Tensor x = input(at::kFloat).contiguous(at::MemoryFormat::ChannelsLast);
+    auto r = run_and_compare(m, {x}, "channels-last input");
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_convolution_pointwise"), 0u) << r.plan->explain();
+    EXPECT_TRUE(r.fused.at(0).is_contiguous(at::MemoryFormat::ChannelsLast)) << "eager's layout";
+  }
+  {  // float16: no post-op kernel, no folding
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kHalf);
+    auto r = run_and_compare(m, {input(at::kHalf)}, "float16");
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_EQ(r.plan->aten_ops.count("aten::conv2d"), 1u) << r.plan->explain();
+  }
+}
+
+// A ResNet block's tail: relu(bn(conv(x)) + x), in both operand orders.
+TEST(ConvRules, ResidualAddAndReluAreTheConvsPostOps) {
+  for (const char* sum : {"y + x", "x + y"}) {
+    torch::jit::setGraphExecutorOptimize(false);
+    at::manual_seed(0);
+    torch::jit::Module m("Residual");
+    m.register_parameter("w", at::randn({8, 8, 3, 3}) * 0.2, false);
+    m.register_buffer("gamma", at::rand({8}) + 0.5);
+    m.register_buffer("beta", at::randn({8}) * 0.1);
+    m.register_buffer("mean", at::randn({8}) * 0.1);
+    m.register_buffer("var", at::rand({8}) + 0.5);
+    m.define(std::string("def forward(self, x):\n"
+                         "    c = torch.conv2d(x, self.w, None, [1, 1], [1, 1], [1, 1], 1)\n"
+                         "    y = torch.batch_norm(c, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-05, False)\n"
+                         "    return torch.relu(") + sum + ")\n");
+    m.eval();
+    auto r = run_and_compare(m, {input(at::kFloat)}, sum);
+    ASSERT_NE(r.plan, nullptr);
+    const std::string ex = r.plan->explain();
+    EXPECT_EQ(r.plan->aten_ops,
+              (std::map<std::string, int>{{"mkldnn::_convolution_pointwise.binary", 1}, {"aten::contiguous", 1}}))
+        << ex;
+    EXPECT_NE(ex.find("epilogue.conv_add_relu x1"), std::string::npos) << ex;
+  }
+}
+
+// Turning a rule off by name (FUSION_JIT_DISABLE=epilogue.conv_relu) is a CLI test (tests/cli_test.py):
+// the option is read once per process.
+
+}  // namespace
+}  // namespace fusion_jit::testing

@@ -1,0 +1,230 @@
+// The rules around convolutions (passes/conv_rules.cpp, Note [Convolution rules]) on printed IR: each
+// fires where it should, and near misses are left alone. Results against eager: tests/torch/conv_rules_test.cpp.
+#include <gtest/gtest.h>
+
+#include "passes/passes.h"
+
+namespace fusion_jit {
+namespace {
+
+// Runs `set` on `ir`; returns the printed, renumbered graph and the rules that fired.
+std::string run(const RuleSet& set, const std::string& ir, std::string* fired = nullptr) {
+  auto g = parse_graph(ir);
+  std::vector<RuleApplication> log;
+  run_rules(*g, set, {}, &log);
+  verify_graph(*g);
+  g->renumber();
+  if (fired) *fired = summarize(log);
+  return print_graph(*g);
+}
+
+// conv2d -> batch_norm (inference) over frozen constants; `tail` ends the graph (uses of %8 and %9).
+std::string conv_bn(const std::string& dtype, const std::string& weight, const std::string& training,
+                    const std::string& tail) {
+  return "graph(%0 : " + dtype + "[2,8,10,10]" + (weight == "input" ? ", %10 : " + dtype + "[16,8,3,3]" : "") +
+         "):\n"
+         "  %1 : " + dtype + "[16,8,3,3] = fj::constant(0)\n"
+         "  %2 : " + dtype + "[16] = fj::constant(1)\n"
+         "  %3 : " + dtype + "[16] = fj::constant(2)\n"
+         "  %4 : " + dtype + "[16] = fj::constant(3)\n"
+         "  %5 : " + dtype + "[16] = fj::constant(4)\n"
+         "  %6 : " + dtype + "[16] = fj::constant(5)\n"
+         "  %8 : " + dtype + "[2,16,10,10] = aten::conv2d(%0, " + (weight == "input" ? "%10" : "%1") +
+         ", %2, [1, 1], [1, 1], [1, 1], 1)\n"
+         "  %9 : " + dtype + "[2,16,10,10] = aten::batch_norm(%8, %3, %4, %5, %6, " + training +
+         ", 0.1, 1e-05, False)\n" + tail;
+}
+
+TEST(ConvRules, BatchNormFoldsIntoAFrozenConv) {
+  std::string fired;
+  const std::string out = run(fold_rules(), conv_bn("f32", "constant", "False", "  return (%9)\n"), &fired);
+  EXPECT_EQ(fired, "fold.conv_bn x1");
+  EXPECT_EQ(out.find("aten::batch_norm"), std::string::npos) << out;
+  // W' = W * reshape(gamma * rsqrt(var + eps), [16,1,1,1]); b' = (b - mean) * s + beta: ops on constants,
+  // which constant_fold evaluates.
+  EXPECT_NE(out.find("aten::rsqrt"), std::string::npos) << out;
+  EXPECT_NE(out.find("aten::reshape(%"), std::string::npos) << out;
+  EXPECT_NE(out.find("[16,1,1,1]"), std::string::npos) << out;
+  EXPECT_NE(out.find("= aten::conv2d(%0, %"), std::string::npos) << out;
+}
+
+TEST(ConvRules, BatchNormIsNotFoldedInNearMisses) {
+  const char* keep = "  return (%9)\n";
+  struct Case {
+    const char* what;
+    std::string ir;
+  } cases[] = {
+      {"the conv's output is also returned", conv_bn("f32", "constant", "False", "  return (%9, %8)\n")},
+      {"the conv's weight is an input, not frozen", conv_bn("f32", "input", "False", keep)},
+      {"batch_norm in training mode", conv_bn("f32", "constant", "True", keep)},
+      {"bfloat16 (the folded weight would round once more than eager)", conv_bn("bf16", "constant", "False", keep)},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(fold_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what;
+    EXPECT_NE(out.find("aten::batch_norm"), std::string::npos) << c.what << "\n" << out;
+  }
+}
+
+std::string conv_act(const std::string& x_type, const std::string& act, const std::string& tail = "  return (%4)\n",
+                     const std::string& dtype = "f32") {
+  return "graph(%0 : " + x_type + "):\n"
+         "  %1 : " + dtype + "[16,8,3,3] = fj::constant(0)\n"
+         "  %2 : " + dtype + "[16] = fj::constant(1)\n"
+         "  %3 : " + dtype + "[2,16,10,10] = aten::conv2d(%0, %1, %2, [1, 1], [1, 1], [1, 1], 1)\n"
+         "  %4 : " + dtype + "[2,16,10,10] = " + act + "\n" + tail;
+}
+
+TEST(ConvRules, ConvAndActivationBecomeOneOneDnnCall) {
+  struct Case {
+    const char* act;
+    const char* rule;
+    const char* call;  // the post-op and its algorithm as printed
+  } cases[] = {
+      {"aten::relu(%3)", "epilogue.conv_relu x1", "\"relu\", [], None)"},
+      {"aten::sigmoid(%3)", "epilogue.conv_sigmoid x1", "\"sigmoid\", [], None)"},
+      {"aten::tanh(%3)", "epilogue.conv_tanh x1", "\"tanh\", [], None)"},
+      {"aten::hardswish(%3)", "epilogue.conv_hardswish x1", "\"hardswish\", [], None)"},
+      {"aten::silu(%3)", "epilogue.conv_silu x1", "\"swish\", [], None)"},
+      {"aten::hardsigmoid(%3)", "epilogue.conv_hardsigmoid x1", "\"hardsigmoid\", [], None)"},
+      {"aten::gelu(%3, \"none\")", "epilogue.conv_gelu x1", "\"gelu\", [], \"none\")"},
+      {"aten::gelu(%3, \"tanh\")", "epilogue.conv_gelu x1", "\"gelu\", [], \"tanh\")"},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(epilogue_rules(), conv_act("f32[2,8,10,10]", c.act), &fired);
+    EXPECT_EQ(fired, c.rule) << out;
+    // The weight reordered once for this input shape (a node on constants: constant_fold evaluates it), the
+    // call, and eager's layout back from oneDNN's channels-last result.
+    EXPECT_NE(out.find("%3 : f32[16,8,3,3] = mkldnn::_reorder_convolution_weight(%1, [1,1], [1,1], [1,1], 1, [2,8,10,10])"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("%4 : f32[2,16,10,10]{1600,1,160,16} = mkldnn::_convolution_pointwise(%0, %3, %2, [1,1], [1,1], "
+                       "[1,1], 1, " + std::string(c.call)),
+              std::string::npos)
+        << c.act << "\n" << out;
+    EXPECT_NE(out.find("%5 : f32[2,16,10,10] = aten::contiguous(%4, 0)"), std::string::npos) << out;
+    EXPECT_EQ(out.find("aten::conv2d"), std::string::npos) << out;
+  }
+  std::string fired;
+  run(epilogue_rules(), conv_act("bf16[2,8,10,10]", "aten::relu(%3)", "  return (%4)\n", "bf16"), &fired);
+  EXPECT_EQ(fired, "epilogue.conv_relu x1") << "bfloat16 has the post-op too";
+}
+
+TEST(ConvRules, ConvAndActivationStayApartInNearMisses) {
+  struct Case {
+    const char* what;
+    std::string ir;
+  } cases[] = {
+      {"the conv's output is also returned", conv_act("f32[2,8,10,10]", "aten::relu(%3)", "  return (%4, %3)\n")},
+      {"a channels-last input (the output layout would be oneDNN's choice)",
+       conv_act("f32[2,8,10,10]{800,1,80,8}", "aten::relu(%3)")},
+      {"float16 (no post-op kernel)", conv_act("f16[2,8,10,10]", "aten::relu(%3)", "  return (%4)\n", "f16")},
+      {"gelu with an approximation oneDNN does not have", conv_act("f32[2,8,10,10]", "aten::gelu(%3, \"erf\")")},
+      {"an activation with no post-op", conv_act("f32[2,8,10,10]", "aten::exp(%3)")},
+      {"a weight given at each call (it would be reordered at each call)",
+       "graph(%0 : f32[2,8,10,10], %1 : f32[16,8,3,3]):\n"
+       "  %3 : f32[2,16,10,10] = aten::conv2d(%0, %1, None, [1, 1], [1, 1], [1, 1], 1)\n"
+       "  %4 : f32[2,16,10,10] = aten::relu(%3)\n  return (%4)\n"},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(epilogue_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what;
+    EXPECT_NE(out.find("aten::conv2d"), std::string::npos) << c.what << "\n" << out;
+  }
+}
+
+// conv2d -> add(conv, other) or add(other, conv) [-> relu].
+std::string conv_add_ir(bool conv_first, bool relu, const std::string& other_type = "f32[2,16,10,10]",
+                        const std::string& alpha = "1") {
+  std::string ir = "graph(%0 : f32[2,8,10,10], %5 : " + other_type + "):\n"
+                   "  %1 : f32[16,8,3,3] = fj::constant(0)\n"
+                   "  %2 : f32[16] = fj::constant(1)\n"
+                   "  %3 : f32[2,16,10,10] = aten::conv2d(%0, %1, %2, [1, 1], [1, 1], [1, 1], 1)\n";
+  ir += std::string("  %4 : f32[2,16,10,10] = aten::add.Tensor(") + (conv_first ? "%3, %5" : "%5, %3") + ", " + alpha + ")\n";
+  if (relu) ir += "  %6 : f32[2,16,10,10] = aten::relu(%4)\n  return (%6)\n";
+  else ir += "  return (%4)\n";
+  return ir;
+}
+
+TEST(ConvRules, ConvAddAndReluBecomeOneOneDnnCallInEitherOperandOrder) {
+  for (bool conv_first : {true, false}) {
+    std::string fired;
+    std::string out = run(epilogue_rules(), conv_add_ir(conv_first, true), &fired);
+    EXPECT_EQ(fired, "epilogue.conv_add_relu x1") << out;
+    EXPECT_NE(out.find("= mkldnn::_convolution_pointwise.binary(%0, %1, %4, %3, [1,1], [1,1], [1,1], 1, \"add\", "
+                       "None, \"relu\", [], None)"),
+              std::string::npos)
+        << out;
+    out = run(epilogue_rules(), conv_add_ir(conv_first, false), &fired);
+    EXPECT_EQ(fired, "epilogue.conv_add x1") << out;
+    EXPECT_NE(out.find("\"add\", None, None, [], None)"), std::string::npos) << out;
+  }
+  std::string fired;
+  run(epilogue_rules(), conv_add_ir(true, true, "f32[2,16,10,10]", "1.0"), &fired);
+  EXPECT_EQ(fired, "epilogue.conv_add_relu x1") << "alpha 1.0";
+}
+
+TEST(ConvRules, ConvAddStaysApartInNearMisses) {
+  struct Case {
+    const char* what;
+    std::string ir;
+  } cases[] = {
+      {"a broadcast operand", conv_add_ir(true, true, "f32[16,1,1]")},
+      {"alpha 2", conv_add_ir(true, true, "f32[2,16,10,10]", "2")},
+      {"a channels-last operand", conv_add_ir(true, false, "f32[2,16,10,10]{1600,1,160,16}")},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(epilogue_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what << "\n" << out;
+  }
+}
+
+TEST(ConvRules, AConvolutionOfAnotherRankOrTransposedIsLeftAlone) {
+  const std::string conv1d = R"(graph(%0 : f32[2,8,10]):
+  %1 : f32[16,8,3] = fj::constant(0)
+  %2 : f32[2,16,10] = aten::convolution(%0, %1, None, [1], [1], [1], False, [0], 1)
+  %3 : f32[2,16,10] = aten::relu(%2)
+  return (%3)
+)";
+  std::string fired;
+  run(epilogue_rules(), conv1d, &fired);
+  EXPECT_EQ(fired, "") << "1-d";
+  const std::string transposed = R"(graph(%0 : f32[2,8,10,10]):
+  %1 : f32[8,16,3,3] = fj::constant(0)
+  %2 : f32[2,16,12,12] = aten::convolution(%0, %1, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1)
+  %3 : f32[2,16,12,12] = aten::relu(%2)
+  return (%3)
+)";
+  run(epilogue_rules(), transposed, &fired);
+  EXPECT_EQ(fired, "") << "transposed";
+  const std::string convolution = R"(graph(%0 : f32[2,8,10,10]):
+  %1 : f32[16,8,3,3] = fj::constant(0)
+  %2 : f32[2,16,10,10] = aten::convolution(%0, %1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+  %3 : f32[2,16,10,10] = aten::relu(%2)
+  return (%3)
+)";
+  const std::string out = run(epilogue_rules(), convolution, &fired);
+  EXPECT_EQ(fired, "epilogue.conv_relu x1") << "aten::convolution, as FX graphs have it";
+  EXPECT_NE(out.find("mkldnn::_convolution_pointwise(%0, %2, None, [1,1], [1,1], [1,1], 1, \"relu\""),
+            std::string::npos)
+      << out;
+}
+
+TEST(ConvRules, AFrozenConvWithoutPostOpIsPrepackedAlone) {
+  std::string fired;
+  std::string out = run(prepack_rules(), conv_act("f32[2,8,10,10]", "aten::exp(%3)"), &fired);
+  EXPECT_EQ(fired, "prepack.conv x1");
+  EXPECT_NE(out.find("mkldnn::_convolution_pointwise(%0, %3, %2, [1,1], [1,1], [1,1], 1, \"none\", [], None)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("aten::exp(%5)"), std::string::npos) << "the exp reads eager's layout\n" << out;
+  out = run(prepack_rules(), conv_act("f16[2,8,10,10]", "aten::exp(%3)", "  return (%4)\n", "f16"), &fired);
+  EXPECT_EQ(fired, "") << "float16\n" << out;
+}
+
+}  // namespace
+}  // namespace fusion_jit
