@@ -218,8 +218,8 @@ CompiledModule compile(const torch::jit::Module& module, CompileOptions options)
     source.eval();
   }
   // Freezing needs the forward graph inlined (Python inlines at compile time; a module loaded in C++ is
-  // not). Inlining rewrites the method's graph in place, which keeps its meaning.
-  tj::Inline(*source.get_method("forward").graph());
+  // not), every level of it. Inlining rewrites the method's graph in place, which keeps its meaning.
+  inline_all_calls(*source.get_method("forward").graph());
   auto frozen = std::make_shared<tj::Module>(tj::freeze_module(source));
   impl->graph = frozen->get_method("forward").graph()->copy();
   prepare_torchscript_graph(impl->graph);

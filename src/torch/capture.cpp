@@ -279,8 +279,20 @@ class Importer {
 
 }  // namespace
 
+void inline_all_calls(torch::jit::Graph& graph) {
+  auto has_call = [](const torch::jit::Block* b, auto& self) -> bool {
+    for (const torch::jit::Node* n : b->nodes()) {
+      if (n->kind() == c10::prim::CallMethod || n->kind() == c10::prim::CallFunction) return true;
+      for (const torch::jit::Block* sub : n->blocks())
+        if (self(sub, self)) return true;
+    }
+    return false;
+  };
+  for (int depth = 0; depth < 64 && has_call(graph.block(), has_call); ++depth) tj::Inline(graph);
+}
+
 void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph) {
-  tj::Inline(*graph);
+  inline_all_calls(*graph);
   tj::LowerSimpleTuples(graph);
   tj::RemoveTensorMutation(graph);
   tj::InplaceToFunctionalActivation(graph);

@@ -40,6 +40,10 @@ struct CaptureResult {
 
 // Prepares a TorchScript graph for capture: inlines calls, lowers tuples, removes mutation.
 void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph);
+// Inlines every method and function call, however deep. torch's Inline takes one level per run while the
+// graph executor's optimization is off (it then inlines each callee's own graph, calls and all), which
+// left a TorchScript ResNet's Conv2d._conv_forward calls in the graph that freezing then made dangling.
+void inline_all_calls(torch::jit::Graph& graph);
 // Runs the graph on `inputs` (without the module's `self` when `skip_self`) and imports it.
 // Throws fusion_jit::Error naming the node when the graph cannot be imported.
 CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,

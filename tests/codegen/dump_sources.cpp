@@ -30,7 +30,7 @@ namespace {
 std::unique_ptr<fj::ExecutablePlan> plan_sources(const tj::Module& m, const std::vector<c10::IValue>& inputs,
                                                  fj::Device device) {
   tj::Module source = m;
-  tj::Inline(*source.get_method("forward").graph());
+  fj::inline_all_calls(*source.get_method("forward").graph());
   tj::Module frozen = tj::freeze_module(source);
   auto graph = frozen.get_method("forward").graph()->copy();
   fj::prepare_torchscript_graph(graph);

@@ -24,6 +24,27 @@ def forward(self, x):
   EXPECT_EQ(r.plan->aten_ops.at("aten::matmul"), 1);
 }
 
+// A call three levels down (forward -> impl -> sub.forward -> sub.helper), as a TorchScript ResNet's
+// forward -> _forward_impl -> Conv2d.forward -> _conv_forward, with the graph executor's optimization off (as the CLI and these tests
+// run): torch's Inline took one level per run, and freezing then left a call to a method it had removed
+// ("Couldn't find method: '_conv_forward'"); every level is inlined now.
+TEST(Capture, CallsSeveralLevelsDeepAreInlined) {
+  torch::jit::setGraphExecutorOptimize(false);
+  torch::jit::Module sub("Sub");
+  sub.register_parameter("w", at::randn({8}), false);
+  sub.define("def helper(self, x):\n    return torch.relu(x) * self.w\n"
+             "def forward(self, x):\n    return self.helper(x) + 1.0\n");
+  torch::jit::Module m("Top");
+  m.register_module("sub", sub);
+  m.define("def impl(self, x):\n    return torch.tanh(self.sub.forward(x)) - 3.0\n"
+           "def forward(self, x):\n    return self.impl(x)\n");
+  m.eval();
+  auto r = run_and_compare(m, {at::randn({4, 8})}, "nested calls");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  EXPECT_TRUE(r.plan->aten_ops.empty()) << r.plan->explain();
+}
+
 TEST(Capture, ShapeArithmeticBecomesLiterals) {
   auto m = script("x", "    n = x.size(0) * 2\n    y = x.view(n, -1)\n    return torch.relu(y) * 2.0");
   auto r = run_and_compare(m, {at::randn({4, 6})}, "view");
