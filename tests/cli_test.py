@@ -399,28 +399,40 @@ def _():
         assert all(torch.equal(x, y) for x, y in zip(a, b)), "cold and warm-from-disk results differ"
 
 
-@case("conv_bn_relu: batch_norm folded, conv + relu one oneDNN call, named by explain; each rule and set turned off by name (issue 15)")
+@case("conv_bn_relu: batch_norm folded by default; with FUSION_JIT_ENABLE=epilogue,prepack conv + relu is one oneDNN call; rules and sets named by explain and turned off by name (issue 15)")
 def _():
     _, specs = MODELS["conv_bn_relu"]
-    p = cli("explain", DEMO["conv_bn_relu"], "--input", *specs)
-    assert p.returncode == 0, p.stderr
-    assert "fold.conv_bn x1" in p.stdout and "epilogue.conv_relu x1" in p.stdout, p.stdout
-    assert "0 kernels" in p.stdout and "mkldnn::_convolution_pointwise" in p.stdout, p.stdout
+
+    def explain(**env):
+        p = subprocess.run([CLI, "explain", DEMO["conv_bn_relu"], "--input", *specs], capture_output=True, text=True,
+                           env=dict(os.environ, **env))
+        assert p.returncode == 0, (env, p.stderr)
+        return p.stdout
+
+    out = explain()
+    assert "fold.conv_bn x1" in out and "aten::conv2d" in out and "1 kernel," in out, out
+    assert "mkldnn::" not in out and "epilogue." not in out, out
+    on = "epilogue,prepack"
+    out = explain(FUSION_JIT_ENABLE=on)
+    assert "fold.conv_bn x1" in out and "epilogue.conv_relu x1" in out, out
+    assert "0 kernels" in out and "mkldnn::_convolution_pointwise" in out, out
     # (FUSION_JIT_DISABLE, rules that fire, whether the conv stays aten::conv2d): the relu is then our kernel.
     for off, fired, aten_conv in (("epilogue.conv_relu", ["fold.conv_bn", "prepack.conv"], False),
                                   ("epilogue", ["fold.conv_bn", "prepack.conv"], False),
                                   ("fold,prepack", [], True),
                                   ("epilogue.conv_relu,prepack.conv", ["fold.conv_bn"], True)):
-        env = dict(os.environ, FUSION_JIT_DISABLE=off)
-        p = subprocess.run([CLI, "explain", DEMO["conv_bn_relu"], "--input", *specs], capture_output=True, text=True, env=env)
-        assert p.returncode == 0, (off, p.stderr)
-        assert "1 kernel," in p.stdout and "epilogue." not in p.stdout, (off, p.stdout)
-        assert all(rule in p.stdout for rule in fired), (off, p.stdout)
-        assert ("fold.conv_bn" in p.stdout) == ("fold.conv_bn" in fired), (off, p.stdout)
-        assert ("aten::conv2d" in p.stdout) == aten_conv, (off, p.stdout)
-    p = subprocess.run([CLI, "run", DEMO["conv_bn_relu"], "--input", *specs, "--check", "--json"], capture_output=True,
-                       text=True)
-    assert p.returncode == 0 and json.loads(p.stdout)["check"] == "pass", p.stdout + p.stderr
+        out = explain(FUSION_JIT_ENABLE=on, FUSION_JIT_DISABLE=off)
+        assert "1 kernel," in out and "epilogue." not in out, (off, out)
+        assert all(rule in out for rule in fired), (off, out)
+        assert ("fold.conv_bn" in out) == ("fold.conv_bn" in fired), (off, out)
+        assert ("aten::conv2d" in out) == aten_conv, (off, out)
+    for env in ({}, {"FUSION_JIT_ENABLE": on}):
+        p = subprocess.run([CLI, "run", DEMO["conv_bn_relu"], "--input", *specs, "--check", "--json"], capture_output=True,
+                           text=True, env=dict(os.environ, **env))
+        assert p.returncode == 0 and json.loads(p.stdout)["check"] == "pass", (env, p.stdout + p.stderr)
+    p = subprocess.run([CLI, "explain", MODEL, "--input", "f32[4]", "f32[4]"], capture_output=True, text=True,
+                       env=dict(os.environ, FUSION_JIT_ENABLE="fold"))
+    assert p.returncode == 2 and "FUSION_JIT_ENABLE: unknown item 'fold' (known: epilogue, prepack)" in p.stderr, p.stderr
 
 
 @case("cache stats, ls, verify (a corrupt entry is found), prune, clear")

@@ -4,8 +4,10 @@
 //                (softmax, log_softmax, logsumexp, layer_norm, rms_norm, group_norm, std, max.dim without
 //                indices) rewritten into reductions and elementwise ops, one named rule each.
 // fold           the rule set "fold" (Note [Convolution rules]): batch_norm folded into a frozen conv.
-// epilogue       the rule set "epilogue": conv + activation as one oneDNN call with a post-op.
+// epilogue       the rule set "epilogue": conv + activation as one oneDNN call with a post-op. Opt-in
+//                (FUSION_JIT_ENABLE=epilogue): slower today, see Note [Convolution rules].
 // prepack        the rule set "prepack": the other frozen convs as oneDNN calls on a reordered weight.
+//                Opt-in, as epilogue.
 // dce            removes nodes whose outputs are unused and that have no side effects.
 // cse            merges nodes with the same schema and arguments (pure ops only), keeping the first.
 // constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant, through an evaluator
@@ -63,5 +65,7 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
 // The names FUSION_JIT_DISABLE may give for the pipeline: its passes, its rule sets and their rules
 // ("decompose.softmax"). The pipeline registers them with the option table when the library loads.
 std::vector<std::string> pipeline_names();
+// The pipeline's opt-in steps, which run only when FUSION_JIT_ENABLE names them (epilogue, prepack).
+std::vector<std::string> opt_in_names();
 
 }  // namespace fusion_jit

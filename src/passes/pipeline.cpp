@@ -12,6 +12,7 @@ struct Step {
   const char* name;
   std::function<bool(Graph&)> run;
   const RuleSet* rules = nullptr;
+  bool opt_in = false;  // runs only when FUSION_JIT_ENABLE names it
 };
 
 std::vector<Step> steps(const ConstantEvaluator& eval) {
@@ -20,8 +21,10 @@ std::vector<Step> steps(const ConstantEvaluator& eval) {
       {"dce", dce},
       // Before constant_fold, which evaluates the folded weights and biases the fold rules build.
       {"fold", nullptr, &fold_rules()},
-      {"epilogue", nullptr, &epilogue_rules()},
-      {"prepack", nullptr, &prepack_rules()},
+      // Opt-in: measured slower than eager's conv and our kernels while their results are copied back from
+      // oneDNN's channels-last layout (bench/RESULTS.md, issue 15).
+      {"epilogue", nullptr, &epilogue_rules(), true},
+      {"prepack", nullptr, &prepack_rules(), true},
       {"dce", dce},
       {"constant_fold", [&eval](Graph& gr) { return constant_fold(gr, eval); }},
       {"cse", cse},
@@ -30,9 +33,17 @@ std::vector<Step> steps(const ConstantEvaluator& eval) {
 }
 
 // FUSION_JIT_DISABLE knows the pipeline's names as soon as the library is loaded.
-const bool kNamesRegistered = (Options::register_disable_names(pipeline_names()), true);
+const bool kNamesRegistered = (Options::register_disable_names(pipeline_names()),
+                                Options::register_enable_names(opt_in_names()), true);
 
 }  // namespace
+
+std::vector<std::string> opt_in_names() {
+  std::vector<std::string> names;
+  for (const Step& s : steps(nullptr))
+    if (s.opt_in) names.push_back(s.name);
+  return names;
+}
 
 std::vector<std::string> pipeline_names() {
   std::vector<std::string> names;
@@ -53,7 +64,7 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
   std::set<std::string> disabled = opt.disabled;
   disabled.insert(skip.begin(), skip.end());
   for (const Step& p : steps(eval)) {
-    if (disabled.count(p.name)) continue;
+    if (disabled.count(p.name) || (p.opt_in && !opt.is_enabled(p.name))) continue;
     PassTiming t{p.name, 0, false, {}};
     auto t0 = std::chrono::steady_clock::now();
     t.changed = p.rules ? run_rules(g, *p.rules, disabled, &t.rewrites) : p.run(g);

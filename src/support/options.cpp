@@ -63,6 +63,11 @@ std::set<std::string>& registered_disable_names() {
   static std::set<std::string> names;
   return names;
 }
+// The names FUSION_JIT_ENABLE accepts; filled by register_enable_names.
+std::set<std::string>& registered_enable_names() {
+  static std::set<std::string> names;
+  return names;
+}
 
 struct Entry {
   const char* name;
@@ -88,6 +93,11 @@ const std::vector<Entry>& table() {
        [](Options& o, const std::string& v) {
          o.disabled = split_list(v);
          check_members("FUSION_JIT_DISABLE", o.disabled, Options::disable_names());
+       }},
+      {"FUSION_JIT_ENABLE",
+       [](Options& o, const std::string& v) {
+         o.enabled = split_list(v);
+         check_members("FUSION_JIT_ENABLE", o.enabled, Options::enable_names());
        }},
       {"FUSION_JIT_SPECIALIZATION_LIMIT",
        [](Options& o, const std::string& v) {
@@ -157,6 +167,12 @@ std::set<std::string> Options::disable_names() {
   names.insert({"fusion", "cache"});
   return names;
 }
+
+void Options::register_enable_names(const std::vector<std::string>& names) {
+  registered_enable_names().insert(names.begin(), names.end());
+}
+
+std::set<std::string> Options::enable_names() { return registered_enable_names(); }
 
 const Options& Options::get() {
   static const Options o = parse(environ);

@@ -20,6 +20,8 @@ struct Options {
   // FUSION_JIT_DISABLE: comma list of "fusion", "cache", and the names the pass pipeline registers: its
   // passes (decompose, dce, cse, constant_fold), rule sets (decompose) and rules (decompose.softmax, ...).
   std::set<std::string> disabled;
+  // FUSION_JIT_ENABLE: comma list of the pipeline's opt-in rule sets (epilogue, prepack), off by default.
+  std::set<std::string> enabled;
   // FUSION_JIT_SPECIALIZATION_LIMIT: compiled signatures kept per model; later ones run eagerly.
   int specialization_limit = 8;
   // FUSION_JIT_CACHE_DIR: the on-disk kernel cache ("" = $XDG_CACHE_HOME/fusion_jit, else
@@ -43,6 +45,7 @@ struct Options {
 
   bool dumps(const std::string& what) const { return dump.count(what) || dump.count("all"); }
   bool is_disabled(const std::string& what) const { return disabled.count(what) > 0; }
+  bool is_enabled(const std::string& what) const { return enabled.count(what) > 0; }
 
   // The options from the environment, parsed once; throws fusion_jit::Error on a bad variable.
   static const Options& get();
@@ -55,6 +58,9 @@ struct Options {
   static void register_disable_names(const std::vector<std::string>& names);
   // Every name FUSION_JIT_DISABLE accepts, sorted.
   static std::set<std::string> disable_names();
+  // The same for FUSION_JIT_ENABLE: the pipeline's opt-in steps.
+  static void register_enable_names(const std::vector<std::string>& names);
+  static std::set<std::string> enable_names();
 };
 
 }  // namespace fusion_jit

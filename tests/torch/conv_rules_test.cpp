@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "support/options.h"
 #include "test_util.h"
 
 namespace fusion_jit::testing {
@@ -33,8 +34,28 @@ torch::jit::Module conv_block(const std::string& act, bool bn, at::ScalarType dt
 
 at::Tensor input(at::ScalarType dtype) { return at::randn({2, 8, 20, 20}).to(dtype); }
 
+// The oneDNN rule sets are opt-in (FUSION_JIT_ENABLE, read once per process): the ctest entry conv_rules
+// runs this binary's ConvRules tests with them on; the torch_tests entry runs ConvRulesDefault.
+bool onednn_rules_on() { return Options::get().is_enabled("epilogue") && Options::get().is_enabled("prepack"); }
+#define REQUIRE_ONEDNN_RULES()                                                                              \
+  if (!onednn_rules_on()) GTEST_SKIP() << "needs FUSION_JIT_ENABLE=epilogue,prepack (ctest entry conv_rules)"
+
+TEST(ConvRulesDefault, BatchNormFoldsIntoTheConvWhichStaysEagers) {
+  if (onednn_rules_on()) GTEST_SKIP() << "the default pipeline: without FUSION_JIT_ENABLE (ctest entry torch_tests)";
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, dtype);
+    auto r = run_and_compare(m, {input(dtype)}, std::string("default pipeline, ") + c10::toString(dtype));
+    ASSERT_NE(r.plan, nullptr);
+    const std::string ex = r.plan->explain();
+    EXPECT_EQ(ex.find("fold.conv_bn x1") != std::string::npos, dtype == at::kFloat) << ex;
+    EXPECT_EQ(r.plan->aten_ops, (std::map<std::string, int>{{"aten::conv2d", 1}})) << ex;
+    EXPECT_EQ(r.plan->kernels.size(), 1u) << "the relu (float32) or batch_norm + relu (bfloat16)\n" << ex;
+  }
+}
+
 
 TEST(ConvRules, ConvBatchNormReluIsOneOneDnnCallAndMatchesEager) {
+  REQUIRE_ONEDNN_RULES();
   auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat);
   auto r = run_and_compare(m, {input(at::kFloat)}, "conv + batch_norm + relu");
   ASSERT_NE(r.plan, nullptr);
@@ -49,6 +70,7 @@ TEST(ConvRules, ConvBatchNormReluIsOneOneDnnCallAndMatchesEager) {
 }
 
 TEST(ConvRules, EveryPostOpMatchesEagerInFloat32AndBFloat16) {
+  REQUIRE_ONEDNN_RULES();
   const char* acts[] = {"torch.relu(y)",
                         "torch.sigmoid(y)",
                         "torch.tanh(y)",
@@ -76,6 +98,7 @@ TEST(ConvRules, EveryPostOpMatchesEagerInFloat32AndBFloat16) {
 }
 
 TEST(ConvRules, NearMissesComputeEagerResultsWithoutTheRules) {
+  REQUIRE_ONEDNN_RULES();
   {  // the conv's output is returned too: not folded, no post-op; the conv alone is prepacked
     auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat, /*return_conv=*/true);
     auto r = run_and_compare(m, {input(at::kFloat)}, "conv output returned");
@@ -104,6 +127,7 @@ TEST(ConvRules, NearMissesComputeEagerResultsWithoutTheRules) {
 
 // A ResNet block's tail: relu(bn(conv(x)) + x), in both operand orders.
 TEST(ConvRules, ResidualAddAndReluAreTheConvsPostOps) {
+  REQUIRE_ONEDNN_RULES();
   for (const char* sum : {"y + x", "x + y"}) {
     torch::jit::setGraphExecutorOptimize(false);
     at::manual_seed(0);
