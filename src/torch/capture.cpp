@@ -95,7 +95,7 @@ class Importer {
              inputs.size());
     // Everything that makes capture fail whatever the values is decided before anything runs: a node that
     // changes its arguments must not run on the caller's tensors and then run again in the eager fallback.
-    for (tj::Node* n : jg_->nodes()) check_capturable(n);
+    for (tj::Node* n : jg_->nodes()) check_capturable(n, /*in_branch=*/false);
     for (size_t i = first; i < jin.size(); ++i) {
       const c10::IValue& v = inputs[i - first];
       values_[jin[i]] = v;
@@ -164,11 +164,42 @@ class Importer {
     return false;
   }
 
-  // Throws, naming the node, when it can never be captured: control flow, calls, ops that mutate their
-  // arguments or have side effects.
-  static void check_capturable(const tj::Node* n) {
+  // Whether `v` is known once the input signature is (Note [Shape-only branches]): a literal, or a
+  // non-tensor computed by pure nodes from literals and from tensors' metadata (dim, size, dtype, device),
+  // which the signature fixes.
+  bool signature_static(const tj::Value* v) {
+    auto it = static_.find(v);
+    if (it != static_.end()) return it->second;
+    bool is = false;
+    const tj::Node* n = v->node();
+    if (v->type()->kind() == c10::TypeKind::TensorType) {
+      is = false;
+    } else if (n->kind() == c10::prim::Param) {
+      is = false;  // non-tensor inputs are graph inputs of the plan, not literals
+    } else if (n->kind() == c10::prim::Constant) {
+      is = true;
+    } else if (n->blocks().empty() && !n->hasSideEffects() && n->kind() != c10::prim::CallMethod &&
+               n->kind() != c10::prim::CallFunction) {
+      is = true;
+      for (const tj::Value* in : n->inputs())
+        is &= in->type()->kind() == c10::TypeKind::TensorType ? is_metadata_op(n) : signature_static(in);
+    }
+    static_[v] = is;
+    return is;
+  }
+
+  // Throws, naming the node, when it can never be captured: control flow on values computed at run time,
+  // calls, ops that mutate their arguments or have side effects. A branch on a signature-static condition
+  // is checked inside; there raising (prim::RaiseException) is allowed, as it runs only if taken.
+  void check_capturable(const tj::Node* n, bool in_branch) {
     auto kind = n->kind();
     std::string kname = kind.toQualString();
+    if (kind == c10::prim::If && signature_static(n->input(0))) {
+      for (const tj::Block* b : n->blocks())
+        for (const tj::Node* inner : b->nodes()) check_capturable(inner, /*in_branch=*/true);
+      return;
+    }
+    if (in_branch && kind == c10::prim::RaiseException) return;
     FJ_CHECK(n->blocks().empty(), "{}: control flow is not captured", kname);
     FJ_CHECK(kind != c10::prim::CallMethod && kind != c10::prim::CallFunction, "{}: calls are not captured", kname);
     if (const c10::FunctionSchema* schema = n->maybeSchema())
@@ -176,9 +207,33 @@ class Importer {
     FJ_CHECK(kind == c10::prim::Constant || !n->hasSideEffects(), "{}: has side effects; not captured", kname);
   }
 
+  // Note [Shape-only branches]
+  // A prim::If whose condition the input signature decides (signature_static: BatchNorm's rank check,
+  // `if x.dim() == 4`) is captured as its taken branch: the plan is specialized to the signature, as it is
+  // to the sizes that shape arithmetic folds into literals. The other branch is never run or captured.
+  void import_branch(tj::Node* n, CapturedGraph& cap) {
+    auto cond = literals_.find(n->input(0));
+    FJ_INTERNAL_ASSERT(cond != literals_.end() && std::holds_alternative<bool>(cond->second),
+                       "prim::If: a signature-static condition was not folded into a literal");
+    tj::Block* taken = n->blocks().at(std::get<bool>(cond->second) ? 0 : 1);
+    for (tj::Node* inner : taken->nodes()) import_node(inner, cap);
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      tj::Value* from = taken->outputs()[i];
+      tj::Value* to = n->outputs()[i];
+      values_[to] = values_.at(from);
+      if (auto l = literals_.find(from); l != literals_.end()) literals_[to] = l->second;
+      if (auto m = map_.find(from); m != map_.end()) map_[to] = m->second;
+      if (const_of_.count(from)) const_of_.insert(to);
+      if (shape_tensors_.count(from)) shape_tensors_.insert(to);
+    }
+  }
+
   void import_node(tj::Node* n, CapturedGraph& cap) {
     auto kind = n->kind();
     std::string kname = kind.toQualString();
+    if (kind == c10::prim::If) return import_branch(n, cap);
+    // The branch taken raises: this signature runs eagerly, where the model's own error reaches the caller.
+    FJ_CHECK(kind != c10::prim::RaiseException, "the model raises on this input signature (a branch that raises)");
     execute(n);
     if (kind == c10::prim::Constant) {
       const c10::IValue& v = values_.at(n->output());
@@ -211,7 +266,7 @@ class Importer {
       return;
     }
     if (kind == c10::prim::TupleConstruct && n->output()->uses().size() == 1 &&
-        n->output()->uses()[0].user->kind() == c10::prim::Return)
+        n->output()->uses()[0].user == jg_->return_node())
       return;  // the graph's result, flattened in run()
     if (kind == c10::prim::ListConstruct || kind == c10::prim::ListUnpack) {
       bool tensors = true;
@@ -219,7 +274,7 @@ class Importer {
       for (tj::Value* o : n->outputs()) tensors &= values_.at(o).isTensor() || values_.at(o).isTensorList();
       FJ_CHECK(tensors, "{}: only lists of tensors are captured", kname);
       if (kind == c10::prim::ListConstruct && n->output()->uses().size() == 1 &&
-          n->output()->uses()[0].user->kind() == c10::prim::Return)
+          n->output()->uses()[0].user == jg_->return_node())
         return;  // the graph's result, flattened in run()
       append(n, kname, cap);
       return;
@@ -275,6 +330,7 @@ class Importer {
   std::unordered_map<tj::Value*, Literal> literals_;
   std::set<tj::Value*> const_of_;
   std::set<tj::Value*> shape_tensors_;  // 0-d tensors made from literals by prim::NumToTensor
+  std::unordered_map<const tj::Value*, bool> static_;  // signature_static, memoized
 };
 
 }  // namespace

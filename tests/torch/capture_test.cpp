@@ -60,6 +60,33 @@ TEST(Capture, TupleAndIntermediateOutputs) {
   EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
 }
 
+// Branches the input signature decides (Note [Shape-only branches]) are captured as the branch taken: a
+// rank check that raises (BatchNorm's _check_input_dim), and a branch on a size, per signature.
+TEST(Capture, BranchesOnShapesAreCapturedAsTheBranchTaken) {
+  auto check = script("x", "    assert x.dim() == 2, 'expected a 2-d input'\n    return torch.relu(x) * 2.0");
+  auto r = run_and_compare(check, {at::randn({4, 6})}, "rank check");
+  ASSERT_NE(r.plan, nullptr) << "captured";
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  auto fused = compile(check);
+  try {
+    fused({at::randn({4})});
+    ADD_FAILURE() << "a 1-d input did not raise";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("expected a 2-d input"), std::string::npos) << "the model's own error: " << e.what();
+  }
+  EXPECT_NE(fused.explain({at::randn({4})}).find("the model raises on this input signature"), std::string::npos)
+      << fused.explain({at::randn({4})});
+
+  auto by_size = script("x", "    if x.size(0) > 2:\n        y = x * 2.0\n    else:\n        y = x - 1.0\n"
+                             "    return torch.tanh(y)");
+  for (int64_t n : {4, 1}) {
+    auto rr = run_and_compare(by_size, {at::randn({n, 3})}, "size branch, n = " + std::to_string(n));
+    ASSERT_NE(rr.plan, nullptr) << n;
+    EXPECT_EQ(rr.plan->kernels.size(), 1u) << rr.plan->explain();
+    EXPECT_EQ(rr.plan->fused_ops, 2) << "the branch taken and tanh\n" << rr.plan->explain();
+  }
+}
+
 TEST(Capture, ControlFlowRunsEagerlyWithAReason) {
   auto m = script("x", "    if bool(x.sum() > 0):\n        return x * 2.0\n    return x - 1.0");
   auto fused = compile(m);
