@@ -152,6 +152,19 @@ TEST(ConvRules, ResidualAddAndReluAreTheConvsPostOps) {
   }
 }
 
+// A 1x1 spatial result (a squeeze-excite block's conv): oneDNN's channels-last [2,16,1,1] has strides
+// [16,1,16,16], and contiguous() keeps them (the tensor is contiguous), where the plan types [16,1,1,1].
+// The kernel after it reads it as it is (size-1 dims are never indexed); the executor's layout check
+// once stopped MobileNetV3 there with an internal error.
+TEST(ConvRules, ASizeOneSpatialResultFeedsOurKernel) {
+  REQUIRE_ONEDNN_RULES();
+  auto m = conv_block("torch.exp(y) * 0.5", /*bn=*/false, at::kFloat);
+  auto r = run_and_compare(m, {at::randn({2, 8, 1, 1})}, "1x1 spatial");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_NE(r.plan->explain().find("prepack.conv x1"), std::string::npos) << r.plan->explain();
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+}
+
 // Turning a rule off by name (FUSION_JIT_DISABLE=epilogue.conv_relu) is a CLI test (tests/cli_test.py):
 // the option is read once per process.
 
