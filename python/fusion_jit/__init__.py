@@ -15,6 +15,10 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
     cache_dir             str, the on-disk cache of compiled kernels and plans for this process from
                           then on; default FUSION_JIT_CACHE_DIR or ~/.cache/fusion_jit
     enable_fusion         bool, False compiles one kernel per fusible op; default True
+    freezing              bool, inference graphs take the module's parameters and buffers as constants
+                          of their plans (batch norm folded into convolutions, weights prepared once);
+                          a parameter changed later is detected and the graph compiled again;
+                          default FUSION_JIT_FREEZING or False
 
 A graph that cannot be compiled (an op that mutates its input, a higher-order op, an unsupported dtype,
 a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STRICT=1 raises instead.

@@ -1,5 +1,18 @@
 """The torch.compile backend: AOT autograd hands over forward, backward and inference graphs of ATen ops;
 each becomes a _CompiledGraph, which lowers and compiles the graph at its first call per input signature.
+
+Note [Freezing]
+With the freezing option (default off, as Inductor's), an inference graph's parameters and buffers are
+constants of its plans instead of inputs: the passes then fold batch norm into the convolution before it,
+prepack weights and fold whatever else is computed from constants alone (passes/conv_rules.cpp). Which
+inputs: those Dynamo marks static (the parameters and buffers of nn.Modules it inlines; also tensors the
+user marked with torch._dynamo.mark_static_address), unless the graph mutates one or returns a view of
+one (as Inductor's replace_params_with_constants). Training graphs (forward and backward) never freeze.
+Unlike Inductor, which documents that a parameter changed after compilation is not seen, each call checks
+that every frozen input is the same tensor object with the same version counter (in-place changes) and the
+same data pointer (`.data =` assignment): a change drops the graph's plans and compiles again with the new
+values, with one warning; an input found changed twice is an input of the plans from then on. The check
+costs one comparison triple per frozen tensor per call (about 0.1 us each).
 """
 
 import os
@@ -18,6 +31,7 @@ _OPTION_TYPES = {
     "specialization_limit": int,
     "cache_dir": (str, os.PathLike),
     "enable_fusion": bool,
+    "freezing": bool,
 }
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -49,6 +63,7 @@ class Options:
         self.cuda_graphs = _env_bool("FUSION_JIT_CUDA_GRAPHS", False) or mode == "reduce-overhead"
         self.cache_dir = None
         self.enable_fusion = True
+        self.freezing = _env_bool("FUSION_JIT_FREEZING", False)
         for name, value in (options or {}).items():
             if name not in _OPTION_TYPES:
                 raise ValueError(f"fusion_jit: unknown option {name!r} (known: {', '.join(_OPTION_TYPES)})")
@@ -79,6 +94,7 @@ class _Stats:
         self.compile_ms = 0.0
         self.eager_graphs = 0
         self.eager_calls = 0
+        self.frozen_inputs = 0
         self.baseline = list(_native.ops.counters())
 
 
@@ -99,9 +115,11 @@ _RAN, _NO_PLAN, _EAGER = 0, 1, 2  # GraphFunction.run's status
 class _CompiledGraph:
     """One FX graph: one plan per input signature, compiled at the first call with that signature. The
     signature table, the specialization limit and its warning are the C++ GraphFunction's (the same as
-    for TorchScript modules); this class lowers the graph when the table has no plan for a signature."""
+    for TorchScript modules); this class lowers the graph when the table has no plan for a signature.
 
-    def __init__(self, gm, name, opts, record=None):
+    `freeze`: positions of the graph's inputs that are constants of the plan (Note [Freezing])."""
+
+    def __init__(self, gm, name, opts, record=None, freeze=()):
         # AOT autograd calls it with the list of arguments. An instance attribute: dynamo wraps backward
         # compilers' results with functools.wraps, which copies the instance's __dict__.
         self._boxed_call = True
@@ -110,22 +128,30 @@ class _CompiledGraph:
         self.opts = opts
         limit = -1 if opts.specialization_limit is None else opts.specialization_limit
         self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs, limit)
-        self.positions = None       # which arguments are tensors (known after the first lowering)
-        self.all_tensors = False
+        self.positions = None       # which arguments are tensor inputs of the plans (known after the first lowering)
+        self.key_positions = []     # which are numbers the plans are specialized on
+        self.all_tensors = False    # every argument is a tensor input: `args` is the input list
         self.outputs = {}           # specialization key -> output spec of the lowering
         self.eager_reason = None
         self.record = record        # explain(): a list that receives (name, plan text or reason)
+        self.freeze = set(freeze)
+        self.frozen = []            # (position, tensor, version, data_ptr) of each frozen input, as compiled
+        self.changes = {}           # position -> times its frozen tensor was found changed
+        self.lock = threading.Lock()
         with _stats.lock:
             _stats.graphs += 1
         _graphs.add(self)
 
     def __call__(self, args):
+        if self.frozen and not all(args[i] is t and t._version == v and t.data_ptr() == p
+                                   for i, t, v, p in self.frozen):
+            self._unfreeze_changed(args)
         if self.eager_reason is None and self.positions is not None:
             if self.all_tensors:
                 tensors, key = args, ""
             else:
                 tensors = [args[i] for i in self.positions]
-                key = specialization_key(args, self.positions)
+                key = specialization_key(args, self.key_positions)
             spec = self.outputs.get(key)
             status, outs = self.fn.run(tensors, key)
             if status == _RAN and spec is not None:
@@ -134,6 +160,25 @@ class _CompiledGraph:
                 self._report_warnings()
                 return self._eager(args)
         return self._compile_and_run(args)
+
+    def _unfreeze_changed(self, args):
+        """Note [Freezing]: a frozen parameter or buffer was replaced or changed in place since the plans
+        were compiled. The plans are dropped and the next lowering takes the new values; one found changed
+        twice is from then on an input of the plans, read at each call."""
+        with self.lock:
+            changed = [i for i, t, v, p in self.frozen
+                       if args[i] is not t or t._version != v or t.data_ptr() != p]
+            if not changed:
+                return
+            for i in changed:
+                self.changes[i] = self.changes.get(i, 0) + 1
+                if self.changes[i] >= 2:
+                    self.freeze.discard(i)
+            _warn_once((id(self), "frozen", tuple(changed)),
+                       f"fusion_jit: {self.name}: frozen input(s) {changed} (parameters or buffers, constants "
+                       f"of its plans under the freezing option) changed after compilation; compiling again "
+                       f"(an input changed twice is read at each call from then on)")
+            self.clear()
 
     def _report_warnings(self):
         for message in self.fn.take_warnings():
@@ -159,8 +204,9 @@ class _CompiledGraph:
         if self.eager_reason is not None:
             return self._eager(args)
         t0 = time.perf_counter()
+        freeze = {i for i in self.freeze if isinstance(args[i], torch.Tensor)}
         try:
-            low = lower(self.gm, args)
+            low = lower(self.gm, args, freeze)
         except Unsupported as e:
             return self._give_up(str(e), args)
         tensors = [args[i] for i in low.tensor_positions]
@@ -170,7 +216,10 @@ class _CompiledGraph:
             return self._give_up(f"compiling it failed: {e}", args, low.results)
         ms = (time.perf_counter() - t0) * 1000.0
         self.positions = low.tensor_positions
+        self.key_positions = low.key_positions
         self.all_tensors = len(self.positions) == len(args)
+        if not self.frozen and freeze:
+            self.frozen = [(i, args[i], args[i]._version, args[i].data_ptr()) for i in sorted(freeze)]
         if not compiled:  # past the specialization limit: the lowering ran the graph eagerly
             self._report_warnings()
             with _stats.lock:
@@ -184,14 +233,34 @@ class _CompiledGraph:
                 _stats.fused_ops += int(fused)
                 _stats.fallback_ops += int(aten)
                 _stats.compile_ms += ms
+                _stats.frozen_inputs += len(freeze)
             if self.record is not None:
-                self.record.append((self.name, self.fn.explain(tensors, low.key)))
+                head = (f"freezing: {len(freeze)} parameter(s) and buffer(s) are constants of the plan\n"
+                        if freeze else "")
+                self.record.append((self.name, head + self.fn.explain(tensors, low.key)))
         return list(low.results)
 
     def clear(self):
         self.fn.clear()
         self.outputs.clear()
+        self.positions = None
+        self.frozen = []
         self.eager_reason = None
+
+
+def _freezable(gm):
+    """Note [Freezing]: the positions of an inference graph's inputs that may be constants of its plans:
+    the parameters and buffers of nn.Modules (which Dynamo marks static inputs), unless the graph mutates
+    one or returns a view of one. Empty when AOT autograd gives no tracing context."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    n = len(gm.graph.find_nodes(op="placeholder"))
+    if meta is None or len(meta.input_info) != n:
+        return set()
+    from torch._functorch._aot_autograd.schemas import MutationType
+    aliased = {o.base_idx for o in meta.output_info if o.base_idx is not None}
+    return {i for i in meta.static_input_indices
+            if 0 <= i < n and i not in aliased and meta.input_info[i].mutation_type == MutationType.NOT_MUTATED}
 
 
 def _decompositions():
@@ -257,7 +326,8 @@ class _Backend:
     def _compiler(self, kind):
         def compile_graph(gm, example_inputs):
             self.count += 1
-            return _CompiledGraph(gm, f"{kind} graph {self.count}", self.opts, self.record)
+            freeze = _freezable(gm) if kind == "inference" and self.opts.freezing else ()
+            return _CompiledGraph(gm, f"{kind} graph {self.count}", self.opts, self.record, freeze)
         return compile_graph
 
     def __call__(self, gm, example_inputs):
@@ -285,7 +355,8 @@ def stats():
     plans (one per graph and input signature), kernels, fused_ops (IR nodes inside kernels),
     fallback_ops (IR nodes run through ATen per call of each plan), compile_ms (lowering and compiling,
     all plans), cache_hits and cache_misses (the on-disk kernel and plan cache), compiles (compiler
-    invocations), eager_graphs (graphs given up on), eager_calls (calls run eagerly)."""
+    invocations), eager_graphs (graphs given up on), eager_calls (calls run eagerly), frozen_inputs
+    (parameters and buffers made constants of plans by the freezing option, summed over plans)."""
     c = _native.ops.counters()
     b = _stats.baseline
     with _stats.lock:
@@ -294,7 +365,7 @@ def stats():
             "fused_ops": _stats.fused_ops, "fallback_ops": _stats.fallback_ops,
             "compile_ms": _stats.compile_ms, "cache_hits": c[0] - b[0], "cache_misses": c[1] - b[1],
             "compiles": (c[2] - b[2]) + (c[3] - b[3]), "eager_graphs": _stats.eager_graphs,
-            "eager_calls": _stats.eager_calls,
+            "eager_calls": _stats.eager_calls, "frozen_inputs": _stats.frozen_inputs,
         }
 
 

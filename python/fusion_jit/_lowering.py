@@ -14,6 +14,8 @@ Written as:
   dtype, layout, memory format their c10 codes (ints), as TorchScript passes them
   device                      a string ("cpu", "cuda:0"); the executor converts it by the schema
   get_attr tensors            fj::constant(i), the i-th of the constants passed with the text
+  frozen inputs               also fj::constant(i): with the freezing option, the parameters and buffers
+                              the graph takes as inputs (`frozen`: their positions) are constants of the plan
 Anything else (mutating ops, higher-order ops, non-ATen functions computing tensors, tensors of other
 dtypes or layouts) raises Unsupported with the node's name: that graph then runs eagerly.
 """
@@ -117,20 +119,19 @@ class Lowered:
         self.ir = ""
         self.constants = []          # tensors, fj::constant(i)
         self.tensor_positions = []   # which of the call's arguments are the IR's inputs
-        self.key = ""                # the non-tensor arguments, which the plan is specialized on
+        self.key_positions = []      # which are numbers (or None): the plan is specialized on their values
+        self.key = ""                # those arguments' values (specialization_key)
         self.outputs = []            # per graph output: ("ir", k) the k-th IR output, or ("const", value)
         self.results = []            # the graph's outputs of the lowering run
 
 
-def specialization_key(args, tensor_positions):
-    if len(tensor_positions) == len(args):
-        return ""
-    tensor_set = set(tensor_positions)
-    return repr([a for i, a in enumerate(args) if i not in tensor_set])
+def specialization_key(args, key_positions):
+    return repr([args[i] for i in key_positions]) if key_positions else ""
 
 
-def lower(gm, args):
-    """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR."""
+def lower(gm, args, frozen=()):
+    """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR. The tensor arguments at the
+    positions in `frozen` become constants of the plan instead of inputs."""
     low = Lowered()
     graph = gm.graph
     nodes = list(graph.nodes)
@@ -206,12 +207,18 @@ def lower(gm, args):
             placeholders += 1
             v = args[position]
             env[node] = v
-            if isinstance(v, torch.Tensor):
+            if isinstance(v, torch.Tensor) and position in frozen:
+                r = _Ref(new_name())
+                emit([(r, tensor_type(v, 'input ' + node.name))], "fj::constant", [str(len(low.constants))])
+                low.constants.append(v)
+                ref[node] = r
+            elif isinstance(v, torch.Tensor):
                 r = _Ref(new_name())
                 inputs.append(f"{r.name} : {tensor_type(v, 'input ' + node.name)}")
                 low.tensor_positions.append(position)
                 ref[node] = r
             elif v is None or isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat)):
+                low.key_positions.append(position)
                 ref[node] = v
             else:
                 raise Unsupported(f"input {node.name}: a {type(v).__name__} input is not supported")
@@ -276,7 +283,7 @@ def lower(gm, args):
             if last_use.get(inp) == idx and inp.op == "call_function":
                 env.pop(inp, None)
     low.ir = "graph(" + ", ".join(inputs) + "):\n" + "\n".join(lines) + "\n"
-    low.key = specialization_key(args, low.tensor_positions)
+    low.key = specialization_key(args, low.key_positions)
     return low
 
 

@@ -125,6 +125,7 @@ const std::vector<Entry>& table() {
        }},
       // Read by the Python package (python/fusion_jit), which checks its value.
       {"FUSION_JIT_STRICT", [](Options&, const std::string& v) { parse_bool("FUSION_JIT_STRICT", v); }},
+      {"FUSION_JIT_FREEZING", [](Options&, const std::string& v) { parse_bool("FUSION_JIT_FREEZING", v); }},
       {"FUSION_JIT_LIBRARY", [](Options&, const std::string&) {}},
       // Read by ./run, not by the library; listed so that it is not rejected as unknown.
       {"FUSION_JIT_VENV", [](Options&, const std::string&) {}},

@@ -36,21 +36,23 @@ def fresh():
     yield
 
 
+@pytest.mark.parametrize("freezing", [False, True], ids=["default", "freezing"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_inference(name):
+def test_inference(name, freezing):
     model, args = make(name)
     model.eval()
     model64 = copy.deepcopy(model).double()
     with torch.no_grad():
         expected = main_output(model(*args))
         reference = main_output(model64(*to64(args)))
-        compiled = torch.compile(model, backend="fusion_jit")
+        compiled = fusion_jit.compile(model, freezing=freezing)
         first = main_output(compiled(*args))    # compiles: the lowering run's result
         second = main_output(compiled(*args))   # the plan's result
     s = fusion_jit.stats()
     assert s["eager_graphs"] == 0 and s["eager_calls"] == 0, s
     assert s["graphs"] >= 1 and s["plans"] == s["graphs"], s
     assert s["kernels"] > 0 and s["fused_ops"] > s["kernels"], s
+    assert (s["frozen_inputs"] > 0) == freezing, s
     assert_close(first, expected, reference, f"{name}, first call")
     assert_close(second, expected, reference, f"{name}, second call")
 

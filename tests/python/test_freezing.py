@@ -1,0 +1,161 @@
+"""The freezing option of the torch.compile backend (issue 15, Note [Freezing] in _backend.py): parameters
+and buffers of inference graphs as constants of the plans, rules that need constants firing, and every
+change to a frozen tensor after compilation seen at the next call."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import fusion_jit
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    fusion_jit.reset()
+    yield
+
+
+def assert_close(actual, expected, reference64, what):
+    ok, err, why = torch.ops.fusion_jit.check_close(actual, expected, reference64)
+    assert ok, f"{what}: {why} (max error {err:.3g})"
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.fc(y.mean((2, 3)))
+
+
+def conv_bn_relu():
+    torch.manual_seed(0)
+    m = ConvBnRelu().eval()
+    with torch.no_grad():  # statistics unlike a fresh BatchNorm's, so that folding them matters
+        m.bn.running_mean.uniform_(-1, 1)
+        m.bn.running_var.uniform_(0.5, 2)
+        m.bn.weight.uniform_(0.5, 1.5)
+        m.bn.bias.uniform_(-0.5, 0.5)
+    return m, torch.randn(2, 3, 16, 16)
+
+
+def check(model, compiled, x, what):
+    with torch.no_grad():
+        expected = model(x)
+        reference = copy.deepcopy(model).double()(x.double())
+        got = compiled(x)
+    assert_close(got, expected, reference, what)
+
+
+def test_freezing_folds_batch_norm_into_the_conv():
+    m, x = conv_bn_relu()
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, freezing=True, file=open("/dev/null", "w"))
+    assert "freezing: 8 parameter(s) and buffer(s) are constants of the plan" in text, text
+    assert "fold.conv_bn x1" in text, text
+    assert "aten::batch_norm" not in text, text
+    torch._dynamo.reset()
+    fusion_jit.reset()
+    compiled = fusion_jit.compile(m, freezing=True)
+    check(m, compiled, x, "first call")
+    check(m, compiled, x, "second call")
+    s = fusion_jit.stats()
+    assert s["frozen_inputs"] == 8 and s["eager_graphs"] == 0 and s["plans"] == 1, s
+
+
+def test_freezing_is_off_by_default():
+    m, x = conv_bn_relu()
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+    assert "freezing" not in text and "fold.conv_bn" not in text, text
+    assert fusion_jit.stats()["frozen_inputs"] == 0
+
+
+def test_freezing_through_torch_compile_options_and_the_environment(monkeypatch):
+    m, x = conv_bn_relu()
+    compiled = torch.compile(m, backend="fusion_jit", options={"freezing": True})
+    check(m, compiled, x, "options={'freezing': True}")
+    assert fusion_jit.stats()["frozen_inputs"] == 8
+    torch._dynamo.reset()
+    fusion_jit.reset()
+    monkeypatch.setenv("FUSION_JIT_FREEZING", "1")
+    check(m, torch.compile(m, backend="fusion_jit"), x, "FUSION_JIT_FREEZING=1")
+    assert fusion_jit.stats()["frozen_inputs"] == 8
+    with pytest.raises(TypeError, match="'freezing' must be a bool"):
+        fusion_jit.compile(m, freezing=1)
+    monkeypatch.setenv("FUSION_JIT_FREEZING", "maybe")
+    with pytest.raises(ValueError, match="FUSION_JIT_FREEZING=maybe"):
+        fusion_jit.Options()
+
+
+def test_a_changed_parameter_is_seen_at_the_next_call():
+    m, x = conv_bn_relu()
+    compiled = fusion_jit.compile(m, freezing=True)
+    check(m, compiled, x, "before any change")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            m.conv.weight.add_(0.5)                      # in place: the version counter moves
+        check(m, compiled, x, "after conv.weight.add_")
+        with torch.no_grad():
+            m.bn.running_var.mul_(3.0)                   # a buffer, in place
+        check(m, compiled, x, "after bn.running_var.mul_")
+        m.fc.weight.data = torch.randn(4, 8)             # .data assignment: same object, new storage
+        check(m, compiled, x, "after fc.weight.data =")
+        m.fc.bias = nn.Parameter(torch.randn(4))         # replaced
+        check(m, compiled, x, "after fc.bias replaced")
+        with torch.no_grad():
+            m.conv.weight.mul_(0.5)                      # conv.weight's second change: an input from now on
+        check(m, compiled, x, "after conv.weight's second change")
+        plans = fusion_jit.stats()["plans"]
+        with torch.no_grad():
+            m.conv.weight.add_(1.0)                      # read at each call: no compile
+        check(m, compiled, x, "after conv.weight's third change")
+        assert fusion_jit.stats()["plans"] == plans
+    ours = [str(w.message) for w in caught if "frozen input" in str(w.message)]
+    assert ours and all("changed after compilation; compiling again" in w for w in ours), ours
+    assert fusion_jit.stats()["eager_graphs"] == 0
+
+
+class CountingModule(nn.Module):
+    """Mutates a buffer in forward: the buffer must stay an input (AOT autograd writes it back)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(1))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.lin(x) * self.calls
+
+
+def test_a_buffer_the_graph_mutates_is_not_frozen():
+    torch.manual_seed(0)
+    m, eager = CountingModule().eval(), CountingModule().eval()
+    eager.load_state_dict(m.state_dict())
+    compiled = fusion_jit.compile(m, freezing=True)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        for call in range(4):
+            got, expected = compiled(x), eager(x)
+            torch.testing.assert_close(got, expected, msg=f"call {call}")
+    assert m.calls.item() == 4 and fusion_jit.stats()["frozen_inputs"] == 2  # lin.weight, lin.bias
+
+
+def test_training_graphs_are_not_frozen():
+    m, x = conv_bn_relu()
+    m.train()
+    compiled = fusion_jit.compile(m, freezing=True)
+    out = compiled(x)
+    out.sum().backward()
+    assert m.conv.weight.grad is not None
+    assert fusion_jit.stats()["frozen_inputs"] == 0
