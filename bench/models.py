@@ -1,5 +1,6 @@
-"""The model families of tests/python/models.py on CPU: eager, Inductor (torch.compile's default) and
-fusion_jit, in one run.
+"""The model families of tests/python/models.py on CPU: eager, Inductor and fusion_jit, each with default
+settings and with freezing (Inductor's torch._inductor.config.freezing, fusion_jit's freezing option),
+in one run.
 
     ./run python bench/models.py [--models a,b] [--iters N] [--json FILE]
 
@@ -8,8 +9,9 @@ starts cold (empty caches) and measures the first call (cold compile: Dynamo, AO
 backend), then the median time per iteration of the compiled model and of eager in the same process; the
 second measures the first call again with the caches warm (warm compile). fusion_jit also reports the
 share of the graph's ops that run inside its kernels and the kernels per iteration. Speedups are taken
-against eager measured in the same process. Bars (issue 7): cold compile at most 0.2x Inductor's;
-geomean speedup over eager at least 1.1x.
+against eager measured in the same process. Bars (issues 7 and 15): cold compile at most 0.2x
+Inductor's; geomean speedup over eager at least 1.1x and at least Inductor's in the same setting; no
+model slower than eager.
 """
 
 import argparse
@@ -44,10 +46,12 @@ def one(name, compiler, iters, size, measure):
 
     model, args = make(name, size=size)
     model.eval()
-    if compiler == "fusion_jit":
+    freezing = compiler.endswith("-freezing")
+    if compiler.startswith("fusion_jit"):
         import fusion_jit
-        compiled = torch.compile(model, backend="fusion_jit")
+        compiled = torch.compile(model, backend="fusion_jit", options={"freezing": freezing})
     else:
+        torch._inductor.config.freezing = freezing
         compiled = torch.compile(model)
     out = {}
     with torch.no_grad():
@@ -58,7 +62,7 @@ def one(name, compiler, iters, size, measure):
             out["eager_ms"] = median_ms(lambda: model(*args), iters)
             out["compiled_ms"] = median_ms(lambda: compiled(*args), iters)
             out["eager_ms_after"] = median_ms(lambda: model(*args), iters)
-    if compiler == "fusion_jit":
+    if compiler.startswith("fusion_jit"):
         s = fusion_jit.stats()
         out.update(kernels=s["kernels"], fused_ops=s["fused_ops"], fallback_ops=s["fallback_ops"],
                    compiles=s["compiles"], eager_graphs=s["eager_graphs"], graphs=s["graphs"])
@@ -79,6 +83,7 @@ def main():
     from models import MODELS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--settings", default="default,freezing", help="default, freezing or both (the default)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--size", type=int, default=224, help="image size (default 224)")
     p.add_argument("--json", help="also write the rows to this file (generated output: put it outside the "
@@ -94,7 +99,13 @@ def main():
         if name not in MODELS:
             sys.exit(f"unknown model {name!r} (known: {', '.join(MODELS)})")
         row = {"model": name}
-        for compiler in ("inductor", "fusion_jit"):
+        compilers = []
+        for setting in a.settings.split(","):
+            if setting not in ("default", "freezing"):
+                sys.exit(f"unknown setting {setting!r} (known: default, freezing)")
+            suffix = "" if setting == "default" else "-freezing"
+            compilers += ["inductor" + suffix, "fusion_jit" + suffix]
+        for compiler in compilers:
             with tempfile.TemporaryDirectory(prefix=f"fj-bench-{compiler}-") as cache:
                 t0 = time.time()
                 cold = run_child(name, compiler, a.iters, a.size, True, cache)
@@ -111,11 +122,18 @@ def main():
 
 
 def print_table(rows):
-    print("| model | eager ms | Inductor ms | fusion_jit ms | fj vs eager | fj / Inductor (each vs its eager) | cold compile s: Inductor / fj (ratio) | warm compile s: Inductor / fj | ops fused | kernels/iter |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for suffix, title in (("", "default settings"), ("-freezing", "freezing")):
+        if ("fusion_jit" + suffix) in rows[0]:
+            print(f"\n### {title}\n")
+            print_setting(rows, "inductor" + suffix, "fusion_jit" + suffix)
+
+
+def print_setting(rows, ind_name, fj_name):
+    print("| model | eager ms | Inductor ms | fusion_jit ms | fj vs eager | Inductor vs eager | fj / Inductor (each vs its eager) | cold compile s: Inductor / fj (ratio) | warm compile s: Inductor / fj | ops fused | kernels/iter |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     speedups, ind_speedups, cold_ratios = [], [], []
     for r in rows:
-        i, f = r["inductor"], r["fusion_jit"]
+        i, f = r[ind_name], r[fj_name]
         eager = f["eager_ms"]
         sp = eager / f["compiled_ms"]
         isp = i["eager_ms"] / i["compiled_ms"]
@@ -124,15 +142,18 @@ def print_table(rows):
         ratio = f["cold_s"] / i["cold_s"]
         cold_ratios.append(ratio)
         share = f["fused_ops"] / max(1, f["fused_ops"] + f["fallback_ops"])
-        print(f"| {r['model']} | {eager:.2f} | {i['compiled_ms']:.2f} | {f['compiled_ms']:.2f} | {sp:.2f}x | "
+        print(f"| {r['model']} | {eager:.2f} | {i['compiled_ms']:.2f} | {f['compiled_ms']:.2f} | {sp:.2f}x | {isp:.2f}x | "
               f"{(f['compiled_ms'] / f['eager_ms']) / (i['compiled_ms'] / i['eager_ms']):.2f} | "
               f"{i['cold_s']:.1f} / {f['cold_s']:.2f} ({ratio:.3f}) | {i['warm_s']:.2f} / {f['warm_s']:.2f} | "
               f"{share:.0%} | {f['kernels']} |")
     g = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
     gi = math.exp(sum(math.log(s) for s in ind_speedups) / len(ind_speedups))
     worst = max(cold_ratios)
-    print(f"\ngeomean speedup over eager: fusion_jit {g:.2f}x (bar 1.1x: {'pass' if g >= 1.1 else 'FAIL'}), "
-          f"Inductor {gi:.2f}x")
+    slower = [r["model"] for r, sp in zip(rows, speedups) if sp < 1.0]
+    behind = [r["model"] for r, sp, isp in zip(rows, speedups, ind_speedups) if sp < isp]
+    print(f"\ngeomean speedup over eager: fusion_jit {g:.2f}x, Inductor {gi:.2f}x "
+          f"(bars: >= 1.1x {'pass' if g >= 1.1 else 'FAIL'}; >= Inductor's {'pass' if g >= gi else 'FAIL'})")
+    print(f"slower than eager: {', '.join(slower) or 'none'}; behind Inductor: {', '.join(behind) or 'none'}")
     print(f"cold compile, fusion_jit / Inductor: worst {worst:.3f} (bar 0.2: {'pass' if worst <= 0.2 else 'FAIL'})")
 
 

@@ -399,7 +399,7 @@ def _():
         assert all(torch.equal(x, y) for x, y in zip(a, b)), "cold and warm-from-disk results differ"
 
 
-@case("conv_bn_relu: batch_norm folded by default; with FUSION_JIT_ENABLE=epilogue,prepack conv + relu is one oneDNN call; rules and sets named by explain and turned off by name (issue 15)")
+@case("conv_bn_relu: one oneDNN call by default (batch_norm folded, relu its post-op, NCHW written directly); rules, sets and channels-last plans named by explain and turned off by name (issue 15)")
 def _():
     _, specs = MODELS["conv_bn_relu"]
 
@@ -410,29 +410,30 @@ def _():
         return p.stdout
 
     out = explain()
-    assert "fold.conv_bn x1" in out and "aten::conv2d" in out and "1 kernel," in out, out
-    assert "mkldnn::" not in out and "epilogue." not in out, out
-    on = "epilogue,prepack"
-    out = explain(FUSION_JIT_ENABLE=on)
-    assert "fold.conv_bn x1" in out and "epilogue.conv_relu x1" in out, out
-    assert "0 kernels" in out and "mkldnn::_convolution_pointwise" in out, out
-    # (FUSION_JIT_DISABLE, rules that fire, whether the conv stays aten::conv2d): the relu is then our kernel.
-    for off, fired, aten_conv in (("epilogue.conv_relu", ["fold.conv_bn", "prepack.conv"], False),
-                                  ("epilogue", ["fold.conv_bn", "prepack.conv"], False),
-                                  ("fold,prepack", [], True),
-                                  ("epilogue.conv_relu,prepack.conv", ["fold.conv_bn"], True)):
-        out = explain(FUSION_JIT_ENABLE=on, FUSION_JIT_DISABLE=off)
+    assert "fold.conv_bn x1" in out and "epilogue.conv_relu x1" in out and "prepack.nchw_result x1" in out, out
+    assert "0 kernels" in out and out.count("aten: ") == 1 and "aten: mkldnn::_convolution_pointwise " in out, out
+    # (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE, rules that fire, whether the conv stays aten::conv2d): the relu
+    # (and the batch_norm where it is not folded) is then our kernel.
+    for off, on, fired, aten_conv in (("epilogue.conv_relu", "", ["fold.conv_bn", "prepack.conv"], False),
+                                      ("epilogue", "", ["fold.conv_bn", "prepack.conv"], False),
+                                      ("fold,prepack", "", [], True),
+                                      ("epilogue.conv_relu,prepack.conv", "", ["fold.conv_bn"], True),
+                                      ("channels_last", "", ["fold.conv_bn"], True)):
+        out = explain(FUSION_JIT_DISABLE=off, FUSION_JIT_ENABLE=on)
         assert "1 kernel," in out and "epilogue." not in out, (off, out)
         assert all(rule in out for rule in fired), (off, out)
         assert ("fold.conv_bn" in out) == ("fold.conv_bn" in fired), (off, out)
         assert ("aten::conv2d" in out) == aten_conv, (off, out)
-    for env in ({}, {"FUSION_JIT_ENABLE": on}):
+    # NCHW plans with the opt-in: the same one call.
+    out = explain(FUSION_JIT_DISABLE="channels_last", FUSION_JIT_ENABLE="onednn_nchw")
+    assert "epilogue.conv_relu x1" in out and "0 kernels" in out and out.count("aten: ") == 1, out
+    for env in ({}, {"FUSION_JIT_DISABLE": "channels_last"}, {"FUSION_JIT_DISABLE": "epilogue"}):
         p = subprocess.run([CLI, "run", DEMO["conv_bn_relu"], "--input", *specs, "--check", "--json"], capture_output=True,
                            text=True, env=dict(os.environ, **env))
         assert p.returncode == 0 and json.loads(p.stdout)["check"] == "pass", (env, p.stdout + p.stderr)
     p = subprocess.run([CLI, "explain", MODEL, "--input", "f32[4]", "f32[4]"], capture_output=True, text=True,
                        env=dict(os.environ, FUSION_JIT_ENABLE="fold"))
-    assert p.returncode == 2 and "FUSION_JIT_ENABLE: unknown item 'fold' (known: epilogue, prepack)" in p.stderr, p.stderr
+    assert p.returncode == 2 and "FUSION_JIT_ENABLE: unknown item 'fold' (known: onednn_nchw)" in p.stderr, p.stderr
 
 
 @case("cache stats, ls, verify (a corrupt entry is found), prune, clear")

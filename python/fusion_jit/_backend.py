@@ -24,7 +24,7 @@ import weakref
 import torch
 
 from . import _native
-from ._lowering import Unsupported, lower, specialization_key
+from ._lowering import LayoutMismatch, Unsupported, channels_last_weights, lower, specialization_key
 
 _OPTION_TYPES = {
     "cuda_graphs": bool,
@@ -45,6 +45,11 @@ def _env_bool(name, default):
     if v in ("0", "false", "off", "no", ""):
         return False
     raise ValueError(f"{name}={v}: expected 0 or 1")
+
+
+def _channels_last():
+    """Note [Channels-last plans] (src/torch/capture.h); the C++ side checks FUSION_JIT_DISABLE's names."""
+    return "channels_last" not in os.environ.get("FUSION_JIT_DISABLE", "").split(",")
 
 
 def _strict():
@@ -206,7 +211,11 @@ class _CompiledGraph:
         t0 = time.perf_counter()
         freeze = {i for i in self.freeze if isinstance(args[i], torch.Tensor)}
         try:
-            low = lower(self.gm, args, freeze)
+            cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last() else set()
+            try:
+                low = lower(self.gm, args, freeze, cl)
+            except LayoutMismatch:
+                low = lower(self.gm, args, freeze)
         except Unsupported as e:
             return self._give_up(str(e), args)
         tensors = [args[i] for i in low.tensor_positions]

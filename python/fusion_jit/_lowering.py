@@ -129,9 +129,36 @@ def specialization_key(args, key_positions):
     return repr([args[i] for i in key_positions]) if key_positions else ""
 
 
-def lower(gm, args, frozen=()):
+class LayoutMismatch(Exception):
+    """An output's strides under the channels-last weights differ from eager's in a way contiguous() with
+    a memory format cannot give back."""
+
+
+def channels_last_weights(gm, frozen):
+    """Positions of frozen inputs that are the weight of a 2-d convolution (Note [Channels-last plans])."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    position = {n: i for i, n in enumerate(placeholders)}
+    out = set()
+    for n in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.convolution.default):
+        w = n.args[1]
+        transposed = n.args[6] if len(n.args) > 6 else False
+        if position.get(w) in frozen and not transposed and len(w.meta.get("val", torch.empty(0)).shape) == 4:
+            out.add(position[w])
+    return out
+
+
+def _memory_format_of(t):
+    if t.is_contiguous():
+        return torch.contiguous_format
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return None
+
+
+def lower(gm, args, frozen=(), channels_last=()):
     """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR. The tensor arguments at the
-    positions in `frozen` become constants of the plan instead of inputs."""
+    positions in `frozen` become constants of the plan instead of inputs; those in `channels_last` (frozen
+    convolution weights) are made channels-last first, and every output is given eager's layout back."""
     low = Lowered()
     graph = gm.graph
     nodes = list(graph.nodes)
@@ -208,6 +235,9 @@ def lower(gm, args, frozen=()):
             v = args[position]
             env[node] = v
             if isinstance(v, torch.Tensor) and position in frozen:
+                if position in channels_last:
+                    v = v.contiguous(memory_format=torch.channels_last)
+                    env[node] = v
                 r = _Ref(new_name())
                 emit([(r, tensor_type(v, 'input ' + node.name))], "fj::constant", [str(len(low.constants))])
                 low.constants.append(v)
@@ -264,7 +294,10 @@ def lower(gm, args, frozen=()):
             for o in flat:
                 if isinstance(o, torch.fx.Node):
                     r = ref[o]
-                    results.append(env[o])
+                    v = env[o]
+                    if channels_last and isinstance(r, _Ref):
+                        r, v = _eager_layout(o, r, v, emit, new_name)
+                    results.append(v)
                     if isinstance(r, _Ref):
                         low.outputs.append(("ir", len(ir_outs)))
                         ir_outs.append(r.name)
@@ -285,6 +318,23 @@ def lower(gm, args, frozen=()):
     low.ir = "graph(" + ", ".join(inputs) + "):\n" + "\n".join(lines) + "\n"
     low.key = specialization_key(args, low.key_positions)
     return low
+
+
+def _eager_layout(node, r, v, emit, new_name):
+    """An output computed under channels-last weights, with the layout eager gives it (its FX value's)."""
+    want = node.meta.get("val")
+    if not isinstance(want, torch.Tensor) or not isinstance(v, torch.Tensor):
+        raise LayoutMismatch(f"output {node.name}: no eager layout recorded")
+    same = all(a == b for a, b, n in zip(v.stride(), want.stride(), v.shape) if n != 1)
+    if same:
+        return r, v
+    fmt = _memory_format_of(want)
+    if fmt is None:
+        raise LayoutMismatch(f"output {node.name}: eager's strides {tuple(want.stride())}")
+    v = v.contiguous(memory_format=fmt)
+    out = _Ref(new_name())
+    emit([(out, tensor_type(v, f"output {node.name}"))], "aten::contiguous", [r.name, _literal(fmt, "")])
+    return out, v
 
 
 def _is_number(x):

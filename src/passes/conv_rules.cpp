@@ -11,11 +11,12 @@
 //   result beyond the tolerance rule: eager computes (conv(x, W) + b - mean) * s + beta, the folded
 //   conv sums x * (W * s).
 // - epilogue.conv_<act>: an activation (relu, sigmoid, tanh, hardswish, silu, hardsigmoid, gelu with
-//   either approximation) over a 2-d convolution's output (used by the activation only) becomes
-//   mkldnn::_convolution_pointwise with the activation as oneDNN's post-op: one pass over the output
-//   instead of a convolution and a kernel that reads the output again.
+//   either approximation, leaky_relu, hardtanh, relu6 as hardtanh(0, 6)) over a 2-d convolution's output
+//   (used by the activation only) becomes mkldnn::_convolution_pointwise with the activation as oneDNN's
+//   post-op (its slope or bounds as the post-op's scalars): one pass over the output instead of a
+//   convolution and a kernel that reads the output again.
 // - epilogue.conv_add, epilogue.conv_add_relu: a convolution's output plus a tensor of the result's shape,
-//   dtype and contiguous layout (either operand order; add's alpha 1), then optionally relu, becomes
+//   dtype and layout (either operand order; add's alpha 1), then optionally relu, becomes
 //   mkldnn::_convolution_pointwise.binary with an "add" post-op (and relu): the residual block's tail.
 //   float32 only (ATen's add_relu post-op has no bfloat16 kernel).
 // - prepack.conv (a set of its own, after the epilogues): any other such convolution, as the same call
@@ -24,19 +25,24 @@
 //   batch_norm): the weight is reordered once into oneDNN's blocked layout for the input's shape
 //   (mkldnn::_reorder_convolution_weight, which constant_fold evaluates at plan build); a weight given at
 //   each call would be reordered at each call, slower than eager's convolution. With the reordered weight
-//   oneDNN writes its result channels-last whatever the input's layout, so the call's output is typed
-//   channels-last and aten::contiguous gives eager's layout back (a copy; keeping activations
-//   channels-last between convolutions is the layout work still to do). Only CPU tensors of float32 or
-//   bfloat16, a contiguous (NCHW) input, groups, stride, padding and dilation as literals.
+//   oneDNN writes its result channels-last whatever the input's layout. Only CPU tensors of float32 or
+//   bfloat16, 4-d, contiguous or channels-last, groups, stride, padding and dilation as literals.
 //   mkldnn::_convolution_pointwise exists only in builds of torch with oneDNN: the torch adapter says so
 //   through set_schema_probe, and without it the rules decline. Every post-op was checked against eager
 //   (float32: at most 4.8e-7 absolute difference on values of order 1; bit-identical for relu and gelu).
-// - epilogue and prepack are opt-in (FUSION_JIT_ENABLE=epilogue,prepack; passes/pipeline.cpp): measured
-//   on this project's 2-core machine, the oneDNN calls plus the copies back to eager's layout are slower
-//   than eager's convolution plus our fused kernel (conv_bn_relu 1.51 ms against 1.20 ms with fold alone,
-//   a 3-block CNN 9.95 against 7.46 ms; bench/RESULTS.md). They become the default once activations stay
-//   channels-last inside the plan (no copies) and the input is reordered once at the plan's edge.
+// - Layout. Where the convolution's result is channels-last (plans captured with channels-last weights,
+//   Note [Channels-last plans] in torch/capture.h, or a channels-last input) the call's result is the
+//   plan's value as it is. Where it is NCHW, the call's channels-last result would need a copy back
+//   (aten::contiguous): measured on this project's 2-core machine, that made the rules slower than eager's
+//   convolution plus our fused kernel (conv_bn_relu 1.51 ms against 1.20 ms with fold alone, a 3-block
+//   CNN 9.95 against 7.46 ms; bench/RESULTS.md), so there they are opt-in (FUSION_JIT_ENABLE=onednn_nchw).
+// - prepack.nchw_result: contiguous(call(x, reordered W, ...)) with an NCHW x (and NCHW binary operand)
+//   becomes the call on W made NCHW: oneDNN then writes NCHW, eager's layout, itself (reordering the
+//   plain weight at each call, as eager's convolution does). This is a channels-last plan's last
+//   convolution when its result is an output (the demo's conv_bn_relu: one step), and every call of NCHW
+//   plans with the opt-in.
 #include "passes/passes.h"
+#include "support/options.h"
 
 namespace fusion_jit {
 namespace {
@@ -154,6 +160,24 @@ Replacement conv_bn(const Match& m, Builder& r) {
   return {r.node(conv->node->schema(), std::move(args), {out->type()})->output()};
 }
 
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sz) {  // [N, C, H, W]
+  return {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
+}
+
+// Whether `t` has strides `want`, but for the strides of size-1 dims (no index reads them).
+bool strides_are(const TensorType& t, const std::vector<int64_t>& want) {
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    if (t.sizes[d] != 1 && t.strides[d] != want[d]) return false;
+  return true;
+}
+
+bool is_channels_last(const TensorType& t) { return t.dim() == 4 && strides_are(t, channels_last_strides(t.sizes)); }
+
+// Contiguous (NCHW) or channels-last (NHWC), the strides of size-1 dims aside.
+bool contiguous_or_channels_last(const TensorType& t) {
+  return t.dim() == 4 && (strides_are(t, contiguous_strides(t.sizes)) || is_channels_last(t));
+}
+
 // The checks conv_pointwise and conv_add share: a 2-d convolution on the CPU in float32 or bfloat16, with a
 // contiguous input and a contiguous result `y` of the same dtype, and stride, padding and dilation pairs.
 bool onednn_conv(const Conv& conv, const Value* result) {
@@ -163,7 +187,9 @@ bool onednn_conv(const Conv& conv, const Value* result) {
   if (x.dtype != DType::kFloat32 && x.dtype != DType::kBFloat16) return false;
   if (conv.weight->tensor_type().dtype != x.dtype || y.dtype != x.dtype) return false;
   if (conv.bias && conv.bias->tensor_type().dtype != x.dtype) return false;
-  if (x.strides != contiguous_strides(x.sizes) || y.strides != contiguous_strides(y.sizes)) return false;
+  if (!contiguous_or_channels_last(x) || !contiguous_or_channels_last(y)) return false;
+  // An NCHW result would be copied back from oneDNN's channels-last one: only when asked for.
+  if (!is_channels_last(y) && !Options::get().is_enabled("onednn_nchw")) return false;
   if (x.extent() == 0 || y.extent() == 0) return false;
   for (const auto* l : {&conv.stride, &conv.padding, &conv.dilation})
     if (l->size() != 2) return false;
@@ -190,22 +216,36 @@ Value* onednn_call(Builder& r, const Conv& conv, const Value* out, const std::st
                 Arg::lit(conv.stride), Arg::lit(conv.dilation), Arg::lit(conv.groups)})
     args.push_back(std::move(a));
   for (Arg& a : post) args.push_back(std::move(a));
+  if (is_channels_last(out->tensor_type())) return r.node(schema, std::move(args), {out->type()})->output();
   ValueType channels_last = out->type();
   const auto& sz = out->tensor_type().sizes;  // [N, C, H, W]
-  channels_last.tensor->strides = {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
+  channels_last.tensor->strides = channels_last_strides(sz);
   Value* y = r.node(schema, std::move(args), {channels_last})->output();
   return r.op("aten::contiguous", {Arg::of(y), Arg::lit(int64_t{0})}, out->tensor_type().dtype, sz);
 }
 
+// A literal number argument of `n` (absent: `fallback`), or nullopt for a value.
+std::optional<double> number_arg(const Node* n, size_t i, double fallback) {
+  const auto& a = n->args();
+  if (i >= a.size()) return fallback;
+  if (a[i].is_value()) return std::nullopt;
+  if (std::holds_alternative<double>(a[i].literal)) return std::get<double>(a[i].literal);
+  if (std::holds_alternative<int64_t>(a[i].literal)) return static_cast<double>(std::get<int64_t>(a[i].literal));
+  return std::nullopt;
+}
+
 // activation(conv(x, W, b)) -> mkldnn::_convolution_pointwise(x, W, b, padding, stride, dilation, groups,
-// attr, [], algorithm).
+// attr, scalars, algorithm): oneDNN's unary post-op `attr`, with leaky_relu's slope and hardtanh's bounds
+// (relu6: [0, 6]) as its scalars and gelu's approximation as its algorithm.
 Replacement conv_pointwise(const Match& m, Builder& r, const char* attr) {
   if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise")) return {};
   Node* act = m.root;
   auto conv = as_conv(m.value("conv")->producer());
   if (!conv || !onednn_conv(*conv, act->output())) return {};
   Arg algorithm = Arg::lit(None{});
-  if (std::string(attr) == "gelu") {
+  std::vector<double> scalars;
+  const std::string a = attr;
+  if (a == "gelu") {
     const auto& ga = act->args();
     std::string approximate = "none";
     if (ga.size() > 1) {
@@ -214,9 +254,20 @@ Replacement conv_pointwise(const Match& m, Builder& r, const char* attr) {
     }
     if (approximate != "none" && approximate != "tanh") return {};
     algorithm = Arg::lit(approximate);
+  } else if (a == "leaky_relu") {
+    auto slope = number_arg(act, 1, 0.01);
+    if (!slope) return {};
+    scalars = {*slope};
+  } else if (a == "hardtanh" && act->schema() == "aten::relu6") {
+    scalars = {0.0, 6.0};
+  } else if (a == "hardtanh") {
+    auto lo = number_arg(act, 1, -1.0), hi = number_arg(act, 2, 1.0);
+    if (!lo || !hi || *lo > *hi) return {};
+    scalars = {*lo, *hi};
   }
+  Arg scalar_list = scalars.empty() ? Arg::lit(std::vector<int64_t>{}) : Arg::lit(scalars);
   return {onednn_call(r, *conv, act->output(), "mkldnn::_convolution_pointwise", nullptr,
-                      {Arg::lit(std::string(attr)), Arg::lit(std::vector<int64_t>{}), algorithm})};
+                      {Arg::lit(std::string(attr)), scalar_list, algorithm})};
 }
 
 // A convolution left without post-ops: the same call with none, for the reordered weight alone.
@@ -247,8 +298,7 @@ Replacement conv_add(const Match& m, Builder& r, bool relu) {
   const Value* other = m.value("other");
   const TensorType& o = other->tensor_type();
   const TensorType& y = root->output()->tensor_type();
-  if (o.sizes != y.sizes || o.dtype != y.dtype || o.device != y.device || o.strides != contiguous_strides(o.sizes))
-    return {};
+  if (o.sizes != y.sizes || o.dtype != y.dtype || o.device != y.device || !strides_are(o, y.strides)) return {};
   if (y.dtype != DType::kFloat32) return {};  // bfloat16: ATen's add_relu post-op has no bfloat16 kernel
   return {onednn_call(r, *conv, root->output(), "mkldnn::_convolution_pointwise.binary", m.value("other"),
                       {Arg::lit(std::string("add")), Arg::lit(None{}),
@@ -260,8 +310,42 @@ Pattern conv_output() {
   return Pattern::op({"aten::conv2d", "aten::convolution"}).single_use().bind("conv");
 }
 
+// contiguous(call(x, reorder(W), ...)) where x (and the binary post-op's operand) are NCHW: the call on W
+// itself, made NCHW (constant_fold evaluates that once): oneDNN then writes NCHW, eager's layout, and the
+// copy goes (oneDNN reorders a plain weight at each call, as eager's convolution does).
+Replacement nchw_result(const Match& m, Builder& r) {
+  Node* call = m.value("call")->producer();
+  const bool binary = call->schema() == "mkldnn::_convolution_pointwise.binary";
+  const size_t w = binary ? 2 : 1;
+  const auto& args = call->args();
+  if (args.size() <= w || !args[w].is_value() || !args[w].value->producer()) return {};
+  Node* reorder = args[w].value->producer();
+  if (reorder->schema() != "mkldnn::_reorder_convolution_weight" || !reorder->args()[0].is_value()) return {};
+  const Value* out = m.root->output();
+  const TensorType& x = call->args()[0].value->tensor_type();
+  if (x.strides != contiguous_strides(x.sizes) || out->tensor_type().strides != contiguous_strides(out->tensor_type().sizes))
+    return {};
+  if (binary) {
+    const TensorType& o = call->args()[1].value->tensor_type();
+    if (o.strides != contiguous_strides(o.sizes)) return {};
+  }
+  // Always through contiguous(): in a channels-last plan the weight is channels-last, and so is one folded
+  // from it, whatever its type says (a constant's strides are what ATen gave when it was evaluated).
+  Value* weight = reorder->args()[0].value;
+  const TensorType& wt = weight->tensor_type();
+  weight = r.op("aten::contiguous", {Arg::of(weight), Arg::lit(int64_t{0})}, wt.dtype, wt.sizes);
+  std::vector<Arg> new_args = args;
+  new_args[w] = Arg::of(weight);
+  return {r.node(call->schema(), std::move(new_args), {out->type()})->output()};
+}
+
 RuleSet make_prepack_rules() {
-  return RuleSet{"prepack", {{"conv", Pattern::op({"aten::conv2d", "aten::convolution"}), conv_prepacked}}};
+  const Pattern call = Pattern::op({"mkldnn::_convolution_pointwise", "mkldnn::_convolution_pointwise.binary"})
+                           .single_use()
+                           .bind("call");
+  return RuleSet{"prepack",
+                 {{"conv", Pattern::op({"aten::conv2d", "aten::convolution"}), conv_prepacked},
+                  {"nchw_result", Pattern::op({"aten::contiguous"}, {call, Pattern::literal(int64_t{0})}), nchw_result}}};
 }
 
 RuleSet make_fold_rules() {
@@ -280,7 +364,10 @@ RuleSet make_epilogue_rules() {
                       {"conv_hardswish", "aten::hardswish", "hardswish"},
                       {"conv_silu", "aten::silu", "swish"},
                       {"conv_hardsigmoid", "aten::hardsigmoid", "hardsigmoid"},
-                      {"conv_gelu", "aten::gelu", "gelu"}};
+                      {"conv_gelu", "aten::gelu", "gelu"},
+                      {"conv_leaky_relu", "aten::leaky_relu", "leaky_relu"},
+                      {"conv_hardtanh", "aten::hardtanh", "hardtanh"},
+                      {"conv_relu6", "aten::relu6", "hardtanh"}};
   RuleSet set{"epilogue", {}};
   for (const Act& a : acts) {
     const char* attr = a.attr;

@@ -21,10 +21,10 @@ std::vector<Step> steps(const ConstantEvaluator& eval) {
       {"dce", dce},
       // Before constant_fold, which evaluates the folded weights and biases the fold rules build.
       {"fold", nullptr, &fold_rules()},
-      // Opt-in: measured slower than eager's conv and our kernels while their results are copied back from
-      // oneDNN's channels-last layout (bench/RESULTS.md, issue 15).
-      {"epilogue", nullptr, &epilogue_rules(), true},
-      {"prepack", nullptr, &prepack_rules(), true},
+      // oneDNN convolutions with post-ops and prepacked weights where the plan is channels-last (Note
+      // [Convolution rules]).
+      {"epilogue", nullptr, &epilogue_rules()},
+      {"prepack", nullptr, &prepack_rules()},
       {"dce", dce},
       {"constant_fold", [&eval](Graph& gr) { return constant_fold(gr, eval); }},
       {"cse", cse},
@@ -39,7 +39,7 @@ const bool kNamesRegistered = (Options::register_disable_names(pipeline_names())
 }  // namespace
 
 std::vector<std::string> opt_in_names() {
-  std::vector<std::string> names;
+  std::vector<std::string> names = {"onednn_nchw"};  // conv_rules.cpp
   for (const Step& s : steps(nullptr))
     if (s.opt_in) names.push_back(s.name);
   return names;

@@ -70,6 +70,13 @@ struct CompiledModule::Impl {
     auto t0 = std::chrono::steady_clock::now();
     auto inst = std::make_unique<PlanInstance>();
     CaptureResult cap = capture_graph(graph, inputs, skip_self);
+    if (!skip.count("channels_last") && !Options::get().disabled.count("channels_last") &&
+        wants_channels_last_capture(*graph)) {
+      // Note [Channels-last plans]: captured again with channels-last conv weights; the first run's result
+      // is eager's and gives eager's output layouts.
+      CaptureResult cl = capture_graph(graph, inputs, skip_self, CaptureOptions{/*channels_last_weights=*/true});
+      if (restore_eager_layouts(cl.captured, cap.captured)) cap.captured = std::move(cl.captured);
+    }
     *capture_ms = ms_since(t0);
     inst->captured = std::move(cap.captured);
     *result = std::move(cap.result);

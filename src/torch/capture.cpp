@@ -8,10 +8,13 @@
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include <functional>
+#include <map>
 #include <set>
 #include <unordered_map>
 
 #include "support/error.h"
+#include "support/options.h"
 
 namespace fusion_jit {
 namespace tj = torch::jit;
@@ -80,9 +83,37 @@ bool is_metadata_op(const tj::Node* n) {
   return ops.count(n->kind().toQualString()) > 0;
 }
 
+// Whether `v` is the weight (input 1) of a 2-d convolution (conv2d, or convolution/_convolution not
+// transposed) and a 4-d tensor type.
+bool is_conv_weight(const tj::Value* v) {
+  auto t = v->type()->cast<c10::TensorType>();
+  if (!t || t->dim() != 4) return false;
+  for (const tj::Use& u : v->uses()) {
+    const tj::Node* n = u.user;
+    if (u.offset != 1) return false;
+    if (n->kind() == c10::aten::conv2d) continue;
+    if (n->kind() != c10::aten::convolution && n->kind() != c10::aten::_convolution) return false;
+    auto transposed = tj::toIValue(n->input(6));
+    if (!transposed || !transposed->isBool() || transposed->toBool()) return false;
+  }
+  return !v->uses().empty();
+}
+
+bool any_node(const tj::Block* b, const std::function<bool(const tj::Node*)>& pred) {
+  for (const tj::Node* n : b->nodes()) {
+    if (pred(n)) return true;
+    for (const tj::Block* inner : n->blocks())
+      if (any_node(inner, pred)) return true;
+  }
+  return false;
+}
+
+// FUSION_JIT_DISABLE=channels_last (Note [Channels-last plans]).
+[[maybe_unused]] const bool kChannelsLastName = (Options::register_disable_names({"channels_last"}), true);
+
 class Importer {
  public:
-  explicit Importer(const std::shared_ptr<tj::Graph>& g) : jg_(g) {}
+  Importer(const std::shared_ptr<tj::Graph>& g, CaptureOptions options) : jg_(g), options_(options) {}
 
   CaptureResult run(const std::vector<c10::IValue>& inputs, bool skip_self) {
     CaptureResult res;
@@ -122,6 +153,8 @@ class Importer {
     if (n->kind() == c10::prim::Constant) {
       auto v = tj::toIValue(n->output());
       FJ_CHECK(v.has_value(), "prim::Constant %{}: unsupported constant", n->output()->debugName());
+      if (options_.channels_last_weights && v->isTensor() && is_conv_weight(n->output()))
+        v = v->toTensor().contiguous(at::MemoryFormat::ChannelsLast);
       values_[n->output()] = *v;
       return;
     }
@@ -325,6 +358,7 @@ class Importer {
   }
 
   std::shared_ptr<tj::Graph> jg_;
+  CaptureOptions options_;
   std::unordered_map<tj::Value*, c10::IValue> values_;
   std::unordered_map<tj::Value*, Value*> map_;
   std::unordered_map<tj::Value*, Literal> literals_;
@@ -355,8 +389,48 @@ void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph) 
 }
 
 CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
-                            bool skip_self) {
-  return Importer(graph).run(inputs, skip_self);
+                            bool skip_self, CaptureOptions options) {
+  return Importer(graph, options).run(inputs, skip_self);
+}
+
+bool wants_channels_last_capture(const torch::jit::Graph& graph) {
+  const bool conv = any_node(graph.block(), [](const tj::Node* n) {
+    return n->kind() == c10::prim::Constant && n->output()->type()->kind() == c10::TypeKind::TensorType &&
+           is_conv_weight(n->output());
+  });
+  return conv && !any_node(graph.block(), [](const tj::Node* n) { return n->isNondeterministic(); });
+}
+
+bool restore_eager_layouts(CapturedGraph& captured, const CapturedGraph& eager) {
+  Graph& g = *captured.graph;
+  const auto& want = eager.graph->outputs();
+  if (g.outputs().size() != want.size()) return false;
+  std::vector<std::pair<size_t, int64_t>> fixes;  // output, memory format
+  for (size_t i = 0; i < want.size(); ++i) {
+    const Value* o = g.outputs()[i];
+    if (o->type().str() == want[i]->type().str()) continue;
+    if (!o->is_tensor() || !want[i]->is_tensor()) return false;
+    const TensorType& have = o->tensor_type();
+    const TensorType& w = want[i]->tensor_type();
+    if (have.sizes != w.sizes || have.dtype != w.dtype || have.device != w.device) return false;
+    bool same = true;
+    for (size_t d = 0; d < w.sizes.size(); ++d) same &= w.sizes[d] == 1 || have.strides[d] == w.strides[d];
+    if (same) continue;
+    TensorType cl = w;
+    if (w.dim() == 4) cl.strides = {w.sizes[1] * w.sizes[2] * w.sizes[3], 1, w.sizes[3] * w.sizes[1], w.sizes[1]};
+    if (w.strides == contiguous_strides(w.sizes)) fixes.emplace_back(i, 0);
+    else if (w.dim() == 4 && w.strides == cl.strides) fixes.emplace_back(i, 2);
+    else return false;
+  }
+  std::map<const Value*, Value*> made;  // a value returned twice stays one tensor, as eager's
+  for (auto [i, format] : fixes) {
+    Value* o = g.outputs()[i];
+    Value*& c = made[o];
+    if (!c) c = g.append("aten::contiguous", {Arg::of(o), Arg::lit(format)}, {want[i]->type()})->output();
+    g.mutable_outputs()[i] = c;
+  }
+  verify_graph(g);
+  return true;
 }
 
 }  // namespace fusion_jit

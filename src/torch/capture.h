@@ -44,10 +44,32 @@ void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph);
 // graph executor's optimization is off (it then inlines each callee's own graph, calls and all), which
 // left a TorchScript ResNet's Conv2d._conv_forward calls in the graph that freezing then made dangling.
 void inline_all_calls(torch::jit::Graph& graph);
+// Note [Channels-last plans]
+// A frozen 2-d convolution's weight made channels-last makes eager's convolution (oneDNN) write its result
+// channels-last, and the ops after it keep that layout: captured that way, a conv net's activations are
+// NHWC from its first convolution to its last, our kernels are generated for that layout, and the oneDNN
+// rules (conv_rules.cpp) run convolutions with post-ops without copies back to NCHW. This is Inductor's
+// freezing layout as well. The model runs once more at capture (its eager run gives the first result
+// and eager's output layouts); each output whose layout then differs gets eager's back through
+// aten::contiguous with eager's memory format, and where eager's is neither contiguous nor channels-last
+// the plan stays as captured without it. Not done for graphs with nondeterministic ops (a second run would
+// draw other random numbers) or with FUSION_JIT_DISABLE=channels_last. The torch.compile backend does the
+// same with frozen inputs (python/fusion_jit/_lowering.py).
+struct CaptureOptions {
+  bool channels_last_weights = false;  // frozen 4-d convolution weights made channels-last first
+};
+
 // Runs the graph on `inputs` (without the module's `self` when `skip_self`) and imports it.
 // Throws fusion_jit::Error naming the node when the graph cannot be imported.
 CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
-                            bool skip_self);
+                            bool skip_self, CaptureOptions options = {});
+// Whether the graph has a 2-d convolution whose weight is a constant, and no nondeterministic op: a
+// channels-last capture may pay and runs the model the same way twice (Note [Channels-last plans]).
+bool wants_channels_last_capture(const torch::jit::Graph& graph);
+// Gives `captured`'s outputs the layouts of `eager`'s (the same graph captured without channels-last
+// weights): aten::contiguous nodes where they differ. False (nothing changed) where an eager layout is
+// neither contiguous nor channels-last, or the outputs do not correspond.
+bool restore_eager_layouts(CapturedGraph& captured, const CapturedGraph& eager);
 TensorType tensor_type_of(const at::Tensor& t);
 c10::IValue literal_to_ivalue(const Literal& l);
 

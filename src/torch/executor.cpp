@@ -218,9 +218,9 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
   const c10::OperatorHandle& h = find_handle(s);
   // Literals the IR has no kind for, converted by the schema: a device is written as a string ("cpu",
   // "cuda:0"), a list of bools (output masks of backward ops) as a list of 0/1, a list of optional
-  // Scalars (oneDNN post-ops' scalars) as a list of ints.
+  // Scalars (oneDNN post-ops' scalars) as a list of ints or of floats.
   for (size_t i = 0; i < stack.size() && i < h.schema().arguments().size(); ++i) {
-    if (!stack[i].isString() && !stack[i].isIntList()) continue;
+    if (!stack[i].isString() && !stack[i].isIntList() && !stack[i].isDoubleList()) continue;
     c10::TypePtr t = h.schema().arguments()[i].type();
     if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
     if (stack[i].isString() && t->kind() == c10::TypeKind::DeviceObjType) {
@@ -236,6 +236,14 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
       if (e->kind() == c10::TypeKind::NumberType) {
         c10::List<std::optional<c10::Scalar>> scalars;
         for (int64_t v : stack[i].toIntVector()) scalars.push_back(c10::Scalar(v));
+        stack[i] = scalars;
+      }
+    } else if (stack[i].isDoubleList() && t->kind() == c10::TypeKind::ListType) {
+      c10::TypePtr e = t->expectRef<c10::ListType>().getElementType();
+      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+      if (e->kind() == c10::TypeKind::NumberType) {
+        c10::List<std::optional<c10::Scalar>> scalars;
+        for (double v : stack[i].toDoubleVector()) scalars.push_back(c10::Scalar(v));
         stack[i] = scalars;
       }
     }
@@ -301,6 +309,20 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
     for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
     try {
       auto outs = call_aten(n, args);
+      // A folded tensor takes the strides its type says (ATen may have chosen others from its inputs'
+      // layouts: a product with a channels-last weight is channels-last), so that kernels reading it see
+      // the layout they were generated for. oneDNN's reordered weights keep the layout oneDNN gave them.
+      const bool keep_layout = n.schema().rfind("mkldnn::", 0) == 0;
+      for (size_t i = 0; i < outs.size() && !keep_layout; ++i) {
+        if (!outs[i].isTensor() || !n.output(i)->is_tensor()) continue;
+        const at::Tensor& t = outs[i].toTensor();
+        const TensorType& want = n.output(i)->tensor_type();
+        if (t.defined() && t.has_storage() && t.sizes().equals(want.sizes) && !same_layout(t, want)) {
+          at::Tensor c = at::empty_strided(want.sizes, want.strides, t.options());
+          c.copy_(t);
+          outs[i] = c;
+        }
+      }
       std::vector<int64_t> idx;
       for (auto& o : outs) {
         idx.push_back(static_cast<int64_t>(constants.size()));

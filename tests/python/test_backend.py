@@ -51,7 +51,8 @@ def test_inference(name, freezing):
     s = fusion_jit.stats()
     assert s["eager_graphs"] == 0 and s["eager_calls"] == 0, s
     assert s["graphs"] >= 1 and s["plans"] == s["graphs"], s
-    assert s["kernels"] > 0 and s["fused_ops"] > s["kernels"], s
+    # With freezing, conv nets' activations are oneDNN post-ops: what is left for our kernels may be single ops.
+    assert s["kernels"] > 0 and (s["fused_ops"] >= s["kernels"] if freezing else s["fused_ops"] > s["kernels"]), s
     assert (s["frozen_inputs"] > 0) == freezing, s
     assert_close(first, expected, reference, f"{name}, first call")
     assert_close(second, expected, reference, f"{name}, second call")
