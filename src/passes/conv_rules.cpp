@@ -2,14 +2,22 @@
 //
 // Note [Convolution rules]
 // - fold.conv_bn: batch_norm in inference mode over a convolution's output (used by the batch_norm only),
-//   with the convolution's weight and bias and the batch_norm's statistics, weight and bias all frozen
-//   constants, becomes one convolution with weight W * s and bias (b - mean) * s + beta, where
-//   s = gamma / sqrt(var + eps) per output channel. The new weight and bias are built as ops on the
-//   constants; constant_fold, later in the pipeline, evaluates them once (through ATen, in the
-//   constants' dtype). float32 and float64 only: in float16 and bfloat16 the folded weight would be
-//   rounded once more than eager's conv and batch_norm round. Folding changes the rounding, not the
-//   result beyond the tolerance rule: eager computes (conv(x, W) + b - mean) * s + beta, the folded
-//   conv sums x * (W * s).
+//   with the convolution's weight and bias (frozen constants, or computed from them by an earlier fold)
+//   and the batch_norm's statistics, weight and bias all frozen constants, becomes one convolution with
+//   weight W * s and bias (b - mean) * s + beta, where s = gamma / sqrt(var + eps) per output channel.
+//   The new weight and bias are built as ops on the constants; constant_fold, later in the pipeline,
+//   evaluates them once (through ATen, in the constants' dtype). float32 and float64 only: in float16
+//   and bfloat16 the folded weight would be rounded once more than eager's conv and batch_norm round.
+//   Folding changes the rounding, not the result beyond the tolerance rule: eager computes
+//   (conv(x, W) + b - mean) * s + beta, the folded conv sums x * (W * s).
+// - fold.conv_mul, conv_div, conv_add, conv_sub (binary folding): the convolution's output (used there
+//   only) times, divided by, plus or minus a frozen constant of the result's dtype holding one value per
+//   output channel or one value ([C,1,1], [1,C,1,1], [1], ...), or a finite number: mul and div scale W
+//   and b, add and sub shift b. float32 and float64, as conv_bn. Declined: division by a tensor (a zero
+//   in it makes eager's result inf or nan element by element, while W / 0 inside the sum does not give
+//   the same), division by the number 0, non-finite numbers, alpha other than 1. A non-finite value
+//   inside a constant tensor is not seen at rule time (a scale of inf: eager's 0 * inf is one nan, the
+//   folded weights' inf terms can make more); models do not carry such scales.
 // - epilogue.conv_<act>: an activation (relu, sigmoid, tanh, hardswish, silu, hardsigmoid, gelu with
 //   either approximation, leaky_relu, hardtanh, relu6 as hardtanh(0, 6)) over a 2-d convolution's output
 //   (used by the activation only) becomes mkldnn::_convolution_pointwise with the activation as oneDNN's
@@ -41,6 +49,8 @@
 //   plain weight at each call, as eager's convolution does). This is a channels-last plan's last
 //   convolution when its result is an output (the demo's conv_bn_relu: one step), and every call of NCHW
 //   plans with the opt-in.
+#include <cmath>
+
 #include "passes/passes.h"
 #include "support/options.h"
 
@@ -120,7 +130,7 @@ Replacement conv_bn(const Match& m, Builder& r) {
   const auto& a = bn->args();
   if (a.size() != 9 || !is_literal(a[5], false) || a[7].is_value()) return {};  // inference mode
   auto conv = as_conv(m.value("conv")->producer());
-  if (!conv || !is_constant(conv->weight) || (conv->bias && !is_constant(conv->bias))) return {};
+  if (!conv || !frozen(conv->weight) || (conv->bias && !frozen(conv->bias))) return {};
   const Value* out = bn->output();
   if (!floating32_or_64(conv->x) || !floating32_or_64(conv->weight) || !floating32_or_64(out)) return {};
   if (conv->weight->tensor_type().dtype != out->tensor_type().dtype) return {};
@@ -323,8 +333,8 @@ Replacement nchw_result(const Match& m, Builder& r) {
   if (reorder->schema() != "mkldnn::_reorder_convolution_weight" || !reorder->args()[0].is_value()) return {};
   const Value* out = m.root->output();
   const TensorType& x = call->args()[0].value->tensor_type();
-  if (x.strides != contiguous_strides(x.sizes) || out->tensor_type().strides != contiguous_strides(out->tensor_type().sizes))
-    return {};
+  const TensorType& y = out->tensor_type();
+  if (x.strides != contiguous_strides(x.sizes) || y.strides != contiguous_strides(y.sizes)) return {};
   if (binary) {
     const TensorType& o = call->args()[1].value->tensor_type();
     if (o.strides != contiguous_strides(o.sizes)) return {};
@@ -345,11 +355,103 @@ RuleSet make_prepack_rules() {
                            .bind("call");
   return RuleSet{"prepack",
                  {{"conv", Pattern::op({"aten::conv2d", "aten::convolution"}), conv_prepacked},
-                  {"nchw_result", Pattern::op({"aten::contiguous"}, {call, Pattern::literal(int64_t{0})}), nchw_result}}};
+                  {"nchw_result", Pattern::op({"aten::contiguous"}, {call, Pattern::literal(int64_t{0})}),
+                   nchw_result}}};
+}
+
+// conv(x, W, b) OP c -> conv(x, W', b') (fold.conv_mul, conv_div, conv_add, conv_sub; Note [Convolution
+// rules]). `c`: a frozen tensor of the result's dtype holding one value per output channel or one value
+// (after right alignment every dim is 1 but the channel dim, which may be C), or a finite number (Scalar
+// overloads). mul and div scale W and b; add and sub shift b (a zero bias where there was none).
+Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
+  Node* n = m.root;
+  Value* y = m.value("conv");
+  auto conv = as_conv(y->producer());
+  // frozen(): a weight another fold computed from constants (constant_fold evaluates the chain once).
+  if (!conv || !frozen(conv->weight) || (conv->bias && !frozen(conv->bias))) return {};
+  const TensorType& ty = y->tensor_type();
+  const TensorType& to = n->output()->tensor_type();
+  if (!floating32_or_64(y) || to.dtype != ty.dtype || to.sizes != ty.sizes || ty.dim() < 3) return {};
+  if (conv->weight->tensor_type().dtype != ty.dtype) return {};
+  if (op == "add" || op == "sub") {
+    const Arg* alpha = m.arg("alpha");
+    if (alpha && !is_literal(*alpha, int64_t{1}) && !is_literal(*alpha, 1.0)) return {};
+  }
+  const int64_t channels = conv->weight->tensor_type().sizes.at(0);
+  const size_t wdim = conv->weight->tensor_type().dim();
+  Value* weight = conv->weight;
+  Value* bias = conv->bias;
+  // A [channels] tensor of `value` made from the weight (a node on a constant: folded once).
+  auto filled = [&](double value) {
+    return r.op("aten::new_full", {Arg::of(conv->weight), Arg::lit(std::vector<int64_t>{channels}), Arg::lit(value),
+                                   Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{})},
+                ty.dtype, {channels});
+  };
+  const Arg* operand = m.arg("c");
+  if (!operand) return {};
+  if (operand->is_value()) {
+    Value* v = operand->value;
+    if (!v->is_tensor() || !frozen(v) || v->tensor_type().dtype != ty.dtype) return {};
+    if (op == "div") return {};  // a zero in c: eager's y / 0 is inf or nan per element, W / 0 inside the sum differs
+    const TensorType& tc = v->tensor_type();
+    if (tc.dim() > ty.dim()) return {};
+    int64_t k = 1;
+    for (int64_t i = 1; i <= tc.dim(); ++i) {
+      const int64_t size = tc.sizes[tc.dim() - i];
+      const bool channel_dim = ty.dim() - i == 1;
+      if (size != 1 && !(channel_dim && size == channels)) return {};
+      if (size == channels && channel_dim) k = channels;
+    }
+    Value* c = r.reshape(v, {k});
+    if (op == "mul") {
+      std::vector<int64_t> per_channel(wdim, 1);
+      per_channel[0] = k;
+      weight = r.mul(weight, r.reshape(c, per_channel));
+      if (bias) bias = r.mul(bias, c);
+    } else {
+      Value* shift = k == channels ? c : r.mul(filled(1.0), c);
+      if (op == "sub") shift = r.unary("aten::neg", shift);
+      bias = bias ? r.add(bias, shift) : shift;
+    }
+  } else {
+    std::optional<double> number;
+    if (std::holds_alternative<double>(operand->literal)) number = std::get<double>(operand->literal);
+    else if (std::holds_alternative<int64_t>(operand->literal))
+      number = static_cast<double>(std::get<int64_t>(operand->literal));
+    if (!number || !std::isfinite(*number) || (op == "div" && *number == 0.0)) return {};
+    if (op == "mul" || op == "div") {
+      const std::string schema = op == "mul" ? "aten::mul.Scalar" : "aten::div.Scalar";
+      const TensorType& tw = weight->tensor_type();
+      weight = r.op(schema, {Arg::of(weight), Arg::lit(*number)}, tw.dtype, tw.sizes);
+      if (bias) bias = r.op(schema, {Arg::of(bias), Arg::lit(*number)}, ty.dtype, {channels});
+    } else {
+      Value* shift = filled(op == "sub" ? -*number : *number);
+      bias = bias ? r.add(bias, shift) : shift;
+    }
+  }
+  std::vector<Arg> args = conv->node->args();
+  args[1] = Arg::of(weight);
+  args[2] = bias ? Arg::of(bias) : Arg::lit(None{});
+  return {r.node(conv->node->schema(), std::move(args), {n->output()->type()})->output()};
 }
 
 RuleSet make_fold_rules() {
-  return RuleSet{"fold", {{"conv_bn", Pattern::op({"aten::batch_norm"}, {conv_output()}).outputs(1), conv_bn}}};
+  RuleSet set{"fold", {{"conv_bn", Pattern::op({"aten::batch_norm"}, {conv_output()}).outputs(1), conv_bn}}};
+  const Pattern c = Pattern::any().bind("c");
+  const Pattern alpha = Pattern::any().bind("alpha");
+  auto binary = [](const char* op) {
+    return [op](const Match& m, Builder& b) { return conv_binary(m, b, op); };
+  };
+  set.rules.push_back(
+      {"conv_mul", Pattern::op({"aten::mul.Tensor", "aten::mul.Scalar"}, {conv_output(), c}).commutative(), binary("mul")});
+  set.rules.push_back(
+      {"conv_div", Pattern::op({"aten::div.Tensor", "aten::div.Scalar"}, {conv_output(), c}), binary("div")});
+  set.rules.push_back({"conv_add",
+                       Pattern::op({"aten::add.Tensor", "aten::add.Scalar"}, {conv_output(), c, alpha}).commutative(),
+                       binary("add")});
+  set.rules.push_back({"conv_sub", Pattern::op({"aten::sub.Tensor", "aten::sub.Scalar"}, {conv_output(), c, alpha}),
+                       binary("sub")});
+  return set;
 }
 
 RuleSet make_epilogue_rules() {

@@ -40,6 +40,9 @@ const RuleSet& epilogue_rules();
 // "prepack": a convolution with a frozen weight that no epilogue took, as the same oneDNN call without a
 // post-op, for the weight reordered once.
 const RuleSet& prepack_rules();
+// "attention": softmax(q @ k^T * scale [+ mask]) @ v as aten::scaled_dot_product_attention (Note
+// [Attention rule], attention_rules.cpp).
+const RuleSet& attention_rules();
 // Tells the rules which ATen schemas this build of torch has ("mkldnn::_convolution_pointwise"); the
 // torch adapter sets it when the library loads. Unset (tests of the IR alone), every schema is taken as
 // present.

@@ -17,6 +17,8 @@ struct Step {
 
 std::vector<Step> steps(const ConstantEvaluator& eval) {
   return {
+      // Before decompose, which would take the softmax apart.
+      {"attention", nullptr, &attention_rules()},
       {"decompose", nullptr, &decompositions()},
       {"dce", dce},
       // Before constant_fold, which evaluates the folded weights and biases the fold rules build.

@@ -145,6 +145,12 @@ class Builder {
 
   // The nodes that use `v` (a graph output is not a node).
   std::vector<Node*> users(const Value* v) const { return g_.users().at(v->id()); }
+  // Whether `v` is one of the graph's outputs.
+  bool returned(const Value* v) const {
+    for (const Value* o : g_.outputs())
+      if (o == v) return true;
+    return false;
+  }
 
   static DType dt(const Value* v) { return v->tensor_type().dtype; }
   static const std::vector<int64_t>& sizes(const Value* v) { return v->tensor_type().sizes; }

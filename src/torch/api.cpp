@@ -202,8 +202,9 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   double capture_ms = 0, passes_ms = 0;
   c10::IValue result;
   // The passes see the CPU inputs' graph: the rule sets "epilogue" and "prepack" rewrite into oneDNN ops,
-  // which run on the host only, so they are left out of a plan moved to the GPU.
-  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, {"epilogue", "prepack"});
+  // which run on the host only, so they are left out of a plan moved to the GPU, and so are channels-last
+  // plans (Note [Channels-last plans]), a layout decision measured for the CPU's oneDNN only.
+  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, {"epilogue", "prepack", "channels_last"});
   set_device(*inst->captured.graph, Device::kCUDA, 0);
   PlanTarget target;
   target.enable_fusion = impl_->enable_fusion;

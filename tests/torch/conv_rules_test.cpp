@@ -173,6 +173,31 @@ TEST(ConvRules, ASizeOneSpatialResultFeedsOurKernel) {
   EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
 }
 
+// Binary folding: a per-channel scale (a layer-scale parameter), a number added, a number divided by, all
+// folded into the conv's weight and bias; the result matches eager's.
+TEST(ConvRules, ConstantScalesAndShiftsFoldIntoTheConvAndMatchEager) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m("ScaledConv");
+  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
+  m.register_parameter("b", at::randn({16}) * 0.1, false);
+  m.register_parameter("scale", at::rand({16, 1, 1}) + 0.5, false);
+  m.register_buffer("shift", at::randn({1, 16, 1, 1}));
+  m.define(R"(
+def forward(self, x):
+    c = torch.conv2d(x, self.w, self.b, [1, 1], [1, 1], [1, 1], 1)
+    y = (c * self.scale - self.shift) / 2.0 + 0.25
+    return torch.relu(y)
+)");
+  m.eval();
+  auto r = run_and_compare(m, {input(at::kFloat)}, "conv * scale - shift, / 2, + 0.25, relu");
+  ASSERT_NE(r.plan, nullptr);
+  const std::string ex = r.plan->explain();
+  for (const char* rule : {"fold.conv_mul x1", "fold.conv_sub x1", "fold.conv_div x1", "fold.conv_add x1"})
+    EXPECT_NE(ex.find(rule), std::string::npos) << rule << "\n" << ex;
+  EXPECT_EQ(r.plan->kernels.size(), 0u) << "the relu is the conv's post-op\n" << ex;
+}
+
 // Turning a rule off by name (FUSION_JIT_DISABLE=epilogue.conv_relu), and NCHW plans without the opt-in
 // (the conv stays eager's, batch_norm folded into it), are CLI tests (tests/cli_test.py): the options are
 // read once per process.

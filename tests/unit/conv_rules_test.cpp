@@ -241,3 +241,73 @@ TEST(ConvRules, AFrozenConvWithoutPostOpIsPrepackedAlone) {
 
 }  // namespace
 }  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+// conv2d (frozen W [16,8,3,3] and b [16]) then `tail_op` over its output %3; %5 a frozen constant of type
+// `c_type` when given; `extra_return` adds outputs.
+std::string conv_then(const std::string& tail_op, const std::string& c_type = "", const std::string& extra_return = "",
+                      const std::string& dtype = "f32", const std::string& input = "") {
+  std::string ir = "graph(%0 : " + dtype + "[2,8,10,10]" + input + "):\n"
+                   "  %1 : " + dtype + "[16,8,3,3] = fj::constant(0)\n"
+                   "  %2 : " + dtype + "[16] = fj::constant(1)\n";
+  if (!c_type.empty()) ir += "  %5 : " + c_type + " = fj::constant(2)\n";
+  ir += "  %3 : " + dtype + "[2,16,10,10] = aten::conv2d(%0, %1, %2, [1, 1], [1, 1], [1, 1], 1)\n";
+  ir += "  %4 : " + dtype + "[2,16,10,10] = " + tail_op + "\n";
+  ir += "  return (%4" + extra_return + ")\n";
+  return ir;
+}
+
+TEST(ConvRules, ConstantScalesAndShiftsFoldIntoTheConv) {
+  struct Case {
+    std::string what, ir, rule;
+  } cases[] = {
+      {"times a per-channel constant", conv_then("aten::mul.Tensor(%3, %5)", "f32[16,1,1]"), "fold.conv_mul x1"},
+      {"a per-channel constant times", conv_then("aten::mul.Tensor(%5, %3)", "f32[1,16,1,1]"), "fold.conv_mul x1"},
+      {"times a one-element constant", conv_then("aten::mul.Tensor(%3, %5)", "f32[1]"), "fold.conv_mul x1"},
+      {"times a number", conv_then("aten::mul.Scalar(%3, 0.5)"), "fold.conv_mul x1"},
+      {"divided by a number", conv_then("aten::div.Scalar(%3, 4.0)"), "fold.conv_div x1"},
+      {"plus a per-channel constant", conv_then("aten::add.Tensor(%3, %5, 1)", "f32[16,1,1]"), "fold.conv_add x1"},
+      {"minus a number", conv_then("aten::sub.Scalar(%3, 1.5, 1)"), "fold.conv_sub x1"},
+      {"minus a constant", conv_then("aten::sub.Tensor(%3, %5, 1)", "f32[16,1,1]"), "fold.conv_sub x1"},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(fold_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, c.rule) << c.what << "\n" << out;
+    // One convolution left, its weight and bias computed from constants, and it is the graph's output.
+    const size_t conv = out.find("= aten::conv2d(%0, ");
+    ASSERT_NE(conv, std::string::npos) << c.what << "\n" << out;
+    EXPECT_EQ(out.find("aten::conv2d", conv + 3), std::string::npos) << c.what << "\n" << out;
+    const size_t line = out.rfind('\n', conv);
+    const std::string name = out.substr(line + 3, out.find(' ', line + 3) - line - 3);  // "%N"
+    EXPECT_NE(out.find("return (" + name + ")"), std::string::npos) << c.what << "\n" << out;
+  }
+}
+
+TEST(ConvRules, ScalesAndShiftsStayInNearMisses) {
+  struct Case {
+    std::string what, ir;
+  } cases[] = {
+      {"divided by a constant tensor (a zero in it: eager's inf or nan per element)",
+       conv_then("aten::div.Tensor(%3, %5)", "f32[16,1,1]")},
+      {"divided by zero", conv_then("aten::div.Scalar(%3, 0.0)")},
+      {"times inf", conv_then("aten::mul.Scalar(%3, inf)")},
+      {"times a tensor given at each call", conv_then("aten::mul.Tensor(%3, %9)", "", "", "f32", ", %9 : f32[16,1,1]")},
+      {"times a constant along the width", conv_then("aten::mul.Tensor(%3, %5)", "f32[10]")},
+      {"times a constant per batch and channel", conv_then("aten::mul.Tensor(%3, %5)", "f32[2,16,1,1]")},
+      {"plus a constant, alpha 2", conv_then("aten::add.Tensor(%3, %5, 2)", "f32[16,1,1]")},
+      {"a constant minus the conv", conv_then("aten::sub.Tensor(%5, %3, 1)", "f32[16,1,1]")},
+      {"the conv's output returned too", conv_then("aten::mul.Scalar(%3, 0.5)", "", ", %3")},
+      {"float16 (one more rounding than eager's)", conv_then("aten::mul.Scalar(%3, 0.5)", "", "", "f16")},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(fold_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what << "\n" << out;
+  }
+}
+
+}  // namespace
+}  // namespace fusion_jit

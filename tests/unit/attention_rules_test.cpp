@@ -1,0 +1,133 @@
+// The attention rule (passes/attention_rules.cpp, Note [Attention rule]) on printed IR: the pattern a
+// model's own attention has becomes one scaled_dot_product_attention call; near misses are left alone.
+// Results against eager: tests/torch/attention_test.cpp.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "passes/passes.h"
+
+namespace fusion_jit {
+namespace {
+
+std::string run(const std::string& ir, std::string* fired) {
+  auto g = parse_graph(ir);
+  std::vector<RuleApplication> log;
+  run_rules(*g, attention_rules(), {}, &log);
+  verify_graph(*g);
+  g->renumber();
+  *fired = summarize(log);
+  return print_graph(*g);
+}
+
+struct Attn {
+  std::string dtype = "f32";
+  std::string scale = "  %6 : f32[2,4,8,8] = aten::div.Scalar(%5, 4.0)\n";  // "" for none
+  std::string mask_type = "f32[2,1,1,8]";                                      // "" for none
+  bool mask_first = false;
+  std::string softmax_dim = "-1";
+  std::string ret = "%9";
+  std::string transpose = "-2, -1";
+};
+
+// An Attn with one change.
+Attn with(const std::function<void(Attn&)>& change) {
+  Attn a;
+  change(a);
+  return a;
+}
+
+// q, k, v [2,4,8,16]; scores [2,4,8,8].
+std::string attention(const Attn& a) {
+  const std::string t = a.dtype;
+  std::string ir = "graph(%0 : " + t + "[2,4,8,16], %1 : " + t + "[2,4,8,16], %2 : " + t + "[2,4,8,16]" +
+                   (a.mask_type.empty() ? "" : ", %3 : " + a.mask_type) + "):\n";
+  ir += "  %4 : " + t + "[2,4,16,8]{512,128,1,16} = aten::transpose.int(%1, " + a.transpose + ")\n";
+  ir += "  %5 : " + t + "[2,4,8,8] = aten::matmul(%0, %4)\n";
+  std::string scores = "%5";
+  if (!a.scale.empty()) {
+    std::string s = a.scale;
+    for (size_t i = s.find("f32"); i != std::string::npos; i = s.find("f32", i + t.size())) s.replace(i, 3, t);
+    ir += s;
+    scores = "%6";
+  }
+  if (!a.mask_type.empty()) {
+    const std::string operands = a.mask_first ? "%3, " + scores : scores + ", %3";
+    ir += "  %7 : " + t + "[2,4,8,8] = aten::add.Tensor(" + operands + ", 1)\n";
+    scores = "%7";
+  }
+  ir += "  %8 : " + t + "[2,4,8,8] = aten::softmax.int(" + scores + ", " + a.softmax_dim + ", None)\n";
+  ir += "  %9 : " + t + "[2,4,8,16] = aten::matmul(%8, %2)\n";
+  ir += "  return (" + a.ret + ")\n";
+  return ir;
+}
+
+TEST(AttentionRule, TheWrittenOutAttentionBecomesOneSdpaCall) {
+  struct Case {
+    const char* what;
+    Attn a;
+    const char* call;
+  } cases[] = {
+      {"divided by 4, additive mask", Attn(), "(%0, %1, %2, %3, 0.0, False, 0.25, False)"},
+      {"mask first", with([](Attn& a) { a.mask_first = true; }), "(%0, %1, %2, %3, 0.0, False, 0.25, False)"},
+      {"multiplied by 0.125", with([](Attn& a) { a.scale = "  %6 : f32[2,4,8,8] = aten::mul.Scalar(%5, 0.125)\n"; }),
+       "(%0, %1, %2, %3, 0.0, False, 0.125, False)"},
+      {"no scale, no mask", with([](Attn& a) { a.scale = ""; a.mask_type = ""; }),
+       "(%0, %1, %2, None, 0.0, False, 1.0, False)"},
+      {"a [T, S] mask", with([](Attn& a) { a.mask_type = "f32[8,8]"; }), "(%0, %1, %2, %3, 0.0, False, 0.25, False)"},
+      {"softmax over dim 3, transpose(2, 3)", with([](Attn& a) { a.softmax_dim = "3"; a.transpose = "2, 3"; }),
+       "(%0, %1, %2, %3, 0.0, False, 0.25, False)"},
+      {"bfloat16", with([](Attn& a) { a.dtype = "bf16"; a.mask_type = "bf16[2,1,1,8]"; }),
+       "(%0, %1, %2, %3, 0.0, False, 0.25, False)"},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(attention(c.a), &fired);
+    EXPECT_EQ(fired, "attention.sdpa x1") << c.what << "\n" << out;
+    EXPECT_NE(out.find(std::string("aten::scaled_dot_product_attention") + c.call), std::string::npos)
+        << c.what << "\n" << out;
+    EXPECT_NE(out.find("= aten::contiguous("), std::string::npos) << c.what << "\n" << out;
+    EXPECT_EQ(out.find("aten::softmax"), std::string::npos) << c.what << "\n" << out;
+    EXPECT_EQ(out.find("aten::matmul"), std::string::npos) << c.what << "\n" << out;
+  }
+}
+
+TEST(AttentionRule, NearMissesAreLeftAlone) {
+  const std::string scale_after_mask =
+      "graph(%0 : f32[2,4,8,16], %1 : f32[2,4,8,16], %2 : f32[2,4,8,16], %3 : f32[2,1,1,8]):\n"
+      "  %4 : f32[2,4,16,8]{512,128,1,16} = aten::transpose.int(%1, -2, -1)\n"
+      "  %5 : f32[2,4,8,8] = aten::matmul(%0, %4)\n"
+      "  %6 : f32[2,4,8,8] = aten::add.Tensor(%5, %3, 1)\n"
+      "  %7 : f32[2,4,8,8] = aten::div.Scalar(%6, 4.0)\n"
+      "  %8 : f32[2,4,8,8] = aten::softmax.int(%7, -1, None)\n"
+      "  %9 : f32[2,4,8,16] = aten::matmul(%8, %2)\n"
+      "  return (%9)\n";
+  const std::string mask_promotes =
+      "graph(%0 : bf16[2,4,8,16], %1 : bf16[2,4,8,16], %2 : f32[2,4,8,16], %3 : f32[2,1,1,8]):\n"
+      "  %4 : bf16[2,4,16,8]{512,128,1,16} = aten::transpose.int(%1, -2, -1)\n"
+      "  %5 : bf16[2,4,8,8] = aten::matmul(%0, %4)\n"
+      "  %7 : f32[2,4,8,8] = aten::add.Tensor(%5, %3, 1)\n"
+      "  %8 : f32[2,4,8,8] = aten::softmax.int(%7, -1, None)\n"
+      "  %9 : f32[2,4,8,16] = aten::matmul(%8, %2)\n"
+      "  return (%9)\n";
+  struct Case {
+    const char* what;
+    std::string ir;
+  } cases[] = {
+      {"the probabilities are returned too", attention(with([](Attn& a) { a.ret = "%9, %8"; }))},
+      {"the scores are returned too", attention(with([](Attn& a) { a.ret = "%9, %5"; }))},
+      {"softmax over another dim", attention(with([](Attn& a) { a.softmax_dim = "2"; }))},
+      {"a transpose of other dims", attention(with([](Attn& a) { a.transpose = "1, 3"; }))},
+      {"the scale applied after the mask", scale_after_mask},
+      {"a float32 mask promoting bfloat16 scores", mask_promotes},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what << "\n" << out;
+    EXPECT_EQ(out.find("scaled_dot_product_attention"), std::string::npos) << c.what << "\n" << out;
+  }
+}
+
+}  // namespace
+}  // namespace fusion_jit
