@@ -214,7 +214,9 @@ class _CompiledGraph:
             cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last() else set()
             try:
                 low = lower(self.gm, args, freeze, cl)
-            except LayoutMismatch:
+            except (LayoutMismatch, RuntimeError) if cl else ():
+                # Channels-last weights are an optimization: where an op of the graph refuses the layout
+                # (a view of a channels-last tensor that only a copy could give), lower as traced.
                 low = lower(self.gm, args, freeze)
         except Unsupported as e:
             return self._give_up(str(e), args)

@@ -134,8 +134,19 @@ class LayoutMismatch(Exception):
     a memory format cannot give back."""
 
 
+# Ops whose result depends on the memory layout of their input, not only on its values: with them in the
+# graph the layout is not changed (a channels-last input would make them read other elements).
+_LAYOUT_SENSITIVE = {"as_strided", "as_strided_", "as_strided_scatter", "as_strided_copy"}
+
+
 def channels_last_weights(gm, frozen):
-    """Positions of frozen inputs that are the weight of a 2-d convolution (Note [Channels-last plans])."""
+    """Positions of frozen inputs that are the weight of a 2-d convolution (Note [Channels-last plans]);
+    none where an op of the graph reads memory by strides (as_strided) or draws random numbers."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and (
+                n.target.overloadpacket.__name__ in _LAYOUT_SENSITIVE
+                or torch.Tag.nondeterministic_seeded in n.target.tags):
+            return set()  # (random draws: a lowering that fails and runs again would draw twice)
     placeholders = gm.graph.find_nodes(op="placeholder")
     position = {n: i for i, n in enumerate(placeholders)}
     out = set()

@@ -118,6 +118,14 @@ std::optional<Conv> as_conv(Node* n) {
   return c;
 }
 
+// W OP by, typed as W is, strides included: in a channels-last plan the weight is channels-last, the product
+// (TensorIterator follows W's layout) is too, and the convolution's result keeps the layout the plan was
+// captured with. (A folded constant takes the strides of its type: typed contiguous, the weight would
+// make the convolution write NCHW where the plan expects NHWC.)
+Value* scaled_weight(Builder& r, const std::string& schema, Value* weight, Arg by) {
+  return r.node(schema, {Arg::of(weight), std::move(by)}, {weight->type()})->output();
+}
+
 bool floating32_or_64(const Value* v) {
   const DType d = v->tensor_type().dtype;
   return d == DType::kFloat32 || d == DType::kFloat64;
@@ -161,7 +169,7 @@ Replacement conv_bn(const Match& m, Builder& r) {
   if (gamma) scale = r.mul(scale, gamma);
   std::vector<int64_t> per_channel(conv->weight->tensor_type().dim(), 1);
   per_channel[0] = channels;
-  Value* weight = r.mul(conv->weight, r.reshape(scale, per_channel));
+  Value* weight = scaled_weight(r, "aten::mul.Tensor", conv->weight, Arg::of(r.reshape(scale, per_channel)));
   Value* shift = r.mul(conv->bias ? r.sub(conv->bias, mean) : r.unary("aten::neg", mean), scale);
   Value* bias = beta ? r.add(shift, beta) : shift;
   std::vector<Arg> args = conv->node->args();
@@ -406,7 +414,7 @@ Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
     if (op == "mul") {
       std::vector<int64_t> per_channel(wdim, 1);
       per_channel[0] = k;
-      weight = r.mul(weight, r.reshape(c, per_channel));
+      weight = scaled_weight(r, "aten::mul.Tensor", weight, Arg::of(r.reshape(c, per_channel)));
       if (bias) bias = r.mul(bias, c);
     } else {
       Value* shift = k == channels ? c : r.mul(filled(1.0), c);
@@ -421,8 +429,7 @@ Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
     if (!number || !std::isfinite(*number) || (op == "div" && *number == 0.0)) return {};
     if (op == "mul" || op == "div") {
       const std::string schema = op == "mul" ? "aten::mul.Scalar" : "aten::div.Scalar";
-      const TensorType& tw = weight->tensor_type();
-      weight = r.op(schema, {Arg::of(weight), Arg::lit(*number)}, tw.dtype, tw.sizes);
+      weight = scaled_weight(r, schema, weight, Arg::lit(*number));
       if (bias) bias = r.op(schema, {Arg::of(bias), Arg::lit(*number)}, ty.dtype, {channels});
     } else {
       Value* shift = filled(op == "sub" ? -*number : *number);

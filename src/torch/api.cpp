@@ -74,8 +74,13 @@ struct CompiledModule::Impl {
         wants_channels_last_capture(*graph)) {
       // Note [Channels-last plans]: captured again with channels-last conv weights; the first run's result
       // is eager's and gives eager's output layouts.
-      CaptureResult cl = capture_graph(graph, inputs, skip_self, CaptureOptions{/*channels_last_weights=*/true});
-      if (restore_eager_layouts(cl.captured, cap.captured)) cap.captured = std::move(cl.captured);
+      // A graph that refuses the layout (a view that only a copy could give of a channels-last tensor)
+      // keeps the NCHW capture: the layout is an optimization.
+      try {
+        CaptureResult cl = capture_graph(graph, inputs, skip_self, CaptureOptions{/*channels_last_weights=*/true});
+        if (restore_eager_layouts(cl.captured, cap.captured)) cap.captured = std::move(cl.captured);
+      } catch (const std::exception&) {
+      }
     }
     *capture_ms = ms_since(t0);
     inst->captured = std::move(cap.captured);

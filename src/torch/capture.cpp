@@ -398,7 +398,10 @@ bool wants_channels_last_capture(const torch::jit::Graph& graph) {
     return n->kind() == c10::prim::Constant && n->output()->type()->kind() == c10::TypeKind::TensorType &&
            is_conv_weight(n->output());
   });
-  return conv && !any_node(graph.block(), [](const tj::Node* n) { return n->isNondeterministic(); });
+  // Ops that read memory by strides would read other elements of a channels-last tensor.
+  return conv && !any_node(graph.block(), [](const tj::Node* n) {
+    return n->isNondeterministic() || n->kind() == c10::aten::as_strided || n->kind() == c10::aten::as_strided_;
+  });
 }
 
 bool restore_eager_layouts(CapturedGraph& captured, const CapturedGraph& eager) {

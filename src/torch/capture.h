@@ -52,9 +52,11 @@ void inline_all_calls(torch::jit::Graph& graph);
 // freezing layout as well. The model runs once more at capture (its eager run gives the first result
 // and eager's output layouts); each output whose layout then differs gets eager's back through
 // aten::contiguous with eager's memory format, and where eager's is neither contiguous nor channels-last
-// the plan stays as captured without it. Not done for graphs with nondeterministic ops (a second run would
-// draw other random numbers) or with FUSION_JIT_DISABLE=channels_last. The torch.compile backend does the
-// same with frozen inputs (python/fusion_jit/_lowering.py).
+// the plan stays as captured without it; where the second run fails (a view of a channels-last tensor
+// that only a copy could give) the first capture is kept. Not done for graphs with nondeterministic ops
+// (a second run would draw other random numbers), with as_strided (it reads memory by strides), or with
+// FUSION_JIT_DISABLE=channels_last. The torch.compile backend does the same with frozen inputs
+// (python/fusion_jit/_lowering.py).
 struct CaptureOptions {
   bool channels_last_weights = false;  // frozen 4-d convolution weights made channels-last first
 };
@@ -63,8 +65,9 @@ struct CaptureOptions {
 // Throws fusion_jit::Error naming the node when the graph cannot be imported.
 CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
                             bool skip_self, CaptureOptions options = {});
-// Whether the graph has a 2-d convolution whose weight is a constant, and no nondeterministic op: a
-// channels-last capture may pay and runs the model the same way twice (Note [Channels-last plans]).
+// Whether the graph has a 2-d convolution whose weight is a constant, no nondeterministic op and no
+// as_strided: a channels-last capture may pay, runs the model the same way twice, and no op reads memory
+// by strides (Note [Channels-last plans]).
 bool wants_channels_last_capture(const torch::jit::Graph& graph);
 // Gives `captured`'s outputs the layouts of `eager`'s (the same graph captured without channels-last
 // weights): aten::contiguous nodes where they differ. False (nothing changed) where an eager layout is

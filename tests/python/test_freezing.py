@@ -159,3 +159,37 @@ def test_training_graphs_are_not_frozen():
     out.sum().backward()
     assert m.conv.weight.grad is not None
     assert fusion_jit.stats()["frozen_inputs"] == 0
+
+
+class FeatureMap(nn.Module):
+    """Returns 4-d activations: with freezing the plan is channels-last inside (Note [Channels-last plans]);
+    each output must come back with eager's strides, whatever eager gives."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        z = self.b(y) + y
+        return z, y.mean(1, keepdim=True), z.flatten(1)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_outputs_keep_eagers_strides_in_channels_last_plans(layout):
+    torch.manual_seed(0)
+    m = FeatureMap().eval()
+    x = torch.randn(2, 3, 12, 12)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    compiled = fusion_jit.compile(m, freezing=True)
+    with torch.no_grad():
+        expected = m(x)
+        reference = copy.deepcopy(m).double()(x.double())
+        for call in ("first", "second"):
+            got = compiled(x)
+            for i, (g, e, r) in enumerate(zip(got, expected, reference)):
+                assert g.stride() == e.stride(), f"{call} call, output {i}: strides {g.stride()} vs eager {e.stride()}"
+                assert_close(g, e, r, f"{call} call, output {i}")
+    assert fusion_jit.stats()["eager_graphs"] == 0

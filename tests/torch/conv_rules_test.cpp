@@ -198,6 +198,25 @@ def forward(self, x):
   EXPECT_EQ(r.plan->kernels.size(), 0u) << "the relu is the conv's post-op\n" << ex;
 }
 
+// A view that a channels-last result cannot give (flattening NHWC memory as NCHW needs a copy): the
+// channels-last capture fails there, and the model is compiled as captured in NCHW instead of running
+// eagerly. Ran eagerly before (the second capture's error reached the compile).
+TEST(ConvRules, AViewThatRefusesChannelsLastKeepsTheNchwCapture) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m("ConvView");
+  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
+  m.define(R"(
+def forward(self, x):
+    c = torch.relu(torch.conv2d(x, self.w, None, [1, 1], [1, 1], [1, 1], 1))
+    return c.view(2, -1) * 2.0
+)");
+  m.eval();
+  auto r = run_and_compare(m, {input(at::kFloat)}, "conv, relu, view");
+  ASSERT_NE(r.plan, nullptr) << "compiled, not run eagerly";
+  EXPECT_EQ(r.plan->aten_ops.count("aten::view"), 1u) << r.plan->explain();
+}
+
 // Turning a rule off by name (FUSION_JIT_DISABLE=epilogue.conv_relu), and NCHW plans without the opt-in
 // (the conv stays eager's, batch_norm folded into it), are CLI tests (tests/cli_test.py): the options are
 // read once per process.

@@ -48,6 +48,26 @@ TEST(ConvRules, BatchNormFoldsIntoAFrozenConv) {
   EXPECT_NE(out.find("= aten::conv2d(%0, %"), std::string::npos) << out;
 }
 
+// In a channels-last plan the frozen weight is channels-last; the folded weight must be typed so (its
+// constant takes its type's strides, and a contiguous weight would make the convolution write NCHW where
+// the plan expects NHWC). Failed before the fix: the product was typed contiguous.
+TEST(ConvRules, AFoldedWeightKeepsTheWeightsLayout) {
+  std::string ir = conv_bn("f32", "constant", "False", "  return (%9)\n");
+  ir.replace(ir.find("%1 : f32[16,8,3,3]"), 18, "%1 : f32[16,8,3,3]{72,1,24,8}");
+  std::string fired;
+  std::string out = run(fold_rules(), ir, &fired);
+  EXPECT_EQ(fired, "fold.conv_bn x1") << out;
+  EXPECT_NE(out.find("f32[16,8,3,3]{72,1,24,8} = aten::mul.Tensor(%1, "), std::string::npos) << out;
+  const std::string scaled = "graph(%0 : f32[2,8,10,10]):\n"
+                             "  %1 : f32[16,8,3,3]{72,1,24,8} = fj::constant(0)\n"
+                             "  %2 : f32[2,16,10,10] = aten::conv2d(%0, %1, None, [1, 1], [1, 1], [1, 1], 1)\n"
+                             "  %3 : f32[2,16,10,10] = aten::mul.Scalar(%2, 0.5)\n"
+                             "  return (%3)\n";
+  out = run(fold_rules(), scaled, &fired);
+  EXPECT_EQ(fired, "fold.conv_mul x1") << out;
+  EXPECT_NE(out.find("f32[16,8,3,3]{72,1,24,8} = aten::mul.Scalar(%1, 0.5)"), std::string::npos) << out;
+}
+
 TEST(ConvRules, BatchNormIsNotFoldedInNearMisses) {
   const char* keep = "  return (%9)\n";
   struct Case {

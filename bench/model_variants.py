@@ -1,0 +1,58 @@
+"""One model of tests/python/models.py through fusion_jit in this process, eager measured beside it:
+
+    FUSION_JIT_DISABLE=channels_last ./run python bench/model_variants.py resnet18 [--size 224] [--iters 20]
+        [--no-freezing]
+
+prints one JSON line: eager and fusion_jit medians (ms, the smaller of two interleaved rounds each), kernels
+and ATen steps per call. Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
+run it once per variant, alternating, and compare the ratios eager / fusion_jit.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+
+def median_ms(fn, iters):
+    fn()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--no-freezing", action="store_true")
+    a = p.parse_args()
+    import torch
+    import fusion_jit
+    from models import MODELS, make
+    if a.model not in MODELS:
+        sys.exit(f"unknown model {a.model!r} (known: {', '.join(MODELS)})")
+    model, args = make(a.model, size=a.size)
+    model.eval()
+    compiled = fusion_jit.compile(model, freezing=not a.no_freezing)
+    with torch.no_grad():
+        compiled(*args)
+        rounds = [(median_ms(lambda: model(*args), a.iters), median_ms(lambda: compiled(*args), a.iters))
+                  for _ in range(2)]
+    s = fusion_jit.stats()
+    print(json.dumps({"model": a.model, "eager_ms": min(r[0] for r in rounds), "fusion_jit_ms": min(r[1] for r in rounds),
+                      "kernels": s["kernels"], "aten_steps": s["fallback_ops"]}))
+
+
+if __name__ == "__main__":
+    main()
