@@ -11,23 +11,20 @@ run it once per variant, alternating, and compare the ratios eager / fusion_jit.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
-def median_ms(fn, iters):
-    fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(times)
+def _bench_models():
+    # bench/models.py (its median_ms); tests/python/models.py is the `models` on the path.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_models", os.path.join(HERE, "models.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
@@ -40,6 +37,7 @@ def main():
     import torch
     import fusion_jit
     from models import MODELS, make
+    median_ms = _bench_models().median_ms
     if a.model not in MODELS:
         sys.exit(f"unknown model {a.model!r} (known: {', '.join(MODELS)})")
     model, args = make(a.model, size=a.size)

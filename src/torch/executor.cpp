@@ -230,20 +230,12 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
       c10::List<bool> bools;
       for (int64_t b : stack[i].toIntVector()) bools.push_back(b != 0);
       stack[i] = bools;
-    } else if (stack[i].isIntList() && t->kind() == c10::TypeKind::ListType) {
+    } else if ((stack[i].isIntList() || stack[i].isDoubleList()) && t->kind() == c10::TypeKind::ListType) {
       c10::TypePtr e = t->expectRef<c10::ListType>().getElementType();
       if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
       if (e->kind() == c10::TypeKind::NumberType) {
         c10::List<std::optional<c10::Scalar>> scalars;
-        for (int64_t v : stack[i].toIntVector()) scalars.push_back(c10::Scalar(v));
-        stack[i] = scalars;
-      }
-    } else if (stack[i].isDoubleList() && t->kind() == c10::TypeKind::ListType) {
-      c10::TypePtr e = t->expectRef<c10::ListType>().getElementType();
-      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
-      if (e->kind() == c10::TypeKind::NumberType) {
-        c10::List<std::optional<c10::Scalar>> scalars;
-        for (double v : stack[i].toDoubleVector()) scalars.push_back(c10::Scalar(v));
+        for (const c10::IValue& v : stack[i].toListRef()) scalars.push_back(v.toScalar());
         stack[i] = scalars;
       }
     }
