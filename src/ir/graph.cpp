@@ -35,6 +35,16 @@ int64_t TensorType::extent() const {
   return hi + 1;
 }
 
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sz) {
+  return {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
+}
+
+bool same_strides(const TensorType& t, const std::vector<int64_t>& strides) {
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    if (t.sizes[d] != 1 && t.strides[d] != strides[d]) return false;
+  return true;
+}
+
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> st(sizes.size());
   int64_t acc = 1;

@@ -55,6 +55,10 @@ struct TensorType {
 };
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+// The strides of a 4-d [N, C, H, W] tensor laid out channels-last (NHWC).
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
+// Whether `t` has `strides`, but for those of its size-1 dims, which no index reads.
+bool same_strides(const TensorType& t, const std::vector<int64_t>& strides);
 
 // Non-tensor values are described by a kind name: int, float, bool, str, None, int[], Tensor[], ...
 struct ValueType {

@@ -28,18 +28,6 @@
 namespace fusion_jit {
 namespace {
 
-std::optional<double> scalar_literal(const Arg& a) {
-  if (a.is_value()) return std::nullopt;
-  if (std::holds_alternative<double>(a.literal)) return std::get<double>(a.literal);
-  if (std::holds_alternative<int64_t>(a.literal)) return static_cast<double>(std::get<int64_t>(a.literal));
-  return std::nullopt;
-}
-
-std::optional<int64_t> int_literal(const Arg& a) {
-  if (a.is_value() || !std::holds_alternative<int64_t>(a.literal)) return std::nullopt;
-  return std::get<int64_t>(a.literal);
-}
-
 // The producer of `v` when it has schema `schema` and `v` has no other user (and is not returned).
 Node* sole_producer(Builder& r, Value* v, const char* schema) {
   Node* n = v->producer();
@@ -72,7 +60,7 @@ Replacement sdpa(const Match& m, Builder& r) {
   const auto& sa = softmax->args();
   // softmax(x, dim = -1 | 3, dtype = None)
   if (sa.size() < 2) return {};
-  auto dim = int_literal(sa[1]);
+  auto dim = as_int(literal_arg(&sa[1]));
   if (!dim || (*dim != -1 && *dim != 3)) return {};
   if (sa.size() > 2 && !(!sa[2].is_value() && std::holds_alternative<None>(sa[2].literal))) return {};
   if (!sa[0].is_value()) return {};
@@ -83,7 +71,7 @@ Replacement sdpa(const Match& m, Builder& r) {
     const auto& aa = add->args();
     if (aa.size() < 2 || !aa[0].is_value() || !aa[1].is_value()) return {};
     if (aa.size() > 2) {
-      auto alpha = scalar_literal(aa[2]);
+      auto alpha = as_double(literal_arg(&aa[2]));
       if (!alpha || *alpha != 1.0) return {};
     }
     // The scores are the operand computed from a matmul (through an optional scale); the other is the mask.
@@ -103,7 +91,7 @@ Replacement sdpa(const Match& m, Builder& r) {
   Node* scaled = sole_producer(r, s, "aten::div.Scalar");
   if (!scaled) scaled = sole_producer(r, s, "aten::mul.Scalar");
   if (scaled) {
-    auto c = scalar_literal(scaled->args().at(1));
+    auto c = as_double(literal_arg(&scaled->args().at(1)));
     if (!c || *c == 0.0 || !scaled->args()[0].is_value()) return {};
     scale = scaled->schema() == "aten::div.Scalar" ? 1.0 / *c : *c;
     s = scaled->args()[0].value;
@@ -114,7 +102,7 @@ Replacement sdpa(const Match& m, Builder& r) {
   Value* q = qk->args()[0].value;
   Node* kt = sole_producer(r, qk->args()[1].value, "aten::transpose.int");
   if (!kt || !kt->args()[0].is_value()) return {};
-  auto d0 = int_literal(kt->args().at(1)), d1 = int_literal(kt->args().at(2));
+  auto d0 = as_int(literal_arg(&kt->args().at(1))), d1 = as_int(literal_arg(&kt->args().at(2)));
   if (!d0 || !d1 || !is_last_two(*d0, *d1)) return {};
   Value* k = kt->args()[0].value;
   // Shapes and dtypes.

@@ -59,6 +59,9 @@ namespace {
 
 bool (*g_schema_probe)(const std::string&) = nullptr;
 
+// FUSION_JIT_ENABLE=onednn_nchw (Note [Convolution rules], "Layout").
+[[maybe_unused]] const bool kOnednnNchwName = (Options::register_enable_names({"onednn_nchw"}), true);
+
 bool is_constant(const Value* v) { return v && v->producer() && v->producer()->is_constant(); }
 
 // Whether `a` is the literal `l`.
@@ -142,10 +145,9 @@ Replacement conv_bn(const Match& m, Builder& r) {
   const Value* out = bn->output();
   if (!floating32_or_64(conv->x) || !floating32_or_64(conv->weight) || !floating32_or_64(out)) return {};
   if (conv->weight->tensor_type().dtype != out->tensor_type().dtype) return {};
-  double eps = 0;
-  if (std::holds_alternative<double>(a[7].literal)) eps = std::get<double>(a[7].literal);
-  else if (std::holds_alternative<int64_t>(a[7].literal)) eps = static_cast<double>(std::get<int64_t>(a[7].literal));
-  else return {};
+  const std::optional<double> eps_literal = as_double(a[7].literal);
+  if (!eps_literal) return {};
+  const double eps = *eps_literal;
   // gamma and beta may be absent (None); the statistics may not.
   auto constant_or_none = [](const Arg& x, Value** v) {
     if (x.is_value()) {
@@ -178,22 +180,11 @@ Replacement conv_bn(const Match& m, Builder& r) {
   return {r.node(conv->node->schema(), std::move(args), {out->type()})->output()};
 }
 
-std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sz) {  // [N, C, H, W]
-  return {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
-}
-
-// Whether `t` has strides `want`, but for the strides of size-1 dims (no index reads them).
-bool strides_are(const TensorType& t, const std::vector<int64_t>& want) {
-  for (size_t d = 0; d < t.sizes.size(); ++d)
-    if (t.sizes[d] != 1 && t.strides[d] != want[d]) return false;
-  return true;
-}
-
-bool is_channels_last(const TensorType& t) { return t.dim() == 4 && strides_are(t, channels_last_strides(t.sizes)); }
+bool is_channels_last(const TensorType& t) { return t.dim() == 4 && same_strides(t, channels_last_strides(t.sizes)); }
 
 // Contiguous (NCHW) or channels-last (NHWC), the strides of size-1 dims aside.
 bool contiguous_or_channels_last(const TensorType& t) {
-  return t.dim() == 4 && (strides_are(t, contiguous_strides(t.sizes)) || is_channels_last(t));
+  return t.dim() == 4 && (same_strides(t, contiguous_strides(t.sizes)) || is_channels_last(t));
 }
 
 // The checks conv_pointwise and conv_add share: a 2-d convolution on the CPU in float32 or bfloat16, with a
@@ -244,12 +235,7 @@ Value* onednn_call(Builder& r, const Conv& conv, const Value* out, const std::st
 
 // A literal number argument of `n` (absent: `fallback`), or nullopt for a value.
 std::optional<double> number_arg(const Node* n, size_t i, double fallback) {
-  const auto& a = n->args();
-  if (i >= a.size()) return fallback;
-  if (a[i].is_value()) return std::nullopt;
-  if (std::holds_alternative<double>(a[i].literal)) return std::get<double>(a[i].literal);
-  if (std::holds_alternative<int64_t>(a[i].literal)) return static_cast<double>(std::get<int64_t>(a[i].literal));
-  return std::nullopt;
+  return as_double(literal_arg(i < n->args().size() ? &n->args()[i] : nullptr, fallback));
 }
 
 // activation(conv(x, W, b)) -> mkldnn::_convolution_pointwise(x, W, b, padding, stride, dilation, groups,
@@ -316,7 +302,7 @@ Replacement conv_add(const Match& m, Builder& r, bool relu) {
   const Value* other = m.value("other");
   const TensorType& o = other->tensor_type();
   const TensorType& y = root->output()->tensor_type();
-  if (o.sizes != y.sizes || o.dtype != y.dtype || o.device != y.device || !strides_are(o, y.strides)) return {};
+  if (o.sizes != y.sizes || o.dtype != y.dtype || o.device != y.device || !same_strides(o, y.strides)) return {};
   if (y.dtype != DType::kFloat32) return {};  // bfloat16: ATen's add_relu post-op has no bfloat16 kernel
   return {onednn_call(r, *conv, root->output(), "mkldnn::_convolution_pointwise.binary", m.value("other"),
                       {Arg::lit(std::string("add")), Arg::lit(None{}),
@@ -422,10 +408,7 @@ Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
       bias = bias ? r.add(bias, shift) : shift;
     }
   } else {
-    std::optional<double> number;
-    if (std::holds_alternative<double>(operand->literal)) number = std::get<double>(operand->literal);
-    else if (std::holds_alternative<int64_t>(operand->literal))
-      number = static_cast<double>(std::get<int64_t>(operand->literal));
+    const std::optional<double> number = as_double(operand->literal);
     if (!number || !std::isfinite(*number) || (op == "div" && *number == 0.0)) return {};
     if (op == "mul" || op == "div") {
       const std::string schema = op == "mul" ? "aten::mul.Scalar" : "aten::div.Scalar";

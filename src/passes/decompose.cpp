@@ -33,23 +33,11 @@
 namespace fusion_jit {
 namespace {
 
-// A literal argument (or `dflt` when the argument is absent); nullopt when it is computed at run time.
-std::optional<Literal> lit(const Arg* a, Literal dflt = None{}) {
-  if (!a) return dflt;
-  if (a->is_value()) return std::nullopt;
-  return a->literal;
-}
 // A tensor argument, nullptr for None or an absent one; nullopt for anything else.
 std::optional<Value*> tensor_or_none(const Arg* a) {
   if (!a) return static_cast<Value*>(nullptr);
   if (a->is_value()) return a->value->is_tensor() ? std::optional<Value*>(a->value) : std::nullopt;
   return std::holds_alternative<None>(a->literal) ? std::optional<Value*>(nullptr) : std::nullopt;
-}
-std::optional<double> as_double(const std::optional<Literal>& l) {
-  if (!l) return std::nullopt;
-  if (std::holds_alternative<double>(*l)) return std::get<double>(*l);
-  if (std::holds_alternative<int64_t>(*l)) return static_cast<double>(std::get<int64_t>(*l));
-  return std::nullopt;
 }
 std::optional<int64_t> as_dim(const std::optional<Literal>& l, int64_t rank) {
   if (!l || !std::holds_alternative<int64_t>(*l)) return std::nullopt;
@@ -91,7 +79,7 @@ Replacement softmax(const Match& m, Builder& r, bool log) {
   Node* n = m.root;
   Value* x = m.value("x");
   if (!single_tensor_output(*n)) return {};
-  auto d = as_dim(lit(m.arg("dim")), std::max<int64_t>(x->tensor_type().dim(), 1));
+  auto d = as_dim(literal_arg(m.arg("dim")), std::max<int64_t>(x->tensor_type().dim(), 1));
   if (!d || x->tensor_type().dim() == 0 || !reducible(x, {*d})) return {};
   DType out = n->output()->tensor_type().dtype;
   Value* xf = r.cast(x, compute_dtype(out));
@@ -106,8 +94,8 @@ Replacement softmax(const Match& m, Builder& r, bool log) {
 Replacement logsumexp(const Match& m, Builder& r) {
   Node* n = m.root;
   Value* x = m.value("x");
-  auto dl = lit(m.arg("dim"));
-  auto keep = lit(m.arg("keepdim"), false);
+  auto dl = literal_arg(m.arg("dim"));
+  auto keep = literal_arg(m.arg("keepdim"), false);
   if (!single_tensor_output(*n) || !dl || !keep || !std::holds_alternative<bool>(*keep)) return {};
   const int64_t rank = x->tensor_type().dim();
   std::vector<int64_t> dims;
@@ -143,8 +131,8 @@ Replacement layer_norm(const Match& m, Builder& r, bool native) {
   Node* n = m.root;
   Value* x = m.value("x");
   auto w = tensor_or_none(m.arg("weight")), b = tensor_or_none(m.arg("bias"));
-  auto eps = as_double(lit(m.arg("eps"), 1e-5));
-  std::vector<int64_t> dims = normalized_dims(x, lit(m.arg("shape")));
+  auto eps = as_double(literal_arg(m.arg("eps"), 1e-5));
+  std::vector<int64_t> dims = normalized_dims(x, literal_arg(m.arg("shape")));
   if (dims.empty() || !w || !b || !eps) return {};
   DType out = n->output()->tensor_type().dtype;
   DType ct = compute_dtype(out);
@@ -167,8 +155,8 @@ Replacement rms_norm(const Match& m, Builder& r) {
   Node* n = m.root;
   Value* x = m.value("x");
   auto w = tensor_or_none(m.arg("weight"));
-  auto eps_lit = lit(m.arg("eps"));
-  std::vector<int64_t> dims = normalized_dims(x, lit(m.arg("shape")));
+  auto eps_lit = literal_arg(m.arg("eps"));
+  std::vector<int64_t> dims = normalized_dims(x, literal_arg(m.arg("shape")));
   if (dims.empty() || !single_tensor_output(*n) || !w || !eps_lit) return {};
   DType xt = x->tensor_type().dtype, ct = compute_dtype(xt);
   double eps = ct == DType::kFloat64 ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
@@ -187,9 +175,9 @@ Replacement rms_norm(const Match& m, Builder& r) {
 Replacement group_norm(const Match& m, Builder& r) {
   Node* n = m.root;
   Value* x = m.value("x");
-  auto groups = lit(m.arg("groups"));
+  auto groups = literal_arg(m.arg("groups"));
   auto w = tensor_or_none(m.arg("weight")), b = tensor_or_none(m.arg("bias"));
-  auto eps = as_double(lit(m.arg("eps"), 1e-5));
+  auto eps = as_double(literal_arg(m.arg("eps"), 1e-5));
   if (!single_tensor_output(*n) || !groups || !std::holds_alternative<int64_t>(*groups) || !w || !b || !eps)
     return {};
   const TensorType& xt = x->tensor_type();
@@ -239,8 +227,8 @@ Replacement std_dev(const Match& m, Builder& r) {
 // max.dim / min.dim whose indices nobody uses (the pattern says so).
 Replacement max_values(const Match& m, Builder& r, bool is_max) {
   Value* x = m.value("x");
-  auto d = as_dim(lit(m.arg("dim")), std::max<int64_t>(x->tensor_type().dim(), 1));
-  auto keep = lit(m.arg("keepdim"), false);
+  auto d = as_dim(literal_arg(m.arg("dim")), std::max<int64_t>(x->tensor_type().dim(), 1));
+  auto keep = literal_arg(m.arg("keepdim"), false);
   if (x->tensor_type().dim() == 0 || !d || !keep || !std::holds_alternative<bool>(*keep) ||
       x->tensor_type().sizes[*d] == 0 || x->tensor_type().dtype == DType::kBool)
     return {};

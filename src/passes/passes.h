@@ -68,7 +68,5 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
 // The names FUSION_JIT_DISABLE may give for the pipeline: its passes, its rule sets and their rules
 // ("decompose.softmax"). The pipeline registers them with the option table when the library loads.
 std::vector<std::string> pipeline_names();
-// The pipeline's opt-in steps, which run only when FUSION_JIT_ENABLE names them (epilogue, prepack).
-std::vector<std::string> opt_in_names();
 
 }  // namespace fusion_jit

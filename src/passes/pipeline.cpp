@@ -12,7 +12,6 @@ struct Step {
   const char* name;
   std::function<bool(Graph&)> run;
   const RuleSet* rules = nullptr;
-  bool opt_in = false;  // runs only when FUSION_JIT_ENABLE names it
 };
 
 std::vector<Step> steps(const ConstantEvaluator& eval) {
@@ -35,17 +34,9 @@ std::vector<Step> steps(const ConstantEvaluator& eval) {
 }
 
 // FUSION_JIT_DISABLE knows the pipeline's names as soon as the library is loaded.
-const bool kNamesRegistered = (Options::register_disable_names(pipeline_names()),
-                                Options::register_enable_names(opt_in_names()), true);
+const bool kNamesRegistered = (Options::register_disable_names(pipeline_names()), true);
 
 }  // namespace
-
-std::vector<std::string> opt_in_names() {
-  std::vector<std::string> names = {"onednn_nchw"};  // conv_rules.cpp
-  for (const Step& s : steps(nullptr))
-    if (s.opt_in) names.push_back(s.name);
-  return names;
-}
 
 std::vector<std::string> pipeline_names() {
   std::vector<std::string> names;
@@ -66,7 +57,7 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
   std::set<std::string> disabled = opt.disabled;
   disabled.insert(skip.begin(), skip.end());
   for (const Step& p : steps(eval)) {
-    if (disabled.count(p.name) || (p.opt_in && !opt.is_enabled(p.name))) continue;
+    if (disabled.count(p.name)) continue;
     PassTiming t{p.name, 0, false, {}};
     auto t0 = std::chrono::steady_clock::now();
     t.changed = p.rules ? run_rules(g, *p.rules, disabled, &t.rewrites) : p.run(g);

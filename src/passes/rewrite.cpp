@@ -371,6 +371,24 @@ bool run_rules(Graph& g, const RuleSet& set, const std::set<std::string>& disabl
   }
 }
 
+std::optional<Literal> literal_arg(const Arg* a, Literal dflt) {
+  if (!a) return dflt;
+  if (a->is_value()) return std::nullopt;
+  return a->literal;
+}
+
+std::optional<double> as_double(const std::optional<Literal>& l) {
+  if (!l) return std::nullopt;
+  if (std::holds_alternative<double>(*l)) return std::get<double>(*l);
+  if (std::holds_alternative<int64_t>(*l)) return static_cast<double>(std::get<int64_t>(*l));
+  return std::nullopt;
+}
+
+std::optional<int64_t> as_int(const std::optional<Literal>& l) {
+  if (!l || !std::holds_alternative<int64_t>(*l)) return std::nullopt;
+  return std::get<int64_t>(*l);
+}
+
 std::string summarize(const std::vector<RuleApplication>& log) {
   std::vector<std::pair<std::string, int>> counts;
   for (const auto& a : log) {

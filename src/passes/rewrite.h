@@ -162,6 +162,13 @@ class Builder {
   std::vector<Node*> created_;
 };
 
+// Reading a matched argument in a rewrite function:
+// a literal argument, or `dflt` when the argument is absent (its schema default); nullopt for a value.
+std::optional<Literal> literal_arg(const Arg* a, Literal dflt = None{});
+// A literal as a number (an integer converted) or as an integer; nullopt for absent or another kind.
+std::optional<double> as_double(const std::optional<Literal>& l);
+std::optional<int64_t> as_int(const std::optional<Literal>& l);
+
 // The values replacing the root's outputs, in order (nullptr: an output nobody uses, left without a
 // replacement); empty: the rule declines.
 using Replacement = std::vector<Value*>;

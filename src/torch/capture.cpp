@@ -416,13 +416,9 @@ bool restore_eager_layouts(CapturedGraph& captured, const CapturedGraph& eager) 
     const TensorType& have = o->tensor_type();
     const TensorType& w = want[i]->tensor_type();
     if (have.sizes != w.sizes || have.dtype != w.dtype || have.device != w.device) return false;
-    bool same = true;
-    for (size_t d = 0; d < w.sizes.size(); ++d) same &= w.sizes[d] == 1 || have.strides[d] == w.strides[d];
-    if (same) continue;
-    TensorType cl = w;
-    if (w.dim() == 4) cl.strides = {w.sizes[1] * w.sizes[2] * w.sizes[3], 1, w.sizes[3] * w.sizes[1], w.sizes[1]};
+    if (same_strides(w, have.strides)) continue;
     if (w.strides == contiguous_strides(w.sizes)) fixes.emplace_back(i, 0);
-    else if (w.dim() == 4 && w.strides == cl.strides) fixes.emplace_back(i, 2);
+    else if (w.dim() == 4 && w.strides == channels_last_strides(w.sizes)) fixes.emplace_back(i, 2);
     else return false;
   }
   std::map<const Value*, Value*> made;  // a value returned twice stays one tensor, as eager's
