@@ -300,6 +300,8 @@ def lower(gm, args, frozen=(), channels_last=()):
         elif node.op == "output":
             outs = node.args[0]
             flat = outs if isinstance(outs, (list, tuple)) else [outs]
+            if channels_last:
+                _check_no_shared_outputs([env[o] for o in flat if isinstance(o, torch.fx.Node)])
             ir_outs = []
             results = []
             for o in flat:
@@ -329,6 +331,16 @@ def lower(gm, args, frozen=(), channels_last=()):
     low.ir = "graph(" + ", ".join(inputs) + "):\n" + "\n".join(lines) + "\n"
     low.key = specialization_key(args, low.key_positions)
     return low
+
+
+def _check_no_shared_outputs(values):
+    """Outputs sharing storage (an activation and a view of it) would be parted by the copies that give
+    each its eager layout back: such a graph is lowered as traced (LayoutMismatch)."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    for i, a in enumerate(tensors):
+        for b in tensors[i + 1:]:
+            if a is not b and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+                raise LayoutMismatch("outputs share storage")
 
 
 def _eager_layout(node, r, v, emit, new_name):

@@ -63,6 +63,21 @@ struct CompiledModule::Impl {
   mutable std::mutex report_mu;
   std::string last_report;
 
+  // Whether two distinct tensors of a result share storage (a tensor and a view of it): the layouts given
+  // back at a channels-last plan's end (aten::contiguous per output) would copy them apart, so such a graph
+  // keeps the NCHW capture (Note [Channels-last plans]).
+  static bool outputs_share_storage(const c10::IValue& result) {
+    std::vector<at::Tensor> ts;
+    map_tensors(result, [&ts](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) ts.push_back(t);
+      return t;
+    });
+    for (size_t i = 0; i < ts.size(); ++i)
+      for (size_t j = i + 1; j < ts.size(); ++j)
+        if (!ts[i].is_same(ts[j]) && ts[i].storage().is_alias_of(ts[j].storage())) return true;
+    return false;
+  }
+
   // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
   // `skip`: passes or rule sets left out (run_pipeline).
   std::unique_ptr<PlanInstance> prepare(const std::vector<c10::IValue>& inputs, c10::IValue* result,
@@ -71,7 +86,7 @@ struct CompiledModule::Impl {
     auto inst = std::make_unique<PlanInstance>();
     CaptureResult cap = capture_graph(graph, inputs, skip_self);
     if (!skip.count("channels_last") && !Options::get().disabled.count("channels_last") &&
-        wants_channels_last_capture(*graph)) {
+        wants_channels_last_capture(*graph) && !outputs_share_storage(cap.result)) {
       // Note [Channels-last plans]: captured again with channels-last conv weights; the first run's result
       // is eager's and gives eager's output layouts.
       // A graph that refuses the layout (a view that only a copy could give of a channels-last tensor)

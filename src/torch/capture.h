@@ -54,7 +54,8 @@ void inline_all_calls(torch::jit::Graph& graph);
 // aten::contiguous with eager's memory format, and where eager's is neither contiguous nor channels-last
 // the plan stays as captured without it; where the second run fails (a view of a channels-last tensor
 // that only a copy could give) the first capture is kept. Not done for graphs with nondeterministic ops
-// (a second run would draw other random numbers), with as_strided (it reads memory by strides), or with
+// (a second run would draw other random numbers), with as_strided (it reads memory by strides), whose
+// outputs share storage (the copies giving layouts back would part them), or with
 // FUSION_JIT_DISABLE=channels_last. The torch.compile backend does the same with frozen inputs
 // (python/fusion_jit/_lowering.py).
 struct CaptureOptions {

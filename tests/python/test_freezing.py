@@ -193,3 +193,29 @@ def test_outputs_keep_eagers_strides_in_channels_last_plans(layout):
                 assert g.stride() == e.stride(), f"{call} call, output {i}: strides {g.stride()} vs eager {e.stride()}"
                 assert_close(g, e, r, f"{call} call, output {i}")
     assert fusion_jit.stats()["eager_graphs"] == 0
+
+
+class ActivationAndItsView(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return y, y[:1]
+
+
+def test_outputs_sharing_storage_keep_sharing_it():
+    # The copies giving each output of a channels-last plan its eager layout would part an activation and
+    # a view of it: such a graph is lowered as traced. Returned two unrelated tensors before.
+    torch.manual_seed(0)
+    m = ActivationAndItsView().eval()
+    x = torch.randn(2, 3, 8, 8)
+    compiled = fusion_jit.compile(m, freezing=True)
+    with torch.no_grad():
+        e = m(x)
+        for call in ("first", "second"):
+            a, b = compiled(x)
+            torch.testing.assert_close(a, e[0])
+            torch.testing.assert_close(b, e[1])
+            assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr(), f"{call} call: parted"

@@ -217,6 +217,26 @@ def forward(self, x):
   EXPECT_EQ(r.plan->aten_ops.count("aten::view"), 1u) << r.plan->explain();
 }
 
+// Outputs that share storage in eager (a conv's activation and a view of it) share it in the plan too: the
+// channels-last plan would copy each back to NCHW apart, so the graph keeps the NCHW capture. Returned two
+// unrelated tensors before.
+TEST(ConvRules, OutputsThatShareStorageStaySharing) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m("ConvSlice");
+  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
+  m.define(R"(
+def forward(self, x):
+    y = torch.relu(torch.conv2d(x, self.w, None, [1, 1], [1, 1], [1, 1], 1))
+    return (y, y[:1])
+)");
+  m.eval();
+  auto r = run_and_compare(m, {input(at::kFloat)}, "conv, relu, and its first batch item");
+  ASSERT_NE(r.plan, nullptr);
+  ASSERT_TRUE(r.eager.at(1).storage().is_alias_of(r.eager.at(0).storage()));
+  EXPECT_TRUE(r.fused.at(1).storage().is_alias_of(r.fused.at(0).storage())) << r.plan->explain();
+}
+
 // Turning a rule off by name (FUSION_JIT_DISABLE=epilogue.conv_relu), and NCHW plans without the opt-in
 // (the conv stays eager's, batch_norm folded into it), are CLI tests (tests/cli_test.py): the options are
 // read once per process.
