@@ -140,8 +140,9 @@ _LAYOUT_SENSITIVE = {"as_strided", "as_strided_", "as_strided_scatter", "as_stri
 
 
 def channels_last_weights(gm, frozen):
-    """Positions of frozen inputs that are the weight of a 2-d convolution (Note [Channels-last plans]);
-    none where an op of the graph reads memory by strides (as_strided) or draws random numbers."""
+    """Positions of frozen inputs that are the weight of a 2-d convolution on the CPU (Note [Channels-last
+    plans]: not for cuDNN); none where an op of the graph reads memory by strides (as_strided) or draws
+    random numbers."""
     for n in gm.graph.nodes:
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and (
                 n.target.overloadpacket.__name__ in _LAYOUT_SENSITIVE
@@ -153,7 +154,8 @@ def channels_last_weights(gm, frozen):
     for n in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.convolution.default):
         w = n.args[1]
         transposed = n.args[6] if len(n.args) > 6 else False
-        if position.get(w) in frozen and not transposed and len(w.meta.get("val", torch.empty(0)).shape) == 4:
+        val = w.meta.get("val", torch.empty(0))
+        if position.get(w) in frozen and not transposed and val.dim() == 4 and val.device.type == "cpu":
             out.add(position[w])
     return out
 

@@ -396,7 +396,7 @@ CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, con
 bool wants_channels_last_capture(const torch::jit::Graph& graph) {
   const bool conv = any_node(graph.block(), [](const tj::Node* n) {
     return n->kind() == c10::prim::Constant && n->output()->type()->kind() == c10::TypeKind::TensorType &&
-           is_conv_weight(n->output());
+           is_conv_weight(n->output()) && n->t(c10::attr::value).is_cpu();
   });
   // Ops that read memory by strides would read other elements of a channels-last tensor.
   return conv && !any_node(graph.block(), [](const tj::Node* n) {

@@ -55,8 +55,10 @@ void inline_all_calls(torch::jit::Graph& graph);
 // the plan stays as captured without it; where the second run fails (a view of a channels-last tensor
 // that only a copy could give) the first capture is kept. Not done for graphs with nondeterministic ops
 // (a second run would draw other random numbers), with as_strided (it reads memory by strides), whose
-// outputs share storage (the copies giving layouts back would part them), or with
-// FUSION_JIT_DISABLE=channels_last. The torch.compile backend does the same with frozen inputs
+// outputs share storage (the copies giving layouts back would part them), with
+// FUSION_JIT_DISABLE=channels_last, or for weights on a GPU: the layout's gain was measured for oneDNN
+// only, and cuDNN's NHWC float32 convolution was 1.3e-3 off float64 on an H200 where eager's NCHW one
+// was 1.8e-6 (tests/gpu/run.sh, conv_bn_relu). The torch.compile backend does the same with frozen inputs
 // (python/fusion_jit/_lowering.py).
 struct CaptureOptions {
   bool channels_last_weights = false;  // frozen 4-d convolution weights made channels-last first
@@ -66,7 +68,7 @@ struct CaptureOptions {
 // Throws fusion_jit::Error naming the node when the graph cannot be imported.
 CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
                             bool skip_self, CaptureOptions options = {});
-// Whether the graph has a 2-d convolution whose weight is a constant, no nondeterministic op and no
+// Whether the graph has a 2-d convolution whose weight is a constant on the CPU, no nondeterministic op and no
 // as_strided: a channels-last capture may pay, runs the model the same way twice, and no op reads memory
 // by strides (Note [Channels-last plans]).
 bool wants_channels_last_capture(const torch::jit::Graph& graph);
