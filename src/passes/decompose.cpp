@@ -9,7 +9,8 @@
 // - layer_norm, native_layer_norm: mean and var (correction 0) over the normalized dims;
 //   y = (x - mean) * rsqrt(var + eps) [* weight] [+ bias]; native_layer_norm also returns mean and rstd
 // - rms_norm: y = x * rsqrt(mean(x * x) + eps), rounded to x's dtype, then [* weight] (eager's order); eps
-//   defaults to the machine epsilon of x's compute type
+//   defaults to the machine epsilon of x's compute type; on CUDA, where eager's kernel is not its
+//   vectorized one (float64, rows not a multiple of 4), a row holding an infinity is NaN, as eager makes it
 // - group_norm (contiguous input): x viewed as [N, G, C/G, HW], reduced over the last two dims, weight and
 //   bias viewed as [G, C/G, 1]; the result viewed back
 // - std (std.correction, std.dim, std) = sqrt(var of the same arguments)
@@ -167,7 +168,16 @@ Replacement rms_norm(const Match& m, Builder& r) {
   }
   Value* xf = r.cast(x, ct);
   Value* ms = r.reduce("aten::mean.dim", r.mul(xf, xf), dims, true);
-  Value* y = r.cast(r.mul(xf, r.unary("aten::rsqrt", r.add_scalar(ms, eps))), xt);
+  Value* rstd = r.unary("aten::rsqrt", r.add_scalar(ms, eps));
+  // Eager's CUDA kernel has two paths (measured on an H200 with torch 2.11, tests/gpu): the vectorized one
+  // (float32/float16/bfloat16 rows of a multiple of 4 elements) sums squares as the CPU does, the other
+  // keeps Welford's online moments, where an infinite element (inf - inf) makes the whole row NaN.
+  // sum(x - x) over the row is 0, or NaN where the row holds an infinity (or a NaN, NaN already).
+  int64_t row = 1;
+  for (int64_t d : dims) row *= x->tensor_type().sizes[static_cast<size_t>(d)];
+  if (x->tensor_type().device == Device::kCUDA && (ct == DType::kFloat64 || row % 4 != 0))
+    rstd = r.add(rstd, r.reduce("aten::sum.dim_IntList", r.sub(xf, xf), dims, true));
+  Value* y = r.cast(r.mul(xf, rstd), xt);
   if (*w) y = r.mul(y, *w);
   return {r.cast(y, n->output()->tensor_type().dtype)};
 }

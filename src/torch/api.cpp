@@ -79,9 +79,11 @@ struct CompiledModule::Impl {
   }
 
   // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
-  // `skip`: passes or rule sets left out (run_pipeline).
+  // `skip`: passes or rule sets left out (run_pipeline). `to_cuda`: the graph's types are moved to cuda:0
+  // before the passes (compile_cuda), whose rules may depend on the device (decompose's rms_norm).
   std::unique_ptr<PlanInstance> prepare(const std::vector<c10::IValue>& inputs, c10::IValue* result,
-                                        double* capture_ms, double* passes_ms, const std::set<std::string>& skip = {}) {
+                                        double* capture_ms, double* passes_ms, const std::set<std::string>& skip = {},
+                                        bool to_cuda = false) {
     auto t0 = std::chrono::steady_clock::now();
     auto inst = std::make_unique<PlanInstance>();
     CaptureResult cap = capture_graph(graph, inputs, skip_self);
@@ -100,6 +102,7 @@ struct CompiledModule::Impl {
     *capture_ms = ms_since(t0);
     inst->captured = std::move(cap.captured);
     *result = std::move(cap.result);
+    if (to_cuda) set_device(*inst->captured.graph, Device::kCUDA, 0);
     auto t1 = std::chrono::steady_clock::now();
     optimize_captured(inst->captured, skip);
     *passes_ms = ms_since(t1);
@@ -224,8 +227,9 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   // The passes see the CPU inputs' graph: the rule sets "epilogue" and "prepack" rewrite into oneDNN ops,
   // which run on the host only, so they are left out of a plan moved to the GPU, and so are channels-last
   // plans (Note [Channels-last plans]), a layout decision measured for the CPU's oneDNN only.
-  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, {"epilogue", "prepack", "channels_last"});
-  set_device(*inst->captured.graph, Device::kCUDA, 0);
+  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, {"epilogue", "prepack", "channels_last"},
+                             /*to_cuda=*/true);
+  set_device(*inst->captured.graph, Device::kCUDA, 0);  // values the passes made (folded constants) too
   PlanTarget target;
   target.enable_fusion = impl_->enable_fusion;
   target.arch["cuda"] = arch;

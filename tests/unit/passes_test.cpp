@@ -130,6 +130,26 @@ TEST(Decompose, HalfLayerNormComputesInFloatAndRoundsOnce) {
 )");
 }
 
+// Eager's CUDA rms_norm makes a row holding an infinity NaN except in its vectorized path (float32/16,
+// bfloat16, rows a multiple of 4 elements): sum(x - x) (0, or NaN) is added to rstd there only; the CPU's
+// composite never does it (measured on an H200, bench/RESULTS.md).
+TEST(Decompose, CudaRmsNormFollowsEagersTwoPaths) {
+  auto has_row_nan_term = [](const std::string& graph) {
+    std::string out = run(decompose, graph);
+    return out.find("aten::sub.Tensor") != std::string::npos &&
+           out.find("aten::sum.dim_IntList") != std::string::npos;
+  };
+  auto rms = [](const std::string& type) {
+    return "graph(%0 : " + type + "):\n  %1 : " + type + " = aten::rms_norm(%0, [" +
+           type.substr(type.find(',') + 1, type.find(']') - type.find(',') - 1) + "], None, None)\n  return (%1)\n";
+  };
+  EXPECT_TRUE(has_row_nan_term(rms("f32[3,7]@cuda:0")));
+  EXPECT_TRUE(has_row_nan_term(rms("f64[3,16]@cuda:0")));
+  EXPECT_FALSE(has_row_nan_term(rms("f32[3,16]@cuda:0")));
+  EXPECT_FALSE(has_row_nan_term(rms("bf16[3,16]@cuda:0")));
+  EXPECT_FALSE(has_row_nan_term(rms("f32[3,7]")));
+}
+
 TEST(Decompose, EmptyReducedDimStaysWithATen) {
   run(decompose, R"(graph(%0 : f32[3,0]):
   %1 : f32[3,0] = aten::softmax.int(%0, 1, None)
