@@ -125,7 +125,8 @@ class Parser {
       FJ_CHECK(tt.strides.size() == tt.sizes.size(), "IR text, line {}: {} strides for {} sizes", line(),
                tt.strides.size(), tt.sizes.size());
       if (try_consume('@')) {
-        std::string dev = ident();
+        std::string dev;  // letters only: ident() would take the ':' and index with them
+        while (pos_ < t_.size() && std::isalpha(static_cast<unsigned char>(t_[pos_]))) dev += t_[pos_++];
         FJ_CHECK(dev == "cuda", "IR text, line {}: unknown device '{}'", line(), dev);
         expect(':');
         tt.device = Device::kCUDA;

@@ -32,6 +32,19 @@ TEST(IR, TextRoundTrip) {
   EXPECT_EQ(print_graph(*g->clone()), kGraph);
 }
 
+// Tensor types on a GPU print as @cuda:N and parse back (the torch.compile lowering writes them).
+TEST(IR, CudaTypesRoundTrip) {
+  const char* text = R"(graph(%0 : f32[2,3]@cuda:1, %1 : f16[3]{2}@cuda:0):
+  %2 : f32[2,3]@cuda:1 = aten::mul.Tensor(%0, %1)
+  return (%2)
+)";
+  auto g = parse_graph(text);
+  EXPECT_EQ(g->inputs()[0]->tensor_type().device, Device::kCUDA);
+  EXPECT_EQ(g->inputs()[0]->tensor_type().device_index, 1);
+  EXPECT_EQ(g->inputs()[1]->tensor_type().strides, (std::vector<int64_t>{2}));
+  EXPECT_EQ(print_graph(*g), text);
+}
+
 TEST(IR, TypesAndLayout) {
   auto g = parse_graph(kGraph);
   const TensorType& t = g->inputs()[1]->tensor_type();
