@@ -223,11 +223,25 @@ double class_eps(int c) { return c == 1 ? 0x1p-52 : c == 3 ? 0x1p-7 : 0x1p-23; }
 // scalars): a and alpha * b for add and sub, b and alpha * a for rsub, s and v * a * b (v * a / b) for
 // addcmul (addcdiv), a and b for lerp. Empty for other ops. A cancellation is judged against these, not
 // against the raw operands: in 0.5 - 7 * exp(x) the summand is 7 * exp(x), not exp(x).
+// The device of the first defined tensor among `args`, else the CPU.
+at::Device device_of(const std::vector<c10::IValue>& args) {
+  for (const auto& v : args)
+    if (v.isTensor() && v.toTensor().defined()) return v.toTensor().device();
+  return at::Device(at::kCPU);
+}
+
+// A tensor or scalar argument as a float64 tensor, a scalar on `device`: a CPU tensor counts as a scalar
+// beside CUDA tensors only while it has no dims and only in some ops (broadcast by expand_as, or given
+// to logical_or, it is refused).
+at::Tensor double_arg(const c10::IValue& v, at::Device device) {
+  return v.isTensor() ? v.toTensor().to(at::kDouble)
+                      : at::scalar_tensor(v.toScalar().toDouble(), at::TensorOptions().dtype(at::kDouble).device(device));
+}
+
 std::vector<at::Tensor> summands(const std::string& fn, const std::vector<c10::IValue>& args) {
+  const at::Device device = device_of(args);
   auto d = [&](size_t i, double dflt) {
-    if (i >= args.size() || args[i].isNone()) return at::scalar_tensor(dflt, at::kDouble);
-    const c10::IValue& v = args[i];
-    return v.isTensor() ? v.toTensor().to(at::kDouble) : at::scalar_tensor(v.toScalar().toDouble(), at::kDouble);
+    return i >= args.size() || args[i].isNone() ? double_arg(dflt, device) : double_arg(args[i], device);
   };
   if (fn == "add" || fn == "sub") return {d(0, 0).abs(), (d(2, 1) * d(1, 0)).abs()};
   if (fn == "rsub") return {d(1, 0).abs(), (d(2, 1) * d(0, 0)).abs()};
@@ -514,13 +528,11 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   // float (vec::fmadd): where alpha * b overflows the dtype one gives an infinity and the other not.
   at::Tensor scaled, summed;  // |alpha * b| and |a| + |alpha * b|, checked once the result's dtype is known
   if (in_set(fn, {"add", "sub", "rsub"}) && !alpha_one && stack.size() > 2 && stack[2].isScalar()) {
-    auto as_double = [](const c10::IValue& v) {
-      return v.isTensor() ? v.toTensor().to(at::kDouble) : at::scalar_tensor(v.toScalar().toDouble(), at::kDouble);
-    };
+    const at::Device device = device_of(stack);
     size_t b = fn == "rsub" ? 0 : 1;  // rsub(a, b, alpha) = b - alpha * a
     try {
-      scaled = (as_double(stack[b]) * stack[2].toScalar().toDouble()).abs();
-      summed = as_double(stack[1 - b]).abs() + scaled;
+      scaled = (double_arg(stack[b], device) * stack[2].toScalar().toDouble()).abs();
+      summed = double_arg(stack[1 - b], device).abs() + scaled;
     } catch (const std::exception&) {
       return false;  // shapes that do not broadcast: eager rejects the op too
     }
@@ -1188,7 +1200,11 @@ CaseResult judge(const Recipe& recipe, const std::vector<at::Tensor>& inputs, co
 // with compile(), called twice on fresh inputs (the first call captures, the second runs the plan).
 // Outputs must match eager's, and the inputs must come back modified exactly as eager modifies them.
 CaseResult check_captured(const Recipe& r, const CheckOptions& co) {
+  // Eager runs on the device the compiled module runs on (CUDA's kernels differ from the CPU's in NaN and
+  // infinity handling), and results are judged there: a copy to the CPU would change their strides.
   std::vector<at::Tensor> in_e = make_inputs(r);
+  if (co.cuda)
+    for (auto& t : in_e) t = to_device_same_layout(t, at::Device(at::kCUDA, 0));
   std::vector<at::Tensor> original;
   for (auto& t : in_e) original.push_back(t.clone());
   at::manual_seed(draw_seed(r.seed));
@@ -1207,12 +1223,12 @@ CaseResult check_captured(const Recipe& r, const CheckOptions& co) {
       at::manual_seed(draw_seed(r.seed));
       c10::IValue out = fused(args);
       std::vector<at::Tensor> outs;
-      for (const auto& v : out.toTupleRef().elements()) outs.push_back(v.toTensor().cpu());
+      for (const auto& v : out.toTupleRef().elements()) outs.push_back(v.toTensor());
       // The float64 reference starts from the inputs as they were before eager's call.
       CaseResult c = judge(r, original, e, outs, 0);
       if (!c.ok) return {false, fmt::format("call {}: {}", call + 1, c.message)};
       for (size_t i = 0; i < in_f.size(); ++i)
-        if (!same_values(in_f[i].cpu(), in_e[i]))
+        if (!same_values(in_f[i], in_e[i]))
           return {false, fmt::format("call {}: input {} after the call differs from eager's (in-place op)", call + 1, i)};
     }
   } catch (const std::exception& ex) {
@@ -1243,7 +1259,11 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
   const bool seeded = recipes.size() == 1 && has_random_ops(recipes[0]);
   for (size_t k = 0; k < recipes.size(); ++k) {
     if (has_inplace_ops(recipes[k])) {
-      results[k] = check_captured(recipes[k], co);
+      try {
+        results[k] = check_captured(recipes[k], co);
+      } catch (const std::exception& e) {  // the checker's own defect: reported with the graph, not fatal
+        results[k] = {false, std::string("checking the captured graph raised: ") + e.what()};
+      }
       valid[k] = false;
     } else if (!seeded && has_random_ops(recipes[k])) {
       results[k] = check_batch({recipes[k]}, co).at(0);
@@ -1262,13 +1282,19 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
     // Validate first (a shrunk recipe may be one eager rejects), then build into the batch graph.
     if (seeded) at::manual_seed(draw_seed(recipes[k].seed));
     Replay& into = eager[k];
-    if (!replay(recipes[k], inputs[k], false, nullptr, &into)) {
+    try {
+      if (!replay(recipes[k], inputs[k], false, nullptr, &into)) {
+        valid[k] = false;
+        results[k] = {true, "eager rejects this recipe"};
+        continue;
+      }
+    } catch (const std::exception& e) {  // a precondition's own defect: reported with the graph, not fatal
       valid[k] = false;
-      results[k] = {true, "eager rejects this recipe"};
+      results[k] = {false, std::string("the eager replay raised: ") + e.what()};
       continue;
     }
     if (seeded) at::manual_seed(draw_seed(recipes[k].seed));
-    replay(recipes[k], inputs[k], false, g.get(), &into);
+    replay(recipes[k], inputs[k], false, g.get(), &into);  // the same ops on the same inputs, into the graph
     for (auto& t : inputs[k]) all_inputs.emplace_back(t);
     for (int o : recipes[k].outputs) g->add_output(into.ir.at(static_cast<size_t>(o)));
   }
@@ -1320,7 +1346,11 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
   size_t pos = 0;
   for (size_t k = 0; k < recipes.size(); ++k) {
     if (!valid[k]) continue;
-    results[k] = judge(recipes[k], inputs[k], eager[k], fused, pos);
+    try {
+      results[k] = judge(recipes[k], inputs[k], eager[k], fused, pos);
+    } catch (const std::exception& e) {  // a checker's own defect is reported with its graph, not fatal
+      results[k] = {false, std::string("judging the results failed: ") + e.what()};
+    }
     pos += recipes[k].outputs.size();
     for (size_t i = 0; i < inputs[k].size() && results[k].ok; ++i)
       if (!same_values(inputs[k][i], before[k][i])) results[k] = {false, fmt::format("input {} was modified", i)};
