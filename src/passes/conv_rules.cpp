@@ -1,4 +1,4 @@
-// Rules around convolutions (Note [Convolution rules]).
+// Rules around convolutions and linears (Note [Convolution rules]).
 //
 // Note [Convolution rules]
 // - fold.conv_bn: batch_norm in inference mode over a convolution's output (used by the batch_norm only),
@@ -29,6 +29,14 @@
 //   float32 only (ATen's add_relu post-op has no bfloat16 kernel).
 // - prepack.conv (a set of its own, after the epilogues): any other such convolution, as the same call
 //   without a post-op.
+// - epilogue.linear_<act> (the same activations) over a frozen linear: aten::linear(x, W, b), or
+//   torch.compile's aten::addmm(b, x, t(W)) (beta and alpha 1, b of [N]) with its result viewed back to
+//   x's rank; the linear (and view) used by the activation only: mkldnn::_linear_pointwise(x,
+//   _reorder_linear_weight(W, rows), b, post-op) (the reorder folded at plan build), viewed as the
+//   activation's input was. prepack.linear: any other such linear, with no post-op. CPU, float32 or
+//   bfloat16, a contiguous result, and from 2^21 multiply-adds on (kLinearMinMacs): below that oneDNN's
+//   call cost more than eager's GEMM plus our kernel on this project's machine. Every post-op was checked
+//   against eager (float32: at most 2.4e-6 absolute difference on values of order 1).
 // All of them only where the weight (and bias) is frozen, or computed from frozen constants (a folded
 //   batch_norm): the weight is reordered once into oneDNN's blocked layout for the input's shape
 //   (mkldnn::_reorder_convolution_weight, which constant_fold evaluates at plan build); a weight given at
@@ -241,11 +249,10 @@ std::optional<double> number_arg(const Node* n, size_t i, double fallback) {
 // activation(conv(x, W, b)) -> mkldnn::_convolution_pointwise(x, W, b, padding, stride, dilation, groups,
 // attr, scalars, algorithm): oneDNN's unary post-op `attr`, with leaky_relu's slope and hardtanh's bounds
 // (relu6: [0, 6]) as its scalars and gelu's approximation as its algorithm.
-Replacement conv_pointwise(const Match& m, Builder& r, const char* attr) {
-  if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise")) return {};
-  Node* act = m.root;
-  auto conv = as_conv(m.value("conv")->producer());
-  if (!conv || !onednn_conv(*conv, act->output())) return {};
+// The post-op arguments (attr, scalars, algorithm) of oneDNN's unary post-op `attr` for the activation
+// node `act`: leaky_relu's slope and hardtanh's bounds (relu6: [0, 6]) as its scalars, gelu's
+// approximation as its algorithm; nullopt where an argument is not a literal oneDNN takes.
+std::optional<std::vector<Arg>> post_op_args(const Node* act, const char* attr) {
   Arg algorithm = Arg::lit(None{});
   std::vector<double> scalars;
   const std::string a = attr;
@@ -253,25 +260,145 @@ Replacement conv_pointwise(const Match& m, Builder& r, const char* attr) {
     const auto& ga = act->args();
     std::string approximate = "none";
     if (ga.size() > 1) {
-      if (ga[1].is_value() || !std::holds_alternative<std::string>(ga[1].literal)) return {};
+      if (ga[1].is_value() || !std::holds_alternative<std::string>(ga[1].literal)) return std::nullopt;
       approximate = std::get<std::string>(ga[1].literal);
     }
-    if (approximate != "none" && approximate != "tanh") return {};
+    if (approximate != "none" && approximate != "tanh") return std::nullopt;
     algorithm = Arg::lit(approximate);
   } else if (a == "leaky_relu") {
     auto slope = number_arg(act, 1, 0.01);
-    if (!slope) return {};
+    if (!slope) return std::nullopt;
     scalars = {*slope};
   } else if (a == "hardtanh" && act->schema() == "aten::relu6") {
     scalars = {0.0, 6.0};
   } else if (a == "hardtanh") {
     auto lo = number_arg(act, 1, -1.0), hi = number_arg(act, 2, 1.0);
-    if (!lo || !hi || *lo > *hi) return {};
+    if (!lo || !hi || *lo > *hi) return std::nullopt;
     scalars = {*lo, *hi};
   }
   Arg scalar_list = scalars.empty() ? Arg::lit(std::vector<int64_t>{}) : Arg::lit(scalars);
-  return {onednn_call(r, *conv, act->output(), "mkldnn::_convolution_pointwise", nullptr,
-                      {Arg::lit(std::string(attr)), scalar_list, algorithm})};
+  return std::vector<Arg>{Arg::lit(std::string(attr)), scalar_list, algorithm};
+}
+
+Replacement conv_pointwise(const Match& m, Builder& r, const char* attr) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise")) return {};
+  Node* act = m.root;
+  auto conv = as_conv(m.value("conv")->producer());
+  if (!conv || !onednn_conv(*conv, act->output())) return {};
+  auto post = post_op_args(act, attr);
+  if (!post) return {};
+  return {onednn_call(r, *conv, act->output(), "mkldnn::_convolution_pointwise", nullptr, std::move(*post))};
+}
+
+// ---- Linear (Note [Convolution rules], epilogue.linear_<act> and prepack.linear) ----
+
+// aten::linear(x, W, b) (TorchScript), or aten::addmm(b, x, Wt, beta = 1, alpha = 1) with a [N] bias
+// (torch.compile's graphs, where W = t(Wt)).
+struct Linear {
+  Node* node = nullptr;
+  Value* x = nullptr;       // [..., K]
+  Value* weight = nullptr;  // [N, K]; nullptr when only its transpose is given
+  Value* weight_t = nullptr;
+  Value* bias = nullptr;  // [N] or nullptr
+};
+
+std::optional<Linear> as_linear(Node* n) {
+  const auto& a = n->args();
+  auto tensor = [](const Arg& x) { return x.is_value() && x.value->is_tensor() ? x.value : nullptr; };
+  Linear l;
+  l.node = n;
+  if (n->schema() == "aten::linear" && a.size() == 3) {
+    l.x = tensor(a[0]);
+    l.weight = tensor(a[1]);
+    if (a[2].is_value()) {
+      if (!(l.bias = tensor(a[2]))) return std::nullopt;
+    } else if (!std::holds_alternative<None>(a[2].literal)) {
+      return std::nullopt;
+    }
+  } else if (n->schema() == "aten::addmm" && a.size() == 5) {
+    for (size_t i : {3u, 4u})
+      if (!is_literal(a[i], int64_t{1}) && !is_literal(a[i], 1.0)) return std::nullopt;
+    l.bias = tensor(a[0]);
+    l.x = tensor(a[1]);
+    l.weight_t = tensor(a[2]);
+    // t(W) of a frozen W (the lowering's form): W itself.
+    if (l.weight_t && l.weight_t->producer() && l.weight_t->producer()->schema() == "aten::t")
+      l.weight = l.weight_t->producer()->value_inputs().at(0);
+    if (!l.bias || l.bias->tensor_type().dim() != 1) return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  if (!l.x || (!l.weight && !l.weight_t)) return std::nullopt;
+  return l;
+}
+
+// Below this many multiply-adds oneDNN's call costs more than eager's GEMM plus our kernel: measured on this
+// project's 2-core machine (bench/RESULTS.md), [8,128]x[128,128] took 17-22 us through oneDNN against
+// 7-17 us; from [32,128]x[128,512] (2^21) on it was as fast or faster (1.1-1.5x).
+constexpr double kLinearMinMacs = 2097152;
+
+// The checks of the linear rules: CPU tensors of float32 or bfloat16, a frozen 2-d weight (and bias), a
+// contiguous result `y`, and enough work (kLinearMinMacs).
+bool onednn_linear(const Linear& l, const Value* y) {
+  const TensorType& x = l.x->tensor_type();
+  const Value* w = l.weight ? l.weight : l.weight_t;
+  const TensorType& wt = w->tensor_type();
+  const TensorType& yt = y->tensor_type();
+  if (x.device != Device::kCPU || x.dim() < 2 || wt.dim() != 2) return false;
+  if (x.dtype != DType::kFloat32 && x.dtype != DType::kBFloat16) return false;
+  if (wt.dtype != x.dtype || yt.dtype != x.dtype || (l.bias && l.bias->tensor_type().dtype != x.dtype)) return false;
+  if (!same_strides(yt, contiguous_strides(yt.sizes)) || yt.extent() == 0) return false;
+  const int64_t k = x.sizes.back(), n = l.weight ? wt.sizes[0] : wt.sizes[1];
+  if ((l.weight ? wt.sizes[1] : wt.sizes[0]) != k || (l.bias && l.bias->tensor_type().sizes != std::vector<int64_t>{n}))
+    return false;
+  if (static_cast<double>(x.extent()) * static_cast<double>(n) < kLinearMinMacs) return false;
+  return frozen(w) && (!l.bias || frozen(l.bias));
+}
+
+// mkldnn::_linear_pointwise(x, reorder(W), b, post...) giving the value of `out` (a view of the linear's
+// result when the activation reads one: the call is made on the linear's own shape, then viewed).
+Value* onednn_linear_call(Builder& r, const Linear& l, const Value* out, std::vector<Arg> post) {
+  const TensorType& x = l.x->tensor_type();
+  Value* w = l.weight;
+  if (!w) {
+    const TensorType& t = l.weight_t->tensor_type();
+    w = r.op("aten::t", {Arg::of(l.weight_t)}, t.dtype, {t.sizes[1], t.sizes[0]});
+  }
+  const int64_t rows = x.extent() / x.sizes.back();
+  Value* packed = r.node("mkldnn::_reorder_linear_weight", {Arg::of(w), Arg::lit(rows)}, {w->type()})->output();
+  std::vector<Arg> args = {Arg::of(l.x), Arg::of(packed), l.bias ? Arg::of(l.bias) : Arg::lit(None{})};
+  for (Arg& a : post) args.push_back(std::move(a));
+  const TensorType& lt = l.node->output()->tensor_type();
+  Value* y = r.op("mkldnn::_linear_pointwise", std::move(args), lt.dtype, lt.sizes);
+  return lt.sizes == out->tensor_type().sizes ? y : r.reshape(y, out->tensor_type().sizes);
+}
+
+// activation(linear) or activation(view(linear)) -> mkldnn::_linear_pointwise with the activation as post-op.
+// The linear (and the view) must have no other user.
+Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_linear_pointwise")) return {};
+  Node* act = m.root;
+  auto only_use = [&r](const Value* v) { return v->producer() && r.users(v).size() == 1 && !r.returned(v); };
+  Value* in = m.value("in");
+  if (only_use(in) && (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape"))
+    in = in->producer()->value_inputs().at(0);
+  if (!only_use(in)) return {};
+  auto l = as_linear(in->producer());
+  if (!l || !onednn_linear(*l, in) ||
+      !same_strides(act->output()->tensor_type(), contiguous_strides(act->output()->tensor_type().sizes)))
+    return {};
+  auto post = post_op_args(act, attr);
+  if (!post) return {};
+  return {onednn_linear_call(r, *l, act->output(), std::move(*post))};
+}
+
+// A linear left without post-ops: the same call with none, for the reordered weight alone.
+Replacement linear_prepacked(const Match& m, Builder& r) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_linear_pointwise")) return {};
+  auto l = as_linear(m.root);
+  if (!l || !onednn_linear(*l, m.root->output())) return {};
+  return {onednn_linear_call(r, *l, m.root->output(),
+                             {Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})})};
 }
 
 // A convolution left without post-ops: the same call with none, for the reordered weight alone.
@@ -349,6 +476,7 @@ RuleSet make_prepack_rules() {
                            .bind("call");
   return RuleSet{"prepack",
                  {{"conv", Pattern::op({"aten::conv2d", "aten::convolution"}), conv_prepacked},
+                  {"linear", Pattern::op({"aten::linear", "aten::addmm"}), linear_prepacked},
                   {"nchw_result", Pattern::op({"aten::contiguous"}, {call, Pattern::literal(int64_t{0})}),
                    nchw_result}}};
 }
@@ -465,6 +593,14 @@ RuleSet make_epilogue_rules() {
     const char* attr = a.attr;
     set.rules.push_back({a.rule, Pattern::op({a.schema}, {conv_output()}).outputs(1),
                          [attr](const Match& m, Builder& b) { return conv_pointwise(m, b, attr); }});
+  }
+  // linear_<act>: the same activations over a linear's result, or over a view of it (torch.compile's
+  // graphs compute a 3-d linear as a view of a 2-d addmm); linear_pointwise looks through the view.
+  for (const Act& a : acts) {
+    const char* attr = a.attr;
+    set.rules.push_back({std::string("linear") + (a.rule + 4),  // conv_relu -> linear_relu
+                         Pattern::op({a.schema}, {Pattern::tensor().bind("in")}).outputs(1),
+                         [attr](const Match& m, Builder& b) { return linear_pointwise(m, b, attr); }});
   }
   const Pattern add = Pattern::op({"aten::add.Tensor"}, {conv_output(), Pattern::tensor().bind("other"),
                                                         Pattern::any().bind("alpha")})

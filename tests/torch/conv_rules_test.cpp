@@ -241,5 +241,84 @@ def forward(self, x):
 // (the conv stays eager's, batch_norm folded into it), are CLI tests (tests/cli_test.py): the options are
 // read once per process.
 
+// ---- Linear rules (epilogue.linear_<act>, prepack.linear) ----
+
+// `body` over x [4, 64, 256] with frozen w [512, 256], wt = w.t() as its own [256, 512] parameter, b [512].
+torch::jit::Module linear_block(const std::string& body) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m("LinearBlock");
+  at::Tensor w = at::randn({512, 256}) * 0.05;
+  m.register_parameter("w", w, false);
+  m.register_parameter("wt", w.t().contiguous(), false);
+  m.register_parameter("b", at::randn({512}) * 0.1, false);
+  m.define("def forward(self, x):\n" + body);
+  m.eval();
+  return m;
+}
+
+at::Tensor linear_input() { return at::randn({4, 64, 256}); }
+
+TEST(LinearRules, LinearActivationsAreOneOneDnnCallAndMatchEager) {
+  const std::pair<std::string, std::string> acts[] = {
+      {"torch.relu(y)", "epilogue.linear_relu"},
+      {"torch.gelu(y)", "epilogue.linear_gelu"},
+      {"torch.gelu(y, approximate='tanh')", "epilogue.linear_gelu"},
+      {"torch.silu(y)", "epilogue.linear_silu"},
+      {"torch.sigmoid(y)", "epilogue.linear_sigmoid"},
+      {"torch.tanh(y)", "epilogue.linear_tanh"},
+      {"torch.hardswish(y)", "epilogue.linear_hardswish"},
+      {"torch.hardsigmoid(y)", "epilogue.linear_hardsigmoid"},
+      {"torch.leaky_relu(y, 0.2)", "epilogue.linear_leaky_relu"},
+      {"torch.hardtanh(y, -0.5, 0.75)", "epilogue.linear_hardtanh"},
+      {"torch.relu6(y)", "epilogue.linear_relu6"}};
+  for (const auto& [act, rule] : acts) {
+    auto m = linear_block("    y = torch.linear(x, self.w, self.b)\n    return " + act + "\n");
+    auto r = run_and_compare(m, {linear_input()}, act);
+    ASSERT_NE(r.plan, nullptr) << act;
+    const std::string ex = r.plan->explain();
+    EXPECT_TRUE(r.plan->kernels.empty()) << act << "\n" << ex;
+    EXPECT_EQ(r.plan->aten_ops, (std::map<std::string, int>{{"mkldnn::_linear_pointwise", 1}})) << act << "\n" << ex;
+    EXPECT_NE(ex.find(rule + " x1"), std::string::npos) << act << "\n" << ex;
+  }
+}
+
+// torch.compile's form: a 2-d addmm on the transposed weight, viewed back to 3-d, then the activation.
+TEST(LinearRules, ViewedAddmmWithActivationIsOneCall) {
+  auto m = linear_block(
+      "    y = torch.addmm(self.b, x.reshape([256, 256]), self.wt).view([4, 64, 512])\n"
+      "    return torch.gelu(y)\n");
+  auto r = run_and_compare(m, {linear_input()}, "gelu(view(addmm))");
+  ASSERT_NE(r.plan, nullptr);
+  const std::string ex = r.plan->explain();
+  EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_linear_pointwise"), 1u) << ex;
+  EXPECT_EQ(r.plan->aten_ops.count("aten::addmm"), 0u) << ex;
+  EXPECT_NE(ex.find("epilogue.linear_gelu x1"), std::string::npos) << ex;
+}
+
+// A linear without activation gets the reordered weight alone; one whose result is also returned keeps its
+// activation in our kernel; a small one (under kLinearMinMacs) stays eager's linear.
+TEST(LinearRules, PrepackOtherUsersAndSmallLinears) {
+  {
+    auto m = linear_block("    return torch.linear(x, self.w, self.b) * 2.0\n");
+    auto r = run_and_compare(m, {linear_input()}, "linear * 2");
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_NE(r.plan->explain().find("prepack.linear x1"), std::string::npos) << r.plan->explain();
+    EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  }
+  {
+    auto m = linear_block("    y = torch.linear(x, self.w, self.b)\n    return torch.relu(y), y\n");
+    auto r = run_and_compare(m, {linear_input()}, "relu(y), y");
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_EQ(r.plan->explain().find("epilogue.linear_relu"), std::string::npos) << r.plan->explain();
+  }
+  {
+    auto m = linear_block("    return torch.relu(torch.linear(x, self.w, self.b))\n");
+    auto r = run_and_compare(m, {at::randn({8, 256})}, "small linear");  // 8*256*512 = 2^20
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_EQ(r.plan->aten_ops.count("aten::linear"), 1u) << r.plan->explain();
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing
