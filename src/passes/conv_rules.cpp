@@ -29,6 +29,9 @@
 //   float32 only (ATen's add_relu post-op has no bfloat16 kernel).
 // - prepack.conv (a set of its own, after the epilogues): any other such convolution, as the same call
 //   without a post-op.
+// - fold.linear_mul, linear_div, linear_add, linear_sub: as the conv folds, with one value per output
+//   feature (the last dim) of a frozen linear (or addmm on t(W), or a view of either used there only):
+//   mul and div scale W's rows (t(W)'s columns) and b, add and sub shift b.
 // - epilogue.linear_<act> (the same activations) over a frozen linear: aten::linear(x, W, b), or
 //   torch.compile's aten::addmm(b, x, t(W)) (beta and alpha 1, b of [N]) with its result viewed back to
 //   x's rank; the linear (and view) used by the activation only: mkldnn::_linear_pointwise(x,
@@ -553,6 +556,85 @@ Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
   return {r.node(conv->node->schema(), std::move(args), {n->output()->type()})->output()};
 }
 
+// linear(x, W, b) OP c, or OP of the linear's view -> the linear on W', b' (fold.linear_mul, linear_div,
+// linear_add, linear_sub): `c` a frozen tensor of the result's dtype holding one value per output feature
+// (every dim 1 but the last, which may be N) or one value, or a finite number; as conv_binary, with the
+// feature dim last. torch.compile's addmm holds t(W): its columns are scaled.
+Replacement linear_binary(const Match& m, Builder& r, const std::string& op) {
+  Node* n = m.root;
+  Value* in = m.value("lin");
+  if (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape") {
+    in = in->producer()->value_inputs().at(0);
+    if (!in->producer() || r.users(in).size() != 1 || r.returned(in)) return {};
+  }
+  auto l = as_linear(in->producer());
+  if (!l) return {};
+  const Value* w = l->weight ? l->weight : l->weight_t;
+  if (!frozen(w) || (l->bias && !frozen(l->bias))) return {};
+  const TensorType& ty = in->tensor_type();
+  const TensorType& to = n->output()->tensor_type();
+  if (!floating32_or_64(in) || to.dtype != ty.dtype || w->tensor_type().dtype != ty.dtype) return {};
+  if (to.extent() != ty.extent() || to.sizes.empty() || to.sizes.back() != ty.sizes.back()) return {};
+  if (op == "add" || op == "sub") {
+    const Arg* alpha = m.arg("alpha");
+    if (alpha && !is_literal(*alpha, int64_t{1}) && !is_literal(*alpha, 1.0)) return {};
+  }
+  const int64_t features = ty.sizes.back();
+  Value* weight = l->weight ? l->weight : l->weight_t;
+  Value* bias = l->bias;
+  auto filled = [&](double value) {
+    return r.op("aten::new_full", {Arg::of(weight), Arg::lit(std::vector<int64_t>{features}), Arg::lit(value),
+                                   Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{})},
+                ty.dtype, {features});
+  };
+  const Arg* operand = m.arg("c");
+  if (!operand) return {};
+  if (operand->is_value()) {
+    Value* v = operand->value;
+    if (!v->is_tensor() || !frozen(v) || v->tensor_type().dtype != ty.dtype || op == "div") return {};
+    const TensorType& tc = v->tensor_type();
+    if (tc.dim() > to.dim()) return {};
+    for (int64_t i = 0; i + 1 < tc.dim(); ++i)
+      if (tc.sizes[i] != 1) return {};
+    const int64_t k = tc.dim() ? tc.sizes.back() : 1;
+    if (k != 1 && k != features) return {};
+    Value* c = r.reshape(v, {k});
+    if (op == "mul") {
+      // W [N, K] scaled by row, t(W) [K, N] by column.
+      weight = scaled_weight(r, "aten::mul.Tensor", weight, Arg::of(r.reshape(c, l->weight ? std::vector<int64_t>{k, 1}
+                                                                                          : std::vector<int64_t>{1, k})));
+      if (bias) bias = r.mul(bias, c);
+    } else {
+      Value* shift = k == features ? c : r.mul(filled(1.0), c);
+      if (op == "sub") shift = r.unary("aten::neg", shift);
+      bias = bias ? r.add(bias, shift) : shift;
+    }
+  } else {
+    const std::optional<double> number = as_double(operand->literal);
+    if (!number || !std::isfinite(*number) || (op == "div" && *number == 0.0)) return {};
+    if (op == "mul" || op == "div") {
+      const std::string schema = op == "mul" ? "aten::mul.Scalar" : "aten::div.Scalar";
+      weight = scaled_weight(r, schema, weight, Arg::lit(*number));
+      if (bias) bias = r.op(schema, {Arg::of(bias), Arg::lit(*number)}, ty.dtype, {features});
+    } else {
+      Value* shift = filled(op == "sub" ? -*number : *number);
+      bias = bias ? r.add(bias, shift) : shift;
+    }
+  }
+  std::vector<Arg> args = l->node->args();
+  if (l->node->schema() == "aten::linear") {
+    args[1] = Arg::of(weight);
+    args[2] = bias ? Arg::of(bias) : Arg::lit(None{});
+  } else {  // addmm(b, x, t(W)): the weight was looked through t() when it is one
+    args[0] = Arg::of(bias);
+    args[2] = Arg::of(l->weight ? r.op("aten::t", {Arg::of(weight)}, ty.dtype,
+                                       {weight->tensor_type().sizes[1], weight->tensor_type().sizes[0]})
+                                : weight);
+  }
+  Value* y = r.node(l->node->schema(), std::move(args), {in->type()})->output();
+  return {to.sizes == ty.sizes ? y : r.reshape(y, to.sizes)};
+}
+
 RuleSet make_fold_rules() {
   RuleSet set{"fold", {{"conv_bn", Pattern::op({"aten::batch_norm"}, {conv_output()}).outputs(1), conv_bn}}};
   const Pattern c = Pattern::any().bind("c");
@@ -569,6 +651,18 @@ RuleSet make_fold_rules() {
                        binary("add")});
   set.rules.push_back({"conv_sub", Pattern::op({"aten::sub.Tensor", "aten::sub.Scalar"}, {conv_output(), c, alpha}),
                        binary("sub")});
+  const Pattern lin =
+      Pattern::op({"aten::linear", "aten::addmm", "aten::view", "aten::reshape"}).single_use().bind("lin");
+  auto linear = [](const char* op) {
+    return [op](const Match& m, Builder& b) { return linear_binary(m, b, op); };
+  };
+  set.rules.push_back(
+      {"linear_mul", Pattern::op({"aten::mul.Tensor", "aten::mul.Scalar"}, {lin, c}).commutative(), linear("mul")});
+  set.rules.push_back({"linear_div", Pattern::op({"aten::div.Tensor", "aten::div.Scalar"}, {lin, c}), linear("div")});
+  set.rules.push_back(
+      {"linear_add", Pattern::op({"aten::add.Tensor", "aten::add.Scalar"}, {lin, c, alpha}).commutative(), linear("add")});
+  set.rules.push_back({"linear_sub", Pattern::op({"aten::sub.Tensor", "aten::sub.Scalar"}, {lin, c, alpha}),
+                       linear("sub")});
   return set;
 }
 

@@ -300,8 +300,8 @@ TEST(LinearRules, ViewedAddmmWithActivationIsOneCall) {
 // activation in our kernel; a small one (under kLinearMinMacs) stays eager's linear.
 TEST(LinearRules, PrepackOtherUsersAndSmallLinears) {
   {
-    auto m = linear_block("    return torch.linear(x, self.w, self.b) * 2.0\n");
-    auto r = run_and_compare(m, {linear_input()}, "linear * 2");
+    auto m = linear_block("    return torch.exp(torch.linear(x, self.w, self.b))\n");
+    auto r = run_and_compare(m, {linear_input()}, "exp(linear)");
     ASSERT_NE(r.plan, nullptr);
     EXPECT_NE(r.plan->explain().find("prepack.linear x1"), std::string::npos) << r.plan->explain();
     EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
@@ -318,6 +318,30 @@ TEST(LinearRules, PrepackOtherUsersAndSmallLinears) {
     ASSERT_NE(r.plan, nullptr);
     EXPECT_EQ(r.plan->aten_ops.count("aten::linear"), 1u) << r.plan->explain();
   }
+}
+
+// Constant scales and shifts after a frozen linear fold into its weight and bias (fold.linear_*), also in
+// torch.compile's addmm form; a division by a tensor is left as written.
+TEST(LinearRules, ConstantScalesAndShiftsFoldIntoTheLinearAndMatchEager) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"    return torch.linear(x, self.w, self.b) * 0.125\n", "fold.linear_mul x1"},
+      {"    return 3.0 * torch.linear(x, self.w, self.b) - self.b\n", "fold.linear_sub x1"},
+      {"    return torch.linear(x, self.w, None) / 4.0 + self.b\n", "fold.linear_add x1"},
+      {"    return torch.linear(x, self.w, self.b) * self.b.view([1, 1, 512])\n", "fold.linear_mul x1"},
+      {"    return torch.addmm(self.b, x.reshape([256, 256]), self.wt).view([4, 64, 512]) * self.b\n",
+       "fold.linear_mul x1"}};
+  for (const auto& [body, rule] : cases) {
+    auto m = linear_block(body);
+    auto r = run_and_compare(m, {linear_input()}, body);
+    ASSERT_NE(r.plan, nullptr) << body;
+    const std::string ex = r.plan->explain();
+    EXPECT_NE(ex.find(rule), std::string::npos) << body << ex;
+    EXPECT_TRUE(r.plan->kernels.empty()) << body << ex;
+  }
+  auto m = linear_block("    return torch.linear(x, self.w, self.b) / self.b\n");
+  auto r = run_and_compare(m, {linear_input()}, "linear / tensor");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->explain().find("fold.linear_div"), std::string::npos) << r.plan->explain();
 }
 
 }  // namespace
