@@ -484,7 +484,46 @@ RuleSet make_prepack_rules() {
                    nchw_result}}};
 }
 
-// conv(x, W, b) OP c -> conv(x, W', b') (fold.conv_mul, conv_div, conv_add, conv_sub; Note [Convolution
+// A binary fold's new weight and bias (Note [Convolution rules]): W and b after `op` ("mul", "div", "add",
+// "sub") with one value per output channel (`channels` of them: the weight's first dim for a conv, its
+// rows for a linear).
+struct Folded {
+  Value* weight;
+  Value* bias;  // a new bias where there was none and `op` shifts
+};
+
+// A [channels] tensor of `value` made from the weight (a node on a constant: folded once).
+Value* filled(Builder& r, Value* weight, int64_t channels, double value) {
+  return r.op("aten::new_full", {Arg::of(weight), Arg::lit(std::vector<int64_t>{channels}), Arg::lit(value),
+                                 Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{})},
+              weight->tensor_type().dtype, {channels});
+}
+
+// With a frozen tensor `c` of [k] (k: 1 or `channels`), viewed as `c_shape` to scale the weight.
+Folded fold_tensor(Builder& r, const std::string& op, Value* weight, Value* bias, int64_t channels, Value* c,
+                   const std::vector<int64_t>& c_shape) {
+  if (op == "mul") return {scaled_weight(r, "aten::mul.Tensor", weight, Arg::of(r.reshape(c, c_shape))),
+                           bias ? r.mul(bias, c) : nullptr};
+  Value* shift = c->tensor_type().sizes == std::vector<int64_t>{channels} ? c : r.mul(filled(r, weight, channels, 1.0), c);
+  if (op == "sub") shift = r.unary("aten::neg", shift);
+  return {weight, bias ? r.add(bias, shift) : shift};
+}
+
+// With a number literal: nullopt where it is not a finite number, or is a divisor of 0.
+std::optional<Folded> fold_number(Builder& r, const std::string& op, Value* weight, Value* bias, int64_t channels,
+                                  const Literal& literal) {
+  const std::optional<double> number = as_double(literal);
+  if (!number || !std::isfinite(*number) || (op == "div" && *number == 0.0)) return std::nullopt;
+  if (op == "add" || op == "sub") {
+    Value* shift = filled(r, weight, channels, op == "sub" ? -*number : *number);
+    return Folded{weight, bias ? r.add(bias, shift) : shift};
+  }
+  const std::string schema = op == "mul" ? "aten::mul.Scalar" : "aten::div.Scalar";
+  return Folded{scaled_weight(r, schema, weight, Arg::lit(*number)),
+                bias ? r.op(schema, {Arg::of(bias), Arg::lit(*number)}, weight->tensor_type().dtype, {channels}) : nullptr};
+}
+
+// conv(x, W, b) OP c -> conv(x, W', b') (fold.conv_mul, conv_div, conv_add, conv_sub; Note [Convolution// conv(x, W, b) OP c -> conv(x, W', b') (fold.conv_mul, conv_div, conv_add, conv_sub; Note [Convolution
 // rules]). `c`: a frozen tensor of the result's dtype holding one value per output channel or one value
 // (after right alignment every dim is 1 but the channel dim, which may be C), or a finite number (Scalar
 // overloads). mul and div scale W and b; add and sub shift b (a zero bias where there was none).
@@ -503,17 +542,9 @@ Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
     if (alpha && !is_literal(*alpha, int64_t{1}) && !is_literal(*alpha, 1.0)) return {};
   }
   const int64_t channels = conv->weight->tensor_type().sizes.at(0);
-  const size_t wdim = conv->weight->tensor_type().dim();
-  Value* weight = conv->weight;
-  Value* bias = conv->bias;
-  // A [channels] tensor of `value` made from the weight (a node on a constant: folded once).
-  auto filled = [&](double value) {
-    return r.op("aten::new_full", {Arg::of(conv->weight), Arg::lit(std::vector<int64_t>{channels}), Arg::lit(value),
-                                   Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{})},
-                ty.dtype, {channels});
-  };
   const Arg* operand = m.arg("c");
   if (!operand) return {};
+  std::optional<Folded> f;
   if (operand->is_value()) {
     Value* v = operand->value;
     if (!v->is_tensor() || !frozen(v) || v->tensor_type().dtype != ty.dtype) return {};
@@ -527,29 +558,14 @@ Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
       if (size != 1 && !(channel_dim && size == channels)) return {};
       if (size == channels && channel_dim) k = channels;
     }
-    Value* c = r.reshape(v, {k});
-    if (op == "mul") {
-      std::vector<int64_t> per_channel(wdim, 1);
-      per_channel[0] = k;
-      weight = scaled_weight(r, "aten::mul.Tensor", weight, Arg::of(r.reshape(c, per_channel)));
-      if (bias) bias = r.mul(bias, c);
-    } else {
-      Value* shift = k == channels ? c : r.mul(filled(1.0), c);
-      if (op == "sub") shift = r.unary("aten::neg", shift);
-      bias = bias ? r.add(bias, shift) : shift;
-    }
+    std::vector<int64_t> per_channel(conv->weight->tensor_type().dim(), 1);
+    per_channel[0] = k;
+    f = fold_tensor(r, op, conv->weight, conv->bias, channels, r.reshape(v, {k}), per_channel);
   } else {
-    const std::optional<double> number = as_double(operand->literal);
-    if (!number || !std::isfinite(*number) || (op == "div" && *number == 0.0)) return {};
-    if (op == "mul" || op == "div") {
-      const std::string schema = op == "mul" ? "aten::mul.Scalar" : "aten::div.Scalar";
-      weight = scaled_weight(r, schema, weight, Arg::lit(*number));
-      if (bias) bias = r.op(schema, {Arg::of(bias), Arg::lit(*number)}, ty.dtype, {channels});
-    } else {
-      Value* shift = filled(op == "sub" ? -*number : *number);
-      bias = bias ? r.add(bias, shift) : shift;
-    }
+    f = fold_number(r, op, conv->weight, conv->bias, channels, operand->literal);
   }
+  if (!f) return {};
+  Value *weight = f->weight, *bias = f->bias;
   std::vector<Arg> args = conv->node->args();
   args[1] = Arg::of(weight);
   args[2] = bias ? Arg::of(bias) : Arg::lit(None{});
@@ -580,15 +596,10 @@ Replacement linear_binary(const Match& m, Builder& r, const std::string& op) {
     if (alpha && !is_literal(*alpha, int64_t{1}) && !is_literal(*alpha, 1.0)) return {};
   }
   const int64_t features = ty.sizes.back();
-  Value* weight = l->weight ? l->weight : l->weight_t;
-  Value* bias = l->bias;
-  auto filled = [&](double value) {
-    return r.op("aten::new_full", {Arg::of(weight), Arg::lit(std::vector<int64_t>{features}), Arg::lit(value),
-                                   Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{}), Arg::lit(None{})},
-                ty.dtype, {features});
-  };
   const Arg* operand = m.arg("c");
   if (!operand) return {};
+  std::optional<Folded> f;
+  Value* w0 = l->weight ? l->weight : l->weight_t;
   if (operand->is_value()) {
     Value* v = operand->value;
     if (!v->is_tensor() || !frozen(v) || v->tensor_type().dtype != ty.dtype || op == "div") return {};
@@ -598,29 +609,14 @@ Replacement linear_binary(const Match& m, Builder& r, const std::string& op) {
       if (tc.sizes[i] != 1) return {};
     const int64_t k = tc.dim() ? tc.sizes.back() : 1;
     if (k != 1 && k != features) return {};
-    Value* c = r.reshape(v, {k});
-    if (op == "mul") {
-      // W [N, K] scaled by row, t(W) [K, N] by column.
-      weight = scaled_weight(r, "aten::mul.Tensor", weight, Arg::of(r.reshape(c, l->weight ? std::vector<int64_t>{k, 1}
-                                                                                          : std::vector<int64_t>{1, k})));
-      if (bias) bias = r.mul(bias, c);
-    } else {
-      Value* shift = k == features ? c : r.mul(filled(1.0), c);
-      if (op == "sub") shift = r.unary("aten::neg", shift);
-      bias = bias ? r.add(bias, shift) : shift;
-    }
+    // W [N, K] scaled by row, t(W) [K, N] by column.
+    f = fold_tensor(r, op, w0, l->bias, features, r.reshape(v, {k}),
+                    l->weight ? std::vector<int64_t>{k, 1} : std::vector<int64_t>{1, k});
   } else {
-    const std::optional<double> number = as_double(operand->literal);
-    if (!number || !std::isfinite(*number) || (op == "div" && *number == 0.0)) return {};
-    if (op == "mul" || op == "div") {
-      const std::string schema = op == "mul" ? "aten::mul.Scalar" : "aten::div.Scalar";
-      weight = scaled_weight(r, schema, weight, Arg::lit(*number));
-      if (bias) bias = r.op(schema, {Arg::of(bias), Arg::lit(*number)}, ty.dtype, {features});
-    } else {
-      Value* shift = filled(op == "sub" ? -*number : *number);
-      bias = bias ? r.add(bias, shift) : shift;
-    }
+    f = fold_number(r, op, w0, l->bias, features, operand->literal);
   }
+  if (!f) return {};
+  Value *weight = f->weight, *bias = f->bias;
   std::vector<Arg> args = l->node->args();
   if (l->node->schema() == "aten::linear") {
     args[1] = Arg::of(weight);

@@ -111,21 +111,7 @@ TEST(GpuReductionPatterns, OneKernelEachAndMatchEagerCuda) {
 // convolution was 1.3e-3 off float64 where eager's was 1.8e-6).
 TEST(GpuConv, ConvBatchNormReluMatchesEagerCudaInNchw) {
   SKIP_WITHOUT_GPU();
-  torch::jit::setGraphExecutorOptimize(false);
-  at::manual_seed(0);
-  torch::jit::Module m("ConvBlock");
-  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
-  m.register_parameter("b", at::randn({16}) * 0.1, false);
-  m.register_buffer("gamma", at::rand({16}) + 0.5);
-  m.register_buffer("beta", at::randn({16}) * 0.1);
-  m.register_buffer("mean", at::randn({16}) * 0.1);
-  m.register_buffer("var", at::rand({16}) + 0.5);
-  m.define(
-      "def forward(self, x):\n"
-      "    c = torch.conv2d(x, self.w, self.b, [1, 1], [1, 1], [1, 1], 1)\n"
-      "    y = torch.batch_norm(c, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-05, False)\n"
-      "    return torch.relu(y)\n");
-  m.eval();
+  auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat);
   m.to(kCuda);
   RunResult r = run_and_compare(m, {at::randn({8, 8, 56, 56}, kCuda)}, "conv + batch_norm + relu on cuda");
   ASSERT_NE(r.plan, nullptr);

@@ -10,28 +10,6 @@
 namespace fusion_jit::testing {
 namespace {
 
-// conv2d(x, w, b, stride 1, padding 1) [-> batch_norm] -> `act`(y), frozen parameters, in `dtype`.
-torch::jit::Module conv_block(const std::string& act, bool bn, at::ScalarType dtype, bool return_conv = false) {
-  torch::jit::setGraphExecutorOptimize(false);
-  at::manual_seed(0);
-  torch::jit::Module m("ConvBlock");
-  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
-  m.register_parameter("b", at::randn({16}) * 0.1, false);
-  m.register_buffer("gamma", at::rand({16}) + 0.5);
-  m.register_buffer("beta", at::randn({16}) * 0.1);
-  m.register_buffer("mean", at::randn({16}) * 0.1);
-  m.register_buffer("var", at::rand({16}) + 0.5);
-  std::string body = "    c = torch.conv2d(x, self.w, self.b, [1, 1], [1, 1], [1, 1], 1)\n";
-  body += bn ? "    y = torch.batch_norm(c, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-05, False)\n"
-             : "    y = c\n";
-  body += "    z = " + act + "\n";
-  body += return_conv ? "    return (z, c)\n" : "    return z\n";
-  m.define("def forward(self, x):\n" + body);
-  m.eval();
-  m.to(dtype);
-  return m;
-}
-
 at::Tensor input(at::ScalarType dtype) { return at::randn({2, 8, 20, 20}).to(dtype); }
 
 // Two settings, each a process (options are read once): torch_tests runs these tests with the defaults
