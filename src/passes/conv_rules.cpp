@@ -29,6 +29,8 @@
 //   float32 only (ATen's add_relu post-op has no bfloat16 kernel).
 // - prepack.conv (a set of its own, after the epilogues): any other such convolution, as the same call
 //   without a post-op.
+// - fold.linear_bn: as conv_bn, over a frozen linear (or addmm on t(W)) whose result is 2-d, where
+//   BatchNorm1d's channels are the linear's output features (over a 3-d result they are not: declined).
 // - fold.linear_mul, linear_div, linear_add, linear_sub: as the conv folds, with one value per output
 //   feature (the last dim) of a frozen linear (or addmm on t(W), or a view of either used there only):
 //   mul and div scale W's rows (t(W)'s columns) and b, add and sub shift b.
@@ -145,20 +147,25 @@ bool floating32_or_64(const Value* v) {
   return d == DType::kFloat32 || d == DType::kFloat64;
 }
 
-// batch_norm(conv(x, W, b), gamma, beta, mean, var, training = false, momentum, eps, cudnn) with frozen
-// parameters -> conv(x, W * s, (b - mean) * s + beta).
-Replacement conv_bn(const Match& m, Builder& r) {
-  Node* bn = m.root;
+// A binary or batch_norm fold's new weight and bias (Note [Convolution rules]): one value per output channel
+// (the weight's dim 0: a conv's output channels, a linear's rows).
+struct Folded {
+  Value* weight;
+  Value* bias;  // a new bias where there was none and the fold shifts
+};
+
+// batch_norm(y, gamma, beta, mean, var, training = false, momentum, eps, cudnn) over the result y of a
+// layer with `weight` (output channels in dim 0) and `bias` (nullptr: none), all frozen: W * s and
+// (b - mean) * s + beta, s = gamma * rsqrt(var + eps); nullopt where bn is not in inference mode or its
+// statistics, weight and bias are not frozen constants of [channels] in the result's dtype.
+std::optional<Folded> batch_norm_fold(Builder& r, const Node* bn, Value* weight, Value* bias) {
   const auto& a = bn->args();
-  if (a.size() != 9 || !is_literal(a[5], false) || a[7].is_value()) return {};  // inference mode
-  auto conv = as_conv(m.value("conv")->producer());
-  if (!conv || !frozen(conv->weight) || (conv->bias && !frozen(conv->bias))) return {};
+  if (a.size() != 9 || !is_literal(a[5], false) || a[7].is_value()) return std::nullopt;  // inference mode
   const Value* out = bn->output();
-  if (!floating32_or_64(conv->x) || !floating32_or_64(conv->weight) || !floating32_or_64(out)) return {};
-  if (conv->weight->tensor_type().dtype != out->tensor_type().dtype) return {};
-  const std::optional<double> eps_literal = as_double(a[7].literal);
-  if (!eps_literal) return {};
-  const double eps = *eps_literal;
+  if (!floating32_or_64(weight) || !floating32_or_64(out)) return std::nullopt;
+  if (weight->tensor_type().dtype != out->tensor_type().dtype) return std::nullopt;
+  const std::optional<double> eps = as_double(a[7].literal);
+  if (!eps) return std::nullopt;
   // gamma and beta may be absent (None); the statistics may not.
   auto constant_or_none = [](const Arg& x, Value** v) {
     if (x.is_value()) {
@@ -171,24 +178,31 @@ Replacement conv_bn(const Match& m, Builder& r) {
   Value *gamma, *beta, *mean, *var;
   if (!constant_or_none(a[1], &gamma) || !constant_or_none(a[2], &beta) || !constant_or_none(a[3], &mean) ||
       !constant_or_none(a[4], &var) || !mean || !var)
-    return {};
-  const int64_t channels = conv->weight->tensor_type().sizes.at(0);
-  for (const Value* p : std::initializer_list<const Value*>{gamma, beta, mean, var, conv->bias})
+    return std::nullopt;
+  const int64_t channels = weight->tensor_type().sizes.at(0);
+  for (const Value* p : std::initializer_list<const Value*>{gamma, beta, mean, var, bias})
     if (p && (p->tensor_type().sizes != std::vector<int64_t>{channels} ||
               p->tensor_type().dtype != out->tensor_type().dtype))
-      return {};
-  // s = gamma * rsqrt(var + eps), per output channel.
-  Value* scale = r.unary("aten::rsqrt", r.add_scalar(var, eps));
+      return std::nullopt;
+  Value* scale = r.unary("aten::rsqrt", r.add_scalar(var, *eps));
   if (gamma) scale = r.mul(scale, gamma);
-  std::vector<int64_t> per_channel(conv->weight->tensor_type().dim(), 1);
+  std::vector<int64_t> per_channel(weight->tensor_type().dim(), 1);
   per_channel[0] = channels;
-  Value* weight = scaled_weight(r, "aten::mul.Tensor", conv->weight, Arg::of(r.reshape(scale, per_channel)));
-  Value* shift = r.mul(conv->bias ? r.sub(conv->bias, mean) : r.unary("aten::neg", mean), scale);
-  Value* bias = beta ? r.add(shift, beta) : shift;
+  Value* shift = r.mul(bias ? r.sub(bias, mean) : r.unary("aten::neg", mean), scale);
+  return Folded{scaled_weight(r, "aten::mul.Tensor", weight, Arg::of(r.reshape(scale, per_channel))),
+                beta ? r.add(shift, beta) : shift};
+}
+
+// batch_norm(conv(x, W, b), ...) with frozen parameters -> conv(x, W * s, (b - mean) * s + beta).
+Replacement conv_bn(const Match& m, Builder& r) {
+  auto conv = as_conv(m.value("conv")->producer());
+  if (!conv || !frozen(conv->weight) || (conv->bias && !frozen(conv->bias)) || !floating32_or_64(conv->x)) return {};
+  auto f = batch_norm_fold(r, m.root, conv->weight, conv->bias);
+  if (!f) return {};
   std::vector<Arg> args = conv->node->args();
-  args[1] = Arg::of(weight);
-  args[2] = Arg::of(bias);
-  return {r.node(conv->node->schema(), std::move(args), {out->type()})->output()};
+  args[1] = Arg::of(f->weight);
+  args[2] = Arg::of(f->bias);
+  return {r.node(conv->node->schema(), std::move(args), {m.root->output()->type()})->output()};
 }
 
 bool is_channels_last(const TensorType& t) { return t.dim() == 4 && same_strides(t, channels_last_strides(t.sizes)); }
@@ -484,14 +498,6 @@ RuleSet make_prepack_rules() {
                    nchw_result}}};
 }
 
-// A binary fold's new weight and bias (Note [Convolution rules]): W and b after `op` ("mul", "div", "add",
-// "sub") with one value per output channel (`channels` of them: the weight's first dim for a conv, its
-// rows for a linear).
-struct Folded {
-  Value* weight;
-  Value* bias;  // a new bias where there was none and `op` shifts
-};
-
 // A [channels] tensor of `value` made from the weight (a node on a constant: folded once).
 Value* filled(Builder& r, Value* weight, int64_t channels, double value) {
   return r.op("aten::new_full", {Arg::of(weight), Arg::lit(std::vector<int64_t>{channels}), Arg::lit(value),
@@ -572,6 +578,21 @@ Replacement conv_binary(const Match& m, Builder& r, const std::string& op) {
   return {r.node(conv->node->schema(), std::move(args), {n->output()->type()})->output()};
 }
 
+// The linear `l` on a new weight and bias: `weight` in W's form ([N, K]) where `l` was given W or t(W) of a
+// frozen W (addmm then gets t(weight)), in t(W)'s form otherwise.
+Value* relinear(Builder& r, const Linear& l, Value* weight, Value* bias) {
+  std::vector<Arg> args = l.node->args();
+  if (l.node->schema() == "aten::linear") {
+    args[1] = Arg::of(weight);
+    args[2] = bias ? Arg::of(bias) : Arg::lit(None{});
+  } else {  // addmm(b, x, t(W))
+    const TensorType& wt = weight->tensor_type();
+    args[0] = Arg::of(bias);
+    args[2] = Arg::of(l.weight ? r.op("aten::t", {Arg::of(weight)}, wt.dtype, {wt.sizes[1], wt.sizes[0]}) : weight);
+  }
+  return r.node(l.node->schema(), std::move(args), {l.node->output()->type()})->output();
+}
+
 // linear(x, W, b) OP c, or OP of the linear's view -> the linear on W', b' (fold.linear_mul, linear_div,
 // linear_add, linear_sub): `c` a frozen tensor of the result's dtype holding one value per output feature
 // (every dim 1 but the last, which may be N) or one value, or a finite number; as conv_binary, with the
@@ -617,18 +638,19 @@ Replacement linear_binary(const Match& m, Builder& r, const std::string& op) {
   }
   if (!f) return {};
   Value *weight = f->weight, *bias = f->bias;
-  std::vector<Arg> args = l->node->args();
-  if (l->node->schema() == "aten::linear") {
-    args[1] = Arg::of(weight);
-    args[2] = bias ? Arg::of(bias) : Arg::lit(None{});
-  } else {  // addmm(b, x, t(W)): the weight was looked through t() when it is one
-    args[0] = Arg::of(bias);
-    args[2] = Arg::of(l->weight ? r.op("aten::t", {Arg::of(weight)}, ty.dtype,
-                                       {weight->tensor_type().sizes[1], weight->tensor_type().sizes[0]})
-                                : weight);
-  }
-  Value* y = r.node(l->node->schema(), std::move(args), {in->type()})->output();
+  Value* y = relinear(r, *l, weight, bias);
   return {to.sizes == ty.sizes ? y : r.reshape(y, to.sizes)};
+}
+
+// batch_norm(linear(x, W, b), ...) with frozen parameters and a 2-d result (BatchNorm1d's channels are then
+// the linear's output features) -> linear(x, W * s, (b - mean) * s + beta) (fold.linear_bn).
+Replacement linear_bn(const Match& m, Builder& r) {
+  auto l = as_linear(m.value("lin")->producer());
+  if (!l || !l->weight || m.root->output()->tensor_type().dim() != 2) return {};
+  if (!frozen(l->weight) || (l->bias && !frozen(l->bias)) || !floating32_or_64(l->x)) return {};
+  auto f = batch_norm_fold(r, m.root, l->weight, l->bias);
+  if (!f) return {};
+  return {relinear(r, *l, f->weight, f->bias)};
 }
 
 RuleSet make_fold_rules() {
@@ -647,6 +669,11 @@ RuleSet make_fold_rules() {
                        binary("add")});
   set.rules.push_back({"conv_sub", Pattern::op({"aten::sub.Tensor", "aten::sub.Scalar"}, {conv_output(), c, alpha}),
                        binary("sub")});
+  set.rules.push_back({"linear_bn",
+                       Pattern::op({"aten::batch_norm"},
+                                   {Pattern::op({"aten::linear", "aten::addmm"}).single_use().bind("lin")})
+                           .outputs(1),
+                       linear_bn});
   const Pattern lin =
       Pattern::op({"aten::linear", "aten::addmm", "aten::view", "aten::reshape"}).single_use().bind("lin");
   auto linear = [](const char* op) {

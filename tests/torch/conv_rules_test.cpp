@@ -230,6 +230,10 @@ torch::jit::Module linear_block(const std::string& body) {
   m.register_parameter("w", w, false);
   m.register_parameter("wt", w.t().contiguous(), false);
   m.register_parameter("b", at::randn({512}) * 0.1, false);
+  m.register_buffer("gamma", at::rand({512}) + 0.5);
+  m.register_buffer("beta", at::randn({512}) * 0.1);
+  m.register_buffer("mean", at::randn({512}) * 0.1);
+  m.register_buffer("var", at::rand({512}) + 0.5);
   m.define("def forward(self, x):\n" + body);
   m.eval();
   return m;
@@ -296,6 +300,23 @@ TEST(LinearRules, PrepackOtherUsersAndSmallLinears) {
     ASSERT_NE(r.plan, nullptr);
     EXPECT_EQ(r.plan->aten_ops.count("aten::linear"), 1u) << r.plan->explain();
   }
+}
+
+// BatchNorm1d after a frozen linear with a 2-d result folds into it (fold.linear_bn), then takes the relu
+// as a post-op; over a 3-d result the batch_norm's channels are not the features: left as written.
+TEST(LinearRules, BatchNormAfterALinearFoldsIntoItAndMatchesEager) {
+  const std::string bn = "torch.batch_norm(y, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-05, False)";
+  auto m = linear_block("    y = torch.linear(x, self.w, self.b)\n    return torch.relu(" + bn + ")\n");
+  auto r = run_and_compare(m, {at::randn({64, 256})}, "relu(batch_norm(linear))");
+  ASSERT_NE(r.plan, nullptr);
+  const std::string ex = r.plan->explain();
+  EXPECT_NE(ex.find("fold.linear_bn x1"), std::string::npos) << ex;
+  EXPECT_EQ(r.plan->aten_ops, (std::map<std::string, int>{{"mkldnn::_linear_pointwise", 1}})) << ex;
+  // [2, 512, 512]: batch_norm's 512 channels are dim 1, the linear's features dim 2.
+  auto m3 = linear_block("    y = torch.linear(x, self.w, self.b)\n    return " + bn + "\n");
+  auto r3 = run_and_compare(m3, {at::randn({2, 512, 256})}, "batch_norm(linear) over [2, 512, 512]");
+  ASSERT_NE(r3.plan, nullptr);
+  EXPECT_EQ(r3.plan->explain().find("fold.linear_bn"), std::string::npos) << r3.plan->explain();
 }
 
 // Constant scales and shifts after a frozen linear fold into its weight and bias (fold.linear_*), also in
