@@ -176,20 +176,23 @@ def forward(self, x):
   EXPECT_EQ(r.plan->kernels.size(), 0u) << "the relu is the conv's post-op\n" << ex;
 }
 
+// c = relu(conv2d(x, w)) with a frozen w [16, 8, 3, 3] and no bias, then `tail` (which returns).
+torch::jit::Module relu_conv_module(const char* name, const std::string& tail) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m(name);
+  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
+  m.define("def forward(self, x):\n    c = torch.relu(torch.conv2d(x, self.w, None, [1, 1], [1, 1], [1, 1], 1))\n" +
+           tail);
+  m.eval();
+  return m;
+}
+
 // A view that a channels-last result cannot give (flattening NHWC memory as NCHW needs a copy): the
 // channels-last capture fails there, and the model is compiled as captured in NCHW instead of running
 // eagerly. Ran eagerly before (the second capture's error reached the compile).
 TEST(ConvRules, AViewThatRefusesChannelsLastKeepsTheNchwCapture) {
-  torch::jit::setGraphExecutorOptimize(false);
-  at::manual_seed(0);
-  torch::jit::Module m("ConvView");
-  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
-  m.define(R"(
-def forward(self, x):
-    c = torch.relu(torch.conv2d(x, self.w, None, [1, 1], [1, 1], [1, 1], 1))
-    return c.view(2, -1) * 2.0
-)");
-  m.eval();
+  auto m = relu_conv_module("ConvView", "    return c.view(2, -1) * 2.0\n");
   auto r = run_and_compare(m, {input(at::kFloat)}, "conv, relu, view");
   ASSERT_NE(r.plan, nullptr) << "compiled, not run eagerly";
   EXPECT_EQ(r.plan->aten_ops.count("aten::view"), 1u) << r.plan->explain();
@@ -199,16 +202,7 @@ def forward(self, x):
 // channels-last plan would copy each back to NCHW apart, so the graph keeps the NCHW capture. Returned two
 // unrelated tensors before.
 TEST(ConvRules, OutputsThatShareStorageStaySharing) {
-  torch::jit::setGraphExecutorOptimize(false);
-  at::manual_seed(0);
-  torch::jit::Module m("ConvSlice");
-  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
-  m.define(R"(
-def forward(self, x):
-    y = torch.relu(torch.conv2d(x, self.w, None, [1, 1], [1, 1], [1, 1], 1))
-    return (y, y[:1])
-)");
-  m.eval();
+  auto m = relu_conv_module("ConvSlice", "    return (c, c[:1])\n");
   auto r = run_and_compare(m, {input(at::kFloat)}, "conv, relu, and its first batch item");
   ASSERT_NE(r.plan, nullptr);
   ASSERT_TRUE(r.eager.at(1).storage().is_alias_of(r.eager.at(0).storage()));
