@@ -134,6 +134,7 @@ class Parser {
       }
       vt.tensor = tt;
     } else {
+      if (try_consume('?')) word += "?";  // Tensor?[]: a list of optional tensors (index's indices)
       if (peek() == '[') {
         expect('[');
         expect(']');

@@ -45,6 +45,19 @@ TEST(IR, CudaTypesRoundTrip) {
   EXPECT_EQ(print_graph(*g), text);
 }
 
+// The torch.compile lowering writes index's indices as a Tensor?[] list with None entries; the parser
+// refused the '?' it prints, so every FX graph indexing a tensor ran eagerly.
+TEST(IR, OptionalTensorListRoundTrips) {
+  const char* text = R"(graph(%0 : f32[2,3,4], %1 : i64[5]):
+  %2 : Tensor?[] = prim::ListConstruct(None, %1)
+  %3 : f32[2,5,4] = aten::index.Tensor(%0, %2)
+  return (%3)
+)";
+  auto g = parse_graph(text);
+  EXPECT_EQ(g->nodes()[0]->output()->type().other, "Tensor?[]");
+  EXPECT_EQ(print_graph(*g), text);
+}
+
 TEST(IR, TypesAndLayout) {
   auto g = parse_graph(kGraph);
   const TensorType& t = g->inputs()[1]->tensor_type();
