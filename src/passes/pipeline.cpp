@@ -66,13 +66,17 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
     if (t.changed && opt.dumps("ir")) {
       std::string rules = summarize(t.rewrites);
       std::fprintf(stderr, "== IR after %s (%.3f ms)%s%s ==\n", p.name, t.ms, rules.empty() ? "" : ": ", rules.c_str());
-      for (const auto& a : t.rewrites) std::fprintf(stderr, "  rule %s replaced %s\n", a.rule.c_str(), a.replaced.c_str());
+      for (const auto& a : t.rewrites)
+        if (a.declined.empty()) std::fprintf(stderr, "  rule %s replaced %s\n", a.rule.c_str(), a.replaced.c_str());
       std::fprintf(stderr, "%s", print_graph(g).c_str());
     }
     all.insert(all.end(), t.rewrites.begin(), t.rewrites.end());
     timings.push_back(std::move(t));
   }
-  if (!all.empty()) g.notes().push_back("rewrites: " + summarize(all));
+  const std::string applied = summarize(all);
+  if (!applied.empty()) g.notes().push_back("rewrites: " + applied);
+  for (const auto& a : all)
+    if (!a.declined.empty()) g.notes().push_back("declined: " + a.rule + " at " + a.replaced + ": " + a.declined);
   return timings;
 }
 

@@ -345,6 +345,7 @@ bool run_rules(Graph& g, const RuleSet& set, const std::set<std::string>& disabl
                        set.name, kMaxSweeps);
     Matcher matcher(g);
     bool applied = false;
+    std::vector<RuleApplication> declines;  // this sweep's: the last sweep's are the final word
     for (Node* n : g.nodes()) {
       const auto& rules = rules_for(n->schema());
       if (rules.empty() || n->side_effects() || matcher.dead(n)) continue;
@@ -356,6 +357,7 @@ bool run_rules(Graph& g, const RuleSet& set, const std::set<std::string>& disabl
         const std::string name = set.name + "." + rule->name;
         if (r.empty() || !fits(n, r, b, name)) {  // declined: nothing it built stays
           for (auto it = b.created().rbegin(); it != b.created().rend(); ++it) g.erase(*it);
+          if (!b.declined().empty()) declines.push_back({name, describe(*n), b.declined()});
           continue;
         }
         if (log) log->push_back({name, describe(*n)});
@@ -365,7 +367,10 @@ bool run_rules(Graph& g, const RuleSet& set, const std::set<std::string>& disabl
         break;
       }
     }
-    if (!applied) return changed;
+    if (!applied) {
+      if (log) log->insert(log->end(), declines.begin(), declines.end());
+      return changed;
+    }
     changed = true;
     dce(g);
   }
@@ -392,6 +397,7 @@ std::optional<int64_t> as_int(const std::optional<Literal>& l) {
 std::string summarize(const std::vector<RuleApplication>& log) {
   std::vector<std::pair<std::string, int>> counts;
   for (const auto& a : log) {
+    if (!a.declined.empty()) continue;
     auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == a.rule; });
     if (it == counts.end()) counts.emplace_back(a.rule, 1);
     else ++it->second;

@@ -120,6 +120,10 @@ class Match {
   std::deque<Arg> own_;  // the root's output as an argument (a deque: pointers to it stay valid)
 };
 
+// The values replacing the root's outputs, in order (nullptr: an output nobody uses, left without a
+// replacement); empty: the rule declines.
+using Replacement = std::vector<Value*>;
+
 // Builds a replacement: each node is inserted before the matched node, with one contiguous tensor output
 // on the device of its first tensor argument.
 class Builder {
@@ -152,6 +156,15 @@ class Builder {
     return false;
   }
 
+  // Declines with the reason `explain` reports ("the mask's dtype f16 is not the scores' f32"): for a
+  // match that is the rule's pattern in all but a condition a user would want named. A rule declines
+  // silently (an empty Replacement) where the match is not what the rule is about.
+  Replacement decline(std::string why) {
+    declined_ = std::move(why);
+    return {};
+  }
+  const std::string& declined() const { return declined_; }
+
   static DType dt(const Value* v) { return v->tensor_type().dtype; }
   static const std::vector<int64_t>& sizes(const Value* v) { return v->tensor_type().sizes; }
   const std::vector<Node*>& created() const { return created_; }
@@ -160,6 +173,7 @@ class Builder {
   Graph& g_;
   Node* before_;
   std::vector<Node*> created_;
+  std::string declined_;
 };
 
 // Reading a matched argument in a rewrite function:
@@ -169,9 +183,6 @@ std::optional<Literal> literal_arg(const Arg* a, Literal dflt = None{});
 std::optional<double> as_double(const std::optional<Literal>& l);
 std::optional<int64_t> as_int(const std::optional<Literal>& l);
 
-// The values replacing the root's outputs, in order (nullptr: an output nobody uses, left without a
-// replacement); empty: the rule declines.
-using Replacement = std::vector<Value*>;
 using RewriteFn = std::function<Replacement(const Match&, Builder&)>;
 
 struct Rule {
@@ -190,15 +201,19 @@ struct RuleSet {
 struct RuleApplication {
   std::string rule;      // "decompose.softmax"
   std::string replaced;  // the node, as "%4 = aten::softmax.int" with its value names at the time
+  std::string declined;  // empty: the rule replaced the node; else why it left the node (Builder::decline)
 };
 
 constexpr int kMaxSweeps = 32;
 
 // Applies `rules` to `g` until none applies (Note [Rewrite engine]); returns whether the graph changed.
+// `log` gets each application in order, then the declines with a reason seen in the last sweep (the
+// nodes the rules left as they are).
 bool run_rules(Graph& g, const RuleSet& rules, const std::set<std::string>& disabled = {},
                std::vector<RuleApplication>* log = nullptr);
 
-// "decompose.softmax x2, decompose.layer_norm x1" (in order of first application); "" when empty.
+// "decompose.softmax x2, decompose.layer_norm x1" (in order of first application; declines are not
+// counted); "" when none applied.
 std::string summarize(const std::vector<RuleApplication>& log);
 
 }  // namespace fusion_jit

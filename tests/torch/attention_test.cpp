@@ -106,5 +106,117 @@ TEST(Attention, NearMissesKeepEagersOps) {
   }
 }
 
+// Boolean masks (masked_fill with -inf: padding, causal triu), masks summed (T5's position bias plus the
+// padding mask), dropout in inference: one SDPA call, eager's result.
+TEST(Attention, BooleanCausalAndSummedMasksAreOneSdpaCall) {
+  at::manual_seed(0);
+  const int64_t B = 2, H = 2, T = 12, D = 16;
+  auto q = at::randn({B, H, T, D}), k = at::randn({B, H, T, D}), v = at::randn({B, H, T, D});
+  auto pad = at::rand({B, 1, 1, T}) > 0.7;
+  pad.index_put_({at::indexing::Slice(), 0, 0, 0}, false);  // no row removed entirely
+  struct Case {
+    std::string what;
+    torch::jit::Module m;
+    std::vector<c10::IValue> in;
+  } cases[] = {
+      {"masked_fill(padding, -inf)",
+       script("q, k, v, pad", "    s = torch.matmul(q, k.transpose(-2, -1)) / 4.0\n"
+                              "    s = s.masked_fill(pad, float('-inf'))\n"
+                              "    return torch.matmul(torch.softmax(s, -1), v)\n"),
+       {q, k, v, pad}},
+      {"causal triu computed in the graph",
+       script("q, k, v", "    s = torch.matmul(q, k.transpose(-2, -1)) * 0.25\n"
+                         "    c = torch.triu(torch.ones([12, 12]), 1) > 0.5\n"
+                         "    s = torch.masked_fill(s, c, float('-inf'))\n"
+                         "    return torch.matmul(torch.softmax(s, -1), v)\n"),
+       {q, k, v}},
+      {"bias + padding mask + dropout(p, train=False)",
+       script("q, k, v, bias, mask", "    s = torch.matmul(q, k.transpose(3, 2))\n"
+                                     "    s = s + bias\n"
+                                     "    s = s + mask\n"
+                                     "    p = torch.dropout(torch.softmax(s, -1), 0.1, False)\n"
+                                     "    return torch.matmul(p, v)\n"),
+       {q, k, v, at::randn({1, H, T, T}), at::where(pad, -1e9, 0.0).to(at::kFloat)}},
+      {"k^T by permute, additive and boolean masks",
+       script("q, k, v, mask, pad", "    s = torch.matmul(q, k.permute([0, 1, 3, 2])) * 0.25 + mask\n"
+                                    "    s = s.masked_fill(pad, float('-inf'))\n"
+                                    "    return torch.matmul(torch.softmax(s, -1), v)\n"),
+       {q, k, v, at::randn({T, T}), pad}},
+  };
+  for (auto& c : cases) {
+    auto r = run_and_compare(c.m, c.in, c.what);
+    ASSERT_NE(r.plan, nullptr) << c.what;
+    EXPECT_EQ(sdpa_calls(r), 1) << c.what << "\n" << r.plan->explain();
+  }
+}
+
+// Rows a mask removes entirely: eager's softmax gives NaN there, SDPA's kernels 0; the rule gives eager's.
+TEST(Attention, RowsTheMaskRemovesEntirelyAreNanAsInEager) {
+  at::manual_seed(0);
+  const int64_t B = 2, H = 2, T = 8, D = 16;
+  auto q = at::randn({B, H, T, D}), k = at::randn({B, H, T, D}), v = at::randn({B, H, T, D});
+  auto additive = at::zeros({B, 1, T, T});
+  additive.index_put_({1, 0, 3}, -INFINITY);  // batch 1, query 3: every key removed
+  auto removed = at::zeros({T, T}, at::kBool);
+  removed.index_put_({5}, true);  // query 5: every key removed
+  auto scalar = at::full({}, -INFINITY);  // a 0-d mask removing everything
+  struct Case {
+    std::string what;
+    torch::jit::Module m;
+    std::vector<c10::IValue> in;
+  } cases[] = {
+      {"additive -inf row", attention(" * 0.25", true), {q, k, v, additive}},
+      {"boolean row", script("q, k, v, m", "    s = torch.matmul(q, k.transpose(-2, -1)).masked_fill(m, float('-inf'))\n"
+                                           "    return torch.matmul(torch.softmax(s, -1), v)\n"),
+       {q, k, v, removed}},
+      {"0-d -inf mask", attention(" * 0.25", true), {q, k, v, scalar}},
+  };
+  for (auto& c : cases) {
+    auto r = run_and_compare(c.m, c.in, c.what);
+    ASSERT_NE(r.plan, nullptr) << c.what;
+    EXPECT_EQ(sdpa_calls(r), 1) << c.what << "\n" << r.plan->explain();
+    auto nan = at::isnan(r.fused.at(0));
+    EXPECT_TRUE(at::equal(nan, at::isnan(r.eager.at(0)))) << c.what;
+    EXPECT_GT(nan.sum().item<int64_t>(), 0) << c.what << ": eager's NaN rows";
+  }
+}
+
+// Near misses the rule names in explain: what the user changes to get one SDPA call.
+TEST(Attention, DeclinesSayWhy) {
+  at::manual_seed(0);
+  auto q = at::randn({2, 4, 8, 16}), k = at::randn({2, 4, 8, 16}), v = at::randn({2, 4, 8, 16});
+  auto pad = at::rand({2, 1, 1, 8}) > 0.5;
+  struct Case {
+    std::string what, reason;
+    torch::jit::Module m;
+    std::vector<c10::IValue> in;
+  } cases[] = {
+      {"masked_fill with a finite value", "a masked_fill with a value other than -inf",
+       script("q, k, v, pad", "    s = torch.matmul(q, k.transpose(-2, -1)).masked_fill(pad, -10000.0)\n"
+                              "    return torch.matmul(torch.softmax(s, -1), v)\n"),
+       {q, k, v, pad}},
+      {"a float16 mask on float32 scores", "an added mask is f16 where the scores are f32",
+       attention(" / 4.0", true), {q, k, v, at::randn({8, 8}, at::kHalf)}},
+      {"the scale after the mask", "a mask is applied before the scale",
+       script("q, k, v, mask", "    s = (torch.matmul(q, k.transpose(-2, -1)) + mask) / 4.0\n"
+                               "    return torch.matmul(torch.softmax(s, -1), v)\n"),
+       {q, k, v, at::randn({8, 8})}},
+      {"the probabilities returned", "the probabilities are also used elsewhere", attention(" / 4.0", false, "p"),
+       {q, k, v}},
+      {"softmax over the queries", "the softmax is not over the last dim",
+       script("q, k, v", "    s = torch.matmul(q, k.transpose(-2, -1))\n"
+                         "    return torch.matmul(torch.softmax(s, 2), v)\n"),
+       {q, k, v}},
+  };
+  for (auto& c : cases) {
+    auto r = run_and_compare(c.m, c.in, c.what);
+    ASSERT_NE(r.plan, nullptr) << c.what;
+    EXPECT_EQ(sdpa_calls(r), 0) << c.what;
+    const std::string text = r.plan->explain();
+    EXPECT_NE(text.find("declined: attention.sdpa at "), std::string::npos) << c.what << "\n" << text;
+    EXPECT_NE(text.find(c.reason), std::string::npos) << c.what << "\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing

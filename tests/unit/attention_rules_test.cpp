@@ -129,5 +129,94 @@ TEST(AttentionRule, NearMissesAreLeftAlone) {
   }
 }
 
+// torch.compile's spelling (AOT autograd): 4-d operands expanded and viewed 3-d for bmm, the scores a view
+// back to 4-d, _softmax, dropout's clone; T5's two masks (position bias, padding) and a boolean mask.
+std::string fx_attention(const std::string& k_expand, const std::string& masks, const std::string& last_mask) {
+  return "graph(%0 : f32[2,2,8,16], %1 : f32[2,2,8,16], %2 : f32[2,2,8,16], %3 : f32[1,2,8,8], %4 : f32[2,1,1,8], "
+         "%5 : b8[8,8]):\n"
+         "  %10 : f32[2,2,16,8]{256,128,1,16} = aten::transpose.int(%1, 2, 3)\n"
+         "  %11 : f32[2,2,8,16] = aten::expand(%0, [2, 2, 8, 16], False)\n"
+         "  %12 : f32[4,8,16] = aten::view(%11, [4, 8, 16])\n" +
+         k_expand +
+         "  %15 : f32[4,8,8] = aten::bmm(%12, %14)\n"
+         "  %16 : f32[2,2,8,8] = aten::view(%15, [2, 2, 8, 8])\n"
+         "  %17 : f32[2,2,8,8] = aten::mul.Scalar(%16, 0.25)\n" +
+         masks +
+         "  %20 : f32[2,2,8,8] = aten::_softmax(" + last_mask + ", -1, False)\n"
+         "  %21 : f32[2,2,8,8] = aten::clone(%20, None)\n"
+         "  %22 : f32[2,2,8,8] = aten::expand(%21, [2, 2, 8, 8], False)\n"
+         "  %23 : f32[4,8,8] = aten::view(%22, [4, 8, 8])\n"
+         "  %24 : f32[2,2,8,16] = aten::expand(%2, [2, 2, 8, 16], False)\n"
+         "  %25 : f32[2,2,8,16] = aten::clone(%24, 0)\n"
+         "  %26 : f32[4,8,16] = aten::_unsafe_view(%25, [4, 8, 16])\n"
+         "  %27 : f32[4,8,16] = aten::bmm(%23, %26)\n"
+         "  return (%27)\n";
+}
+
+const char* kKt =
+    "  %13 : f32[2,2,16,8] = aten::clone(%10, 0)\n"
+    "  %14 : f32[4,16,8] = aten::_unsafe_view(%13, [4, 16, 8])\n";
+const char* kTwoMasks =
+    "  %18 : f32[2,2,8,8] = aten::add.Tensor(%17, %3, 1)\n"
+    "  %19 : f32[2,2,8,8] = aten::add.Tensor(%4, %18, 1)\n";
+
+TEST(AttentionRule, TorchCompilesSpellingBecomesOneSdpaCall) {
+  struct Case {
+    const char* what;
+    std::string ir;
+    const char* call;
+  } cases[] = {
+      {"position bias + padding mask", fx_attention(kKt, kTwoMasks, "%19"),
+       "(%0, %1, %2, %6, 0.0, False, 0.25, False)"},
+      {"a boolean mask", fx_attention(kKt, "  %19 : f32[2,2,8,8] = aten::masked_fill.Scalar(%17, %5, -inf)\n", "%19"),
+       "(%0, %1, %2, %6, 0.0, False, 0.25, False)"},
+      {"no mask", fx_attention(kKt, "", "%17"), "(%0, %1, %2, None, 0.0, False, 0.25, False)"},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(c.ir, &fired);
+    EXPECT_EQ(fired, "attention.sdpa x1") << c.what << "\n" << out;
+    EXPECT_NE(out.find(std::string("aten::scaled_dot_product_attention") + c.call), std::string::npos)
+        << c.what << "\n" << out;
+    EXPECT_EQ(out.find("aten::bmm"), std::string::npos) << c.what << "\n" << out;
+    EXPECT_NE(out.find("f32[4,8,16] = aten::reshape("), std::string::npos) << c.what << ": the bmm's 3-d result\n" << out;
+  }
+  // The masks are summed once; rows they remove entirely become NaN (eager's softmax of all -inf).
+  std::string fired;
+  const std::string out = run(fx_attention(kKt, kTwoMasks, "%19"), &fired);
+  EXPECT_NE(out.find("f32[2,2,8,8] = aten::add.Tensor(%3, %4, 1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("= aten::amax(%6, [3], True)"), std::string::npos) << out;
+  EXPECT_NE(out.find("= aten::masked_fill.Scalar(%8, %10, nan)"), std::string::npos) << out;
+}
+
+TEST(AttentionRule, TorchCompilesNearMissesDeclineWithAReason) {
+  // k^T expanded over a broadcast head dim: what bmm reads is not a transpose of a [B, H, S, D] k.
+  const std::string broadcast_k =
+      "  %30 : f32[2,1,16,8] = aten::slice.Tensor(%10, 1, 0, 1, 1)\n"
+      "  %13 : f32[2,2,16,8] = aten::expand(%30, [2, 2, 16, 8], False)\n"
+      "  %31 : f32[2,2,16,8] = aten::clone(%13, 0)\n"
+      "  %14 : f32[4,16,8] = aten::_unsafe_view(%31, [4, 16, 8])\n";
+  struct Case {
+    const char* what;
+    std::string ir;
+    const char* reason;
+  } cases[] = {
+      {"a broadcast k", fx_attention(broadcast_k, kTwoMasks, "%19"), "k^T is not a transpose of k's last two dims"},
+      {"a finite masked_fill",
+       fx_attention(kKt, "  %19 : f32[2,2,8,8] = aten::masked_fill.Scalar(%17, %5, -10000.0)\n", "%19"),
+       "a masked_fill with a value other than -inf"},
+  };
+  for (const auto& c : cases) {
+    auto g = parse_graph(c.ir);
+    std::vector<RuleApplication> log;
+    run_rules(*g, attention_rules(), {}, &log);
+    EXPECT_EQ(summarize(log), "") << c.what;
+    ASSERT_EQ(log.size(), 1u) << c.what;
+    EXPECT_EQ(log[0].rule, "attention.sdpa");
+    EXPECT_NE(log[0].replaced.find("= aten::bmm"), std::string::npos) << c.what;
+    EXPECT_NE(log[0].declined.find(c.reason), std::string::npos) << c.what << ": " << log[0].declined;
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit

@@ -312,6 +312,33 @@ TEST(Rewrite, PipelineLeavesTheRulesThatFiredForExplain) {
   EXPECT_EQ(g->clone()->notes(), g->notes());
 }
 
+TEST(Rewrite, ADeclineWithAReasonReachesExplain) {
+  RuleSet set{"t", {{"why", Pattern::op({"aten::exp"}, {Pattern::tensor().bind("x")}),
+                     [](const Match&, Builder& b) { return b.decline("exp is kept"); }}}};
+  auto g = parse_graph(R"(graph(%0 : f32[4]):
+  %1 : f32[4] = aten::exp(%0)
+  return (%1)
+)");
+  std::vector<RuleApplication> log;
+  EXPECT_FALSE(run_rules(*g, set, {}, &log));
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].rule, "t.why");
+  EXPECT_EQ(log[0].replaced, "%1 = aten::exp");
+  EXPECT_EQ(log[0].declined, "exp is kept");
+  EXPECT_EQ(summarize(log), "");
+  // Through the pipeline: a note for explain.
+  auto h = parse_graph(R"(graph(%0 : f32[2,4,8,8], %1 : f32[2,4,8,8], %2 : f32[2,4,8,8]):
+  %3 : f32[2,4,8,8] = aten::matmul(%0, %1)
+  %4 : f32[2,4,8,8] = aten::softmax.int(%3, -1, None)
+  %5 : f32[2,4,8,8] = aten::matmul(%4, %2)
+  return (%5, %4)
+)");
+  run_pipeline(*h, nullptr);
+  EXPECT_EQ(h->notes(), (std::vector<std::string>{
+                            "rewrites: decompose.softmax x1",
+                            "declined: attention.sdpa at %5 = aten::matmul: the probabilities are also used elsewhere"}));
+}
+
 TEST(Rewrite, DisableOptionKnowsRulesAndRuleSets) {
   const char* ok[] = {"FUSION_JIT_DISABLE=decompose.softmax,decompose.std,cse,fusion", nullptr};
   EXPECT_EQ(Options::parse(ok).disabled,
