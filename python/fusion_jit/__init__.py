@@ -6,6 +6,8 @@
     fusion_jit.stats()                 # graphs, kernels, fused_ops, fallback_ops, compile_ms, cache_hits, ...
     fusion_jit.explain(model, x)       # prints each graph's plan with its fusion decisions
     fusion_jit.reset()                 # clears the counters and the compiled plans held in memory
+    with fusion_jit.profile() as p:    # times each plan step inside the block: p.table(), p.summary()
+        model(x)
 
 Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
     cuda_graphs           bool, replay each CUDA plan as a CUDA Graph (mode="reduce-overhead" sets it);
@@ -28,10 +30,10 @@ Errors in what the user gave surface as ValueError or TypeError.
 import torch
 
 from . import _native
-from ._backend import Options, backend, compile, explain, reset, stats
+from ._backend import Options, backend, compile, explain, profile, reset, stats
 from ._lowering import Unsupported
 
-__all__ = ["backend", "compile", "explain", "reset", "stats", "Options", "Unsupported"]
+__all__ = ["backend", "compile", "explain", "profile", "reset", "stats", "Options", "Unsupported"]
 __version__ = "0.7.0"
 
 

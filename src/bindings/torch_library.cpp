@@ -25,6 +25,7 @@
 #include "fusion_jit/cache.h"
 #include "fusion_jit/error.h"
 #include "fusion_jit/fusion_jit.h"
+#include "runtime/profile.h"
 #include "torch/tolerance.h"
 
 namespace fusion_jit {
@@ -93,6 +94,19 @@ std::vector<int64_t> counter_list() {
   return {c.cache_hits, c.cache_misses, c.host_compiles, c.nvrtc_compiles};
 }
 
+// The step profiler's figures: (name, calls, ns) for "plan" (run_plan's wall time), "kernels",
+// "aten_compute", "aten_other", then each ATen schema (and "fj::kernel").
+std::vector<std::tuple<std::string, int64_t, int64_t>> profile_list() {
+  Profile p = profile_snapshot();
+  std::vector<std::tuple<std::string, int64_t, int64_t>> out = {
+      {"plan", p.plan_runs, p.plan_ns},
+      {"kernels", p.kernels.calls, p.kernels.ns},
+      {"aten_compute", p.aten_compute.calls, p.aten_compute.ns},
+      {"aten_other", p.aten_other.calls, p.aten_other.ns}};
+  for (const auto& [name, e] : p.by_op) out.emplace_back(name, e.calls, e.ns);
+  return out;
+}
+
 }  // namespace
 }  // namespace fusion_jit
 
@@ -114,6 +128,11 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("num_plans", [](const Self& self) { return static_cast<int64_t>(self->fn.num_plans()); })
       .def("clear", [](const Self& self) { self->fn.clear(); });
   m.def("counters", &counter_list);
+  m.def("profile_enable", [](bool on) {
+    if (on) profile_reset();
+    set_profiling(on);
+  });
+  m.def("profile_read", &profile_list);
   m.def("use_cache_dir", [](const std::string& dir) { translate_errors([&] { cache::use_dir(dir); }); });
   m.def("cache_dir", []() { return cache::dir(); });
   m.def("check_close", [](const at::Tensor& actual, const at::Tensor& expected, const std::optional<at::Tensor>& ref64) {

@@ -9,10 +9,12 @@
 #include <ATen/ops/gelu.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "runtime/buffer_pool.h"
+#include "runtime/profile.h"
 #include "torch/cuda_support.h"
 
 #include "support/error.h"
@@ -366,7 +368,12 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
   launch_context.stream = current_stream;
   std::vector<void*> ptrs;
   std::vector<c10::IValue> args;
+  const bool profile = profiling();
+  using Clock = std::chrono::steady_clock;
+  const auto run_start = profile ? Clock::now() : Clock::time_point();
+  auto step_start = run_start;
   for (const ExecStep& st : plan.steps) {
+    if (profile) step_start = Clock::now();
     if (st.kernel >= 0) {
       const KernelLaunch& k = plan.kernels[st.kernel];
       ptrs.clear();
@@ -396,7 +403,16 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
       }
     }
     for (int id : st.release) env[id] = c10::IValue();
+    if (profile && !(st.kernel < 0 && st.node->is_constant())) {
+      const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - step_start).count();
+      if (st.kernel >= 0) profile_step(StepKind::kKernel, "", ns);
+      else
+        profile_step(is_compute_schema(st.node->schema()) ? StepKind::kAtenCompute : StepKind::kAtenOther,
+                     st.node->schema(), ns);
+    }
   }
+  if (profile)
+    profile_plan_run(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - run_start).count());
   c10::IValue result;
   switch (p.captured.output_kind) {
     case OutputKind::kSingle:

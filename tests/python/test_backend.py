@@ -230,3 +230,30 @@ def test_warm_cache_second_process_compiles_nothing(tmp_path):
     warm = subprocess.run([sys.executable, script, "gpt2_tiny"], env=env, capture_output=True, text=True)
     assert warm.returncode == 0, warm.stderr
     assert "compiles=0 cache_misses=0 eager_graphs=0" in warm.stdout, warm.stdout
+
+
+def test_profile_times_each_step_by_kind():
+    lin = torch.nn.Linear(16, 8).eval()
+
+    def f(x):
+        return torch.relu(lin(x).view(4, 2, 4)) * 2.0 + 1.0
+
+    compiled = torch.compile(f, backend="fusion_jit")
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        compiled(x)
+        with fusion_jit.profile() as p:
+            for _ in range(3):
+                compiled(x)
+        compiled(x)  # after the block: not counted
+    s = p.summary()
+    assert s["plan_runs"] == 3, s
+    assert s["steps"]["kernels"] == 3 * fusion_jit.stats()["kernels"] and s["steps"]["kernels"] > 0, s
+    assert s["ops"]["aten::addmm"][0] == 3, s  # the linear: ATen compute
+    assert s["steps"]["aten_compute"] == 3, s
+    assert s["steps"]["aten_other"] >= 3, s  # the views around the addmm
+    assert s["ops"]["fj::kernel"][0] == s["steps"]["kernels"], s
+    parts = s["kernels_ms"] + s["aten_compute_ms"] + s["aten_other_ms"]
+    assert 0 < parts <= s["plan_ms"], s
+    text = p.table()
+    assert text.startswith("3 plan runs") and "aten::addmm" in text and "between steps" in text, text
