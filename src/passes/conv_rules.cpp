@@ -57,6 +57,21 @@
 //   (aten::contiguous): measured on this project's 2-core machine, that made the rules slower than eager's
 //   convolution plus our fused kernel (conv_bn_relu 1.51 ms against 1.20 ms with fold alone, a 3-block
 //   CNN 9.95 against 7.46 ms; bench/RESULTS.md), so there they are opt-in (FUSION_JIT_ENABLE=onednn_nchw).
+// - epilogue.cuda_linear_relu, cuda_linear_gelu (CUDA): relu or gelu with the tanh approximation over a
+//   linear with bias (aten::linear, or torch.compile's addmm on t(W), optionally viewed; used there only)
+//   becomes aten::_addmm_activation(b, x as [rows, K], t(W), 1, 1, use_gelu): cuBLASLt's bias and
+//   activation epilogue, one pass over the result (ATen falls back to addmm plus the activation where
+//   cuBLASLt does not take the case). The exact gelu declines: on CUDA both ATen paths apply the tanh
+//   approximation (cuBLASLt's GELU epilogue, and gelu_(result, "tanh") after its fallback GEMM); on the
+//   CPU the same op applies the exact gelu (measured: 4.7e-4 from tanh's on values of order 5), which is
+//   why the rule is CUDA's only. Relu commutes
+//   with the result's rounding; the tanh gelu is applied before it (within the tolerance rule). Any weight
+//   (frozen or not): nothing is prepared ahead.
+// - epilogue.cuda_conv_relu, cuda_conv_add_relu (CUDA): relu(conv2d(x, W, b)) and relu(conv2d(x, W, b) + z)
+//   (add's alpha 1, z of the result's sizes, dtype and layout) become aten::cudnn_convolution_relu and
+//   aten::cudnn_convolution_add_relu: one cuDNN call with the bias, residual and relu fused, as
+//   TorchScript's frozen_conv_add_relu_fusion does. float32, float16, bfloat16; NCHW contiguous input,
+//   weight and result. Checked here on printed IR; against eager on the GPU (tests/gpu).
 // - prepack.nchw_result: contiguous(call(x, reordered W, ...)) with an NCHW x (and NCHW binary operand)
 //   becomes the call on W made NCHW: oneDNN then writes NCHW, eager's layout, itself (reordering the
 //   plain weight at each call, as eager's convolution does). This is a channels-last plan's last
@@ -454,6 +469,105 @@ Replacement conv_add(const Match& m, Builder& r, bool relu) {
                        Arg::lit(None{})})};
 }
 
+// ---- CUDA epilogues (Note [Convolution rules], epilogue.cuda_*) ----
+
+// The activation a CUDA epilogue takes: relu, or (for cuBLASLt) gelu with the tanh approximation; a
+// reason where `act` is a gelu it cannot take.
+std::string cuda_gelu_mismatch(const Node* act) {
+  const auto& ga = act->args();
+  const std::string approximate =
+      ga.size() > 1 && !ga[1].is_value() && std::holds_alternative<std::string>(ga[1].literal)
+          ? std::get<std::string>(ga[1].literal)
+          : "none";
+  return approximate == "tanh" ? "" : "cuBLASLt's GELU epilogue is the tanh approximation; this gelu is exact";
+}
+
+// relu or gelu(tanh) of a linear on CUDA (or of its view) -> aten::_addmm_activation(b, x2d, t(W), 1, 1,
+// use_gelu), viewed back: cuBLASLt's bias + activation epilogue (ATen falls back to addmm and the
+// activation where cuBLASLt cannot take the shapes).
+Replacement cuda_linear_activation(const Match& m, Builder& r, bool gelu) {
+  if (g_schema_probe && !g_schema_probe("aten::_addmm_activation")) return {};
+  Node* act = m.root;
+  auto only_use = [&r](const Value* v) { return v->producer() && r.users(v).size() == 1 && !r.returned(v); };
+  Value* in = m.value("in");
+  if (only_use(in) && (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape"))
+    in = in->producer()->value_inputs().at(0);
+  if (!only_use(in)) return {};
+  auto l = as_linear(in->producer());
+  if (!l) return {};
+  const TensorType& x = l->x->tensor_type();
+  if (x.device != Device::kCUDA) return {};
+  if (gelu) {
+    const std::string why = cuda_gelu_mismatch(act);
+    if (!why.empty()) return r.decline(why);
+  }
+  const TensorType& y = act->output()->tensor_type();
+  const Value* w = l->weight ? l->weight : l->weight_t;
+  const TensorType& wt = w->tensor_type();
+  if (!is_floating(x.dtype) || wt.dtype != x.dtype || y.dtype != x.dtype ||
+      (l->bias && l->bias->tensor_type().dtype != x.dtype))
+    return r.decline("the linear's input, weight, bias and result do not share one floating dtype");
+  if (!l->bias) return r.decline("a linear without bias (cuBLASLt's epilogue adds one)");
+  const int64_t k = x.sizes.back(), n = l->weight ? wt.sizes[0] : wt.sizes[1];
+  if (x.dim() < 2 || wt.dim() != 2 || l->bias->tensor_type().sizes != std::vector<int64_t>{n}) return {};
+  if (!same_strides(x, contiguous_strides(x.sizes)) || !same_strides(y, contiguous_strides(y.sizes)))
+    return r.decline("a non-contiguous input or result");
+  const int64_t rows = x.numel() / k;
+  Value* x2 = x.dim() == 2 ? l->x : r.reshape(l->x, {rows, k});
+  Value* w_t = l->weight_t;
+  if (!w_t) {
+    w_t = r.op("aten::t", {Arg::of(l->weight)}, wt.dtype, {k, n});
+    w_t->mutable_type().tensor->strides = {1, k};  // the transposed view of a contiguous [N, K] weight
+  }
+  Value* out = r.op("aten::_addmm_activation", {Arg::of(l->bias), Arg::of(x2), Arg::of(w_t), Arg::lit(int64_t{1}),
+                                                Arg::lit(int64_t{1}), Arg::lit(gelu)},
+                    x.dtype, {rows, n});
+  return {out->tensor_type().sizes == y.sizes ? out : r.reshape(out, y.sizes)};
+}
+
+// relu(conv(x, W, b)) and relu(conv(x, W, b) + z) on CUDA -> aten::cudnn_convolution_relu(x, W, b, stride,
+// padding, dilation, groups) and aten::cudnn_convolution_add_relu(x, W, z, 1, b, ...): one cuDNN call
+// (conv, bias, residual and relu fused). 2-d convolutions, NCHW contiguous input, weight and result, z of
+// the result's sizes, dtype and layout.
+Replacement cuda_conv_relu(const Match& m, Builder& r, bool add) {
+  const char* schema = add ? "aten::cudnn_convolution_add_relu" : "aten::cudnn_convolution_relu";
+  if (g_schema_probe && !g_schema_probe(schema)) return {};
+  Node* root = m.root;
+  Value* z = nullptr;
+  if (add) {
+    const Arg* alpha = m.arg("alpha");
+    if (alpha && !is_literal(*alpha, int64_t{1}) && !is_literal(*alpha, 1.0)) return {};
+    z = m.value("other");
+  }
+  auto conv = as_conv(m.value("conv")->producer());
+  if (!conv) return {};
+  const TensorType& x = conv->x->tensor_type();
+  const TensorType& y = root->output()->tensor_type();
+  if (x.device != Device::kCUDA) return {};
+  if (x.dim() != 4 || conv->weight->tensor_type().dim() != 4) return r.decline("not a 2-d convolution");
+  if (!is_floating(x.dtype) || x.dtype == DType::kFloat64 || conv->weight->tensor_type().dtype != x.dtype ||
+      y.dtype != x.dtype || (conv->bias && conv->bias->tensor_type().dtype != x.dtype))
+    return r.decline("cuDNN's fused convolution takes float32, float16 or bfloat16 of one dtype");
+  for (const TensorType* t : {&x, &conv->weight->tensor_type(), &y})
+    if (!same_strides(*t, contiguous_strides(t->sizes))) return r.decline("a non-contiguous (NCHW) tensor");
+  if (z) {
+    const TensorType& o = z->tensor_type();
+    if (o.sizes != y.sizes || o.dtype != y.dtype || o.device != y.device || !same_strides(o, y.strides))
+      return r.decline("the residual does not have the result's sizes, dtype and layout");
+  }
+  for (const auto* l : {&conv->stride, &conv->padding, &conv->dilation})
+    if (l->size() != 2) return {};
+  std::vector<Arg> args = {Arg::of(conv->x), Arg::of(conv->weight)};
+  if (z) {
+    args.push_back(Arg::of(z));
+    args.push_back(Arg::lit(int64_t{1}));
+  }
+  for (Arg a : {conv->bias ? Arg::of(conv->bias) : Arg::lit(None{}), Arg::lit(conv->stride), Arg::lit(conv->padding),
+                Arg::lit(conv->dilation), Arg::lit(conv->groups)})
+    args.push_back(std::move(a));
+  return {r.node(schema, std::move(args), {root->output()->type()})->output()};
+}
+
 Pattern conv_output() {
   return Pattern::op({"aten::conv2d", "aten::convolution"}).single_use().bind("conv");
 }
@@ -725,6 +839,15 @@ RuleSet make_epilogue_rules() {
   set.rules.push_back({"conv_add_relu", Pattern::op({"aten::relu"}, {add.single_use().bind("sum")}),
                        [](const Match& m, Builder& b) { return conv_add(m, b, true); }});
   set.rules.push_back({"conv_add", add, [](const Match& m, Builder& b) { return conv_add(m, b, false); }});
+  // CUDA: cuBLASLt and cuDNN epilogues.
+  set.rules.push_back({"cuda_linear_relu", Pattern::op({"aten::relu"}, {Pattern::tensor().bind("in")}).outputs(1),
+                       [](const Match& m, Builder& b) { return cuda_linear_activation(m, b, false); }});
+  set.rules.push_back({"cuda_linear_gelu", Pattern::op({"aten::gelu"}, {Pattern::tensor().bind("in")}).outputs(1),
+                       [](const Match& m, Builder& b) { return cuda_linear_activation(m, b, true); }});
+  set.rules.push_back({"cuda_conv_relu", Pattern::op({"aten::relu"}, {conv_output()}).outputs(1),
+                       [](const Match& m, Builder& b) { return cuda_conv_relu(m, b, false); }});
+  set.rules.push_back({"cuda_conv_add_relu", Pattern::op({"aten::relu"}, {add.single_use().bind("sum")}),
+                       [](const Match& m, Builder& b) { return cuda_conv_relu(m, b, true); }});
   return set;
 }
 

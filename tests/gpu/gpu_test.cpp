@@ -1,5 +1,5 @@
 // GPU tests (ctest label "gpu"): fused CUDA kernels against eager CUDA PyTorch on the foundation's op
-// corpus and the reduction corpus, CUDA Graph replay against normal runs, and the fuzzer on CUDA. Each test needs a CUDA device
+// corpus and the reduction corpus, the cuBLASLt and cuDNN epilogue rules, CUDA Graph replay against normal runs, and the fuzzer on CUDA. Each test needs a CUDA device
 // and skips, saying why, where there is none (our build machines have no GPU; tests/gpu/run.sh runs
 // these on a GPU machine).
 #include <fmt/format.h>
@@ -116,7 +116,57 @@ TEST(GpuConv, ConvBatchNormReluMatchesEagerCudaInNchw) {
   RunResult r = run_and_compare(m, {at::randn({8, 8, 56, 56}, kCuda)}, "conv + batch_norm + relu on cuda");
   ASSERT_NE(r.plan, nullptr);
   EXPECT_EQ(r.plan->aten_ops.count("aten::contiguous"), 0u) << r.plan->explain();
+  // The folded conv and the relu: one cuDNN call (epilogue.cuda_conv_relu).
+  EXPECT_EQ(r.plan->aten_ops.count("aten::cudnn_convolution_relu"), 1u) << r.plan->explain();
   EXPECT_TRUE(r.fused.at(0).is_cuda());
+}
+
+int aten_count(const RunResult& r, const char* schema) {
+  auto it = r.plan->aten_ops.find(schema);
+  return it == r.plan->aten_ops.end() ? 0 : it->second;
+}
+
+// Linear + relu / tanh-gelu on the GPU: one _addmm_activation call (cuBLASLt's epilogue), eager's result.
+TEST(GpuEpilogues, LinearActivationIsOneCublasLtCallAndMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    for (const char* act : {"torch.relu(y)", "torch.gelu(y, approximate='tanh')"}) {
+      torch::jit::setGraphExecutorOptimize(false);
+      at::manual_seed(0);
+      torch::jit::Module m("LinearAct");
+      m.register_parameter("w", at::randn({256, 128}) * 0.1, false);
+      m.register_parameter("b", at::randn({256}) * 0.1, false);
+      m.define(std::string("def forward(self, x):\n    y = torch.linear(x, self.w, self.b)\n    return ") + act + "\n");
+      m.eval();
+      m.to(kCuda, dtype);
+      const std::string what = std::string(act) + " in " + c10::toString(dtype);
+      RunResult r = run_and_compare(m, {at::randn({4, 64, 128}, kCuda).to(dtype)}, what);
+      ASSERT_NE(r.plan, nullptr) << what;
+      EXPECT_EQ(aten_count(r, "aten::_addmm_activation"), 1) << what << "\n" << r.plan->explain();
+    }
+  }
+}
+
+// Conv + residual add + relu on the GPU: one cudnn_convolution_add_relu call, eager's result.
+TEST(GpuEpilogues, ConvAddReluIsOneCudnnCallAndMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dtype : {at::kFloat, at::kHalf}) {
+    torch::jit::setGraphExecutorOptimize(false);
+    at::manual_seed(0);
+    torch::jit::Module m("ConvAddRelu");
+    m.register_parameter("w", at::randn({16, 16, 3, 3}) * 0.1, false);
+    m.register_parameter("b", at::randn({16}) * 0.1, false);
+    m.define("def forward(self, x, z):\n"
+             "    c = torch.conv2d(x, self.w, self.b, [1, 1], [1, 1], [1, 1], 1)\n"
+             "    return torch.relu(c + z)\n");
+    m.eval();
+    m.to(kCuda, dtype);
+    const std::string what = std::string("conv + add + relu in ") + c10::toString(dtype);
+    RunResult r = run_and_compare(
+        m, {at::randn({4, 16, 28, 28}, kCuda).to(dtype), at::randn({4, 16, 28, 28}, kCuda).to(dtype)}, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    EXPECT_EQ(aten_count(r, "aten::cudnn_convolution_add_relu"), 1) << what << "\n" << r.plan->explain();
+  }
 }
 
 const char* kBlockArgs = "x, gate, scale";

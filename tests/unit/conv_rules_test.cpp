@@ -329,5 +329,114 @@ TEST(ConvRules, ScalesAndShiftsStayInNearMisses) {
   }
 }
 
+// ---- CUDA epilogues (epilogue.cuda_*) ----
+
+const std::string kCuda = "@cuda:0";
+
+// x [4,6,32] @ W [64,32]^T + b, then `act` over the [4,6,64] result; `linear`: TorchScript's aten::linear,
+// else torch.compile's addmm on t(W) viewed back.
+std::string cuda_linear(const std::string& act, bool linear, const std::string& dtype = "f32", bool bias = true) {
+  const std::string t = dtype;
+  std::string ir = "graph(%0 : " + t + "[4,6,32]" + kCuda + ", %1 : " + t + "[64,32]" + kCuda + ", %2 : " + t + "[64]" +
+                   kCuda + "):\n";
+  if (linear) {
+    ir += "  %5 : " + t + "[4,6,64]" + kCuda + " = aten::linear(%0, %1, " + (bias ? "%2" : "None") + ")\n";
+  } else {
+    ir += "  %3 : " + t + "[24,32]" + kCuda + " = aten::view(%0, [24, 32])\n"
+          "  %4 : " + t + "[32,64]{1,32}" + kCuda + " = aten::t(%1)\n"
+          "  %6 : " + t + "[24,64]" + kCuda + " = aten::addmm(%2, %3, %4, 1, 1)\n"
+          "  %5 : " + t + "[4,6,64]" + kCuda + " = aten::view(%6, [4, 6, 64])\n";
+  }
+  ir += "  %7 : " + t + "[4,6,64]" + kCuda + " = " + act + "\n  return (%7)\n";
+  return ir;
+}
+
+TEST(ConvRules, CudaLinearAndActivationBecomeOneCublasLtCall) {
+  struct Case {
+    const char* what;
+    std::string ir;
+    const char* rule;
+    const char* call;
+  } cases[] = {
+      {"linear + relu", cuda_linear("aten::relu(%5)", true), "epilogue.cuda_linear_relu x1",
+       "aten::_addmm_activation(%2, %3, %4, 1, 1, False)"},
+      {"addmm viewed + relu", cuda_linear("aten::relu(%5)", false), "epilogue.cuda_linear_relu x1",
+       "aten::_addmm_activation(%2, %3, %4, 1, 1, False)"},
+      {"linear + gelu(tanh) in bfloat16", cuda_linear("aten::gelu(%5, \"tanh\")", true, "bf16"),
+       "epilogue.cuda_linear_gelu x1", "aten::_addmm_activation(%2, %3, %4, 1, 1, True)"},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(epilogue_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, c.rule) << c.what << "\n" << out;
+    EXPECT_NE(out.find(c.call), std::string::npos) << c.what << "\n" << out;
+    EXPECT_NE(out.find("[4,6,64]@cuda:0 = aten::reshape("), std::string::npos) << c.what << "\n" << out;
+    EXPECT_EQ(out.find("aten::relu"), std::string::npos) << c.what << "\n" << out;
+  }
+  // The transposed weight is typed as the view it is.
+  const std::string out = run(epilogue_rules(), cuda_linear("aten::relu(%5)", true));
+  EXPECT_NE(out.find("f32[32,64]{1,32}@cuda:0 = aten::t(%1)"), std::string::npos) << out;
+}
+
+TEST(ConvRules, CudaLinearEpiloguesDeclineNearMisses) {
+  struct Case {
+    const char* what;
+    std::string ir;
+    const char* reason;  // "" : left alone silently
+  } cases[] = {
+      {"exact gelu", cuda_linear("aten::gelu(%5, \"none\")", true), "cuBLASLt's GELU epilogue is the tanh approximation"},
+      {"no bias", cuda_linear("aten::relu(%5)", true, "f32", false), "a linear without bias"},
+      {"on the CPU (oneDNN's rules take it, from 2^21 multiply-adds)",
+       [] {
+         std::string ir = cuda_linear("aten::relu(%5)", true);
+         for (size_t i; (i = ir.find(kCuda)) != std::string::npos;) ir.erase(i, kCuda.size());
+         return ir;
+       }(),
+       ""},
+  };
+  for (const auto& c : cases) {
+    auto g = parse_graph(c.ir);
+    std::vector<RuleApplication> log;
+    run_rules(*g, epilogue_rules(), {}, &log);
+    EXPECT_EQ(summarize(log), "") << c.what;
+    std::string declined;
+    for (const auto& a : log) declined += a.declined;
+    if (*c.reason) EXPECT_NE(declined.find(c.reason), std::string::npos) << c.what << ": " << declined;
+    else EXPECT_EQ(declined, "") << c.what;
+  }
+}
+
+TEST(ConvRules, CudaConvReluAndConvAddReluBecomeOneCudnnCall) {
+  const std::string y = "f32[2,16,10,10]" + kCuda;
+  const std::string head = "graph(%0 : f32[2,8,10,10]" + kCuda + ", %1 : f32[16,8,3,3]" + kCuda + ", %2 : f32[16]" +
+                           kCuda + ", %5 : " + y + "):\n"
+                           "  %3 : " + y + " = aten::conv2d(%0, %1, %2, [1, 1], [1, 1], [1, 1], 1)\n";
+  std::string fired;
+  std::string out = run(epilogue_rules(), head + "  %4 : " + y + " = aten::relu(%3)\n  return (%4)\n", &fired);
+  EXPECT_EQ(fired, "epilogue.cuda_conv_relu x1") << out;
+  EXPECT_NE(out.find("= aten::cudnn_convolution_relu(%0, %1, %2, [1,1], [1,1], [1,1], 1)"), std::string::npos) << out;
+  for (const char* add : {"aten::add.Tensor(%3, %5, 1)", "aten::add.Tensor(%5, %3, 1)"}) {
+    out = run(epilogue_rules(),
+              head + "  %4 : " + y + " = " + add + "\n  %6 : " + y + " = aten::relu(%4)\n  return (%6)\n", &fired);
+    EXPECT_EQ(fired, "epilogue.cuda_conv_add_relu x1") << add << "\n" << out;
+    EXPECT_NE(out.find("= aten::cudnn_convolution_add_relu(%0, %1, %3, 1, %2, [1,1], [1,1], [1,1], 1)"),
+              std::string::npos)
+        << out;
+  }
+  // Near misses: a residual that broadcasts, a conv whose result is also returned, float64.
+  const std::string bcast = "graph(%0 : f32[2,8,10,10]" + kCuda + ", %1 : f32[16,8,3,3]" + kCuda + ", %5 : f32[16,1,1]" +
+                            kCuda + "):\n  %3 : " + y + " = aten::conv2d(%0, %1, None, [1, 1], [1, 1], [1, 1], 1)\n"
+                            "  %4 : " + y + " = aten::add.Tensor(%3, %5, 1)\n  %6 : " + y + " = aten::relu(%4)\n"
+                            "  return (%6)\n";
+  const std::string returned = head + "  %4 : " + y + " = aten::relu(%3)\n  return (%4, %3)\n";
+  std::string f64 = head + "  %4 : " + y + " = aten::relu(%3)\n  return (%4)\n";
+  for (size_t i; (i = f64.find("f32[")) != std::string::npos;) f64.replace(i, 3, "f64");
+  for (const std::string& ir : {bcast, returned, f64}) {
+    out = run(epilogue_rules(), ir, &fired);
+    EXPECT_EQ(fired, "") << out;
+    EXPECT_EQ(out.find("cudnn_convolution"), std::string::npos) << out;
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit
