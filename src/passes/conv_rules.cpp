@@ -77,6 +77,8 @@
 //   plain weight at each call, as eager's convolution does). This is a channels-last plan's last
 //   convolution when its result is an output (the demo's conv_bn_relu: one step), and every call of NCHW
 //   plans with the opt-in.
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "passes/passes.h"
@@ -229,7 +231,8 @@ bool contiguous_or_channels_last(const TensorType& t) {
 
 // The checks conv_pointwise and conv_add share: a 2-d convolution on the CPU in float32 or bfloat16, with a
 // contiguous input and a contiguous result `y` of the same dtype, and stride, padding and dilation pairs.
-bool onednn_conv(const Conv& conv, const Value* result) {
+// `why`: set where only the cost rule declines (an NCHW result without the opt-in), for explain.
+bool onednn_conv(const Conv& conv, const Value* result, std::string* why = nullptr) {
   const TensorType& x = conv.x->tensor_type();
   const TensorType& y = result->tensor_type();
   if (x.device != Device::kCPU || x.dim() != 4 || conv.weight->tensor_type().dim() != 4) return false;
@@ -237,13 +240,19 @@ bool onednn_conv(const Conv& conv, const Value* result) {
   if (conv.weight->tensor_type().dtype != x.dtype || y.dtype != x.dtype) return false;
   if (conv.bias && conv.bias->tensor_type().dtype != x.dtype) return false;
   if (!contiguous_or_channels_last(x) || !contiguous_or_channels_last(y)) return false;
-  // An NCHW result would be copied back from oneDNN's channels-last one: only when asked for.
-  if (!is_channels_last(y) && !Options::get().is_enabled("onednn_nchw")) return false;
   if (x.extent() == 0 || y.extent() == 0) return false;
   for (const auto* l : {&conv.stride, &conv.padding, &conv.dilation})
     if (l->size() != 2) return false;
   // A weight given at each call would be reordered at each call: slower than eager's convolution.
-  return frozen(conv.weight) && (!conv.bias || frozen(conv.bias));
+  if (!frozen(conv.weight) || (conv.bias && !frozen(conv.bias))) return false;
+  // An NCHW result would be copied back from oneDNN's channels-last one: only when asked for.
+  if (!is_channels_last(y) && !Options::get().is_enabled("onednn_nchw")) {
+    if (why)
+      *why = "the result is NCHW: oneDNN's channels-last result copied back was slower here than eager's "
+             "convolution and our kernel (FUSION_JIT_ENABLE=onednn_nchw takes it)";
+    return false;
+  }
+  return true;
 }
 
 // The oneDNN call for `conv` and its post-ops (`post`: the arguments after groups; `other`: the binary
@@ -316,7 +325,9 @@ Replacement conv_pointwise(const Match& m, Builder& r, const char* attr) {
   if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise")) return {};
   Node* act = m.root;
   auto conv = as_conv(m.value("conv")->producer());
-  if (!conv || !onednn_conv(*conv, act->output())) return {};
+  if (!conv) return {};
+  std::string why;
+  if (!onednn_conv(*conv, act->output(), &why)) return why.empty() ? Replacement{} : r.decline(why);
   auto post = post_op_args(act, attr);
   if (!post) return {};
   return {onednn_call(r, *conv, act->output(), "mkldnn::_convolution_pointwise", nullptr, std::move(*post))};
@@ -371,7 +382,8 @@ constexpr double kLinearMinMacs = 2097152;
 
 // The checks of the linear rules: CPU tensors of float32 or bfloat16, a frozen 2-d weight (and bias), a
 // contiguous result `y`, and enough work (kLinearMinMacs).
-bool onednn_linear(const Linear& l, const Value* y) {
+// `why`: set where only the cost rule declines (too little work), for explain.
+bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) {
   const TensorType& x = l.x->tensor_type();
   const Value* w = l.weight ? l.weight : l.weight_t;
   const TensorType& wt = w->tensor_type();
@@ -383,8 +395,16 @@ bool onednn_linear(const Linear& l, const Value* y) {
   const int64_t k = x.sizes.back(), n = l.weight ? wt.sizes[0] : wt.sizes[1];
   if ((l.weight ? wt.sizes[1] : wt.sizes[0]) != k || (l.bias && l.bias->tensor_type().sizes != std::vector<int64_t>{n}))
     return false;
-  if (static_cast<double>(x.extent()) * static_cast<double>(n) < kLinearMinMacs) return false;
-  return frozen(w) && (!l.bias || frozen(l.bias));
+  if (!frozen(w) || (l.bias && !frozen(l.bias))) return false;
+  const double macs = static_cast<double>(x.extent()) * static_cast<double>(n);
+  if (macs < kLinearMinMacs) {
+    if (why)
+      *why = fmt::format("{:.0f} multiply-adds, under the 2^21 from which oneDNN's call beats ATen's GEMM and our "
+                         "kernel",
+                         macs);
+    return false;
+  }
+  return true;
 }
 
 // mkldnn::_linear_pointwise(x, reorder(W), b, post...) giving the value of `out` (a view of the linear's
@@ -416,9 +436,10 @@ Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
     in = in->producer()->value_inputs().at(0);
   if (!only_use(in)) return {};
   auto l = as_linear(in->producer());
-  if (!l || !onednn_linear(*l, in) ||
-      !same_strides(act->output()->tensor_type(), contiguous_strides(act->output()->tensor_type().sizes)))
+  if (!l || !same_strides(act->output()->tensor_type(), contiguous_strides(act->output()->tensor_type().sizes)))
     return {};
+  std::string why;
+  if (!onednn_linear(*l, in, &why)) return why.empty() ? Replacement{} : r.decline(why);
   auto post = post_op_args(act, attr);
   if (!post) return {};
   return {onednn_linear_call(r, *l, act->output(), std::move(*post))};

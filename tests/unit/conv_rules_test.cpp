@@ -329,6 +329,38 @@ TEST(ConvRules, ScalesAndShiftsStayInNearMisses) {
   }
 }
 
+// Where only the cost rule declines a CPU epilogue, explain says so (a linear with too little work, a
+// convolution whose result is NCHW).
+TEST(ConvRules, TheCostRuleSaysWhyItKeepsOurKernel) {
+  const std::string small_linear =
+      "graph(%0 : f32[4,6,32]):\n"
+      "  %1 : f32[64,32] = fj::constant(0)\n"
+      "  %2 : f32[64] = fj::constant(1)\n"
+      "  %3 : f32[4,6,64] = aten::linear(%0, %1, %2)\n"
+      "  %4 : f32[4,6,64] = aten::relu(%3)\n"
+      "  return (%4)\n";
+  const std::string nchw_conv = conv_act("f32[2,8,10,10]", "aten::relu(%3)", "  return (%4)\n", "f32", "");
+  struct Case {
+    const char* what;
+    std::string ir;
+    const char* rule;
+    const char* reason;
+  } cases[] = {
+      {"a small linear", small_linear, "epilogue.linear_relu",
+       "49152 multiply-adds, under the 2^21 from which oneDNN's call beats ATen's GEMM and our kernel"},
+      {"an NCHW convolution", nchw_conv, "epilogue.conv_relu", "the result is NCHW"},
+  };
+  for (const auto& c : cases) {
+    auto g = parse_graph(c.ir);
+    std::vector<RuleApplication> log;
+    run_rules(*g, epilogue_rules(), {}, &log);
+    EXPECT_EQ(summarize(log), "") << c.what;
+    ASSERT_EQ(log.size(), 1u) << c.what;
+    EXPECT_EQ(log[0].rule, c.rule) << c.what;
+    EXPECT_NE(log[0].declined.find(c.reason), std::string::npos) << c.what << ": " << log[0].declined;
+  }
+}
+
 // ---- CUDA epilogues (epilogue.cuda_*) ----
 
 const std::string kCuda = "@cuda:0";
