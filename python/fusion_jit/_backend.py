@@ -12,7 +12,8 @@ Unlike Inductor, which documents that a parameter changed after compilation is n
 that every frozen input is the same tensor object with the same version counter (in-place changes) and the
 same data pointer (`.data =` assignment): a change drops the graph's plans and compiles again with the new
 values, with one warning; an input found changed twice is an input of the plans from then on. The check
-costs one comparison triple per frozen tensor per call (about 0.1 us each).
+is one native call per graph call (GraphFunction.frozen_unchanged) over the tensors at the frozen
+positions; a Python loop over them took 0.27 ms per call for efficientnet_b0's 311 parameters.
 """
 
 import os
@@ -141,6 +142,7 @@ class _CompiledGraph:
         self.record = record        # explain(): a list that receives (name, plan text or reason)
         self.freeze = set(freeze)
         self.frozen = []            # (position, tensor, version, data_ptr) of each frozen input, as compiled
+        self.frozen_positions = []  # their positions (the native side holds the same, checked at each call)
         self.changes = {}           # position -> times its frozen tensor was found changed
         self.lock = threading.Lock()
         with _stats.lock:
@@ -148,8 +150,7 @@ class _CompiledGraph:
         _graphs.add(self)
 
     def __call__(self, args):
-        if self.frozen and not all(args[i] is t and t._version == v and t.data_ptr() == p
-                                   for i, t, v, p in self.frozen):
+        if self.frozen and not self.fn.frozen_unchanged([args[i] for i in self.frozen_positions]):
             self._unfreeze_changed(args)
         if self.eager_reason is None and self.positions is not None:
             if self.all_tensors:
@@ -231,6 +232,8 @@ class _CompiledGraph:
         self.all_tensors = len(self.positions) == len(args)
         if not self.frozen and freeze:
             self.frozen = [(i, args[i], args[i]._version, args[i].data_ptr()) for i in sorted(freeze)]
+            self.frozen_positions = sorted(freeze)
+            self.fn.set_frozen([args[i] for i in self.frozen_positions])
         if not compiled:  # past the specialization limit: the lowering ran the graph eagerly
             self._report_warnings()
             with _stats.lock:
@@ -256,6 +259,8 @@ class _CompiledGraph:
         self.outputs.clear()
         self.positions = None
         self.frozen = []
+        self.frozen_positions = []
+        self.fn.set_frozen([])
         self.eager_reason = None
 
 

@@ -60,6 +60,14 @@ struct PyGraphFunction : torch::CustomClassHolder {
         }()) {}
   std::mutex mu;
   std::vector<std::string> warnings;
+  // Freezing (Note [Freezing] in the package): the frozen inputs as compiled, their version counters and
+  // data pointers, checked at each call in one native call instead of a Python loop over them.
+  struct Frozen {
+    at::Tensor tensor;
+    int64_t version;
+    const void* data;
+  };
+  std::vector<Frozen> frozen;
   GraphFunction fn;  // last: its warning handler uses the members above
 };
 
@@ -94,6 +102,26 @@ std::vector<int64_t> counter_list() {
   return {c.cache_hits, c.cache_misses, c.host_compiles, c.nvrtc_compiles};
 }
 
+void set_frozen(const Self& self, const std::vector<at::Tensor>& tensors) {
+  std::lock_guard<std::mutex> g(self->mu);
+  self->frozen.clear();
+  for (const at::Tensor& t : tensors) self->frozen.push_back({t, static_cast<int64_t>(t._version()), t.data_ptr()});
+}
+
+// Whether `now` (the tensors at the frozen positions in this call) are the frozen tensors, unchanged: the
+// same tensor objects, not changed in place (version counter), not given other data (`.data =`).
+bool frozen_unchanged(const Self& self, const std::vector<at::Tensor>& now) {
+  std::lock_guard<std::mutex> g(self->mu);
+  if (now.size() != self->frozen.size()) return false;
+  for (size_t i = 0; i < now.size(); ++i) {
+    const auto& f = self->frozen[i];
+    if (now[i].unsafeGetTensorImpl() != f.tensor.unsafeGetTensorImpl() ||
+        static_cast<int64_t>(now[i]._version()) != f.version || now[i].data_ptr() != f.data)
+      return false;
+  }
+  return true;
+}
+
 // The step profiler's figures: (name, calls, ns) for "plan" (run_plan's wall time), "kernels",
 // "aten_compute", "aten_other", then each ATen schema (and "fj::kernel").
 std::vector<std::tuple<std::string, int64_t, int64_t>> profile_list() {
@@ -125,6 +153,8 @@ TORCH_LIBRARY(fusion_jit, m) {
            [](const Self& self, const std::vector<at::Tensor>& inputs, const std::string& key) {
              return translate_errors([&] { return self->fn.explain(inputs, key); });
            })
+      .def("set_frozen", &set_frozen)
+      .def("frozen_unchanged", &frozen_unchanged)
       .def("num_plans", [](const Self& self) { return static_cast<int64_t>(self->fn.num_plans()); })
       .def("clear", [](const Self& self) { self->fn.clear(); });
   m.def("counters", &counter_list);
