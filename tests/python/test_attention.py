@@ -61,3 +61,26 @@ def test_hugging_face_eager_attention_is_one_sdpa_call(name, freezing):
     s = fusion_jit.stats()
     assert s["eager_graphs"] == 0 and s["eager_calls"] == 0, s
     assert_close(fused, expected, reference, f"{name} with eager attention")
+
+
+def test_training_graphs_keep_the_written_out_attention_and_say_why():
+    """In a training graph the forward keeps the probabilities for the backward (softmax's gradient needs
+    them): the rule declines and explain says why; forward and gradients are eager's."""
+    torch.manual_seed(0)
+    model = _model("bert").train()
+    ref = copy.deepcopy(model)
+    ids = torch.randint(0, 1000, (2, 16))
+    records = []
+    compiled = torch.compile(model, backend=_Backend(fusion_jit.Options({}), records))
+    out = compiled(input_ids=ids).last_hidden_state
+    out.sum().backward()
+    expected = ref(input_ids=ids).last_hidden_state
+    expected.sum().backward()
+    text = "".join(t for _, t in records)
+    assert "declined: attention.sdpa at" in text and "the probabilities are also used elsewhere" in text, text
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5, msg=name)
+        else:  # the pooler, which last_hidden_state does not use: None in eager, None or zeros compiled
+            assert p.grad is None or not p.grad.any(), name
