@@ -425,17 +425,24 @@ Value* onednn_linear_call(Builder& r, const Linear& l, const Value* out, std::ve
   return lt.sizes == out->tensor_type().sizes ? y : r.reshape(y, out->tensor_type().sizes);
 }
 
-// activation(linear) or activation(view(linear)) -> mkldnn::_linear_pointwise with the activation as post-op.
-// The linear (and the view) must have no other user.
-Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
-  if (g_schema_probe && !g_schema_probe("mkldnn::_linear_pointwise")) return {};
-  Node* act = m.root;
+// The linear an activation reads (the pattern's "in"), directly or through a view or reshape; the linear
+// (and the view) used by the activation only. `*result`: the linear's own result.
+std::optional<Linear> linear_read_by(const Match& m, const Builder& r, Value** result) {
   auto only_use = [&r](const Value* v) { return v->producer() && r.users(v).size() == 1 && !r.returned(v); };
   Value* in = m.value("in");
   if (only_use(in) && (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape"))
     in = in->producer()->value_inputs().at(0);
-  if (!only_use(in)) return {};
-  auto l = as_linear(in->producer());
+  if (!only_use(in)) return std::nullopt;
+  *result = in;
+  return as_linear(in->producer());
+}
+
+// activation(linear) or activation(view(linear)) -> mkldnn::_linear_pointwise with the activation as post-op.
+Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_linear_pointwise")) return {};
+  Node* act = m.root;
+  Value* in = nullptr;
+  auto l = linear_read_by(m, r, &in);
   if (!l || !same_strides(act->output()->tensor_type(), contiguous_strides(act->output()->tensor_type().sizes)))
     return {};
   std::string why;
@@ -509,12 +516,8 @@ std::string cuda_gelu_mismatch(const Node* act) {
 Replacement cuda_linear_activation(const Match& m, Builder& r, bool gelu) {
   if (g_schema_probe && !g_schema_probe("aten::_addmm_activation")) return {};
   Node* act = m.root;
-  auto only_use = [&r](const Value* v) { return v->producer() && r.users(v).size() == 1 && !r.returned(v); };
-  Value* in = m.value("in");
-  if (only_use(in) && (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape"))
-    in = in->producer()->value_inputs().at(0);
-  if (!only_use(in)) return {};
-  auto l = as_linear(in->producer());
+  Value* in = nullptr;
+  auto l = linear_read_by(m, r, &in);
   if (!l) return {};
   const TensorType& x = l->x->tensor_type();
   if (x.device != Device::kCUDA) return {};

@@ -23,6 +23,21 @@ int sdpa_calls(const RunResult& r) {
   return it == r.plan->aten_ops.end() ? 0 : it->second;
 }
 
+struct Case {
+  std::string what;
+  torch::jit::Module m;
+  std::vector<c10::IValue> in;
+};
+
+// Each case against eager, with `calls` SDPA calls in its plan.
+void expect_sdpa_calls(std::vector<Case>& cases, int calls) {
+  for (auto& c : cases) {
+    auto r = run_and_compare(c.m, c.in, c.what);
+    ASSERT_NE(r.plan, nullptr) << c.what;
+    EXPECT_EQ(sdpa_calls(r), calls) << c.what << "\n" << r.plan->explain();
+  }
+}
+
 TEST(Attention, WrittenOutAttentionIsOneSdpaCallAndMatchesEager) {
   at::manual_seed(0);
   const int64_t B = 2, H = 4, T = 16, D = 32;
@@ -83,11 +98,7 @@ def forward(self, x, mask):
 TEST(Attention, NearMissesKeepEagersOps) {
   at::manual_seed(0);
   auto q = at::randn({2, 4, 8, 16}), k = at::randn({2, 4, 8, 16}), v = at::randn({2, 4, 8, 16});
-  struct Case {
-    std::string what;
-    torch::jit::Module m;
-    std::vector<c10::IValue> in;
-  } cases[] = {
+  std::vector<Case> cases = {
       {"the probabilities are returned too", attention(" / 4.0", false, "p"), {q, k, v}},
       {"the scale after the mask", script("q, k, v, mask",
                                           "    s = (torch.matmul(q, k.transpose(-2, -1)) + mask) / 4.0\n"
@@ -99,11 +110,7 @@ TEST(Attention, NearMissesKeepEagersOps) {
                                                        "    return torch.matmul(torch.softmax(s, 2), v)\n"),
        {q, k, v}},
   };
-  for (auto& c : cases) {
-    auto r = run_and_compare(c.m, c.in, c.what);
-    ASSERT_NE(r.plan, nullptr) << c.what;
-    EXPECT_EQ(sdpa_calls(r), 0) << c.what << "\n" << r.plan->explain();
-  }
+  expect_sdpa_calls(cases, 0);
 }
 
 // Boolean masks (masked_fill with -inf: padding, causal triu), masks summed (T5's position bias plus the
@@ -114,11 +121,7 @@ TEST(Attention, BooleanCausalAndSummedMasksAreOneSdpaCall) {
   auto q = at::randn({B, H, T, D}), k = at::randn({B, H, T, D}), v = at::randn({B, H, T, D});
   auto pad = at::rand({B, 1, 1, T}) > 0.7;
   pad.index_put_({at::indexing::Slice(), 0, 0, 0}, false);  // no row removed entirely
-  struct Case {
-    std::string what;
-    torch::jit::Module m;
-    std::vector<c10::IValue> in;
-  } cases[] = {
+  std::vector<Case> cases = {
       {"masked_fill(padding, -inf)",
        script("q, k, v, pad", "    s = torch.matmul(q, k.transpose(-2, -1)) / 4.0\n"
                               "    s = s.masked_fill(pad, float('-inf'))\n"
@@ -143,11 +146,7 @@ TEST(Attention, BooleanCausalAndSummedMasksAreOneSdpaCall) {
                                     "    return torch.matmul(torch.softmax(s, -1), v)\n"),
        {q, k, v, at::randn({T, T}), pad}},
   };
-  for (auto& c : cases) {
-    auto r = run_and_compare(c.m, c.in, c.what);
-    ASSERT_NE(r.plan, nullptr) << c.what;
-    EXPECT_EQ(sdpa_calls(r), 1) << c.what << "\n" << r.plan->explain();
-  }
+  expect_sdpa_calls(cases, 1);
 }
 
 // Rows a mask removes entirely: eager's softmax gives NaN there, SDPA's kernels 0; the rule gives eager's.
