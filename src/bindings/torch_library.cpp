@@ -108,18 +108,19 @@ void set_frozen(const Self& self, const std::vector<at::Tensor>& tensors) {
   for (const at::Tensor& t : tensors) self->frozen.push_back({t, static_cast<int64_t>(t._version()), t.data_ptr()});
 }
 
-// Whether `now` (the tensors at the frozen positions in this call) are the frozen tensors, unchanged: the
-// same tensor objects, not changed in place (version counter), not given other data (`.data =`).
-bool frozen_unchanged(const Self& self, const std::vector<at::Tensor>& now) {
+// The indices (into the frozen list) of the tensors in `now` (those at the frozen positions in this call)
+// that are not the frozen ones unchanged: another tensor object, changed in place (version counter), or
+// given other data (`.data =`). Empty: all unchanged.
+std::vector<int64_t> frozen_changed(const Self& self, const std::vector<at::Tensor>& now) {
   std::lock_guard<std::mutex> g(self->mu);
-  if (now.size() != self->frozen.size()) return false;
-  for (size_t i = 0; i < now.size(); ++i) {
+  std::vector<int64_t> changed;
+  for (size_t i = 0; i < self->frozen.size(); ++i) {
     const auto& f = self->frozen[i];
-    if (now[i].unsafeGetTensorImpl() != f.tensor.unsafeGetTensorImpl() ||
+    if (i >= now.size() || now[i].unsafeGetTensorImpl() != f.tensor.unsafeGetTensorImpl() ||
         static_cast<int64_t>(now[i]._version()) != f.version || now[i].data_ptr() != f.data)
-      return false;
+      changed.push_back(static_cast<int64_t>(i));
   }
-  return true;
+  return changed;
 }
 
 // The step profiler's figures: (name, calls, ns) for "plan" (run_plan's wall time), "kernels",
@@ -154,7 +155,7 @@ TORCH_LIBRARY(fusion_jit, m) {
              return translate_errors([&] { return self->fn.explain(inputs, key); });
            })
       .def("set_frozen", &set_frozen)
-      .def("frozen_unchanged", &frozen_unchanged)
+      .def("frozen_changed", &frozen_changed)
       .def("num_plans", [](const Self& self) { return static_cast<int64_t>(self->fn.num_plans()); })
       .def("clear", [](const Self& self) { self->fn.clear(); });
   m.def("counters", &counter_list);

@@ -80,14 +80,17 @@ bool is_last(int64_t d, int64_t rank) { return d == -1 || d == rank - 1; }
 
 // The 4-d [B, H, X, Y] value a 3-d bmm operand [B*H, X, Y] is a view of (FX's spelling), looking through
 // a clone or contiguous and an expand to its own sizes (each leaves the values as they are); else nullptr.
-Value* unbatch(Value* x3) {
+// `through`, when given, gets the values passed on the way (the view's input, then each one looked through).
+Value* unbatch(Value* x3, std::vector<Value*>* through = nullptr) {
   Node* view = producer_in(x3, {"aten::view", "aten::_unsafe_view", "aten::reshape"});
   if (!view || !x3->is_tensor()) return nullptr;
   Value* y = view->args()[0].value;
+  if (through) through->push_back(y);
   while (Node* p = producer_in(y, {"aten::clone", "aten::contiguous", "aten::expand"})) {
     Value* in = p->args()[0].value;
     if (!in->is_tensor() || !y->is_tensor() || in->tensor_type().sizes != y->tensor_type().sizes) break;
     y = in;
+    if (through) through->push_back(y);
   }
   if (!y->is_tensor() || y->tensor_type().dim() != 4) return nullptr;
   const auto &s4 = y->tensor_type().sizes, &s3 = x3->tensor_type().sizes;
@@ -118,9 +121,8 @@ Replacement sdpa(const Match& m, Builder& r) {
   Value* v = fx ? unbatch(m.value("v")) : m.value("v");
   // The probabilities: softmax, then dropout in inference (FX: its clone), then FX's expand and view.
   std::vector<Value*> chain = {p};  // the values from the root's operand back to the softmax's output
-  Value* probs = fx ? unbatch(p) : p;
+  Value* probs = fx ? unbatch(p, &chain) : p;
   if (!probs) return {};
-  if (probs != p) chain.push_back(probs);
   while (Node* d = producer_in(probs, {"aten::clone", "aten::dropout", "aten::contiguous"})) {
     if (d->schema() == "aten::dropout") {
       const auto train = literal_arg(d->args().size() > 2 ? &d->args()[2] : nullptr);
@@ -133,8 +135,7 @@ Replacement sdpa(const Match& m, Builder& r) {
   if (!softmax) return {};  // not attention
   // From here the match is attention: a decline says why.
   for (const Value* c : chain)
-    if (c != p && !used_once(r, c)) return r.decline("the probabilities are also used elsewhere");
-  if (!used_once(r, p)) return r.decline("the probabilities are also used elsewhere");
+    if (!used_once(r, c)) return r.decline("the probabilities are also used elsewhere");
   const auto& sa = softmax->args();
   Value* s = sa[0].value;
   if (!s->is_tensor() || s->tensor_type().dim() != 4) return r.decline("the scores are not 4-d [B, H, T, S]");

@@ -202,6 +202,13 @@ TEST(AttentionRule, TorchCompilesNearMissesDeclineWithAReason) {
     const char* reason;
   } cases[] = {
       {"a broadcast k", fx_attention(broadcast_k, kTwoMasks, "%19"), "k^T is not a transpose of k's last two dims"},
+      {"the probabilities (dropout's clone) also returned",
+       [] {
+         std::string ir = fx_attention(kKt, kTwoMasks, "%19");
+         ir.replace(ir.find("return (%27)"), 12, "return (%27, %21)");
+         return ir;
+       }(),
+       "the probabilities are also used elsewhere"},
       {"a finite masked_fill",
        fx_attention(kKt, "  %19 : f32[2,2,8,8] = aten::masked_fill.Scalar(%17, %5, -10000.0)\n", "%19"),
        "a masked_fill with a value other than -inf"},
