@@ -25,7 +25,8 @@ import weakref
 import torch
 
 from . import _native
-from ._lowering import LayoutMismatch, Unsupported, channels_last_weights, lower, specialization_key
+from ._lowering import (LayoutMismatch, Unsupported, channels_last_activations, channels_last_weights, lower,
+                        specialization_key)
 
 _OPTION_TYPES = {
     "cuda_graphs": bool,
@@ -125,7 +126,7 @@ class _CompiledGraph:
 
     `freeze`: positions of the graph's inputs that are constants of the plan (Note [Freezing])."""
 
-    def __init__(self, gm, name, opts, record=None, freeze=()):
+    def __init__(self, gm, name, opts, record=None, freeze=(), inference=False):
         # AOT autograd calls it with the list of arguments. An instance attribute: dynamo wraps backward
         # compilers' results with functools.wraps, which copies the instance's __dict__.
         self._boxed_call = True
@@ -141,6 +142,7 @@ class _CompiledGraph:
         self.eager_reason = None
         self.record = record        # explain(): a list that receives (name, plan text or reason)
         self.freeze = set(freeze)
+        self.inference = inference  # an inference graph: no activations saved for a backward graph
         self.frozen = []            # positions of the frozen inputs as compiled (the native side holds the
                                     # tensors, their versions and data pointers, and checks them at each call)
         self.changes = {}           # position -> times its frozen tensor was found changed
@@ -212,11 +214,19 @@ class _CompiledGraph:
         freeze = {i for i in self.freeze if isinstance(args[i], torch.Tensor)}
         try:
             cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last() else set()
+            acts, layout = set(), None
+            if not cl and self.inference and _channels_last():
+                # (Not in training: the forward's saved activations would be copied back to the layout
+                # the backward graph was traced with.)
+                acts, layout = channels_last_activations(self.gm, freeze)
             try:
-                low = lower(self.gm, args, freeze, cl)
-            except (LayoutMismatch, RuntimeError) if cl else ():
-                # Channels-last weights are an optimization: where an op of the graph refuses the layout
-                # (a view of a channels-last tensor that only a copy could give), lower as traced.
+                low = lower(self.gm, args, freeze, cl, acts)
+            except ((LayoutMismatch, RuntimeError) if cl or acts else ()) as e:
+                # Channels-last weights or activations are an optimization: where an op of the graph
+                # refuses the layout (a view of a channels-last tensor that only a copy could give), lower
+                # as traced.
+                if acts:
+                    layout = f"layout: NCHW kept (channels-last failed: {e})\n"
                 low = lower(self.gm, args, freeze)
         except Unsupported as e:
             return self._give_up(str(e), args)
@@ -248,7 +258,7 @@ class _CompiledGraph:
                 _stats.frozen_inputs += len(freeze)
             if self.record is not None:
                 head = (f"freezing: {len(freeze)} parameter(s) and buffer(s) are constants of the plan\n"
-                        if freeze else "")
+                        if freeze else "") + (layout or "")
                 self.record.append((self.name, head + self.fn.explain(tensors, low.key)))
         return list(low.results)
 
@@ -340,7 +350,8 @@ class _Backend:
         def compile_graph(gm, example_inputs):
             self.count += 1
             freeze = _freezable(gm) if kind == "inference" and self.opts.freezing else ()
-            return _CompiledGraph(gm, f"{kind} graph {self.count}", self.opts, self.record, freeze)
+            return _CompiledGraph(gm, f"{kind} graph {self.count}", self.opts, self.record, freeze,
+                                  inference=kind == "inference")
         return compile_graph
 
     def __call__(self, gm, example_inputs):

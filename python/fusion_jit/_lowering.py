@@ -139,25 +139,112 @@ class LayoutMismatch(Exception):
 _LAYOUT_SENSITIVE = {"as_strided", "as_strided_", "as_strided_scatter", "as_strided_copy"}
 
 
-def channels_last_weights(gm, frozen):
-    """Positions of frozen inputs that are the weight of a 2-d convolution on the CPU (Note [Channels-last
-    plans]: not for cuDNN); none where an op of the graph reads memory by strides (as_strided) or draws
-    random numbers."""
+def _layout_may_change(gm):
+    """False where an op of the graph reads memory by strides (as_strided) or draws random numbers (a
+    lowering that fails and runs again would draw twice)."""
     for n in gm.graph.nodes:
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and (
                 n.target.overloadpacket.__name__ in _LAYOUT_SENSITIVE
                 or torch.Tag.nondeterministic_seeded in n.target.tags):
-            return set()  # (random draws: a lowering that fails and runs again would draw twice)
-    placeholders = gm.graph.find_nodes(op="placeholder")
-    position = {n: i for i, n in enumerate(placeholders)}
-    out = set()
+            return False
+    return True
+
+
+def _cpu_conv2d_nodes(gm):
+    """The graph's 2-d, not transposed convolutions on the CPU, with their weights' FX values."""
     for n in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.convolution.default):
         w = n.args[1]
         transposed = n.args[6] if len(n.args) > 6 else False
-        val = w.meta.get("val", torch.empty(0))
-        if position.get(w) in frozen and not transposed and val.dim() == 4 and val.device.type == "cpu":
-            out.add(position[w])
-    return out
+        val = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and not transposed and val.dim() == 4 and val.device.type == "cpu":
+            yield n, w, val
+
+
+def channels_last_weights(gm, frozen):
+    """Positions of frozen inputs that are the weight of a 2-d convolution on the CPU (Note [Channels-last
+    plans]: not for cuDNN); none where the layout may not change (_layout_may_change)."""
+    if not _layout_may_change(gm):
+        return set()
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    position = {n: i for i, n in enumerate(placeholders)}
+    return {position[w] for _, w, _ in _cpu_conv2d_nodes(gm) if position.get(w) in frozen}
+
+
+# Note [Channels-last activations]
+# With default settings a convolution's weight is an input of each call, not a constant, so the plan
+# cannot keep a channels-last copy of it (Note [Channels-last plans] does with freezing). Its input can
+# still be made channels-last: oneDNN's convolution then writes its result channels-last, the ops after it
+# keep that layout up to the next convolution, and outputs get eager's layout back (as with channels-last
+# weights). Whether it pays is a cost estimate over the graph's CPU convolutions, from measurements on
+# this project's machine (2 threads; bench/RESULTS.md, "Channels-last activations"):
+# - gain: about 0.75 ns per element the convolutions write (efficientnet_b0 0.73x of the NCHW plan's time,
+#   mobilenet_v3_small and timm_regnetx_002 0.81x: 0.74-0.77 ns per written element);
+# - cost: about 0.6 ns per weight element, read and reordered by oneDNN's channels-last kernels on each
+#   call (slower than its NCHW ones for large weights over small images: a [512, 256, 1, 1] stride-2
+#   convolution 0.23 ms NCHW, 1.39 ms channels-last), another 0.6 ns per weight element that is not
+#   channels-last already (copied on each call: a kh x kw > 1 kernel over more than one input channel per
+#   group; 1x1 and depthwise weights are both layouts at once), and 0.3 ns per element copied at the
+#   plan's edges (4-d graph inputs read by a convolution, 4-d outputs given eager's layout back).
+# resnet18 (11M weight elements, 2.5M written) stays NCHW: channels-last took it from 26 to 45 ms, and
+# Inductor, which makes every CPU conv net channels-last with default settings, is slower than eager on
+# it. Inference graphs only: in training the forward's saved activations would be copied back to the
+# layout the backward graph was traced with. explain prints the decision with both estimates;
+# FUSION_JIT_DISABLE=channels_last keeps NCHW.
+_CL_GAIN_NS_PER_WRITTEN = 0.75
+_CL_NS_PER_WEIGHT = 0.6
+_CL_NS_PER_COPIED = 0.6
+_CL_NS_PER_EDGE = 0.3
+
+
+def _numel_hint(t):
+    """A FX value's element count; for a dynamic shape, the one of the example that traced it."""
+    n = t.numel()
+    if isinstance(n, torch.SymInt):
+        n = n.node.hint if n.node.has_hint() else 0
+    return int(n)
+
+
+def channels_last_activations(gm, frozen):
+    """Default settings: the convolutions whose input the plan makes channels-last (Note [Channels-last
+    activations]) and a line for explain saying what was decided and why; (set(), None) where the graph
+    has no CPU 2-d convolution."""
+    convs = list(_cpu_conv2d_nodes(gm))
+    if not convs:
+        return set(), None
+    if not _layout_may_change(gm):
+        return set(), "layout: NCHW kept (an op reads memory by strides or draws random numbers)\n"
+    placeholders = set(gm.graph.find_nodes(op="placeholder"))
+
+    def numel(node):
+        v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        return _numel_hint(v) if isinstance(v, torch.Tensor) else 0
+
+    weights = copied = written = edges = 0
+    inputs = set()
+    for n, w, val in convs:
+        weights += _numel_hint(val)
+        if not val.is_contiguous(memory_format=torch.channels_last):
+            copied += _numel_hint(val)
+        written += numel(n)
+        x = n.args[0]
+        if x in placeholders and x not in inputs:
+            inputs.add(x)
+            edges += numel(x)
+    results = []
+    for out in gm.graph.find_nodes(op="output"):
+        map_aggregate(out.args[0], results.append)
+    for o in set(results):
+        v = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+        if isinstance(v, torch.Tensor) and v.dim() == 4:
+            edges += _numel_hint(v)
+    gain_us = written * _CL_GAIN_NS_PER_WRITTEN / 1000.0
+    cost_us = (weights * _CL_NS_PER_WEIGHT + copied * _CL_NS_PER_COPIED + edges * _CL_NS_PER_EDGE) / 1000.0
+    why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
+           f"{cost_us:.1f} us ({weights} weight elements, {copied} of them copied per call, {edges} copied at "
+           f"the edges)")
+    if gain_us <= cost_us:
+        return set(), f"layout: NCHW kept, channels-last activations would not pay: {why}\n"
+    return {n for n, _, _ in convs}, f"layout: channels-last activations: {why}\n"
 
 
 def _memory_format_of(t):
@@ -168,10 +255,13 @@ def _memory_format_of(t):
     return None
 
 
-def lower(gm, args, frozen=(), channels_last=()):
+def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
     """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR. The tensor arguments at the
     positions in `frozen` become constants of the plan instead of inputs; those in `channels_last` (frozen
-    convolution weights) are made channels-last first, and every output is given eager's layout back."""
+    convolution weights) are made channels-last first, as is the input of each convolution node in
+    `channels_last_inputs` (Note [Channels-last activations]); with either, every output is given eager's
+    layout back."""
+    relayout = bool(channels_last) or bool(channels_last_inputs)
     low = Lowered()
     graph = gm.graph
     nodes = list(graph.nodes)
@@ -185,6 +275,7 @@ def lower(gm, args, frozen=(), channels_last=()):
     inputs = []
     counter = [0]
     placeholders = 0
+    converted = {}  # node -> (_Ref, tensor): its channels-last copy (channels_last_inputs)
 
     def new_name():
         counter[0] += 1
@@ -279,11 +370,22 @@ def lower(gm, args, frozen=(), channels_last=()):
             if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
                 # Checked before running it: a graph given up on is run again eagerly from the start.
                 raise Unsupported(f"{what} mutates an argument")
+            swapped = None
+            if node in channels_last_inputs:
+                swapped = _channels_last_input(node.args[0], env, ref, converted, emit, new_name)
             fargs = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
             fkwargs = map_aggregate(node.kwargs, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
-            v = node.target(*fargs, **fkwargs)
-            env[node] = v
             target = node.target
+            try:
+                v = target(*fargs, **fkwargs)
+            except RuntimeError:
+                # A view that the changed layout makes impossible: a copy reads the same values, and
+                # where nothing else sees the result (no view of it, not returned) nothing else differs.
+                if not (relayout and target is torch.ops.aten.view.default and _only_read(node)):
+                    raise
+                target = torch.ops.aten.reshape.default
+                v = target(*fargs, **fkwargs)
+            env[node] = v
             if target is operator.getitem:
                 base = ref[node.args[0]]
                 if isinstance(base, (tuple, list)):
@@ -293,7 +395,9 @@ def lower(gm, args, frozen=(), channels_last=()):
                 else:
                     raise Unsupported(f"{what}: indexing a tensor value")
             elif isinstance(target, torch._ops.OpOverload):
-                ref[node] = _lower_op(node, v, what, as_text, emit, new_name)
+                ref[node] = _lower_op(node, v, what, as_text, emit, new_name, target)
+                if swapped is not None:  # the input's other users read it as it was
+                    env[node.args[0]], ref[node.args[0]] = swapped
             elif not isinstance(v, torch.Tensor) and not (
                     isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v)):
                 ref[node] = v  # arithmetic on sizes (operator.mul on SymInts, math.ceil, ...)
@@ -302,7 +406,7 @@ def lower(gm, args, frozen=(), channels_last=()):
         elif node.op == "output":
             outs = node.args[0]
             flat = outs if isinstance(outs, (list, tuple)) else [outs]
-            if channels_last:
+            if relayout:
                 _check_no_shared_outputs([env[o] for o in flat if isinstance(o, torch.fx.Node)])
             ir_outs = []
             results = []
@@ -310,7 +414,7 @@ def lower(gm, args, frozen=(), channels_last=()):
                 if isinstance(o, torch.fx.Node):
                     r = ref[o]
                     v = env[o]
-                    if channels_last and isinstance(r, _Ref):
+                    if relayout and isinstance(r, _Ref):
                         r, v = _eager_layout(o, r, v, emit, new_name)
                     results.append(v)
                     if isinstance(r, _Ref):
@@ -333,6 +437,27 @@ def lower(gm, args, frozen=(), channels_last=()):
     low.ir = "graph(" + ", ".join(inputs) + "):\n" + "\n".join(lines) + "\n"
     low.key = specialization_key(args, low.key_positions)
     return low
+
+
+def _channels_last_input(x, env, ref, converted, emit, new_name):
+    """Gives the FX node `x` (a convolution's input) its channels-last copy for the convolution's lowering:
+    emits aten::contiguous(x, channels_last) once per node where `x` is not channels-last already. Returns
+    what to restore after the convolution (None when nothing was swapped)."""
+    v = env.get(x)
+    r = ref.get(x)
+    if not isinstance(v, torch.Tensor) or not isinstance(r, _Ref) or v.dim() != 4:
+        return None
+    if v.is_contiguous(memory_format=torch.channels_last):
+        return None
+    if x not in converted:
+        cv = v.contiguous(memory_format=torch.channels_last)
+        cr = _Ref(new_name())
+        emit([(cr, tensor_type(cv, f"{x.name} made channels-last"))], "aten::contiguous",
+             [r.name, _literal(torch.channels_last, "")])
+        converted[x] = (cr, cv)
+    saved = (v, r)
+    ref[x], env[x] = converted[x]
+    return saved
 
 
 def _check_no_shared_outputs(values):
@@ -402,8 +527,13 @@ def _scalar_overload(op, args):
     return None
 
 
-def _lower_op(node, v, what, as_text, emit, new_name):
-    op = node.target
+def _only_read(node):
+    """Whether every user of `node` only reads it: ops that are not views, the graph's output excluded."""
+    return all(u.op == "call_function" and isinstance(u.target, torch._ops.OpOverload) and not u.target.is_view
+               for u in node.users)
+
+
+def _lower_op(node, v, what, as_text, emit, new_name, op):
     schema = op._schema
     name0 = schema.name + ("." + schema.overload_name if schema.overload_name else "")
     args = _bound_args(schema, node, f"{node.name} ({name0})")

@@ -176,14 +176,23 @@ class FeatureMap(nn.Module):
         return z, y.mean(1, keepdim=True), z.flatten(1)
 
 
+@pytest.mark.parametrize("freezing", [True, False])
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_outputs_keep_eagers_strides_in_channels_last_plans(layout):
+def test_outputs_keep_eagers_strides_in_channels_last_plans(layout, freezing):
+    # With freezing the weights are made channels-last; with default settings the first convolution's
+    # input is (Note [Channels-last activations]). Returning z and its flattened view, the graph is lowered
+    # as traced (flattening a channels-last z takes a copy, which would part the two outputs): explain
+    # says so.
     torch.manual_seed(0)
     m = FeatureMap().eval()
     x = torch.randn(2, 3, 12, 12)
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
-    compiled = fusion_jit.compile(m, freezing=True)
+    compiled = fusion_jit.compile(m, freezing=freezing)
+    if not freezing and layout == "contiguous":
+        with torch.no_grad():
+            text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+        assert "layout: NCHW kept (channels-last failed: view size is not compatible" in text, text
     with torch.no_grad():
         expected = m(x)
         reference = copy.deepcopy(m).double()(x.double())
@@ -219,3 +228,93 @@ def test_outputs_sharing_storage_keep_sharing_it():
             torch.testing.assert_close(a, e[0])
             torch.testing.assert_close(b, e[1])
             assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr(), f"{call} call: parted"
+
+
+class DepthwiseNet(nn.Module):
+    """Depthwise and 1x1 convolutions over a large image: channels-last pays without frozen weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.pw = nn.Conv2d(16, 32, 1)
+        self.bn = nn.BatchNorm2d(32)
+
+    def forward(self, x):
+        y = torch.nn.functional.silu(self.stem(x))
+        y = self.pw(torch.nn.functional.silu(self.dw(y)) + y)
+        return torch.relu(self.bn(y)).mean((2, 3))
+
+
+class WideWeights(nn.Module):
+    """3x3 convolutions with large weights over a small image: copying the weights to channels-last on
+    each call would cost more than the layout gains (resnet18's late stages)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(64, 256, 3, padding=1)
+        self.b = nn.Conv2d(256, 256, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))).flatten(1)
+
+
+class FlattenedFeatures(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1, groups=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.fc = nn.Linear(8 * 16 * 16, 4)
+
+    def forward(self, x):
+        z = self.b(torch.relu(self.a(x))) + 1
+        return self.fc(z.flatten(1)), z
+
+
+def test_a_view_the_layout_makes_impossible_becomes_a_copy_where_only_read():
+    # z.flatten(1) (aten::view) of a channels-last z cannot be a view; nothing else sees it, so the plan
+    # copies (aten::reshape) and stays channels-last. z itself is returned with eager's layout.
+    torch.manual_seed(0)
+    m = FlattenedFeatures().eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+        assert "layout: channels-last activations" in text and "aten::reshape" in text, text
+        fusion_jit.reset()
+        torch._dynamo.reset()
+        compiled = fusion_jit.compile(m)
+        expected = m(x)
+        reference = copy.deepcopy(m).double()(x.double())
+        for call in ("first", "second"):
+            got = compiled(x)
+            for i, (g, e, r) in enumerate(zip(got, expected, reference)):
+                assert g.stride() == e.stride(), f"{call} call, output {i}: strides {g.stride()} vs eager {e.stride()}"
+                assert_close(g, e, r, f"{call} call, output {i}")
+
+
+@pytest.mark.parametrize("net, x, layout", [
+    (DepthwiseNet, (2, 3, 32, 32), "channels-last activations"),
+    (WideWeights, (1, 64, 7, 7), "NCHW kept"),
+])
+def test_default_settings_choose_the_layout_by_cost(net, x, layout):
+    torch.manual_seed(0)
+    m = net().eval()
+    x = torch.randn(*x)
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+    assert f"layout: {layout}" in text, text
+    assert ("aten::contiguous" in text) == (layout != "NCHW kept"), text
+    fusion_jit.reset()
+    torch._dynamo.reset()
+    check(m, fusion_jit.compile(m), x, net.__name__)
+    assert fusion_jit.stats()["eager_graphs"] == 0
+
+
+def test_disabling_channels_last_keeps_nchw_with_default_settings(monkeypatch):
+    monkeypatch.setenv("FUSION_JIT_DISABLE", "channels_last")
+    torch.manual_seed(0)
+    m = DepthwiseNet().eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+    assert "layout:" not in text and "aten::contiguous" not in text, text
