@@ -85,6 +85,25 @@ void BM_SmallFused(benchmark::State& st) {
   for (auto _ : st) benchmark::DoNotOptimize(f(args));
 }
 
+// Host overhead of a plan of 100 ATen steps (views: transpose(0, 1) of a 8x8 tensor, 100 times): eager's
+// dispatch of the same ops against the plan's, per step (issue 16's per-step overhead).
+at::Tensor transposes(at::Tensor y) {
+  for (int i = 0; i < 100; ++i) y = y.transpose(0, 1);
+  return y;
+}
+void BM_AtenSteps100Eager(benchmark::State& st) {
+  at::Tensor x = input(at::kFloat, 64).view({8, 8});
+  for (auto _ : st) benchmark::DoNotOptimize(transposes(x));
+}
+void BM_AtenSteps100Plan(benchmark::State& st) {
+  at::Tensor x = input(at::kFloat, 64).view({8, 8});
+  auto f = fusion_jit::trace([](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{transposes(in[0])}; },
+                             {x});
+  std::vector<c10::IValue> args{x};
+  f(args);
+  for (auto _ : st) benchmark::DoNotOptimize(f(args));
+}
+
 void chains(benchmark::internal::Benchmark* b) {
   for (int64_t t : {static_cast<int64_t>(at::kFloat), static_cast<int64_t>(at::kBFloat16)})
     for (int64_t ops : {2, 4, 6, 8}) b->Args({ops, t});
@@ -95,6 +114,8 @@ BENCHMARK(BM_Eager)->Apply(chains)->UseRealTime()->Unit(benchmark::kMillisecond)
 BENCHMARK(BM_Fused)->Apply(chains)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SmallEager)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SmallFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AtenSteps100Eager)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AtenSteps100Plan)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -1335,6 +1335,7 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
     PlanInstance inst;
     inst.captured.output_kind = OutputKind::kTuple;
     inst.plan = build_plan(std::move(g));
+    resolve_aten_steps(inst);
     if (seeded) at::manual_seed(draw_seed(recipes[0].seed));
     c10::IValue out = run_plan(inst, all_inputs);
     for (const auto& e : out.toTupleRef().elements()) fused.push_back(e.toTensor());

@@ -9,6 +9,7 @@
 #include <ATen/ops/gelu.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -194,6 +195,37 @@ c10::IValue map_tensors(const c10::IValue& v, const std::function<at::Tensor(con
 
 void call_schema(const std::string& schema, std::vector<c10::IValue>& stack) { find_handle(schema).callBoxed(stack); }
 
+namespace {
+
+// Literals the IR has no kind for, converted by the schema: a device is written as a string ("cpu",
+// "cuda:0"), a list of bools (output masks of backward ops) as a list of 0/1, a list of optional
+// Scalars (oneDNN post-ops' scalars) as a list of ints or of floats.
+void convert_literals(const c10::OperatorHandle& h, std::vector<c10::IValue>& stack) {
+  for (size_t i = 0; i < stack.size() && i < h.schema().arguments().size(); ++i) {
+    if (!stack[i].isString() && !stack[i].isIntList() && !stack[i].isDoubleList()) continue;
+    c10::TypePtr t = h.schema().arguments()[i].type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    if (stack[i].isString() && t->kind() == c10::TypeKind::DeviceObjType) {
+      stack[i] = c10::Device(stack[i].toStringRef());
+    } else if (stack[i].isIntList() && t->kind() == c10::TypeKind::ListType &&
+               t->expectRef<c10::ListType>().getElementType()->kind() == c10::TypeKind::BoolType) {
+      c10::List<bool> bools;
+      for (int64_t b : stack[i].toIntVector()) bools.push_back(b != 0);
+      stack[i] = bools;
+    } else if ((stack[i].isIntList() || stack[i].isDoubleList()) && t->kind() == c10::TypeKind::ListType) {
+      c10::TypePtr e = t->expectRef<c10::ListType>().getElementType();
+      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+      if (e->kind() == c10::TypeKind::NumberType) {
+        c10::List<std::optional<c10::Scalar>> scalars;
+        for (const c10::IValue& v : stack[i].toListRef()) scalars.push_back(v.toScalar());
+        stack[i] = scalars;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>& value_args) {
   std::vector<c10::IValue> stack;
   size_t vi = 0;
@@ -218,35 +250,96 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
     return out;
   }
   const c10::OperatorHandle& h = find_handle(s);
-  // Literals the IR has no kind for, converted by the schema: a device is written as a string ("cpu",
-  // "cuda:0"), a list of bools (output masks of backward ops) as a list of 0/1, a list of optional
-  // Scalars (oneDNN post-ops' scalars) as a list of ints or of floats.
-  for (size_t i = 0; i < stack.size() && i < h.schema().arguments().size(); ++i) {
-    if (!stack[i].isString() && !stack[i].isIntList() && !stack[i].isDoubleList()) continue;
-    c10::TypePtr t = h.schema().arguments()[i].type();
-    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
-    if (stack[i].isString() && t->kind() == c10::TypeKind::DeviceObjType) {
-      stack[i] = c10::Device(stack[i].toStringRef());
-    } else if (stack[i].isIntList() && t->kind() == c10::TypeKind::ListType &&
-               t->expectRef<c10::ListType>().getElementType()->kind() == c10::TypeKind::BoolType) {
-      c10::List<bool> bools;
-      for (int64_t b : stack[i].toIntVector()) bools.push_back(b != 0);
-      stack[i] = bools;
-    } else if ((stack[i].isIntList() || stack[i].isDoubleList()) && t->kind() == c10::TypeKind::ListType) {
-      c10::TypePtr e = t->expectRef<c10::ListType>().getElementType();
-      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
-      if (e->kind() == c10::TypeKind::NumberType) {
-        c10::List<std::optional<c10::Scalar>> scalars;
-        for (const c10::IValue& v : stack[i].toListRef()) scalars.push_back(v.toScalar());
-        stack[i] = scalars;
-      }
-    }
-  }
+  convert_literals(h, stack);
   h.callBoxed(stack);
   FJ_INTERNAL_ASSERT(stack.size() == n.outputs().size(), "{} returned {} values, {} expected", s, stack.size(),
                      n.outputs().size());
   return stack;
 }
+
+// Note [ATen steps resolved at plan build]
+// An ATen step used to find its operator by schema name at every call (a lock and a hash of the name),
+// convert its literal arguments to IValues (lists allocated anew) and fix their types by the schema. All
+// of that depends on the plan only: resolve_aten_steps does it once per plan instance, and run_plan copies
+// the prepared stack (IValue copies: refcounts), puts the step's values in (moving those that die at the
+// step, so that no extra reference outlives it) and calls the operator boxed. The cost per step before
+// and after is in bench/RESULTS.md ("ATen steps resolved at plan build").
+void resolve_aten_steps(PlanInstance& inst) {
+  const ExecutablePlan& plan = *inst.plan;
+  inst.calls.assign(plan.steps.size(), AtenCall());
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const ExecStep& st = plan.steps[i];
+    if (st.kernel >= 0 || st.node->is_constant()) continue;
+    const Node& n = *st.node;
+    AtenCall& c = inst.calls[i];
+    for (const Arg& a : n.args()) {
+      if (a.is_value()) {
+        c.slots.push_back(static_cast<int>(c.stack.size()));
+        c.stack.emplace_back();
+      } else {
+        c.stack.push_back(literal_to_ivalue(a.literal));
+      }
+    }
+    for (const Value* v : n.value_inputs()) c.ids.push_back(v->id());
+    FJ_INTERNAL_ASSERT(c.ids.size() == c.slots.size(), "{}: {} value arguments, {} value inputs", n.schema(),
+                       c.slots.size(), c.ids.size());
+    for (int id : c.ids) {
+      const bool dies = std::find(st.release.begin(), st.release.end(), id) != st.release.end();
+      c.move.push_back(dies && std::count(c.ids.begin(), c.ids.end(), id) == 1);
+    }
+    const std::string& s = n.schema();
+    if (s == "prim::ListConstruct") {
+      c.kind = n.output()->type().other == "Tensor?[]" ? AtenCall::Kind::kOptionalTensorList
+                                                        : AtenCall::Kind::kTensorList;
+    } else if (s == "prim::ListUnpack") {
+      c.kind = AtenCall::Kind::kListUnpack;
+    } else {
+      c.kind = AtenCall::Kind::kOp;
+      c.op = &find_handle(s);
+      convert_literals(*c.op, c.stack);
+    }
+  }
+}
+
+namespace {
+
+// Runs a resolved step on `stack` (its arguments); the step's results replace them.
+void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack) {
+  switch (c.kind) {
+    case AtenCall::Kind::kOp:
+      c.op->callBoxed(stack);
+      FJ_INTERNAL_ASSERT(stack.size() == n.outputs().size(), "{} returned {} values, {} expected", n.schema(),
+                         stack.size(), n.outputs().size());
+      return;
+    case AtenCall::Kind::kOptionalTensorList: {  // index's indices: None where a dim is not indexed
+      c10::List<std::optional<at::Tensor>> list;
+      for (auto& v : stack) list.push_back(v.isNone() ? std::optional<at::Tensor>() : std::move(v).toTensor());
+      stack.assign(1, c10::IValue(std::move(list)));
+      return;
+    }
+    case AtenCall::Kind::kTensorList: {
+      c10::List<at::Tensor> list;
+      for (auto& v : stack) list.push_back(std::move(v).toTensor());
+      stack.assign(1, c10::IValue(std::move(list)));
+      return;
+    }
+    case AtenCall::Kind::kListUnpack: {
+      auto list = stack.at(0).toTensorList();
+      FJ_CHECK(list.size() == n.outputs().size(), "prim::ListUnpack: {} elements, {} expected", list.size(),
+               n.outputs().size());
+      std::vector<c10::IValue> out;
+      out.reserve(list.size());
+      for (size_t i = 0; i < list.size(); ++i) out.emplace_back(list.get(i));
+      stack = std::move(out);
+      return;
+    }
+    case AtenCall::Kind::kNone:
+      break;
+  }
+  FJ_INTERNAL_ASSERT(false, "{}: step not resolved", n.schema());
+}
+
+}  // namespace
 
 std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10::IValue>& inputs, int* device) {
   *device = -1;
@@ -367,12 +460,14 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
   launch_context.grain = Options::get().cpu_grain;
   launch_context.stream = current_stream;
   std::vector<void*> ptrs;
-  std::vector<c10::IValue> args;
+  std::vector<c10::IValue> stack;
+  FJ_INTERNAL_ASSERT(p.calls.size() == plan.steps.size(), "the plan's ATen steps were not resolved");
   const bool profile = profiling();
   using Clock = std::chrono::steady_clock;
   const auto run_start = profile ? Clock::now() : Clock::time_point();
   auto step_start = run_start;
-  for (const ExecStep& st : plan.steps) {
+  for (size_t si = 0; si < plan.steps.size(); ++si) {
+    const ExecStep& st = plan.steps[si];
     if (profile) step_start = Clock::now();
     if (st.kernel >= 0) {
       const KernelLaunch& k = plan.kernels[st.kernel];
@@ -396,10 +491,12 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
       if (n.is_constant()) {
         env[n.output()->id()] = p.captured.constants.at(n.constant_index());
       } else {
-        args.clear();
-        for (const Value* v : n.value_inputs()) args.push_back(env[v->id()]);
-        auto outs = call_aten(n, args);
-        for (size_t i = 0; i < outs.size(); ++i) env[n.output(i)->id()] = std::move(outs[i]);
+        const AtenCall& c = p.calls[si];
+        stack.assign(c.stack.begin(), c.stack.end());
+        for (size_t j = 0; j < c.slots.size(); ++j)
+          stack[c.slots[j]] = c.move[j] ? std::move(env[c.ids[j]]) : env[c.ids[j]];
+        run_call(c, n, stack);
+        for (size_t i = 0; i < stack.size(); ++i) env[n.output(i)->id()] = std::move(stack[i]);
       }
     }
     for (int id : st.release) env[id] = c10::IValue();

@@ -17,9 +17,22 @@
 
 namespace fusion_jit {
 
+// One ATen step resolved at plan build (Note [ATen steps resolved at plan build]): the operator handle,
+// the boxed stack with every literal argument converted once, and where the step's values go in it.
+struct AtenCall {
+  enum class Kind { kNone, kOp, kTensorList, kOptionalTensorList, kListUnpack };
+  Kind kind = Kind::kNone;              // kNone: a kernel or constant step
+  const c10::OperatorHandle* op = nullptr;
+  std::vector<c10::IValue> stack;       // literals in place; value slots hold None
+  std::vector<int> slots;               // stack positions of the value arguments, in order
+  std::vector<int> ids;                 // their value ids
+  std::vector<bool> move;               // the value dies at this step and is used once by it: moved in
+};
+
 struct PlanInstance {
   CapturedGraph captured;
   std::unique_ptr<ExecutablePlan> plan;
+  std::vector<AtenCall> calls;          // per plan step (resolve_aten_steps)
   // CUDA Graph replay (CompileOptions::cuda_graphs): captured at the first call after the compiling one.
   std::mutex graph_mu;
   bool graph_tried = false;
@@ -45,6 +58,9 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip = {
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,
                          const std::string& name, bool* replayed);
 
+// Resolves the ATen steps of `inst.plan` (Note [ATen steps resolved at plan build]); called once the plan
+// is built, before the first run_plan. Throws fusion_jit::Error naming a schema the dispatcher lacks.
+void resolve_aten_steps(PlanInstance& inst);
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
 // `t` without its stride-0 dims (narrowed to one element): its distinct elements, so that copy_ can

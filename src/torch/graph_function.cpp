@@ -205,6 +205,7 @@ struct GraphFunction::Impl {
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
     inst->plan = build_plan(std::move(cap.graph), target);
+    resolve_aten_steps(*inst);
     return inst;
   }
 };
