@@ -6,8 +6,9 @@ in one run.
 
 For each model and compiler, two fresh processes share a cache directory made for this run: the first
 starts cold (empty caches) and measures the first call (cold compile: Dynamo, AOT autograd and the
-backend), then the median time per iteration of the compiled model and of eager in the same process; the
-second measures the first call again with the caches warm (warm compile). fusion_jit also reports the
+backend), then the median time per iteration of the compiled model and of eager in the same process,
+timed in alternating rounds (so that the machine's drift falls on both; eager's spread across rounds is
+in the JSON as eager_spread); the second measures the first call again with the caches warm (warm compile). fusion_jit also reports the
 share of the graph's ops that run inside its kernels and the kernels per iteration. Speedups are taken
 against eager measured in the same process. Bars (issues 7 and 15): cold compile at most 0.2x
 Inductor's; geomean speedup over eager at least 1.1x and at least Inductor's in the same setting; no
@@ -29,14 +30,25 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
-def median_ms(fn, iters):
-    fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(times)
+def interleaved_ms(eager, compiled, iters, rounds=5):
+    """Eager and the compiled model timed in alternating rounds (iters calls in all each), so that a drift
+    of the machine's speed during the run (other tenants, clocks) falls on both: the medians of all calls,
+    and eager's spread (slowest round's median over fastest's) to show how much the machine moved."""
+    per = max(1, iters // rounds)
+    e_all, c_all, e_rounds = [], [], []
+    eager()
+    compiled()
+    for r in range(rounds):
+        for fn, out in ((eager, e_all), (compiled, c_all)) if r % 2 == 0 else ((compiled, c_all), (eager, e_all)):
+            ts = []
+            for _ in range(per):
+                t0 = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t0) * 1000.0)
+            out.extend(ts)
+            if out is e_all:
+                e_rounds.append(statistics.median(ts))
+    return statistics.median(e_all), statistics.median(c_all), max(e_rounds) / min(e_rounds)
 
 
 def one(name, compiler, iters, size, measure):
@@ -59,9 +71,8 @@ def one(name, compiler, iters, size, measure):
         compiled(*args)
         out["first_call_s"] = time.perf_counter() - t0
         if measure:
-            out["eager_ms"] = median_ms(lambda: model(*args), iters)
-            out["compiled_ms"] = median_ms(lambda: compiled(*args), iters)
-            out["eager_ms_after"] = median_ms(lambda: model(*args), iters)
+            out["eager_ms"], out["compiled_ms"], out["eager_spread"] = interleaved_ms(
+                lambda: model(*args), lambda: compiled(*args), iters)
     if compiler.startswith("fusion_jit"):
         s = fusion_jit.stats()
         out.update(kernels=s["kernels"], fused_ops=s["fused_ops"], fallback_ops=s["fallback_ops"],
@@ -84,7 +95,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--settings", default="default,freezing", help="default, freezing or both (the default)")
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=30, help="calls timed per variant (default 30, in 5 rounds)")
     p.add_argument("--size", type=int, default=224, help="image size (default 224)")
     p.add_argument("--json", help="also write the rows to this file (generated output: put it outside the "
                    "source tree, e.g. build/models_results.json)")
@@ -111,7 +122,8 @@ def main():
                 cold = run_child(name, compiler, a.iters, a.size, True, cache)
                 warm = run_child(name, compiler, a.iters, a.size, False, cache)
                 print(f"[bench] {name} {compiler}: cold {cold['first_call_s']:.2f} s, warm {warm['first_call_s']:.2f} s, "
-                      f"{cold['compiled_ms']:.2f} ms vs eager {cold['eager_ms']:.2f} ms ({time.time() - t0:.0f} s)",
+                      f"{cold['compiled_ms']:.2f} ms vs eager {cold['eager_ms']:.2f} ms (eager's spread across rounds "
+                      f"{cold['eager_spread']:.2f}; {time.time() - t0:.0f} s)",
                       file=sys.stderr, flush=True)
             row[compiler] = {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"], **cold}
         rows.append(row)
