@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/gelu.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "runtime/buffer_pool.h"
 #include "runtime/profile.h"
@@ -264,6 +266,43 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
 // the prepared stack (IValue copies: refcounts), puts the step's values in (moving those that die at the
 // step, so that no extra reference outlives it) and calls the operator boxed. The cost per step before
 // and after is in bench/RESULTS.md ("ATen steps resolved at plan build").
+//
+// Note [Views made at plan build]
+// A view step's result (view, _unsafe_view, t, transpose, permute, expand, unsqueeze, squeeze.dim, alias)
+// has sizes and strides the plan's types give (plans are specialized on their inputs' layouts) and its
+// base's storage offset; the dispatcher's 0.3-0.7 us per call (eager's own cost) buys nothing else for an
+// intermediate value. Such a step makes the alias directly: a tensor on the base's storage and version
+// counter, with those sizes and strides. Where it would be seen: not for values the plan returns, or that
+// another view step (made through the dispatcher) takes (eager's results are views with autograd's view
+// metadata, `_base`), and at run time not where the base requires grad with grad mode on (the
+// dispatcher's path records the view for autograd then; with grad mode off eager's view does not
+// require grad either). Strides of size-1 dims may differ from what ATen would pick for them; nothing
+// reads those (the kernels' layout check skips them, as does ATen's contiguity).
+namespace {
+
+bool is_fast_view_schema(const std::string& s) {
+  static const std::set<std::string> kViews = {"aten::view",          "aten::_unsafe_view", "aten::t",
+                                               "aten::transpose.int", "aten::permute",      "aten::expand",
+                                               "aten::unsqueeze",     "aten::squeeze.dim",  "aten::alias"};
+  return kViews.count(s) > 0;
+}
+
+// Whether the op's first result aliases an argument (a view), by its schema.
+bool returns_alias(const c10::OperatorHandle& h) {
+  const auto& rets = h.schema().returns();
+  return !rets.empty() && rets[0].alias_info() != nullptr;
+}
+
+at::Tensor make_view(const at::Tensor& base, const AtenCall& c) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
+                                                   base.key_set(), base.dtype());
+  impl->set_sizes_and_strides(c.view_sizes, c.view_strides, base.storage_offset());
+  impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
+  return at::Tensor(std::move(impl));
+}
+
+}  // namespace
+
 void resolve_aten_steps(PlanInstance& inst) {
   const ExecutablePlan& plan = *inst.plan;
   inst.calls.assign(plan.steps.size(), AtenCall());
@@ -299,6 +338,36 @@ void resolve_aten_steps(PlanInstance& inst) {
       convert_literals(*c.op, c.stack);
     }
   }
+  // Views made at plan build: decided last to first, since whether a view may be one depends on its users.
+  const Graph& g = *plan.graph;
+  std::vector<int> step_of(g.num_value_ids(), -1);  // value id -> the ATen step producing it
+  for (size_t i = 0; i < plan.steps.size(); ++i)
+    if (inst.calls[i].kind != AtenCall::Kind::kNone)
+      for (const Value* v : plan.steps[i].node->outputs()) step_of[v->id()] = static_cast<int>(i);
+  std::vector<bool> returned(g.num_value_ids(), false);
+  for (const Value* v : g.outputs()) returned[v->id()] = true;
+  const auto users = g.users();
+  for (size_t i = plan.steps.size(); i-- > 0;) {
+    AtenCall& c = inst.calls[i];
+    const Node& n = *plan.steps[i].node;
+    if (c.kind != AtenCall::Kind::kOp || !is_fast_view_schema(n.schema()) || n.outputs().size() != 1 ||
+        !n.output()->is_tensor() || c.ids.empty() || returned[n.output()->id()])
+      continue;
+    bool hidden = true;
+    for (const Node* u : users[n.output()->id()]) {
+      const int us = u->outputs().empty() ? -1 : step_of[u->output()->id()];
+      if (us < 0) continue;  // a node inside a kernel
+      const AtenCall& uc = inst.calls[us];
+      if (uc.kind == AtenCall::Kind::kOp && returns_alias(*uc.op) && !uc.fast_view) hidden = false;
+      if (uc.kind == AtenCall::Kind::kTensorList || uc.kind == AtenCall::Kind::kOptionalTensorList)
+        hidden = false;  // a list's elements reach ops that may return them (split, unbind...)
+    }
+    if (!hidden) continue;
+    const TensorType& t = n.output()->tensor_type();
+    c.fast_view = true;
+    c.view_sizes = t.sizes;
+    c.view_strides = t.strides;
+  }
 }
 
 namespace {
@@ -307,6 +376,15 @@ namespace {
 void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack) {
   switch (c.kind) {
     case AtenCall::Kind::kOp:
+      if (c.fast_view) {
+        const at::Tensor& base = stack[c.slots[0]].toTensor();
+        if ((!base.requires_grad() || !at::GradMode::is_enabled()) && base.layout() == at::kStrided &&
+            base.has_storage()) {
+          at::Tensor v = make_view(base, c);
+          stack.assign(1, c10::IValue(std::move(v)));
+          return;
+        }
+      }
       c.op->callBoxed(stack);
       FJ_INTERNAL_ASSERT(stack.size() == n.outputs().size(), "{} returned {} values, {} expected", n.schema(),
                          stack.size(), n.outputs().size());

@@ -27,6 +27,10 @@ struct AtenCall {
   std::vector<int> slots;               // stack positions of the value arguments, in order
   std::vector<int> ids;                 // their value ids
   std::vector<bool> move;               // the value dies at this step and is used once by it: moved in
+  // A view made without the dispatcher (Note [Views made at plan build]): the result's sizes and strides,
+  // taken from the plan's type; the base's storage and offset.
+  bool fast_view = false;
+  std::vector<int64_t> view_sizes, view_strides;
 };
 
 struct PlanInstance {

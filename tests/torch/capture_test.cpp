@@ -157,5 +157,33 @@ TEST(Plan, IntermediatesAreReleasedAndConstantsFolded) {
   EXPECT_EQ(r.plan->fused_ops, 1) << r.plan->explain();
 }
 
+// Note [Views made at plan build]: intermediate views (read by a kernel, by ATen's mm, by another view)
+// are made without the dispatcher; a returned view still comes from it, a view of its base as eager's.
+TEST(Plan, ViewsMadeAtPlanBuildGiveEagersValuesAndReturnedViewsStayViews) {
+  torch::jit::Module m("Views");
+  m.define(R"(
+def forward(self, x, w):
+    a = torch.relu(x)
+    b = a.view(-1, 8).t()
+    c = torch.mm(b, w)
+    d = c.unsqueeze(0).expand(3, -1, -1) + 1.0
+    return d, a, a.view(-1)
+)");
+  m.eval();
+  std::vector<c10::IValue> in{at::randn({4, 2, 8}), at::randn({8, 5})};
+  auto r = run_and_compare(m, in, "views");
+  ASSERT_NE(r.plan, nullptr);
+  for (int call = 0; call < 2; ++call) {  // the first call gave the capture's (eager) result
+    auto out = flatten((*r.compiled)(in));
+    ASSERT_EQ(out.size(), 3u);
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i;
+      EXPECT_EQ(out[i].strides(), r.eager[i].strides()) << "output " << i;
+    }
+    EXPECT_TRUE(out[2].is_view()) << "a returned view is a view, as eager's";
+    EXPECT_TRUE(out[2]._base().is_same(out[1])) << "its base is the returned a, as in eager";
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing
