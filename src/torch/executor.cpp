@@ -293,6 +293,16 @@ bool returns_alias(const c10::OperatorHandle& h) {
   return !rets.empty() && rets[0].alias_info() != nullptr;
 }
 
+// A dense CPU or CUDA tensor without bits that the dispatcher's view would carry over by its own rules
+// (conjugate, negative, zero tensors) or keys that route ops elsewhere (Python subclasses,
+// functionalization).
+bool plain_tensor(const at::Tensor& t) {
+  if (t.layout() != at::kStrided || !t.has_storage() || t.is_conj() || t.is_neg() || t._is_zerotensor()) return false;
+  const c10::DispatchKeySet ks = t.key_set();
+  return !ks.has(c10::DispatchKey::Python) && !ks.has(c10::DispatchKey::PythonTLSSnapshot) &&
+         !ks.has(c10::DispatchKey::Functionalize) && (t.is_cpu() || t.is_cuda());
+}
+
 at::Tensor make_view(const at::Tensor& base, const AtenCall& c) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
                                                    base.key_set(), base.dtype());
@@ -378,8 +388,7 @@ void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack)
     case AtenCall::Kind::kOp:
       if (c.fast_view) {
         const at::Tensor& base = stack[c.slots[0]].toTensor();
-        if ((!base.requires_grad() || !at::GradMode::is_enabled()) && base.layout() == at::kStrided &&
-            base.has_storage()) {
+        if ((!base.requires_grad() || !at::GradMode::is_enabled()) && plain_tensor(base)) {
           at::Tensor v = make_view(base, c);
           stack.assign(1, c10::IValue(std::move(v)));
           return;
