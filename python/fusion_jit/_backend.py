@@ -218,7 +218,7 @@ class _CompiledGraph:
             if not cl and self.inference and _channels_last():
                 # (Not in training: the forward's saved activations would be copied back to the layout
                 # the backward graph was traced with.)
-                acts, layout = channels_last_activations(self.gm, freeze)
+                acts, layout = channels_last_activations(self.gm)
             try:
                 low = lower(self.gm, args, freeze, cl, acts)
             except ((LayoutMismatch, RuntimeError) if cl or acts else ()) as e:

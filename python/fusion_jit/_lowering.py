@@ -204,7 +204,7 @@ def _numel_hint(t):
     return int(n)
 
 
-def channels_last_activations(gm, frozen):
+def channels_last_activations(gm):
     """Default settings: the convolutions whose input the plan makes channels-last (Note [Channels-last
     activations]) and a line for explain saying what was decided and why; (set(), None) where the graph
     has no CPU 2-d convolution."""

@@ -161,6 +161,19 @@ def test_training_graphs_are_not_frozen():
     assert fusion_jit.stats()["frozen_inputs"] == 0
 
 
+def check_outputs_and_strides(model, compiled, x):
+    """Two calls (the first gives the lowering run's result, the second the plan's): every output as
+    eager's, strides included, against the fp64 reference."""
+    with torch.no_grad():
+        expected = model(x)
+        reference = copy.deepcopy(model).double()(x.double())
+        for call in ("first", "second"):
+            got = compiled(x)
+            for i, (g, e, r) in enumerate(zip(got, expected, reference)):
+                assert g.stride() == e.stride(), f"{call} call, output {i}: strides {g.stride()} vs eager {e.stride()}"
+                assert_close(g, e, r, f"{call} call, output {i}")
+
+
 class FeatureMap(nn.Module):
     """Returns 4-d activations: with freezing the plan is channels-last inside (Note [Channels-last plans]);
     each output must come back with eager's strides, whatever eager gives."""
@@ -193,14 +206,7 @@ def test_outputs_keep_eagers_strides_in_channels_last_plans(layout, freezing):
         with torch.no_grad():
             text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
         assert "layout: NCHW kept (channels-last failed: view size is not compatible" in text, text
-    with torch.no_grad():
-        expected = m(x)
-        reference = copy.deepcopy(m).double()(x.double())
-        for call in ("first", "second"):
-            got = compiled(x)
-            for i, (g, e, r) in enumerate(zip(got, expected, reference)):
-                assert g.stride() == e.stride(), f"{call} call, output {i}: strides {g.stride()} vs eager {e.stride()}"
-                assert_close(g, e, r, f"{call} call, output {i}")
+    check_outputs_and_strides(m, compiled, x)
     assert fusion_jit.stats()["eager_graphs"] == 0
 
 
@@ -283,13 +289,7 @@ def test_a_view_the_layout_makes_impossible_becomes_a_copy_where_only_read():
         fusion_jit.reset()
         torch._dynamo.reset()
         compiled = fusion_jit.compile(m)
-        expected = m(x)
-        reference = copy.deepcopy(m).double()(x.double())
-        for call in ("first", "second"):
-            got = compiled(x)
-            for i, (g, e, r) in enumerate(zip(got, expected, reference)):
-                assert g.stride() == e.stride(), f"{call} call, output {i}: strides {g.stride()} vs eager {e.stride()}"
-                assert_close(g, e, r, f"{call} call, output {i}")
+    check_outputs_and_strides(m, compiled, x)
 
 
 @pytest.mark.parametrize("net, x, layout", [
