@@ -104,6 +104,22 @@ void BM_AtenSteps100Plan(benchmark::State& st) {
   for (auto _ : st) benchmark::DoNotOptimize(f(args));
 }
 
+// An integer chain with a remainder by a literal and an independent comparison of the same input (issue
+// 16's example): one kernel with integer division by literals fused and the two groups merged side by
+// side; FUSION_JIT_DISABLE=horizontal in another run gives the two kernels apart, against eager's own.
+std::vector<at::Tensor> integer_graph(const at::Tensor& x) { return {(x * 3).remainder(5) + 1, x > 2}; }
+void BM_IntegerGraphEager(benchmark::State& st) {
+  at::Tensor x = at::randint(-1000, 1000, {st.range(0)}, at::kInt);
+  for (auto _ : st) benchmark::DoNotOptimize(integer_graph(x));
+}
+void BM_IntegerGraphFused(benchmark::State& st) {
+  at::Tensor x = at::randint(-1000, 1000, {st.range(0)}, at::kInt);
+  auto f = fusion_jit::trace([](const std::vector<at::Tensor>& in) { return integer_graph(in[0]); }, {x});
+  std::vector<c10::IValue> args{x};
+  f(args);
+  for (auto _ : st) benchmark::DoNotOptimize(f(args));
+}
+
 void chains(benchmark::internal::Benchmark* b) {
   for (int64_t t : {static_cast<int64_t>(at::kFloat), static_cast<int64_t>(at::kBFloat16)})
     for (int64_t ops : {2, 4, 6, 8}) b->Args({ops, t});
@@ -116,6 +132,8 @@ BENCHMARK(BM_SmallEager)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SmallFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AtenSteps100Eager)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AtenSteps100Plan)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_IntegerGraphEager)->Arg(1 << 10)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_IntegerGraphFused)->Arg(1 << 10)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

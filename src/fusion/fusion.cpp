@@ -165,7 +165,8 @@ namespace {
 // Values used outside the group, or returned by the graph, become extra outputs of the kernel.
 class GreedyFuser {
  public:
-  GreedyFuser(const Graph& g, const CostModel& cost, bool enable) : g_(g), cost_(cost), enable_(enable) {
+  GreedyFuser(const Graph& g, const CostModel& cost, bool enable, bool horizontal)
+      : g_(g), cost_(cost), enable_(enable), horizontal_(horizontal) {
     nodes_ = g.nodes();
     for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = static_cast<int>(i);
     users_ = g.users();
@@ -205,6 +206,7 @@ class GreedyFuser {
       }
       if (enable_) grow(gid, fusible);
     }
+    if (enable_ && horizontal_) merge_horizontal();
     return finish(why_not);
   }
 
@@ -226,6 +228,102 @@ class GreedyFuser {
         rejected.insert(cand);
       }
     }
+  }
+
+  // Note [Horizontal fusion]
+  // After the groups have grown, pointwise groups over the same iteration space that read a tensor of that
+  // size in common and have no path between them (neither reads what the other writes, directly or through other
+  // steps), whose outputs share one device and one layout, are merged into one kernel when the cost model
+  // prices the merged kernel below the two apart: one launch fewer, and the shared inputs read once.
+  // Groups with nothing in common (or only a scalar or a broadcast row) stay apart: a launch is all they
+  // would save, and each other buffer of a kernel costs registers on a GPU (its offsets). Groups with reductions are left apart (their siblings already join in grow()). Pairs
+  // are tried in order of first node; a group merges with as many later groups as pay.
+  void merge_horizontal() {
+    for (size_t a = 0; a < members_.size(); ++a) {
+      if (forms_[a]) continue;
+      for (size_t b = a + 1; b < members_.size();) {
+        if (forms_[b] || shapes_[b] != shapes_[a] || !shares_input(members_[a], members_[b], shapes_[a]) ||
+            !same_layout(members_[a], members_[b]) || reaches(static_cast<int>(a), static_cast<int>(b)) ||
+            reaches(static_cast<int>(b), static_cast<int>(a))) {
+          ++b;
+          continue;
+        }
+        std::vector<int> merged = members_[a];
+        merged.insert(merged.end(), members_[b].begin(), members_[b].end());
+        std::sort(merged.begin(), merged.end());
+        WorkEstimate apart = group_work(members_[a], shapes_[a]);
+        apart += group_work(members_[b], shapes_[b]);
+        WorkEstimate together = group_work(merged, shapes_[a]);
+        double t_apart = cost_.estimate_us(apart), t_together = cost_.estimate_us(together);
+        std::string what = node_name(nodes_[members_[b][0]]);
+        if (members_[b].size() > 1) what += fmt::format(" and {} more op{}", members_[b].size() - 1,
+                                                        members_[b].size() == 2 ? "" : "s");
+        what += fmt::format(", independent, over {}", shape_str(shapes_[a]));
+        if (t_together >= t_apart) {
+          decisions_[a].push_back({false, fmt::format("{}: not profitable side by side: {:.1f} us merged vs {:.1f} us apart",
+                                                      what, t_together, t_apart)});
+          ++b;
+          continue;
+        }
+        for (auto& d : decisions_[b]) decisions_[a].push_back(d);
+        decisions_[a].push_back(
+            {true, fmt::format("{}: merged side by side (horizontal): saves {} of traffic and {} launch "
+                               "(est. {:.1f} -> {:.1f} us)",
+                               what, format_bytes(apart.bytes - together.bytes), apart.launches - together.launches,
+                               t_apart, t_together)});
+        members_[a] = std::move(merged);
+        // Drop group b; later groups move down by one.
+        members_.erase(members_.begin() + b);
+        shapes_.erase(shapes_.begin() + b);
+        forms_.erase(forms_.begin() + b);
+        decisions_.erase(decisions_.begin() + b);
+        for (int& g : group_of_)
+          if (g == static_cast<int>(b)) g = static_cast<int>(a);
+          else if (g > static_cast<int>(b)) --g;
+      }
+    }
+  }
+
+  // Whether the two groups read in common a tensor (from outside both) with an element per point of the
+  // iteration space `shape`: a shared scalar or broadcast row saves next to nothing.
+  bool shares_input(const std::vector<int>& a, const std::vector<int>& b, const std::vector<int64_t>& shape) const {
+    int64_t points = 1;
+    for (int64_t s : shape) points *= s;
+    auto inputs = [&](const std::vector<int>& ms) {
+      std::set<int> members(ms.begin(), ms.end());
+      std::set<const Value*> in;
+      for (int m : ms)
+        for (const Value* v : nodes_[m]->value_inputs())
+          if (v->is_tensor() && v->tensor_type().numel() == points &&
+              !(v->producer() && members.count(index_.at(v->producer()))))
+            in.insert(v);
+      return in;
+    };
+    std::set<const Value*> ia = inputs(a);
+    for (const Value* v : inputs(b))
+      if (ia.count(v)) return true;
+    return false;
+  }
+
+  // Whether every value the two groups write has one device and one memory layout: a kernel walks its
+  // iteration space in one order, which would be strided for a group written in another layout.
+  bool same_layout(const std::vector<int>& a, const std::vector<int>& b) const {
+    std::optional<TensorType> first;
+    for (const auto* ms : {&a, &b})
+      for (const Value* v : outside_of(*ms)) {
+        const TensorType& t = v->tensor_type();
+        if (!first) first = t;
+        else if (t.strides != first->strides || t.device != first->device || t.device_index != first->device_index)
+          return false;
+      }
+    return first.has_value();
+  }
+
+  // A path from super node `from` to `to`, direct or through other steps.
+  bool reaches(int from, int to) const {
+    for (int s : super_succ(from))
+      if (s == to) return true;
+    return indirect_path(from, to);
   }
 
   // Unassigned neighbours of a group, nearest first (latest producers, then earliest consumers).
@@ -511,6 +609,7 @@ class GreedyFuser {
   const Graph& g_;
   const CostModel& cost_;
   bool enable_;
+  bool horizontal_;
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, int> index_;
   std::vector<std::vector<Node*>> users_;
@@ -589,8 +688,20 @@ bool can_fuse_node(const Node& n, std::string* why) {
         return no("batch_norm statistics of an unexpected shape");
   }
   if (op->has(OpFlag::kIntegerDivision) && is_integral(out.dtype, true)) {
-    // Integer division by zero raises in eager; a kernel could only return garbage.
-    return no("integer division runs through ATen");
+    // Integer division by zero raises in eager and the minimum value divided by -1 overflows (a trap on
+    // x86); a kernel could only return garbage or crash. A literal divisor is known here: any other
+    // cannot raise, so it fuses. The literal is taken as eager takes it, converted to the result's dtype
+    // (300 is 44 for int8, 256 is 0 for uint8).
+    const Arg& divisor = n.args().size() > 1 ? n.args()[1] : n.args()[0];
+    if (divisor.is_value() || out.dtype == DType::kBool)
+      return no(fmt::format("integer {} by a tensor runs through ATen: eager raises on a zero divisor",
+                            op->kernel_fn));
+    if (!std::holds_alternative<int64_t>(divisor.literal))
+      return no(fmt::format("integer {} by a non-integer literal runs through ATen", op->kernel_fn));
+    int64_t d = wrap_integer(std::get<int64_t>(divisor.literal), out.dtype);
+    if (d == 0) return no(fmt::format("integer {} by zero: eager raises", op->kernel_fn));
+    if (d == -1 && is_signed_integer(out.dtype))
+      return no(fmt::format("integer {} by -1 runs through ATen (the minimum value overflows)", op->kernel_fn));
   }
   if (op->has(OpFlag::kIntegerRaises) && is_integral(out.dtype, true)) {
     // Eager checks integer operands (pow: negative exponents) and raises; keep ATen's checks.
@@ -599,8 +710,8 @@ bool can_fuse_node(const Node& n, std::string* why) {
   return true;
 }
 
-FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion) {
-  return GreedyFuser(g, cost, enable_fusion).run();
+FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion, bool horizontal) {
+  return GreedyFuser(g, cost, enable_fusion, horizontal).run();
 }
 
 std::string explain_plan(const FusionPlan& p) {

@@ -65,9 +65,10 @@ struct FusionPlan {
 // Whether a node may be part of a generated kernel at all; `why` tells why not.
 bool can_fuse_node(const Node& n, std::string* why);
 
-// Greedy grouping over `g` (which must outlive the plan). With fusion disabled each fusible node becomes
-// its own group.
-FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion = true);
+// Greedy grouping over `g` (which must outlive the plan), then independent groups merged side by side
+// where `horizontal` (Note [Horizontal fusion]). With fusion disabled each fusible node becomes its own
+// group.
+FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion = true, bool horizontal = true);
 
 // The plan as text: groups with their ops, estimated costs and decisions, then the ATen steps with
 // their reasons.

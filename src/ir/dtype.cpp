@@ -20,6 +20,16 @@ const Info kInfo[] = {
 
 const char* dtype_name(DType t) { return kInfo[static_cast<int>(t)].name; }
 const char* dtype_c_type(DType t) { return kInfo[static_cast<int>(t)].ctype; }
+int64_t wrap_integer(int64_t v, DType t) {
+  switch (t) {
+    case DType::kBool: return v != 0;
+    case DType::kUInt8: return static_cast<uint8_t>(v);
+    case DType::kInt8: return static_cast<int8_t>(v);
+    case DType::kInt16: return static_cast<int16_t>(v);
+    case DType::kInt32: return static_cast<int32_t>(v);
+    default: return v;
+  }
+}
 size_t dtype_size(DType t) { return kInfo[static_cast<int>(t)].size; }
 int dtype_to_torch_code(DType t) { return kInfo[static_cast<int>(t)].torch_code; }
 

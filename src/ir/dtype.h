@@ -31,6 +31,10 @@ inline bool is_floating(DType t) {
 inline bool is_integral(DType t, bool include_bool) {
   return (include_bool && t == DType::kBool) || (t >= DType::kUInt8 && t <= DType::kInt64);
 }
+inline bool is_signed_integer(DType t) { return t >= DType::kInt8 && t <= DType::kInt64; }
+// An integer converted to an integer dtype as C++'s static_cast does (two's complement wrap-around), which is
+// how eager converts a Python integer operand to a tensor's integer dtype.
+int64_t wrap_integer(int64_t v, DType t);
 inline bool is_reduced_float(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 // The type arithmetic runs in: float32 for f16/bf16, the type itself otherwise.
 inline DType compute_dtype(DType t) { return is_reduced_float(t) ? DType::kFloat32 : t; }

@@ -360,7 +360,7 @@ bool run_rules(Graph& g, const RuleSet& set, const std::set<std::string>& disabl
           if (!b.declined().empty()) declines.push_back({name, describe(*n), b.declined()});
           continue;
         }
-        if (log) log->push_back({name, describe(*n)});
+        if (log) log->push_back({name, describe(*n), ""});
         replace(g, n, r, b);
         matcher.invalidate();
         applied = true;

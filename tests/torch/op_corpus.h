@@ -46,6 +46,11 @@ inline const OpCase kCases[] = {
     {"remainder", "torch.remainder(x, y)", 2, kF | kLowF | kI, true, true, true},
     {"remainder_scalar", "torch.remainder(x, -1.5)", 1, kF | kLowF},
     {"fmod", "torch.fmod(x, y)", 2, kF | kLowF | kI, true, true, true},
+    // Integer division by a literal that is neither 0 nor -1 cannot raise: fused.
+    {"div_trunc_int_literal", "torch.div(x, -3, rounding_mode='trunc')", 1, kI},
+    {"div_floor_int_literal", "torch.div(x, 7, rounding_mode='floor')", 1, kI},
+    {"remainder_int_literal", "torch.remainder(x, -5)", 1, kI},
+    {"fmod_int_literal", "torch.fmod(x, 3)", 1, kI},
     {"pow", "torch.pow(x, y)", 2, kF | kLowF},
     {"pow_2", "x ** 2", 1, kF | kLowF | kI, true, false, true},
     {"pow_3", "x ** 3", 1, kF | kLowF},

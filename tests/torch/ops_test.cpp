@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "fusion/fusion.h"
 #include "ir/op_table.h"
 #include "op_corpus.h"
 #include "reduction_corpus.h"
@@ -40,6 +41,54 @@ TEST_P(OpsTest, MatchesEager) {
 INSTANTIATE_TEST_SUITE_P(AllOps, OpsTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<OpCase>& i) { return std::string(i.param.name); });
 
+// Integer division by literals in every integer dtype, over the dtype's whole range where it is small (the
+// minimum included): the literal is converted to the dtype as eager converts it (300 is 44 in 8 bits). The
+// chain and the independent comparison of the same input run as one kernel (Note [Horizontal fusion]).
+TEST(IntegerDivision, ByALiteralIsFusedAndMatchesEagerInEveryIntegerDtype) {
+  auto m = script("x",
+                  "    y = torch.remainder(x, 300) + torch.div(x, -7, rounding_mode='floor') * 2\n"
+                  "    z = y - torch.fmod(x, 5) + torch.div(x, 3, rounding_mode='trunc')\n"
+                  "    return z, x > 2");
+  for (at::ScalarType t : {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong}) {
+    at::Tensor x;
+    if (t == at::kByte) x = at::arange(0, 256, at::kInt).to(t);
+    else if (t == at::kChar) x = at::arange(-128, 128, at::kInt).to(t);
+    else {
+      at::manual_seed(3);
+      x = at::randint(-100000, 100000, {4, 300}, at::kLong).to(t);
+      x.view(-1)[0] = t == at::kShort ? -32768 : t == at::kInt ? INT32_MIN : INT64_MIN;
+      x.view(-1)[1] = t == at::kShort ? 32767 : t == at::kInt ? INT32_MAX : INT64_MAX;
+    }
+    std::string what = std::string("integer division ") + c10::toString(t);
+    auto r = run_and_compare(m, {x}, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    EXPECT_EQ(r.plan->kernels.size(), 1u) << what << "\n" << r.plan->explain();
+    for (size_t i = 0; i < r.fused.size(); ++i)
+      EXPECT_TRUE(r.fused[i].equal(r.eager[i])) << what << ": output " << i << " not exactly eager's";
+  }
+}
+
+// A divisor that is 0 in the dtype (256 as uint8) or a tensor runs through ATen, which raises as eager does;
+// nothing is fused that could trap.
+TEST(IntegerDivision, ADivisorThatCouldRaiseRunsThroughATenAndRaisesAsEager) {
+  auto m = script("x, d", "    return torch.remainder(x + 1, 256), torch.remainder(x, d)");
+  at::Tensor x = at::arange(0, 8, at::kInt).to(at::kByte);
+  at::Tensor d = at::ones({8}, at::kByte);
+  EXPECT_THROW(m.forward({x, d}), std::exception);
+  CompiledModule fused = compile(m);
+  try {
+    fused({x, d});
+    ADD_FAILURE() << "integer remainder by 256 as uint8 (zero) did not raise";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("ZeroDivisionError"), std::string::npos) << e.what();
+  }
+  at::Tensor y = at::arange(0, 8, at::kInt).to(at::kShort);
+  auto r = run_and_compare(m, {y, at::full({8}, 3, at::kShort)}, "remainder by 256 as int16 and by a tensor");
+  ASSERT_NE(r.plan, nullptr);
+  std::string text = r.plan->explain();
+  EXPECT_NE(text.find("integer remainder by a tensor runs through ATen"), std::string::npos) << text;
+}
+
 torch::jit::Module batch_norm_module() {
   return script("x, w, b, mean, var",
                 "    y = torch.batch_norm(x, w, b, mean, var, False, 0.1, 1e-5, False)\n    return torch.relu(y)");
@@ -67,7 +116,10 @@ TEST(BatchNorm, InferenceIsFusedAndMatchesEager) {
 // The schemas of the table ops the fuser sees when `m` runs on `inputs`: the graph after capture and the
 // passes (a decomposed op counts through the ops it becomes). The module is frozen first, as compile()
 // freezes it (which folds torch.tensor(...) into a constant).
-std::set<std::string> table_ops_run_by(torch::jit::Module& m, const std::vector<c10::IValue>& inputs) {
+// `int_refused`, when given, says whether the fuser refuses one of them for an integer reason (an integer
+// division that could raise, integer pow).
+std::set<std::string> table_ops_run_by(torch::jit::Module& m, const std::vector<c10::IValue>& inputs,
+                                       bool* int_refused = nullptr) {
   torch::jit::Module source = m.clone();
   torch::jit::Inline(*source.get_method("forward").graph());
   torch::jit::Module frozen = torch::jit::freeze_module(source);
@@ -76,8 +128,13 @@ std::set<std::string> table_ops_run_by(torch::jit::Module& m, const std::vector<
   CaptureResult cap = capture_graph(graph, inputs, /*skip_self=*/true);
   optimize_captured(cap.captured);
   std::set<std::string> out;
-  for (const Node* n : cap.captured.graph->nodes())
-    if (n->op()) out.insert(n->schema());
+  for (const Node* n : cap.captured.graph->nodes()) {
+    if (!n->op()) continue;
+    out.insert(n->schema());
+    if (int_refused && (n->op()->has(OpFlag::kIntegerDivision) || n->op()->has(OpFlag::kIntegerRaises)) &&
+        !can_fuse_node(*n, nullptr))
+      *int_refused = true;
+  }
   return out;
 }
 
@@ -91,13 +148,9 @@ TEST(OpTableCoverage, EveryOpHasACorpusCase) {
     auto dtypes = dtypes_of(c.dtypes);
     at::ScalarType t = (c.dtypes & kI) ? at::kInt : dtypes.at(0);
     auto m = corpus_module(c);
-    std::set<std::string> ops = table_ops_run_by(m, corpus_inputs(c, t));
     bool ints_raise = false;
-    for (const auto& s : ops) {
-      covered_by.emplace(s, c.name);
-      const OpInfo* op = find_op(s);
-      ints_raise |= op->has(OpFlag::kIntegerDivision) || op->has(OpFlag::kIntegerRaises);
-    }
+    std::set<std::string> ops = table_ops_run_by(m, corpus_inputs(c, t), &ints_raise);
+    for (const auto& s : ops) covered_by.emplace(s, c.name);
     if (c.dtypes & kI) {
       EXPECT_EQ(c.ints_via_aten, ints_raise)
           << c.name << ": ints_via_aten must say whether the table sends its integer ops to ATen";

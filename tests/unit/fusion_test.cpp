@@ -5,11 +5,11 @@
 namespace fusion_jit {
 namespace {
 
-std::string plan_text(const std::string& ir, bool enable = true) {
+std::string plan_text(const std::string& ir, bool enable = true, bool horizontal = true) {
   auto g = parse_graph(ir);
   verify_graph(*g);
   RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
-  return explain_plan(plan_fusion(*g, cost, enable));
+  return explain_plan(plan_fusion(*g, cost, enable, horizontal));
 }
 
 // Writes the actual text when it differs, so that a changed plan is easy to review.
@@ -119,6 +119,104 @@ TEST(Fusion, BatchNormTrainingIsNotFusible) {
   EXPECT_FALSE(can_fuse_node(*g->nodes()[0], &why));
   EXPECT_EQ(why, "batch_norm in training mode");
   EXPECT_TRUE(can_fuse_node(*g->nodes()[1], &why));
+}
+
+TEST(Fusion, IntegerDivisionByALiteralIsFusibleUnlessItCouldRaise) {
+  auto g = parse_graph(R"(graph(%0 : i32[8], %1 : i32[8], %2 : i8[8]):
+  %3 : i32[8] = aten::remainder.Scalar(%0, 5)
+  %4 : i32[8] = aten::div.Scalar_mode(%0, -7, "floor")
+  %5 : i32[8] = aten::fmod.Scalar(%0, 3)
+  %6 : i8[8] = aten::remainder.Scalar(%2, 300)
+  %7 : i32[8] = aten::remainder.Scalar(%0, 0)
+  %8 : i32[8] = aten::div.Scalar_mode(%0, -1, "trunc")
+  %9 : i8[8] = aten::fmod.Scalar(%2, 256)
+  %10 : i32[8] = aten::remainder.Tensor(%0, %1)
+  %11 : f32[8] = aten::remainder.Scalar(%0, 2.5)
+  return (%3, %4, %5, %6, %7, %8, %9, %10, %11)
+)");
+  const auto& n = g->nodes();
+  std::string why;
+  for (int i : {0, 1, 2, 3, 8}) EXPECT_TRUE(can_fuse_node(*n[i], &why)) << i << ": " << why;
+  EXPECT_FALSE(can_fuse_node(*n[4], &why));
+  EXPECT_EQ(why, "integer remainder by zero: eager raises");
+  EXPECT_FALSE(can_fuse_node(*n[5], &why));
+  EXPECT_EQ(why, "integer div by -1 runs through ATen (the minimum value overflows)");
+  EXPECT_FALSE(can_fuse_node(*n[6], &why));  // 256 is 0 as an int8
+  EXPECT_EQ(why, "integer fmod by zero: eager raises");
+  EXPECT_FALSE(can_fuse_node(*n[7], &why));
+  EXPECT_EQ(why, "integer remainder by a tensor runs through ATen: eager raises on a zero divisor");
+}
+
+TEST(Fusion, IndependentGroupsOverOneShapeMergeSideBySide) {
+  // An integer chain and an independent comparison of the same input: one kernel (Note [Horizontal
+  // fusion]); with fusion disabled, one per op.
+  const std::string ir = R"(graph(%0 : i32[64,128]):
+  %1 : i32[64,128] = aten::mul.Scalar(%0, 3)
+  %2 : i32[64,128] = aten::remainder.Scalar(%1, 5)
+  %3 : i32[64,128] = aten::add.Scalar(%2, 1, 1)
+  %4 : b8[64,128] = aten::gt.Scalar(%0, 2)
+  return (%3, %4)
+)";
+  std::string text = plan_text(ir);
+  EXPECT_EQ(text.find("group 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("group 0: 4 ops over [64,128]"), std::string::npos) << text;
+  EXPECT_NE(text.find("+ aten::mul.Scalar %1 and 2 more ops, independent, over [64,128]: merged side by side"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("writes: %3 %4"), std::string::npos) << text;
+  EXPECT_NE(plan_text(ir, false).find("group 3"), std::string::npos);
+  std::string apart = plan_text(ir, true, false);  // FUSION_JIT_DISABLE=horizontal
+  EXPECT_NE(apart.find("group 1: 1 op over [64,128]"), std::string::npos) << apart;
+  EXPECT_EQ(apart.find("side by side"), std::string::npos) << apart;
+  // Outputs in another layout: a merged kernel would walk one of them strided.
+  std::string transposed = plan_text(R"(graph(%0 : f32[4,6,8], %1 : f32[4,6,8]{1,32,4}):
+  %2 : f32[4,6,8] = aten::add.Tensor(%1, %1, 1)
+  %3 : f32[4,6,8]{1,32,4} = aten::neg(%1)
+  return (%2, %3)
+)");
+  EXPECT_NE(transposed.find("group 1"), std::string::npos) << transposed;
+  // Nothing read in common: a launch is all a merge would save.
+  std::string unrelated = plan_text(R"(graph(%0 : f32[4,6,8], %1 : f32[4,6,8]):
+  %2 : f32[4,6,8] = aten::exp(%0)
+  %3 : f32[4,6,8] = aten::neg(%1)
+  return (%2, %3)
+)");
+  EXPECT_NE(unrelated.find("group 1"), std::string::npos) << unrelated;
+  // A shared 0-d tensor is not worth a merge either.
+  std::string scalar = plan_text(R"(graph(%0 : f32[4,6,8], %1 : f32[4,6,8], %2 : f32[]):
+  %3 : f32[4,6,8] = aten::mul.Tensor(%0, %2)
+  %4 : f32[4,6,8] = aten::add.Tensor(%1, %2, 1)
+  return (%3, %4)
+)");
+  EXPECT_NE(scalar.find("group 1"), std::string::npos) << scalar;
+}
+
+TEST(Fusion, GroupsWithAPathBetweenThemOrOtherShapesStayApart) {
+  // %5 reads the mm of group 0's output: merging would make a cycle. %6 has another shape.
+  expect_plan(R"(graph(%0 : f32[8,16], %1 : f32[16,16], %2 : f32[16]):
+  %3 : f32[8,16] = aten::relu(%0)
+  %4 : f32[8,16] = aten::mm(%3, %1)
+  %5 : f32[8,16] = aten::sigmoid(%4)
+  %6 : f32[16] = aten::exp(%2)
+  return (%5, %6)
+)",
+              R"(group 0: 1 op over [8,16], est. 2.0 us fused vs 2.0 us unfused
+    aten::relu %3
+  reads: %0
+  writes: %3
+  single op: no neighbour could join
+aten: aten::mm %4: not in the op table: runs through ATen
+group 1: 1 op over [8,16], est. 2.0 us fused vs 2.0 us unfused
+    aten::sigmoid %5
+  reads: %4
+  writes: %5
+  single op: no neighbour could join
+group 2: 1 op over [16], est. 2.0 us fused vs 2.0 us unfused
+    aten::exp %6
+  reads: %2
+  writes: %6
+  single op: no neighbour could join
+)");
 }
 
 TEST(Fusion, DisabledGivesOneGroupPerOp) {
