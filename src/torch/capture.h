@@ -31,6 +31,7 @@ struct CapturedGraph {
   std::unique_ptr<Graph> graph;
   std::vector<c10::IValue> constants;  // fj::constant(i) refers to constants[i]
   OutputKind output_kind = OutputKind::kSingle;
+  int64_t eager_peak_bytes = 0;  // the graph as captured, run op by op (Note [Peak memory]); set by optimize_captured
 };
 
 struct CaptureResult {

@@ -380,6 +380,113 @@ void resolve_aten_steps(PlanInstance& inst) {
     c.view_sizes = t.sizes;
     c.view_strides = t.strides;
   }
+  inst.peak_bytes = plan_peak_bytes(plan);
+}
+
+// Note [Peak memory]
+// The bytes a call allocates that are live at once at its worst point: intermediates and outputs, not the
+// inputs or frozen constants. A step's tensor results take new storage of their type's extent, except
+// views (the schema's alias annotation) and lists, which share their inputs' storage; storage is freed
+// when the last value on it dies. The plan is counted step by step with the executor's releases; eager
+// over the graph as captured, before the passes (its own ops, one result each, freed after their last
+// use). It is what the plan's order and fusion need, as an ideal allocator would place it: our CPU pool
+// and torch's caching allocator round sizes up and keep freed blocks.
+namespace {
+
+class StorageTracker {
+ public:
+  explicit StorageTracker(size_t num_values) : of_(num_values) {}
+  void fresh(const Value* v) {
+    if (!v->is_tensor()) return;
+    const TensorType& t = v->tensor_type();
+    bytes_.push_back(t.extent() * static_cast<int64_t>(dtype_size(t.dtype)));
+    refs_.push_back(1);
+    of_[v->id()] = {static_cast<int>(bytes_.size()) - 1};
+    live_ += bytes_.back();
+    peak_ = std::max(peak_, live_);
+  }
+  void share(const Value* v, const std::vector<const Value*>& from) {
+    std::set<int> s;
+    for (const Value* f : from) s.insert(of_[f->id()].begin(), of_[f->id()].end());
+    for (int x : s) ++refs_[x];
+    of_[v->id()].assign(s.begin(), s.end());
+  }
+  void release(int id) {
+    for (int x : of_[id])
+      if (--refs_[x] == 0) live_ -= bytes_[x];
+    of_[id].clear();
+  }
+  int64_t peak() const { return peak_; }
+
+ private:
+  std::vector<std::vector<int>> of_;  // value id -> the storages it holds
+  std::vector<int64_t> bytes_;
+  std::vector<int> refs_;
+  int64_t live_ = 0, peak_ = 0;
+};
+
+// The results of an ATen node (or a list node) into `t`: views and lists share their inputs' storage.
+void track_node(const Node& n, StorageTracker& t) {
+  if (n.is_constant()) return;
+  const std::string& s = n.schema();
+  bool alias = false, lists = s == "prim::ListConstruct" || s == "prim::ListUnpack";
+  if (!lists && s.rfind("prim::", 0) != 0) {
+    try {
+      alias = returns_alias(find_handle(s));
+    } catch (const std::exception&) {  // not a dispatcher op: new results
+    }
+  }
+  std::vector<const Value*> from;
+  for (const Value* v : n.value_inputs())
+    if (lists || (alias && from.empty() && v->is_tensor())) from.push_back(v);
+  for (const Value* o : n.outputs()) {
+    if (lists || alias) t.share(o, from);
+    else t.fresh(o);
+  }
+}
+
+}  // namespace
+
+int64_t eager_peak_bytes(const Graph& g) {
+  StorageTracker t(g.num_value_ids());
+  const auto& nodes = g.nodes();
+  std::vector<int> last(g.num_value_ids(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const Value* v : nodes[i]->value_inputs()) last[v->id()] = static_cast<int>(i);
+  for (const Value* v : g.outputs()) last[v->id()] = static_cast<int>(nodes.size());
+  std::vector<std::vector<int>> dies(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const Value* o : nodes[i]->outputs()) {
+      int l = last[o->id()];
+      if (l < 0) dies[i].push_back(o->id());  // unused: freed at once
+      else if (l < static_cast<int>(nodes.size())) dies[l].push_back(o->id());
+    }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    track_node(*nodes[i], t);
+    for (int id : dies[i]) t.release(id);
+  }
+  return t.peak();
+}
+
+int64_t plan_peak_bytes(const ExecutablePlan& plan) {
+  StorageTracker t(plan.graph->num_value_ids());
+  for (const ExecStep& st : plan.steps) {
+    if (st.kernel >= 0) {
+      for (const KernelBuffer& b : plan.kernels[st.kernel].spec.buffers)
+        if (b.is_output) t.fresh(b.value);
+    } else {
+      track_node(*st.node, t);
+    }
+    for (int id : st.release) t.release(id);
+  }
+  return t.peak();
+}
+
+std::string memory_line(const PlanInstance& inst) {
+  if (inst.captured.eager_peak_bytes <= 0) return fmt::format("memory: peak {} per call\n", format_bytes(inst.peak_bytes));
+  return fmt::format("memory: peak {} per call, eager {} ({:.0f}%)\n", format_bytes(inst.peak_bytes),
+                     format_bytes(inst.captured.eager_peak_bytes),
+                     100.0 * static_cast<double>(inst.peak_bytes) / static_cast<double>(inst.captured.eager_peak_bytes));
 }
 
 namespace {
@@ -479,6 +586,7 @@ std::string input_signature(const std::vector<c10::IValue>& inputs) {
 }
 
 void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
+  cap.eager_peak_bytes = eager_peak_bytes(*cap.graph);
   auto& constants = cap.constants;
   ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
     std::vector<c10::IValue> args;

@@ -37,6 +37,7 @@ struct PlanInstance {
   CapturedGraph captured;
   std::unique_ptr<ExecutablePlan> plan;
   std::vector<AtenCall> calls;          // per plan step (resolve_aten_steps)
+  int64_t peak_bytes = 0;               // Note [Peak memory] (resolve_aten_steps)
   // CUDA Graph replay (CompileOptions::cuda_graphs): captured at the first call after the compiling one.
   std::mutex graph_mu;
   bool graph_tried = false;
@@ -65,6 +66,11 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
 // Resolves the ATen steps of `inst.plan` (Note [ATen steps resolved at plan build]); called once the plan
 // is built, before the first run_plan. Throws fusion_jit::Error naming a schema the dispatcher lacks.
 void resolve_aten_steps(PlanInstance& inst);
+// Note [Peak memory]: the bytes of results live at once at the worst point of a call, in the order of the
+// graph's nodes (eager: the graph as captured) or of the plan's steps; and explain's line comparing them.
+int64_t eager_peak_bytes(const Graph& g);
+int64_t plan_peak_bytes(const ExecutablePlan& plan);
+std::string memory_line(const PlanInstance& inst);
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
 // `t` without its stride-0 dims (narrowed to one element): its distinct elements, so that copy_ can
