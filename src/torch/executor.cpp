@@ -361,8 +361,9 @@ void resolve_aten_steps(PlanInstance& inst) {
   const auto users = g.users();
   for (size_t i = plan.steps.size(); i-- > 0;) {
     AtenCall& c = inst.calls[i];
+    if (c.kind != AtenCall::Kind::kOp) continue;  // kernel steps have no node
     const Node& n = *plan.steps[i].node;
-    if (c.kind != AtenCall::Kind::kOp || !is_fast_view_schema(n.schema()) || n.outputs().size() != 1 ||
+    if (!is_fast_view_schema(n.schema()) || n.outputs().size() != 1 ||
         !n.output()->is_tensor() || c.ids.empty() || returned[n.output()->id()])
       continue;
     bool hidden = true;
