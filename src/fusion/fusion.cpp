@@ -231,13 +231,14 @@ class GreedyFuser {
   }
 
   // Note [Horizontal fusion]
-  // After the groups have grown, pointwise groups over the same iteration space that read a tensor of that
-  // size in common and have no path between them (neither reads what the other writes, directly or through other
-  // steps), whose outputs share one device and one layout, are merged into one kernel when the cost model
-  // prices the merged kernel below the two apart: one launch fewer, and the shared inputs read once.
-  // Groups with nothing in common (or only a scalar or a broadcast row) stay apart: a launch is all they
-  // would save, and each other buffer of a kernel costs registers on a GPU (its offsets). Groups with reductions are left apart (their siblings already join in grow()). Pairs
-  // are tried in order of first node; a group merges with as many later groups as pay.
+  // After the groups have grown, pointwise groups over the same iteration space that read a tensor of
+  // that size in common and have no path between them (neither reads what the other writes, directly or
+  // through other steps), whose outputs share one device and one layout, are merged into one kernel when
+  // the cost model prices the merged kernel below the two apart: one launch fewer, and the shared inputs
+  // read once. Groups with nothing in common (or only a scalar or a broadcast row) stay apart: a launch is
+  // all they would save, and each other buffer of a kernel costs registers on a GPU (its offsets). Groups
+  // with reductions are left apart (their siblings already join in grow()). Pairs are tried in order of
+  // first node; a group merges with as many later groups as pay.
   void merge_horizontal() {
     for (size_t a = 0; a < members_.size(); ++a) {
       if (forms_[a]) continue;
