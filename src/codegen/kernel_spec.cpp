@@ -77,7 +77,7 @@ bool fits_int32(const KernelSpec& k) {
   const int64_t lim = std::numeric_limits<int32_t>::max();
   if (k.numel >= lim) return false;
   for (const auto& b : k.buffers) {
-    int64_t reach = 1;
+    int64_t reach = 1 + b.offset;
     for (size_t d = 0; d < k.sizes.size(); ++d) reach += (k.sizes[d] - 1) * std::abs(b.strides[d]);
     if (b.extent >= lim || reach >= lim) return false;
   }
@@ -96,8 +96,27 @@ class Builder {
     spec_.device = group_device(g_);
     std::set<const Node*> members(g_.nodes.begin(), g_.nodes.end());
     if (g_.reduction) return build_reduction(members);
-    for (const Node* n : g_.nodes) emit_node(*n, members);
+    for (const Node* n : g_.nodes) {
+      if (n->schema() == "prim::ListConstruct") continue;  // its cat reads the items
+      if (cat_list(*n)) emit_cat(*n, members);
+      else emit_node(*n, members);
+    }
     for (const Value* o : g_.outputs) {
+      auto regions = regions_.find(o);
+      if (regions != regions_.end()) {
+        // Note [Concatenation in kernels]: one store per item, into its slice of the result.
+        for (size_t k = 0; k < regions->second.size(); ++k) {
+          KernelBuffer b;
+          b.value = o;
+          b.dtype = o->tensor_type().dtype;
+          b.is_output = true;
+          b.strides = cat_strides_.at(o);
+          b.offset = regions->second[k].first;
+          outputs_.push_back(b);
+          spec_.body.push_back(Stmt::out(static_cast<int>(outputs_.size() - 1), regions->second[k].second));
+        }
+        continue;
+      }
       KernelBuffer b;
       b.value = o;
       b.dtype = o->tensor_type().dtype;
@@ -148,6 +167,25 @@ class Builder {
     inputs_.push_back(b);
     loads_[key] = index;
     return Expr::load(index);
+  }
+
+  // A cat or stack (Note [Concatenation in kernels]): with one item a copy of it, else one store per item.
+  void emit_cat(const Node& n, const std::set<const Node*>& members) {
+    std::string why;
+    auto f = cat_form(n, &why);
+    FJ_INTERNAL_ASSERT(f.has_value(), "{} in group {}: {}", n.schema(), g_.id, why);
+    FJ_INTERNAL_ASSERT(f->shape == g_.shape, "{} over {} items in a group of another shape", n.schema(),
+                       f->items.size());
+    const Value* out = n.output();
+    if (f->copies()) {
+      std::string name = fmt::format("t{}", out->id());
+      spec_.body.push_back(Stmt::let(name, out->tensor_type().dtype, arg_var(f->items[0], members, false), n.schema()));
+      var_[out] = name;
+      return;
+    }
+    auto& regions = regions_[out];
+    for (size_t k = 0; k < f->items.size(); ++k) regions.emplace_back(f->offset(k), arg_var(f->items[k], members, false));
+    cat_strides_[out] = f->strides;
   }
 
   void emit_node(const Node& n, const std::set<const Node*>& members) {
@@ -547,6 +585,9 @@ class Builder {
   // Reductions: the statement naming the result, given the accumulator's variable.
   std::map<const Value*, std::function<Stmt(ExprRef)>> finish_;
   std::map<const Value*, std::string> var_;
+  // Results of cats with several items: each item's offset and value, and the result's strides.
+  std::map<const Value*, std::vector<std::pair<int64_t, ExprRef>>> regions_;
+  std::map<const Value*, std::vector<int64_t>> cat_strides_;
   std::vector<KernelBuffer> inputs_, outputs_;
 };
 

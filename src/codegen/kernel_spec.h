@@ -37,6 +37,10 @@ struct KernelBuffer {
   bool is_output = false;
   std::vector<int64_t> strides;  // per iteration dim, in elements
   int64_t extent = 0;            // elements reachable from the data pointer
+  // Elements from the tensor's data pointer to the buffer's first element: the slices a cat's result is
+  // stored into (Note [Concatenation in kernels]); the launch adds it. An output with an offset is stored
+  // into the tensor an earlier output buffer of the kernel (offset 0) allocated.
+  int64_t offset = 0;
 };
 
 // One reduction in a pass: how it combines (AccKind), the dtype it accumulates in, and the per-element

@@ -73,7 +73,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     if (d.first != Device::kCPU) planned = &target_for(d.first);
   RooflineCostModel cost(planned->machine(index_on(*planned)));
   plan->fusion = plan_fusion(*plan->graph, cost, target.enable_fusion && !opt.is_disabled("fusion"),
-                              !opt.is_disabled("horizontal"));
+                              !opt.is_disabled("horizontal"), !opt.is_disabled("cat"));
   plan->fusion_ms = ms_since(t0);
   plan->fusion_text = explain_plan(plan->fusion);
   plan->num_groups = static_cast<int>(plan->fusion.groups.size());
@@ -149,7 +149,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     if (ps.group >= 0 && kernel_of_group[ps.group] >= 0) {
       ExecStep st;
       st.kernel = kernel_of_group[ps.group];
-      plan->fused_ops += static_cast<int>(plan->fusion.groups[ps.group].nodes.size());
+      plan->fused_ops += plan->fusion.groups[ps.group].num_ops();
       plan->steps.push_back(st);
     } else if (ps.group >= 0) {
       for (const Node* n : plan->fusion.groups[ps.group].nodes) plan->steps.push_back(ExecStep{-1, n, {}});
@@ -173,7 +173,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     for (const Value* v : reads) last_use[v->id()] = static_cast<int>(i);
   }
   for (const Value* o : plan->graph->outputs()) last_use[o->id()] = -1;
-  for (const auto& k : plan->kernels) plan->group_ops.push_back(static_cast<int>(plan->fusion.groups.at(k.spec.group).nodes.size()));
+  for (const auto& k : plan->kernels) plan->group_ops.push_back(plan->fusion.groups.at(k.spec.group).num_ops());
   for (size_t id = 0; id < last_use.size(); ++id)
     if (last_use[id] >= 0) plan->steps[last_use[id]].release.push_back(static_cast<int>(id));
   // Plans whose kernels all compiled go into the plan cache.

@@ -42,7 +42,7 @@ std::string serialize_plan(const ExecutablePlan& p) {
     }
     for (const auto& b : k.spec.buffers)
       kj["buffers"].push_back({{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
-                               {"strides", b.strides}, {"extent", b.extent}});
+                               {"strides", b.strides}, {"extent", b.extent}, {"offset", b.offset}});
     j["kernels"].push_back(kj);
   }
   for (const auto& st : p.steps)
@@ -102,7 +102,26 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
       b.is_output = bj.at("out").get<bool>();
       b.strides = bj.at("strides").get<std::vector<int64_t>>();
       b.extent = bj.at("extent").get<int64_t>();
+      b.offset = bj.value("offset", int64_t{0});
       if (b.dtype != b.value->tensor_type().dtype || b.extent != b.value->tensor_type().extent()) return false;
+      if (b.strides.size() != k.spec.sizes.size()) return false;
+      // Every element the kernel reaches lies inside the tensor; a slice (offset) of an output follows
+      // that output's first buffer in the same kernel.
+      constexpr int64_t kLimit = int64_t{1} << 48;  // no tensor has that many elements
+      if (b.offset < 0 || b.offset >= kLimit) return false;
+      bool empty = false;
+      double reach = static_cast<double>(b.offset);
+      for (size_t d = 0; d < b.strides.size(); ++d) {
+        if (k.spec.sizes[d] < 0 || k.spec.sizes[d] >= kLimit || b.strides[d] < 0 || b.strides[d] >= kLimit) return false;
+        empty |= k.spec.sizes[d] == 0;
+        reach += static_cast<double>(k.spec.sizes[d] - 1) * static_cast<double>(b.strides[d]);
+      }
+      if (!empty && reach >= static_cast<double>(b.extent)) return false;
+      if (b.offset > 0) {
+        bool first = false;
+        for (const auto& e : k.spec.buffers) first |= e.value == b.value && e.is_output && b.is_output && e.offset == 0;
+        if (!first) return false;
+      }
       k.spec.buffers.push_back(std::move(b));
     }
     p->kernels.push_back(std::move(k));

@@ -165,8 +165,8 @@ namespace {
 // Values used outside the group, or returned by the graph, become extra outputs of the kernel.
 class GreedyFuser {
  public:
-  GreedyFuser(const Graph& g, const CostModel& cost, bool enable, bool horizontal)
-      : g_(g), cost_(cost), enable_(enable), horizontal_(horizontal) {
+  GreedyFuser(const Graph& g, const CostModel& cost, bool enable, bool horizontal, bool cat)
+      : g_(g), cost_(cost), enable_(enable), horizontal_(horizontal), cat_(cat) {
     nodes_ = g.nodes();
     for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = static_cast<int>(i);
     users_ = g.users();
@@ -179,12 +179,30 @@ class GreedyFuser {
       }
     group_of_.assign(nodes_.size(), -1);
     for (const Value* o : g.outputs()) graph_outputs_.insert(o);
+    // A cat or stack and the list it alone reads run as one unit (Note [Concatenation in kernels]).
+    companion_.assign(nodes_.size(), -1);
+    owner_.assign(nodes_.size(), -1);
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (const Node* list = cat ? cat_list(*nodes_[i]) : nullptr) {
+        const Value* lv = list->output();
+        if (users_[lv->id()].size() != 1 || graph_outputs_.count(lv)) continue;
+        int l = index_.at(list);
+        companion_[i] = l;
+        owner_[l] = static_cast<int>(i);
+      }
   }
 
   FusionPlan run() {
     std::vector<std::string> why_not(nodes_.size());
     std::vector<bool> fusible(nodes_.size());
-    for (size_t i = 0; i < nodes_.size(); ++i) fusible[i] = can_fuse_node(*nodes_[i], &why_not[i]);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      fusible[i] = can_fuse_node(*nodes_[i], &why_not[i]);
+      if (fusible[i] && cat_list(*nodes_[i]) && companion_[i] < 0) {
+        fusible[i] = false;
+        why_not[i] = cat_ ? "its list is read by another node too: runs through ATen"
+                          : "runs through ATen (FUSION_JIT_DISABLE=cat)";
+      }
+    }
     // Reductions seed groups first (the last first), so that the row values after them (log(sum),
     // rsqrt(var + eps)) are judged as computed once per row, not once per element of a pointwise group.
     std::vector<int> order;
@@ -194,15 +212,15 @@ class GreedyFuser {
     for (int i : order) {
       if (!fusible[i] || group_of_[i] >= 0) continue;
       int gid = static_cast<int>(members_.size());
-      members_.push_back({i});
+      members_.push_back(unit(i));
       decisions_.emplace_back();
-      group_of_[i] = gid;
+      for (int m : members_.back()) group_of_[m] = gid;
       if (is_reduction(nodes_[i])) {
         forms_.push_back(form_of({i}, nullptr));
         shapes_.push_back(forms_.back()->shape);
       } else {
         forms_.emplace_back();
-        shapes_.push_back(nodes_[i]->output()->tensor_type().sizes);
+        shapes_.push_back(iteration_shape(i));
       }
       if (enable_) grow(gid, fusible);
     }
@@ -241,9 +259,9 @@ class GreedyFuser {
   // first node; a group merges with as many later groups as pay.
   void merge_horizontal() {
     for (size_t a = 0; a < members_.size(); ++a) {
-      if (forms_[a]) continue;
+      if (forms_[a] || has_cat(members_[a])) continue;
       for (size_t b = a + 1; b < members_.size();) {
-        if (forms_[b] || shapes_[b] != shapes_[a] || !shares_input(members_[a], members_[b], shapes_[a]) ||
+        if (forms_[b] || has_cat(members_[b]) || shapes_[b] != shapes_[a] || !shares_input(members_[a], members_[b], shapes_[a]) ||
             !same_layout(members_[a], members_[b]) || reaches(static_cast<int>(a), static_cast<int>(b)) ||
             reaches(static_cast<int>(b), static_cast<int>(a))) {
           ++b;
@@ -342,6 +360,7 @@ class GreedyFuser {
       for (const Value* o : n->outputs())
         for (const Node* u : users_[o->id()]) {
           int c = index_.at(u);
+          if (owner_[c] >= 0) c = owner_[c];  // a list is reached through its cat
           if (!members.count(c)) consumers.insert(c);
         }
     }
@@ -379,12 +398,32 @@ class GreedyFuser {
         }
     }
     std::vector<int> merged = members_[gid];
-    merged.push_back(cand);
+    for (int m : unit(cand)) merged.push_back(m);
     std::sort(merged.begin(), merged.end());
-    const auto& out_shape = n->output()->tensor_type().sizes;
+    const std::vector<int64_t> out_shape = iteration_shape(cand);
     bool recompute = false;
     std::optional<ReductionForm> form;
     std::vector<int64_t> new_shape = shape;
+    if (cat_list(*n)) {
+      // Note [Concatenation in kernels]: a group over the items' shape; no reduction; its result read by
+      // no member unless it is a copy of one item.
+      auto cf = cat_form(*n, nullptr);
+      if (out_shape != shape) {
+        *reason = fmt::format("{} joins a kernel over its items' shape {}, not the group's {}", n->schema(),
+                              shape_str(out_shape), shape_str(shape));
+        return false;
+      }
+      if (!cf->copies())
+        for (const Node* u : users_[n->output()->id()])
+          if (members.count(index_.at(u))) {
+            *reason = "its result is read inside the group";
+            return false;
+          }
+    }
+    if ((forms_[gid] || is_reduction(n)) && has_cat(merged)) {
+      *reason = "a concatenation is not fused with reductions";
+      return false;
+    }
     if (forms_[gid] || is_reduction(n)) {
       for (int m : merged)
         if (has_channel_args(nodes_[m])) {
@@ -415,7 +454,7 @@ class GreedyFuser {
     }
     // Cost: the group and the candidate apart, against together.
     WorkEstimate apart = group_work(members_[gid], shape, forms_[gid]);
-    apart += group_work({cand}, is_reduction(n) ? n->args()[0].value->tensor_type().sizes : out_shape,
+    apart += group_work(unit(cand), is_reduction(n) ? n->args()[0].value->tensor_type().sizes : out_shape,
                         is_reduction(n) ? form_of({cand}, nullptr) : std::nullopt);
     WorkEstimate together = group_work(merged, new_shape, form);
     double t_apart = cost_.estimate_us(apart), t_together = cost_.estimate_us(together);
@@ -436,7 +475,7 @@ class GreedyFuser {
       return false;
     }
     members_[gid] = merged;
-    group_of_[cand] = gid;
+    for (int m : unit(cand)) group_of_[m] = gid;
     shapes_[gid] = new_shape;
     forms_[gid] = std::move(form);
     *reason = fmt::format("fused{}: saves {} of traffic and {} launch (est. {:.1f} -> {:.1f} us){}",
@@ -489,11 +528,35 @@ class GreedyFuser {
   }
 
   // Super node of a node: its group, or itself (as -1 - index).
-  int super(int i) const { return group_of_[i] >= 0 ? group_of_[i] : -1 - i; }
+  // While groups grow, an unassigned list and its cat are one super node (the cat's); the steps of the
+  // plan run them apart.
+  int super(int i) const {
+    if (group_of_[i] >= 0) return group_of_[i];
+    return units_ && owner_[i] >= 0 ? -1 - owner_[i] : -1 - i;
+  }
 
   std::vector<int> super_members(int s) const {
     if (s >= 0) return members_[s];
-    return {-1 - s};
+    return units_ ? unit(-1 - s) : std::vector<int>{-1 - s};
+  }
+
+  // A node with the list it alone reads (cat, stack), in graph order.
+  std::vector<int> unit(int i) const {
+    if (companion_[i] >= 0) return {companion_[i], i};
+    return {i};
+  }
+
+  bool has_cat(const std::vector<int>& ms) const {
+    for (int m : ms)
+      if (companion_[m] >= 0) return true;
+    return false;
+  }
+
+  // The iteration space a node brings to a pointwise group: its output's shape, or a cat's items'.
+  std::vector<int64_t> iteration_shape(int i) const {
+    if (companion_[i] >= 0)
+      if (auto cf = cat_form(*nodes_[i], nullptr)) return cf->shape;
+    return nodes_[i]->output()->tensor_type().sizes;
   }
 
   std::vector<int> super_succ(int s) const {
@@ -532,6 +595,7 @@ class GreedyFuser {
 
   FusionPlan finish(const std::vector<std::string>& why_not) {
     FusionPlan plan;
+    units_ = false;  // lists of cats left to ATen are steps of their own
     // Groups, numbered in order of their first node.
     std::vector<int> order(members_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
@@ -611,12 +675,16 @@ class GreedyFuser {
   const CostModel& cost_;
   bool enable_;
   bool horizontal_;
+  bool cat_;
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, int> index_;
   std::vector<std::vector<Node*>> users_;
   std::vector<int> next_effect_;  // by node index: the next node with side effects, or -1
   std::set<const Value*> graph_outputs_;
   std::vector<int> group_of_;
+  std::vector<int> companion_;  // by node index: a fusible cat's list, or -1
+  std::vector<int> owner_;      // by node index: the cat a list belongs to, or -1
+  bool units_ = true;
   std::vector<std::vector<int>> members_;
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<std::optional<ReductionForm>> forms_;
@@ -631,6 +699,11 @@ bool can_fuse_node(const Node& n, std::string* why) {
     return false;
   };
   if (n.is_constant()) return no("a frozen constant");
+  if (cat_list(n)) {
+    std::string r;
+    if (!cat_form(n, &r)) return no(r);
+    return true;
+  }
   const OpInfo* op = n.op();
   if (!op) return no("not in the op table: runs through ATen");
   const bool reduction = op->category == OpCategory::kReduction;
@@ -711,8 +784,71 @@ bool can_fuse_node(const Node& n, std::string* why) {
   return true;
 }
 
-FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion, bool horizontal) {
-  return GreedyFuser(g, cost, enable_fusion, horizontal).run();
+int FusionGroup::num_ops() const {
+  int n = 0;
+  for (const Node* node : nodes) n += node->schema() != "prim::ListConstruct";
+  return n;
+}
+
+const Node* cat_list(const Node& n) {
+  if ((n.schema() != "aten::cat" && n.schema() != "aten::stack") || n.args().empty() || !n.args()[0].is_value())
+    return nullptr;
+  const Node* p = n.args()[0].value->producer();
+  return p && p->schema() == "prim::ListConstruct" ? p : nullptr;
+}
+
+std::optional<CatForm> cat_form(const Node& n, std::string* why) {
+  auto no = [&](std::string r) -> std::optional<CatForm> {
+    if (why) *why = std::move(r);
+    return std::nullopt;
+  };
+  const Node* list = cat_list(n);
+  if (!list) return no(fmt::format("{} of a list not built in the graph: runs through ATen", n.schema()));
+  if (n.outputs().size() != 1 || !n.output()->is_tensor()) return no("does not return one tensor");
+  const TensorType& out = n.output()->tensor_type();
+  if (out.dtype == DType::kOther) return no("unsupported dtype");
+  CatForm f;
+  f.stack = n.schema() == "aten::stack";
+  const int64_t rank = out.dim();
+  if (n.args().size() > 1) {
+    const Arg& d = n.args()[1];
+    if (d.is_value() || !std::holds_alternative<int64_t>(d.literal)) return no("dim is not a constant");
+    f.dim = std::get<int64_t>(d.literal);
+  }
+  if (rank == 0 || f.dim < -rank || f.dim >= rank) return no(fmt::format("dim {} of a {}-d result", f.dim, rank));
+  if (f.dim < 0) f.dim += rank;
+  for (size_t i = 0; i < list->args().size(); ++i) {
+    const Arg& a = list->args()[i];
+    if (!a.is_value() || !a.value->is_tensor()) return no(fmt::format("item {} is not a tensor", i));
+    const TensorType& t = a.value->tensor_type();
+    if (t.dtype != out.dtype)
+      return no(fmt::format("item {} is {}, the result {}: runs through ATen", i, dtype_name(t.dtype),
+                            dtype_name(out.dtype)));
+    if (t.device != out.device || t.device_index != out.device_index) return no(fmt::format("item {} is on another device", i));
+    if (t.numel() == 0 && !f.stack) continue;  // cat skips it
+    if (f.items.empty()) f.shape = t.sizes;
+    else if (t.sizes != f.shape)
+      return no(fmt::format("item {} has shape {}, item {} {}: items of one shape only", i, shape_str(t.sizes),
+                            0, shape_str(f.shape)));
+    f.items.push_back(a.value);
+  }
+  if (f.items.empty() || out.numel() == 0) return no("an empty result");
+  if (f.items.size() > 64) return no(fmt::format("{} items: 64 at most", f.items.size()));
+  std::vector<int64_t> want = f.shape;
+  const int64_t k = static_cast<int64_t>(f.items.size());
+  if (f.stack) want.insert(want.begin() + std::min<int64_t>(f.dim, static_cast<int64_t>(want.size())), k);
+  else if (static_cast<int64_t>(want.size()) == rank) want[f.dim] *= k;
+  if (want != out.sizes)
+    return no(fmt::format("result shape {} is not its items' {} joined along dim {}", shape_str(out.sizes),
+                          shape_str(f.shape), f.dim));
+  f.strides = out.strides;
+  if (f.stack) f.strides.erase(f.strides.begin() + f.dim);
+  f.step = f.stack ? out.strides[f.dim] : f.shape[f.dim] * out.strides[f.dim];
+  return f;
+}
+
+FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion, bool horizontal, bool cat) {
+  return GreedyFuser(g, cost, enable_fusion, horizontal, cat).run();
 }
 
 std::string explain_plan(const FusionPlan& p) {
@@ -726,14 +862,14 @@ std::string explain_plan(const FusionPlan& p) {
     if (step.group >= 0) {
       const FusionGroup& grp = p.groups[step.group];
       s += fmt::format("group {}: {} op{} over {}, est. {:.1f} us fused vs {:.1f} us unfused\n", grp.id,
-                       grp.nodes.size(), grp.nodes.size() == 1 ? "" : "s", shape_str(grp.shape), grp.estimated_us,
+                       grp.num_ops(), grp.num_ops() == 1 ? "" : "s", shape_str(grp.shape), grp.estimated_us,
                        grp.unfused_us);
       for (const Node* n : grp.nodes) s += "    " + node_name(n) + "\n";
       std::string ins, outs;
       for (const Value* v : grp.inputs) ins += " " + v->name();
       for (const Value* v : grp.outputs) outs += " " + v->name();
       s += "  reads:" + ins + "\n  writes:" + outs + "\n";
-      if (grp.nodes.size() == 1 && grp.decisions.empty()) s += "  single op: no neighbour could join\n";
+      if (grp.num_ops() == 1 && grp.decisions.empty()) s += "  single op: no neighbour could join\n";
       for (const auto& d : grp.decisions) s += std::string("  ") + (d.fused ? "+ " : "- ") + d.text + "\n";
     } else {
       s += fmt::format("aten: {}: {}\n", node_name(step.node), step.reason);

@@ -38,6 +38,36 @@ struct ReductionForm {
 std::optional<ReductionForm> reduction_form(const std::vector<const Node*>& nodes,
                                             const std::set<const Value*>& outside, std::string* why);
 
+// Note [Concatenation in kernels]
+// `aten::cat` and `aten::stack` of a `prim::ListConstruct` whose inputs (the items) all have one shape S
+// (items with no elements, which cat skips, left out), one dtype and one device, that of the result, run
+// inside a generated kernel: the kernel iterates over S and stores the value of each of the K items into
+// the result's buffer at the offset of the item's slice (the buffer's strides over S: the result's,
+// without the stacked dim for stack). The items' producers join the kernel as any pointwise producer
+// does, so `cat((-x2, x1), -1)` (rotary embeddings), `cat((freqs, freqs), -1)`, a stack of computed
+// tensors or a cat onto an empty cache are one kernel writing the final buffer, without an ATen step or
+// a copy. The list joins the group with its cat (the fuser moves them as one unit). A cat left with one
+// item is a copy of it: consumers over the same shape may join too. Otherwise the result is only stored:
+// nothing in the kernel reads it, and the group holds no reduction. Kernels over other shapes (the cat's
+// consumers) read the result as any input.
+struct CatForm {
+  bool stack = false;
+  int64_t dim = 0;                   // in the result, wrapped
+  std::vector<const Value*> items;   // inputs with elements, in order: the stores' regions
+  std::vector<int64_t> shape;        // each item's shape: the kernel's iteration space
+  // The offset (in elements of the result) of region k, and the result's strides over `shape`.
+  int64_t offset(size_t k) const { return static_cast<int64_t>(k) * step; }
+  // A cat left with one item is a copy of it, of the same shape: a value the kernel may read on.
+  bool copies() const { return !stack && items.size() == 1; }
+  std::vector<int64_t> strides;
+  int64_t step = 0;
+};
+// The form of a cat or stack node as one kernel's stores; nullopt (and the reason) when it cannot be, or
+// when `n` is neither. It does not check the list's other users (the fuser does).
+std::optional<CatForm> cat_form(const Node& n, std::string* why);
+// The prim::ListConstruct node a cat or stack reads its items from, or nullptr.
+const Node* cat_list(const Node& n);
+
 struct FusionGroup {
   int id = 0;
   std::vector<Node*> nodes;       // in graph order
@@ -48,6 +78,8 @@ struct FusionGroup {
   double estimated_us = 0;        // fused
   double unfused_us = 0;          // the same ops run one by one
   std::vector<Decision> decisions;
+  // Ops the kernel runs: its nodes but the lists its cats read.
+  int num_ops() const;
 };
 
 // A step of the plan: a group (group >= 0) or one node run through ATen (node != nullptr).
@@ -68,7 +100,9 @@ bool can_fuse_node(const Node& n, std::string* why);
 // Greedy grouping over `g` (which must outlive the plan), then independent groups merged side by side
 // where `horizontal` (Note [Horizontal fusion]). With fusion disabled each fusible node becomes its own
 // group.
-FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion = true, bool horizontal = true);
+// Cats and stacks are stored by their items' kernel where `cat` (Note [Concatenation in kernels]).
+FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion = true, bool horizontal = true,
+                       bool cat = true);
 
 // The plan as text: groups with their ops, estimated costs and decisions, then the ATen steps with
 // their reasons.

@@ -474,7 +474,7 @@ int64_t plan_peak_bytes(const ExecutablePlan& plan) {
   for (const ExecStep& st : plan.steps) {
     if (st.kernel >= 0) {
       for (const KernelBuffer& b : plan.kernels[st.kernel].spec.buffers)
-        if (b.is_output) t.fresh(b.value);
+        if (b.is_output && b.offset == 0) t.fresh(b.value);
     } else {
       track_node(*st.node, t);
     }
@@ -677,6 +677,10 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
           FJ_INTERNAL_ASSERT(same_layout(in, t), "{}: input {} has layout {} {}, the plan expects {}", k.spec.name,
                              b.value->name(), c10::str(in.sizes()), c10::str(in.strides()), t.str());
           ptrs.push_back(const_cast<void*>(in.const_data_ptr()));
+        } else if (b.offset > 0) {
+          // A further slice of a cat's result, allocated for its first (Note [Concatenation in kernels]).
+          const at::Tensor& out = env[b.value->id()].toTensor();
+          ptrs.push_back(static_cast<char*>(out.mutable_data_ptr()) + b.offset * static_cast<int64_t>(out.element_size()));
         } else {
           at::Tensor out = allocate_output(t);
           ptrs.push_back(out.mutable_data_ptr());

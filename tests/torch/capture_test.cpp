@@ -202,6 +202,65 @@ TEST(Plan, ChunkAndSplitConsumersReadTheirSlicesInPlace) {
   EXPECT_EQ(r.plan->fused_ops, 5) << r.plan->explain();
 }
 
+// Note [Concatenation in kernels]: cats and stacks of items of one shape are stored by their items'
+// kernel, against eager (values and strides), over layouts, dims, dtypes and item kinds; the rest run
+// through ATen with results unchanged.
+TEST(Concatenation, CatAndStackAreStoredByTheirItemsKernel) {
+  struct Case {
+    const char* what;
+    const char* args;
+    const char* body;
+    std::vector<at::Tensor> inputs;
+    bool fused;  // no aten::cat or aten::stack step left
+  };
+  at::manual_seed(0);
+  auto nhwc = [](at::Tensor t) { return t.contiguous(at::MemoryFormat::ChannelsLast); };
+  std::vector<Case> cases = {
+      {"rotary", "x, c, s",
+       "    x1 = x[:, :, :, :8]\n    x2 = x[:, :, :, 8:]\n    r = torch.cat((-x2, x1), -1)\n    return x * c + r * s",
+       {at::randn({2, 4, 32, 16}), at::randn({32, 16}), at::randn({32, 16})}, true},
+      {"one value twice", "f", "    e = torch.cat((f * 2.0, f * 2.0), -1)\n    return e.cos(), e.sin()",
+       {at::randn({1, 32, 8})}, true},
+      {"stack along each dim", "a, b",
+       "    return torch.stack((a.relu(), b * 2.0, a + b), 0), torch.stack((a.relu(), b), 1), "
+       "torch.stack((a.exp(), b), 2), torch.stack((a.neg(), b), -1)",
+       {at::randn({4, 5}), at::randn({4, 5})}, true},
+      {"onto an empty cache, read on", "p, k", "    return torch.cat((p, k * 3.0 + 1.0), 2).relu()",
+       {at::randn({2, 2, 0, 16}), at::randn({2, 2, 32, 16})}, true},
+      {"channels-last items along channels", "x, y", "    return torch.cat((x.relu(), y * 2.0), 1)",
+       {nhwc(at::randn({2, 3, 5, 4})), nhwc(at::randn({2, 3, 5, 4}))}, true},
+      {"transposed items", "x, y", "    return torch.cat((x.t() * 2.0, y.t().exp()), 0)",
+       {at::randn({6, 4}), at::randn({6, 4})}, true},
+      {"an input and a computed item", "x, y", "    return torch.cat((x, y.sigmoid(), x), 0)",
+       {at::randn({3, 7}), at::randn({3, 7})}, true},
+      {"float16", "x, y", "    return torch.cat((x * 0.5, y + 1.0), 1)",
+       {at::randn({3, 9}).to(at::kHalf), at::randn({3, 9}).to(at::kHalf)}, true},
+      {"int32", "x, y", "    return torch.stack((x * 3, y % 5), 0)",
+       {at::randint(-50, 50, {3, 9}).to(at::kInt), at::randint(-50, 50, {3, 9}).to(at::kInt)}, true},
+      {"items of two shapes", "x, y", "    return torch.cat((x.exp(), y.exp()), 0)",
+       {at::randn({3, 7}), at::randn({2, 7})}, false},
+      {"items of two dtypes", "x, y", "    return torch.cat((x * 2.0, y), 0)",
+       {at::randn({3, 7}), at::randint(0, 5, {3, 7}).to(at::kInt)}, false},
+  };
+  for (auto& c : cases) {
+    auto m = script(c.args, c.body);
+    std::vector<c10::IValue> in(c.inputs.begin(), c.inputs.end());
+    auto r = run_and_compare(m, in, c.what);
+    ASSERT_NE(r.plan, nullptr) << c.what;
+    bool left = r.plan->aten_ops.count("aten::cat") || r.plan->aten_ops.count("aten::stack");
+    EXPECT_EQ(!left, c.fused) << c.what << "\n" << r.plan->explain();
+    if (c.fused) {
+      EXPECT_EQ(r.plan->aten_ops.count("prim::ListConstruct"), 0u) << c.what << "\n" << r.plan->explain();
+    }
+  }
+  // The rotary case is two kernels and its two slices: the cat and the negation are one of them.
+  auto m = script("x, c, s", cases[0].body);
+  std::vector<c10::IValue> in(cases[0].inputs.begin(), cases[0].inputs.end());
+  auto r = run_and_compare(m, in, "rotary");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->kernels.size(), 2u) << r.plan->explain();
+}
+
 // Note [Peak memory], on known values: eager holds two 4 KB results at once (x * 2 while its sum is made,
 // then that sum while relu's result is made); the plan's one kernel writes only the result, whose view
 // shares its storage.

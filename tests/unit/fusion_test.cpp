@@ -5,11 +5,11 @@
 namespace fusion_jit {
 namespace {
 
-std::string plan_text(const std::string& ir, bool enable = true, bool horizontal = true) {
+std::string plan_text(const std::string& ir, bool enable = true, bool horizontal = true, bool cat = true) {
   auto g = parse_graph(ir);
   verify_graph(*g);
   RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
-  return explain_plan(plan_fusion(*g, cost, enable, horizontal));
+  return explain_plan(plan_fusion(*g, cost, enable, horizontal, cat));
 }
 
 // Writes the actual text when it differs, so that a changed plan is easy to review.
@@ -207,6 +207,74 @@ TEST(Fusion, GroupsWithAPathBetweenThemOrOtherShapesStayApart) {
   EXPECT_NE(text.find("group 1: 2 ops over [8,16]"), std::string::npos) << text;
   EXPECT_NE(text.find("group 2: 1 op over [8]"), std::string::npos) << text;
   EXPECT_EQ(text.find("side by side"), std::string::npos) << text;
+}
+
+// Note [Concatenation in kernels]: rotary embedding's cat((-x2, x1)) is stored by the kernel that
+// negates x2 (iterating over the items' shape), the list with it; its consumer, over the result's shape,
+// is a kernel of its own and says why the cat did not join it.
+TEST(Fusion, CatOfItemsOfOneShapeIsStoredByTheirKernel) {
+  std::string text = plan_text(R"(graph(%0 : f32[4,16]):
+  %1 : f32[4,8]{16,1} = aten::slice.Tensor(%0, 1, 8, 16, 1)
+  %2 : f32[4,8] = aten::neg(%1)
+  %3 : f32[4,8]{16,1} = aten::slice.Tensor(%0, 1, 0, 8, 1)
+  %4 : Tensor[] = prim::ListConstruct(%2, %3)
+  %5 : f32[4,16] = aten::cat(%4, -1)
+  %6 : f32[4,16] = aten::mul.Tensor(%5, %0)
+  return (%6)
+)");
+  EXPECT_NE(text.find("group 0: 2 ops over [4,8]"), std::string::npos) << text;
+  EXPECT_NE(text.find("    prim::ListConstruct %4\n    aten::cat %5\n  reads: %1 %3\n  writes: %5"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("group 1: 1 op over [4,16]"), std::string::npos) << text;
+  EXPECT_NE(text.find("aten::cat %5: aten::cat joins a kernel over its items' shape [4,8], not the group's [4,16]"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("aten: aten::cat"), std::string::npos) << text;
+  // FUSION_JIT_DISABLE=cat: the list and the cat are ATen steps again.
+  std::string off = plan_text(R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,8] = aten::neg(%0)
+  %2 : Tensor[] = prim::ListConstruct(%1, %0)
+  %3 : f32[4,16] = aten::cat(%2, -1)
+  return (%3)
+)", true, true, /*cat=*/false);
+  EXPECT_NE(off.find("aten: prim::ListConstruct %2"), std::string::npos) << off;
+  EXPECT_NE(off.find("aten: aten::cat %3: runs through ATen (FUSION_JIT_DISABLE=cat)"), std::string::npos) << off;
+  // stack: the items' shape too; one item left by cat (the empty cache skipped) is a copy its consumer reads.
+  text = plan_text(R"(graph(%0 : f32[4,8], %1 : f32[2,0,8], %2 : f32[2,4,8]):
+  %3 : f32[4,8] = aten::relu(%0)
+  %4 : f32[4,8] = aten::mul.Scalar(%0, 2.0)
+  %5 : Tensor[] = prim::ListConstruct(%3, %4)
+  %6 : f32[4,2,8] = aten::stack(%5, 1)
+  %7 : f32[2,4,8] = aten::exp(%2)
+  %8 : Tensor[] = prim::ListConstruct(%1, %7)
+  %9 : f32[2,4,8] = aten::cat(%8, 1)
+  %10 : f32[2,4,8] = aten::add.Scalar(%9, 1.0, 1)
+  return (%6, %10)
+)");
+  EXPECT_NE(text.find("group 0: 3 ops over [4,8]"), std::string::npos) << text;
+  EXPECT_NE(text.find("group 1: 3 ops over [2,4,8]"), std::string::npos) << text;
+  EXPECT_EQ(text.find("aten: "), std::string::npos) << text;
+}
+
+TEST(Fusion, CatsThatCannotBeStoredByOneKernelRunThroughATenAndSayWhy) {
+  std::string text = plan_text(R"(graph(%0 : f32[4,8], %1 : f32[2,8], %2 : i32[4,8]):
+  %3 : f32[4,8] = aten::exp(%0)
+  %4 : Tensor[] = prim::ListConstruct(%3, %1)
+  %5 : f32[6,8] = aten::cat(%4, 0)
+  %6 : Tensor[] = prim::ListConstruct(%3, %2)
+  %7 : f32[8,8] = aten::cat(%6, 0)
+  %8 : Tensor[] = prim::ListConstruct(%3, %3)
+  %9 : f32[8,8] = aten::cat(%8, 0)
+  %10 : f32[2,4,8] = aten::stack(%8, 0)
+  return (%5, %7, %9, %10)
+)");
+  EXPECT_NE(text.find("aten: aten::cat %5: item 1 has shape [2,8], item 0 [4,8]: items of one shape only"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("aten: aten::cat %7: item 1 is i32, the result f32: runs through ATen"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("aten: aten::cat %9: its list is read by another node too"), std::string::npos) << text;
+  EXPECT_NE(text.find("aten: aten::stack %10: its list is read by another node too"), std::string::npos) << text;
+  EXPECT_NE(text.find("aten: prim::ListConstruct %8"), std::string::npos) << text;
 }
 
 TEST(Fusion, DisabledGivesOneGroupPerOp) {

@@ -22,8 +22,17 @@ const char* kPlanGraph = R"(graph(%0 : f32[8,16], %1 : f32[16,16], %2 : f32[16])
   return (%10)
 )";
 
-std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda) {
-  auto g = parse_graph(kPlanGraph);
+// A cat stored by its item's kernel (Note [Concatenation in kernels]): two output buffers of one tensor,
+// the second at an offset.
+const char* kCatGraph = R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,8] = aten::exp(%0)
+  %2 : Tensor[] = prim::ListConstruct(%1, %0)
+  %3 : f32[4,16] = aten::cat(%2, 1)
+  return (%3)
+)";
+
+std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda, const char* graph = kPlanGraph) {
+  auto g = parse_graph(graph);
   if (cuda) set_device(*g, Device::kCUDA, 0);
   PlanTarget target;
   target.compile = false;
@@ -31,9 +40,10 @@ std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda) {
 }
 
 // The plan read back from `text` over a fresh copy of the graph it was built from.
-std::unique_ptr<ExecutablePlan> read_back(const std::string& text, bool cuda, bool* ok) {
+std::unique_ptr<ExecutablePlan> read_back(const std::string& text, bool cuda, bool* ok,
+                                          const char* graph = kPlanGraph) {
   auto p = std::make_unique<ExecutablePlan>();
-  p->graph = parse_graph(kPlanGraph);
+  p->graph = parse_graph(graph);
   if (cuda) set_device(*p->graph, Device::kCUDA, 0);
   *ok = deserialize_plan(text, p.get());
   return p;
@@ -76,6 +86,7 @@ void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
       EXPECT_EQ(x.spec.buffers[j].is_output, y.spec.buffers[j].is_output);
       EXPECT_EQ(x.spec.buffers[j].strides, y.spec.buffers[j].strides);
       EXPECT_EQ(x.spec.buffers[j].extent, y.spec.buffers[j].extent);
+      EXPECT_EQ(x.spec.buffers[j].offset, y.spec.buffers[j].offset);
     }
   }
   ASSERT_EQ(a.steps.size(), b.steps.size());
@@ -148,6 +159,34 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   for (size_t at = f64.find("f32"); at != std::string::npos; at = f64.find("f32", at)) f64.replace(at, 3, "f64");
   p->graph = parse_graph(f64);
   EXPECT_FALSE(deserialize_plan(text, p.get()));
+}
+
+TEST(PlanIo, ACatStoredAtOffsetsIsReadBackAndItsOffsetsChecked) {
+  auto plan = sources_only_plan(/*cuda=*/false, kCatGraph);
+  ASSERT_EQ(plan->kernels.size(), 1u) << plan->explain();
+  const auto& buffers = plan->kernels[0].spec.buffers;
+  ASSERT_EQ(buffers.size(), 3u) << plan->explain();
+  EXPECT_EQ(buffers[1].offset, 0);
+  EXPECT_EQ(buffers[2].offset, 8) << "the second item's slice starts 8 elements into the result";
+  EXPECT_TRUE(plan->aten_ops.empty()) << plan->explain();
+  const std::string text = serialize_plan(*plan);
+  bool ok = false;
+  auto back = read_back(text, /*cuda=*/false, &ok, kCatGraph);
+  ASSERT_TRUE(ok) << text;
+  expect_same_plan(*plan, *back);
+  // Offsets and strides that would reach outside the tensor, or a slice with no first buffer, are refused.
+  auto refused = [&](const std::string& from, const std::string& to, const char* what) {
+    std::string t = text;
+    ASSERT_NE(t.find(from), std::string::npos) << text;
+    t.replace(t.find(from), from.size(), to);
+    bool ok = true;
+    EXPECT_NO_THROW(read_back(t, /*cuda=*/false, &ok, kCatGraph)) << what;
+    EXPECT_FALSE(ok) << what;
+  };
+  refused("\"offset\":8", "\"offset\":9", "a slice reaching one element past the result");
+  refused("\"offset\":8", "\"offset\":-8", "a negative offset");
+  refused("\"offset\":0,\"out\":false", "\"offset\":8,\"out\":false", "an offset on an input");
+  refused("\"offset\":8", "\"offset\":4611686018427387904", "an offset past any tensor");
 }
 
 }  // namespace
