@@ -183,6 +183,10 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 //    the amplification (the input's largest, times the op's own).
 //  - Views (view, reshape, permute, transpose, expand, slice, select, squeeze, unsqueeze): exact, flags
 //    and amplifications pass through; eager's rejections (view of a non-contiguous value) are skipped.
+//  - cat and stack of 2-3 values of one shape and dtype (one may come twice) along a random dim: exact,
+//    the items' flags merged and their largest amplification passed on. The recipe lists the items as
+//    value arguments before the dim; the graph gets a prim::ListConstruct of them, the TorchScript
+//    source a list.
 //  - Random ops (rand_like, randn_like, bernoulli, dropout with train=True): a recipe with one is
 //    checked alone; the torch generator is seeded with draw_seed(recipe seed) before generation, before
 //    the eager replay and before the fused run, and its random nodes are marked as having side effects
@@ -277,8 +281,11 @@ const std::vector<std::string>& inplace_schemas() {
 }
 bool listed(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 bool is_random_schema(const std::string& s) { return listed(random_schemas(), s); }
+// cat and stack: a recipe gives their items as value arguments before the dim; the graph, eager and the
+// TorchScript source take them as a list.
+bool is_cat_schema(const std::string& s) { return s == "aten::cat" || s == "aten::stack"; }
 bool is_structural_schema(const std::string& s) {
-  return listed(reduction_schemas(), s) || listed(view_schemas(), s) || is_random_schema(s);
+  return listed(reduction_schemas(), s) || listed(view_schemas(), s) || is_random_schema(s) || is_cat_schema(s);
 }
 // The out-of-place op of an in-place one ("aten::add_.Tensor" -> "aten::add.Tensor"), "" for others.
 std::string inplace_base(const std::string& s) {
@@ -382,8 +389,23 @@ bool reduction_ok(const std::string& schema, const std::vector<c10::IValue>& arg
 // eager_op for reductions, views and random ops.
 bool eager_structural(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
                       uint8_t* out_flags, bool check_preconditions) {
-  std::vector<c10::IValue> args = stack;
   uint8_t in_flags = arg_flags.empty() ? 0 : arg_flags[0];
+  if (is_cat_schema(schema) && !stack.empty()) {
+    // The items (value arguments before the dim) as one list; their flags merged: inexact or of
+    // unspecified zero sign if any is, the coarsest precision of them.
+    c10::List<at::Tensor> items;
+    uint8_t merged = 0, precision = 0;
+    for (size_t i = 0; i + 1 < stack.size(); ++i) {
+      if (!stack[i].isTensor()) return false;
+      items.push_back(stack[i].toTensor());
+      uint8_t f = i < arg_flags.size() ? arg_flags[i] : 0;
+      merged = static_cast<uint8_t>(merged | (f & 3));
+      precision = std::max<uint8_t>(precision, static_cast<uint8_t>(f >> 2));
+    }
+    stack = {c10::IValue(items), stack.back()};
+    in_flags = static_cast<uint8_t>(merged | (precision << 2));
+  }
+  std::vector<c10::IValue> args = stack;
   // Discontinuous: bernoulli compares its draws with p, so p must be exact.
   if (check_preconditions && schema == "aten::bernoulli" && (in_flags & kInexact)) return false;
   try {
@@ -395,7 +417,7 @@ bool eager_structural(const std::string& schema, std::vector<c10::IValue>& stack
   *out_flags = 0;
   if (!check_preconditions) return true;
   const at::Tensor& res = stack[0].toTensor();
-  if (listed(view_schemas(), schema) || schema == "aten::dropout") {
+  if (listed(view_schemas(), schema) || schema == "aten::dropout" || is_cat_schema(schema)) {
     *out_flags = in_flags;
   } else if (schema == "aten::amax") {
     *out_flags = static_cast<uint8_t>(in_flags | (at::isFloatingType(res.scalar_type()) ? kZeroSignUnspecified : 0));
@@ -625,6 +647,12 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
       stack.push_back(literal_to_ivalue(l));
       if (g) args.push_back(Arg::lit(l));
     }
+    if (g && is_cat_schema(op.schema) && !args.empty()) {
+      // The items as one list node (eager_structural makes the list of the tensors).
+      std::vector<Arg> item_args(args.begin(), args.end() - 1);
+      Node* list = g->append("prim::ListConstruct", std::move(item_args), {ValueType{std::nullopt, "Tensor[]"}});
+      args = {Arg::of(list->output()), args.back()};
+    }
     uint8_t res_flags = 0;
     if (to64 && eager && is_random_schema(op.schema)) {
       out->values.push_back(eager->values.at(inputs.size() + j).to(at::kDouble));
@@ -742,6 +770,25 @@ std::optional<OpSpec> make_reduction(Rng& r, const std::vector<at::Tensor>& vals
     else
       s.args.insert(s.args.end(), {lit_arg(shape), lit_arg(None{}), lit_arg(None{})});
   }
+  return s;
+}
+
+// A cat or stack of 2 or 3 values of one shape and dtype (a value may come twice), along a random dim.
+std::optional<OpSpec> make_cat(Rng& r, const std::vector<at::Tensor>& vals) {
+  int v = pick_value(r, vals, [](const at::Tensor& t) { return t.dim() >= 1 && t.numel() > 0 && t.numel() <= 32768; });
+  if (v < 0) return std::nullopt;
+  const at::Tensor& x = vals[static_cast<size_t>(v)];
+  std::vector<int> like;
+  for (int u = 0; u < static_cast<int>(vals.size()); ++u)
+    if (vals[static_cast<size_t>(u)].sizes() == x.sizes() && vals[static_cast<size_t>(u)].scalar_type() == x.scalar_type())
+      like.push_back(u);
+  OpSpec s;
+  const bool stack = chance(r, 0.5);
+  s.schema = stack ? "aten::stack" : "aten::cat";
+  const int k = x.numel() * 3 <= kMaxBroadcastNumel ? uniform(r, 2, 3) : 2;
+  for (int i = 0; i < k; ++i) s.args.push_back(value_arg(i == 0 ? v : pick(r, like)));
+  const int nd = static_cast<int>(x.dim()) + (stack ? 1 : 0);
+  s.args.push_back(lit_arg(int64_t{uniform(r, -nd, nd - 1)}));
   return s;
 }
 
@@ -928,17 +975,18 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
     for (int k = 0; k < n_ops; ++k) {
       for (int tries = 0; tries < 30; ++tries) {
         OpSpec spec;
-        const bool wide = gen.reductions + gen.views + gen.random_ops > 0;
+        const bool wide = gen.reductions + gen.views + gen.random_ops + gen.cats > 0;
         const double u = wide ? std::uniform_real_distribution<double>(0, 1)(r) : 1.0;
         // No random ops with an in-place op: such recipes run through TorchScript, whose interpreter
         // drops unused random ops (eager's op-by-op replay draws them).
         const double p_red = gen.reductions, p_view = p_red + gen.views,
-                     p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops);
-        if ((k == inplace_at && tries < 10) || u < p_rand) {
+                     p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops), p_cat = p_rand + gen.cats;
+        if ((k == inplace_at && tries < 10) || u < p_cat) {
           std::optional<OpSpec> sp = k == inplace_at && tries < 10 ? make_inplace(r, vals, uniform(r, 0, n_in - 1))
                                      : u < p_red                   ? make_reduction(r, vals)
                                      : u < p_view                  ? make_view(r, vals)
-                                                                   : make_random(r, vals);
+                                     : u < p_rand                  ? make_random(r, vals)
+                                                                   : make_cat(r, vals);
           if (!sp) continue;
           spec = std::move(*sp);
         } else {
@@ -1073,6 +1121,18 @@ std::vector<at::Tensor> amplifications(const Recipe& r, const Replay& rp) {
         args.push_back(arg.value >= 0 ? c10::IValue(rp.values.at(static_cast<size_t>(arg.value))) : literal_to_ivalue(arg.literal));
       const at::Tensor& in_amp = amp[static_cast<size_t>(r.ops[j].args[0].value)];
       at::Tensor a = in_amp.defined() && in_amp.numel() ? in_amp.max().expand(res.sizes()) : at::Tensor();
+      if (is_cat_schema(schema)) {
+        // The largest of the items'.
+        for (const auto& arg : r.ops[j].args) {
+          if (arg.value < 0) continue;
+          const at::Tensor& ia = amp[static_cast<size_t>(arg.value)];
+          if (!ia.defined() || !ia.numel()) continue;
+          at::Tensor m = ia.max().expand(res.sizes());
+          a = a.defined() ? at::maximum(a, m) : m;
+        }
+        amp[n_in + j] = a;
+        continue;
+      }
       if (is_random_schema(schema) && schema != "aten::dropout") a = at::Tensor();
       at::Tensor local = structural_local_amp(schema, args, res);
       if (local.defined()) a = a.defined() ? a * local : local;
@@ -1496,6 +1556,12 @@ std::string torchscript_source(const Recipe& r) {
     // ops without a tensor `self` go through torch.name(...).
     bool method = !sargs.empty() && sargs[0].name() == "self" && op.args[0].value >= 0 &&
                   !in_set(name, {"rand_like", "randn_like"});  // not Tensor methods
+    if (is_cat_schema(op.schema)) {  // the items as a list
+      std::string items;
+      for (size_t i = 0; i + 1 < op.args.size(); ++i) items += (i ? ", " : "") + arg(i);
+      s += fmt::format("    v{} = torch.{}([{}], {})\n", r.inputs.size() + k, name, items, arg(op.args.size() - 1));
+      continue;
+    }
     std::string call = method ? fmt::format("v{}.{}(", op.args[0].value, name) : fmt::format("torch.{}(", name);
     for (size_t i = method ? 1 : 0, n = 0; i < op.args.size(); ++i, ++n) call += (n ? ", " : "") + arg(i);
     s += fmt::format("    v{} = {})\n", r.inputs.size() + k, call);

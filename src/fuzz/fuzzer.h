@@ -64,8 +64,9 @@ struct GenOptions {
   double views = 0.10;
   double random_ops = 0.03;
   double inplace = 0.03;
+  double cats = 0.05;  // cat and stack of 2-3 values of one shape (Note [Concatenation in kernels])
   // Elementwise ops only (the generator of campaigns 1-4).
-  static GenOptions elementwise_only() { return {0, 0, 0, 0}; }
+  static GenOptions elementwise_only() { return {0, 0, 0, 0, 0}; }
 };
 
 // A random recipe of 2 to 16 ops.

@@ -52,6 +52,7 @@ TEST(Fuzz, WiderGraphsPass) {
   gen.views = 0.25;
   gen.random_ops = 0.1;
   gen.inplace = 0.4;
+  gen.cats = 0.15;
   std::vector<fuzz::Recipe> batch;
   std::set<std::string> schemas;
   int random = 0, inplace = 0;
@@ -63,7 +64,8 @@ TEST(Fuzz, WiderGraphsPass) {
   }
   EXPECT_GT(random, 0);
   EXPECT_GT(inplace, 0);
-  for (const char* s : {"aten::sum.dim_IntList", "aten::softmax.int", "aten::layer_norm", "aten::permute", "aten::expand"})
+  for (const char* s : {"aten::sum.dim_IntList", "aten::softmax.int", "aten::layer_norm", "aten::permute", "aten::expand",
+                        "aten::cat", "aten::stack"})
     EXPECT_TRUE(schemas.count(s)) << s << " never generated";
   auto results = fuzz::check_batch(batch);
   for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;
