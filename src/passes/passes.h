@@ -9,7 +9,8 @@
 // prepack        the rule set "prepack": the other frozen convs as oneDNN calls on a reordered weight.
 //                Opt-in, as epilogue.
 // dce            removes nodes whose outputs are unused and that have no side effects.
-// cse            merges nodes with the same schema and arguments (pure ops only), keeping the first.
+// cse            merges nodes with the same schema and arguments (pure ops only), keeping the first;
+//                two results the graph returns stay two (eager's are distinct tensors).
 // constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant, through an evaluator
 //                supplied by the caller (the torch adapter runs ATen); the result becomes a new constant.
 //

@@ -59,6 +59,27 @@ TEST(CSE, KeepsSideEffectsAndDistinctTypes) {
       false);
 }
 
+// Two returned results stay two tensors (eager's are distinct); a returned one and an internal one merge.
+TEST(CSE, KeepsTwoReturnedResultsApart) {
+  run(cse, R"(graph(%0 : f32[4]):
+  %1 : f32[4] = aten::mul.Scalar(%0, 3.0)
+  %2 : f32[4] = aten::mul.Scalar(%0, 3.0)
+  return (%1, %2)
+)",
+      false);
+  EXPECT_EQ(run(cse, R"(graph(%0 : f32[4]):
+  %1 : f32[4] = aten::mul.Scalar(%0, 3.0)
+  %2 : f32[4] = aten::mul.Scalar(%0, 3.0)
+  %3 : f32[4] = aten::exp(%2)
+  return (%1, %3)
+)"),
+            R"(graph(%0 : f32[4]):
+  %1 : f32[4] = aten::mul.Scalar(%0, 3.0)
+  %2 : f32[4] = aten::exp(%1)
+  return (%1, %2)
+)");
+}
+
 TEST(ConstantFold, FoldsNodesOverConstants) {
   auto g = parse_graph(R"(graph(%0 : f32[4]):
   %1 : f32[4] = fj::constant(0)
