@@ -261,6 +261,22 @@ TEST(Concatenation, CatAndStackAreStoredByTheirItemsKernel) {
   EXPECT_EQ(r.plan->kernels.size(), 2u) << r.plan->explain();
 }
 
+// clone is a kernel (a copy in the captured layout): its results alias neither the input nor each other,
+// also where common subexpressions would make two clones one value.
+TEST(Clone, ResultsAliasNeitherTheInputNorEachOther) {
+  auto m = script("x", "    a = x.clone()\n    b = x.clone()\n    return a, b, (x * 2.0).clone(), x.t().clone(), x * 3.0, x * 3.0");
+  at::Tensor x = at::randn({6, 5});
+  auto r = run_and_compare(m, {x}, "clones");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->aten_ops.count("aten::clone"), 0u) << r.plan->explain();
+  ASSERT_EQ(r.fused.size(), 6u);
+  EXPECT_NE(r.fused[4].data_ptr(), r.fused[5].data_ptr());
+  EXPECT_NE(r.fused[0].data_ptr(), x.data_ptr());
+  EXPECT_NE(r.fused[1].data_ptr(), x.data_ptr());
+  EXPECT_NE(r.fused[0].data_ptr(), r.fused[1].data_ptr());
+  EXPECT_EQ(r.fused[3].strides(), r.eager[3].strides());
+}
+
 // Note [Peak memory], on known values: eager holds two 4 KB results at once (x * 2 while its sum is made,
 // then that sum while relu's result is made); the plan's one kernel writes only the result, whose view
 // shares its storage.

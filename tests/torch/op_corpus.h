@@ -51,6 +51,8 @@ inline const OpCase kCases[] = {
     {"div_floor_int_literal", "torch.div(x, 7, rounding_mode='floor')", 1, kI},
     {"remainder_int_literal", "torch.remainder(x, -5)", 1, kI},
     {"fmod_int_literal", "torch.fmod(x, 3)", 1, kI},
+    {"clone", "x.clone()", 1, kF | kLowF | kI | kB},
+    {"clone_contiguous", "(x * 2).clone(memory_format=0)", 1, kF | kI},  // torch.contiguous_format
     // Not an op of the table: stored by the kernel of its items (Note [Concatenation in kernels]).
     {"stack", "torch.stack((x * 2, -x, x), -1)", 1, kF | kLowF | kI},
     {"pow", "torch.pow(x, y)", 2, kF | kLowF},
