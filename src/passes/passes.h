@@ -8,6 +8,8 @@
 //                (FUSION_JIT_ENABLE=epilogue): slower today, see Note [Convolution rules].
 // prepack        the rule set "prepack": the other frozen convs as oneDNN calls on a reordered weight.
 //                Opt-in, as epilogue.
+// views          the rule set "views" (Note [Views through pointwise ops]): a view between pointwise ops
+//                moved to the first op's inputs, so that both ops join one kernel.
 // dce            removes nodes whose outputs are unused and that have no side effects.
 // cse            merges nodes with the same schema and arguments (pure ops only), keeping the first;
 //                two results the graph returns stay two (eager's are distinct tensors).
@@ -44,6 +46,9 @@ const RuleSet& prepack_rules();
 // "attention": softmax(q @ k^T * scale [+ mask]) @ v as aten::scaled_dot_product_attention (Note
 // [Attention rule], attention_rules.cpp).
 const RuleSet& attention_rules();
+// "views": a view of a pointwise op's result moved to the op's inputs (Note [Views through pointwise ops],
+// view_rules.cpp).
+const RuleSet& view_rules();
 // Tells the rules which ATen schemas this build of torch has ("mkldnn::_convolution_pointwise"); the
 // torch adapter sets it when the library loads. Unset (tests of the IR alone), every schema is taken as
 // present.

@@ -30,6 +30,10 @@ std::vector<Step> steps(const ConstantEvaluator& eval) {
       {"constant_fold", [&eval](Graph& gr) { return constant_fold(gr, eval); }},
       {"cse", cse},
       {"dce", dce},
+      // After the rules above, whose patterns read views where the graph has them, and after cse, which
+      // makes one value of two equal ops before each would take a view of its own.
+      {"views", nullptr, &view_rules()},
+      {"cse", cse},
   };
 }
 

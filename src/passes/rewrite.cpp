@@ -219,6 +219,16 @@ Value* Builder::op(const std::string& schema, std::vector<Arg> args, DType dtype
   return node(schema, std::move(args), {vt})->output();
 }
 
+bool Builder::side_effects_between(const Node* first, const Node* last) const {
+  bool inside = false;
+  for (const Node* n : g_.nodes()) {
+    if (n == last) return false;
+    if (inside && n->side_effects()) return true;
+    if (n == first) inside = true;
+  }
+  return false;
+}
+
 Value* Builder::unary(const std::string& schema, Value* x) { return op(schema, {Arg::of(x)}, dt(x), sizes(x)); }
 
 Value* Builder::binary(const std::string& schema, Value* a, Value* b, bool alpha) {
@@ -305,13 +315,31 @@ bool fits(const Node* n, const Replacement& r, const Builder& b, const std::stri
   return true;
 }
 
-// Moves the uses of n's outputs to the replacement; new values take the outputs' strides.
+// Whether two indices of `t` reach one element (a dim of size > 1 with stride 0, as an expand makes, or
+// strides that interleave).
+bool overlaps(const TensorType& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  for (size_t i = 0; i < t.sizes.size(); ++i)
+    if (t.sizes[i] > 1) dims.emplace_back(t.strides[i], t.sizes[i]);
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 1;  // elements spanned by the dims so far
+  for (const auto& [stride, size] : dims) {
+    if (stride < reach) return true;
+    reach = stride * size;
+  }
+  return false;
+}
+
+// Moves the uses of n's outputs to the replacement; new values take the outputs' strides (contiguous
+// ones where those overlap).
 void replace(Graph& g, Node* n, const Replacement& r, const Builder& b) {
   const auto& created = b.created();
   for (size_t i = 0; i < r.size(); ++i) {
     if (!r[i]) continue;
-    if (std::find(created.begin(), created.end(), r[i]->producer()) != created.end())
-      r[i]->mutable_type().tensor->strides = n->output(i)->tensor_type().strides;
+    if (std::find(created.begin(), created.end(), r[i]->producer()) != created.end()) {
+      const TensorType& o = n->output(i)->tensor_type();
+      r[i]->mutable_type().tensor->strides = overlaps(o) ? contiguous_strides(o.sizes) : o.strides;
+    }
     g.replace_all_uses(n->output(i), r[i]);
   }
 }

@@ -13,8 +13,9 @@
 // - A node with side effects is never matched, neither at the root nor inside a pattern. Nodes whose
 //   outputs nobody uses are not matched at the root (DCE removes them).
 // - Each replacement value has the dtype and sizes of the output it replaces (checked: our bug if not);
-//   the values the rule created take that output's strides, the layout eager gives it, and an existing
-//   value with other strides makes the rule decline. A rule that declines leaves the graph as it was: the
+//   the values the rule created take that output's strides, the layout eager gives it (contiguous ones
+//   where those overlap, as an expand's: a computed value is stored densely), and an existing value with
+//   other strides makes the rule decline. A rule that declines leaves the graph as it was: the
 //   nodes its Builder made are erased.
 // - Replaced nodes, and matched intermediates left without users, are removed by DCE after each sweep.
 // - Rules named in `disabled` (by "set.rule" or by the set's name) do not run.
@@ -149,6 +150,8 @@ class Builder {
 
   // The nodes that use `v` (a graph output is not a node).
   std::vector<Node*> users(const Value* v) const { return g_.users().at(v->id()); }
+  // Whether a node with side effects runs after `first` and before `last` (both in the graph).
+  bool side_effects_between(const Node* first, const Node* last) const;
   // Whether `v` is one of the graph's outputs.
   bool returned(const Value* v) const {
     for (const Value* o : g_.outputs())

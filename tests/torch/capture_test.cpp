@@ -261,6 +261,61 @@ TEST(Concatenation, CatAndStackAreStoredByTheirItemsKernel) {
   EXPECT_EQ(r.plan->kernels.size(), 2u) << r.plan->explain();
 }
 
+// Note [Views through pointwise ops]: a view between fused ops moves to the first op's inputs, so both
+// ops are one kernel, which reads its inputs through the views; values and strides as eager's.
+TEST(ViewsInKernels, AViewBetweenFusedOpsIsAnIndexMapOfOneKernel) {
+  struct Case {
+    const char* what;
+    const char* args;
+    const char* body;
+    std::vector<at::Tensor> inputs;
+    size_t kernels;  // generated kernels of the plan
+  };
+  at::manual_seed(0);
+  std::vector<Case> cases = {
+      {"transpose", "x, b", "    return (x + b).transpose(0, 1) * 2.0", {at::randn({6, 5}), at::randn({5})}, 1},
+      {"t", "x", "    return x.exp().t().relu()", {at::randn({6, 5})}, 1},
+      {"permute of a chain", "x", "    return (x.sigmoid() * 3.0 - 1.0).permute(2, 0, 1).tanh()",
+       {at::randn({2, 3, 4})}, 1},
+      {"view", "x", "    return (x * 2.0).view(-1, 4).neg()", {at::randn({2, 3, 4})}, 1},
+      {"reshape", "x", "    return (x * 2.0).reshape(6, 4) + 1.0", {at::randn({2, 3, 4})}, 1},
+      {"flatten", "x", "    return (x * 2.0).flatten(1) + 1.0", {at::randn({2, 3, 4})}, 1},
+      {"unsqueeze and squeeze", "x", "    return (x.abs().unsqueeze(1) + 1.0).squeeze(1).sqrt()",
+       {at::randn({5, 7})}, 1},
+      {"expand and clone (repeat_kv)", "k",
+       "    r = (k * 0.5)[:, :, None, :, :].expand(2, 2, 3, 8, 4).clone()\n    return r.reshape(2, 6, 8, 4)",
+       {at::randn({2, 2, 8, 4})}, 1},
+      {"transposed input", "x", "    return (x * 2.0).t().exp()", {at::randn({6, 5}).t()}, 1},
+      {"expanded input", "x", "    return (x + 1.0).transpose(0, 1).exp()", {at::randn({5}).expand({4, 5})}, 1},
+      {"reshape that must copy", "x", "    return (x.t() * 2.0).reshape(-1) + 1.0", {at::randn({6, 5})}, 2},
+      {"view at the output, returned with its base", "x", "    y = x * 2.0\n    return y, y.view(-1), y.t() + 1.0",
+       {at::randn({3, 4})}, 2},
+      {"the view also returned", "x", "    v = (x * 2.0).t()\n    return v.relu(), v", {at::randn({3, 4})}, 2},
+      {"float16", "x", "    return (x * 0.5).transpose(1, 2).sigmoid()", {at::randn({2, 3, 4}).to(at::kHalf)}, 1},
+      {"int32", "x", "    return (x * 3).t() + 1", {at::randint(-50, 50, {3, 9}).to(at::kInt)}, 1},
+      // The moved producer's result is stored in the view's layout for an ATen op to read.
+      {"into an op that runs through ATen", "x", "    return torch.remainder((x * 3).t(), x.t())",
+       {at::randint(1, 50, {3, 9}).to(at::kInt)}, 1},
+  };
+  for (auto& c : cases) {
+    auto m = script(c.args, c.body);
+    std::vector<c10::IValue> in(c.inputs.begin(), c.inputs.end());
+    auto r = run_and_compare(m, in, c.what);
+    ASSERT_NE(r.plan, nullptr) << c.what;
+    EXPECT_EQ(r.plan->kernels.size(), c.kernels) << c.what << "\n" << r.plan->explain();
+    if (std::string(c.what) == "into an op that runs through ATen") {
+      EXPECT_NE(r.plan->explain().find("views.through_pointwise x1"), std::string::npos) << r.plan->explain();
+      EXPECT_EQ(r.plan->aten_ops.count("aten::remainder.Tensor"), 1u) << r.plan->explain();
+    }
+  }
+  // Returned views stay views of what eager returns them of.
+  auto m = script("x", "    y = x * 2.0\n    return y, y.view(-1)");
+  std::vector<c10::IValue> in{at::randn({3, 4})};
+  auto r = run_and_compare(m, in, "aliasing");
+  ASSERT_EQ(r.fused.size(), 2u);
+  EXPECT_TRUE(r.fused[1].is_alias_of(r.fused[0]));
+}
+
 // clone is a kernel (a copy in the captured layout): its results alias neither the input nor each other,
 // also where common subexpressions would make two clones one value.
 TEST(Clone, ResultsAliasNeitherTheInputNorEachOther) {

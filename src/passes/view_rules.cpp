@@ -1,0 +1,272 @@
+// The rule set "views" (Note [Views through pointwise ops]).
+//
+// Note [Views through pointwise ops]
+// A view between two fusible ops ends a kernel: add -> transpose -> mul runs as two kernels, the first
+// writing its whole result for the second to read through the view. views.through_pointwise moves the
+// view to the pointwise op's inputs instead: view(f(a, b)) becomes f(view(a'), view(b')), where a' is a
+// broadcast to f's result shape (an expand, left out where a has that shape). Each input's view is the
+// index map the consuming kernel reads it through: its sizes and strides are composed here, from the
+// input's type, and made at plan build without the dispatcher (Note [Views made at plan build]); the
+// kernel then computes f at the view's positions, and f and the ops after the view are one group.
+// Repeated to a fixed point, a chain of pointwise ops takes the view to its first inputs.
+// views.full_slice first drops slices that cover their whole dim with step 1 (x[:, :, None] writes two),
+// which would otherwise stand between the ops as views of their own.
+//
+// It fires where all of these hold:
+// - the view is one of view, _unsafe_view, reshape, flatten.using_ints, t, transpose.int, permute,
+//   expand, unsqueeze, squeeze.dim, alias (views whose result type says all: no storage offset);
+// - f is a pointwise op of the table (category elementwise, no per-channel argument, every tensor
+//   argument broadcasting to its result, literals elsewhere, one tensor result), used by the view only,
+//   not returned, and no node with side effects runs between f and the view (f's inputs are read where
+//   the view was);
+// - the view's result is not returned, and every op reading it (through further views of the same
+//   kinds) is pointwise: only there does the move let two kernels become one; before a matmul or another
+//   ATen op it would change the layout the op reads and save nothing;
+// - a reshape-like view of each input is a view for the input's strides (ATen's rule for view), else
+//   it declines: a copy would cost more than the kernel boundary it removes;
+// - an expand makes at most kMaxExpand times as many elements: f is computed again at every broadcast
+//   position, which is cheap for a few copies (repeat_kv's) and not for many.
+// f's new result has the view's sizes and strides, the layout eager gives the view, so whatever reads it
+// sees the same type; where those strides overlap (an expand's), contiguous ones (rewrite.h).
+// Aliasing is unchanged: the moved view's result was an intermediate, and the views made of the inputs
+// are intermediates that nothing returns. FUSION_JIT_DISABLE=views turns the set off.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <numeric>
+
+#include "ir/op_table.h"
+#include "passes/passes.h"
+#include "support/error.h"
+
+namespace fusion_jit {
+namespace {
+
+constexpr int64_t kMaxExpand = 8;
+
+const std::vector<std::string>& view_schemas() {
+  static const std::vector<std::string> s = {
+      "aten::view",      "aten::_unsafe_view",  "aten::reshape", "aten::flatten.using_ints", "aten::t",
+      "aten::transpose.int", "aten::permute",   "aten::expand",  "aten::unsqueeze",          "aten::squeeze.dim",
+      "aten::alias"};
+  return s;
+}
+
+bool is_view(const Node* n) {
+  const auto& s = view_schemas();
+  return std::find(s.begin(), s.end(), n->schema()) != s.end();
+}
+
+// Views that only regroup dims (their result's sizes say all; strides from ATen's view rule).
+bool reshapes(const std::string& s) {
+  return s == "aten::view" || s == "aten::_unsafe_view" || s == "aten::reshape" || s == "aten::flatten.using_ints" ||
+         s == "aten::unsqueeze" || s == "aten::squeeze.dim" || s == "aten::alias";
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+bool broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != t && f != 1) return false;
+  }
+  return true;
+}
+
+int64_t norm_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_t>(rank) : d; }
+
+// The strides of a tensor of sizes `from` and strides `stride` viewed as `to`, where it is a view (ATen's
+// computeStride: each run of dims that is contiguous in memory may be split or merged); nullopt otherwise.
+std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& from, const std::vector<int64_t>& stride,
+                                                 const std::vector<int64_t>& to) {
+  std::vector<int64_t> out(to.size(), 1);
+  const int64_t n = numel(from);
+  if (n == 0 || numel(to) != n) return std::nullopt;
+  if (from.empty()) return out;
+  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
+  int64_t base = stride.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
+    tensor_numel *= from[d];
+    if (d == 0 || (from[d - 1] != 1 && stride[d - 1] != tensor_numel * base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || to[view_d] == 1)) {
+        out[view_d] = view_numel * base;
+        view_numel *= to[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        base = stride[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+// The strides `x` (of the view's input sizes) has after the view `v`; nullopt where it is no view.
+std::optional<std::vector<int64_t>> strides_after(const Node& v, const TensorType& x, const TensorType& out) {
+  const std::string& s = v.schema();
+  if (reshapes(s)) return view_strides(x.sizes, x.strides, out.sizes);
+  std::vector<int64_t> st = x.strides;
+  const size_t r = st.size();
+  if (s == "aten::t") {
+    if (r == 2) std::swap(st[0], st[1]);
+    return st;
+  }
+  if (s == "aten::transpose.int") {
+    auto d0 = as_int(literal_arg(&v.args()[1])), d1 = as_int(literal_arg(&v.args()[2]));
+    if (!d0 || !d1 || r == 0) return std::nullopt;
+    std::swap(st.at(norm_dim(*d0, r)), st.at(norm_dim(*d1, r)));
+    return st;
+  }
+  if (s == "aten::permute") {
+    auto dims = literal_arg(&v.args()[1]);
+    if (!dims || !std::holds_alternative<std::vector<int64_t>>(*dims)) return std::nullopt;
+    const auto& p = std::get<std::vector<int64_t>>(*dims);
+    if (p.size() != r) return std::nullopt;
+    std::vector<int64_t> o;
+    for (int64_t d : p) o.push_back(st.at(norm_dim(d, r)));
+    return o;
+  }
+  if (s == "aten::expand") {
+    std::vector<int64_t> o(out.sizes.size(), 0);
+    for (size_t i = 0; i < r; ++i) {
+      const size_t j = out.sizes.size() - r + i;
+      o[j] = x.sizes[i] == out.sizes[j] ? st[i] : 0;
+    }
+    return o;
+  }
+  return std::nullopt;
+}
+
+// Whether everything that reads `v` (through further views) is a pointwise op, and nothing returns it.
+bool feeds_pointwise(const Value* v, const Builder& b) {
+  if (b.returned(v)) return false;
+  const auto users = b.users(v);
+  if (users.empty()) return false;
+  for (const Node* u : users) {
+    if (is_view(u)) {
+      if (!feeds_pointwise(u->output(), b)) return false;
+    } else if (!u->op() || u->op()->category != OpCategory::kElementwise || u->side_effects()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether `f` is a pointwise op whose tensor arguments all broadcast to its result.
+bool pointwise(const Node& f) {
+  const OpInfo* op = f.op();
+  if (!op || op->category != OpCategory::kElementwise || f.side_effects() || f.outputs().size() != 1 ||
+      !f.output()->is_tensor())
+    return false;
+  const TensorType& out = f.output()->tensor_type();
+  for (size_t i = 0; i < f.args().size(); ++i) {
+    const Arg& a = f.args()[i];
+    const bool tensor_arg = i < op->args.size() && op->args[i].is_tensor();
+    if (i < op->args.size() && op->args[i].kind == ArgKind::kChannel) {
+      if (a.is_value()) return false;  // indexed by dim 1, not broadcast
+      continue;
+    }
+    if (!a.is_value()) {
+      if (tensor_arg) return false;
+      continue;
+    }
+    if (!tensor_arg || !a.value->is_tensor()) return false;
+    const TensorType& t = a.value->tensor_type();
+    if (t.device != out.device || t.device_index != out.device_index || !broadcasts(t.sizes, out.sizes)) return false;
+  }
+  return true;
+}
+
+Replacement through_pointwise(const Match& m, Builder& b) {
+  const Node& v = *m.root;
+  Value* fv = m.value("f");
+  const Node* f = fv->producer();
+  if (!f || !pointwise(*f) || v.outputs().size() != 1 || !v.output()->is_tensor()) return {};
+  if (!feeds_pointwise(v.output(), b)) return {};
+  const TensorType& mid = fv->tensor_type();
+  const TensorType& out = v.output()->tensor_type();
+  if (v.schema() == "aten::expand" && numel(out.sizes) > kMaxExpand * std::max<int64_t>(numel(mid.sizes), 1)) return {};
+  if (b.side_effects_between(f, &v)) return {};
+  // Each tensor argument broadcast to f's result shape, then viewed as v views f's result.
+  std::vector<Arg> args = f->args();
+  for (Arg& a : args) {
+    if (!a.is_value()) continue;
+    Value* x = a.value;
+    const TensorType& t = x->tensor_type();
+    TensorType wide = t;
+    if (t.sizes != mid.sizes) {
+      wide.sizes = mid.sizes;
+      std::vector<int64_t> st(mid.sizes.size(), 0);
+      for (size_t i = 0; i < t.sizes.size(); ++i) {
+        const size_t j = mid.sizes.size() - t.sizes.size() + i;
+        st[j] = t.sizes[i] == mid.sizes[j] ? t.strides[i] : 0;
+      }
+      wide.strides = st;
+    }
+    TensorType viewed = out;
+    viewed.dtype = t.dtype;
+    if (v.schema() == "aten::expand") {
+      // expand(expand(x, mid), out) is expand(x, out): one view.
+      auto st = strides_after(v, t, out);
+      if (!st) return {};
+      viewed.strides = *st;
+      a.value = b.node("aten::expand", {Arg::of(x), Arg::lit(out.sizes)}, {ValueType{viewed, ""}})->output();
+      continue;
+    }
+    auto st = strides_after(v, wide, out);
+    if (!st) return b.decline(fmt::format("{} of {}: not a view for its strides [{}]", v.schema(), x->name(),
+                                          fmt::join(wide.strides, ",")));
+    viewed.strides = *st;
+    if (t.sizes != mid.sizes)
+      x = b.node("aten::expand", {Arg::of(x), Arg::lit(mid.sizes)}, {ValueType{wide, ""}})->output();
+    std::vector<Arg> vargs = v.args();
+    vargs[0] = Arg::of(x);
+    if (reshapes(v.schema())) vargs = {Arg::of(x), Arg::lit(out.sizes)};
+    a.value = b.node(reshapes(v.schema()) ? "aten::view" : v.schema(), vargs, {ValueType{viewed, ""}})->output();
+  }
+  return {b.node(f->schema(), args, {ValueType{out, ""}})->output()};
+}
+
+// slice(x, dim, start, end, 1) covering the whole dim (what indexing with ':' writes) is x itself where
+// nothing returns it (a returned slice is a tensor of its own, aliasing x, as eager's).
+Replacement full_slice(const Match& m, Builder& b) {
+  const Node& n = *m.root;
+  Value* x = m.value("x");
+  if (b.returned(n.output()) || n.args().size() < 2) return {};
+  const auto& sizes = x->tensor_type().sizes;
+  const size_t r = sizes.size();
+  auto dim = as_int(literal_arg(n.args().size() > 1 ? &n.args()[1] : nullptr, int64_t{0}));
+  auto start = literal_arg(n.args().size() > 2 ? &n.args()[2] : nullptr);
+  auto end = literal_arg(n.args().size() > 3 ? &n.args()[3] : nullptr);
+  auto step = as_int(literal_arg(n.args().size() > 4 ? &n.args()[4] : nullptr, int64_t{1}));
+  if (!dim || !start || !end || !step || *step != 1 || r == 0) return {};
+  const int64_t d = norm_dim(*dim, r);
+  if (d < 0 || d >= static_cast<int64_t>(r)) return {};
+  const bool from_0 = std::holds_alternative<None>(*start) || as_int(start) == int64_t{0};
+  const bool to_end = std::holds_alternative<None>(*end) || (as_int(end) && *as_int(end) >= sizes[d]);
+  if (!from_0 || !to_end) return {};
+  return {x};
+}
+
+RuleSet make_view_rules() {
+  return RuleSet{"views",
+                 {{"full_slice", Pattern::op({"aten::slice.Tensor"}, {Pattern::tensor().bind("x")}), full_slice},
+                  {"through_pointwise", Pattern::op(view_schemas(), {Pattern::op({}).single_use().bind("f")}),
+                   through_pointwise}}};
+}
+
+}  // namespace
+
+const RuleSet& view_rules() {
+  static const RuleSet set = make_view_rules();
+  return set;
+}
+
+}  // namespace fusion_jit

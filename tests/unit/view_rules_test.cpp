@@ -1,0 +1,201 @@
+// The rule set "views" (passes/view_rules.cpp, Note [Views through pointwise ops]) on printed IR: a view
+// between pointwise ops moves to the first op's inputs, and near misses are left alone. Results against
+// eager: tests/torch/capture_test.cpp (ViewsInKernels).
+#include <gtest/gtest.h>
+
+#include "passes/passes.h"
+
+namespace fusion_jit {
+namespace {
+
+std::string run(const std::string& ir, std::string* fired, std::vector<RuleApplication>* log = nullptr) {
+  auto g = parse_graph(ir);
+  std::vector<RuleApplication> own;
+  run_rules(*g, view_rules(), {}, log ? log : &own);
+  verify_graph(*g);
+  g->renumber();
+  *fired = summarize(log ? *log : own);
+  return print_graph(*g);
+}
+
+TEST(ViewRules, ATransposeBetweenPointwiseOpsMovesToTheInputs) {
+  std::string fired;
+  const std::string out = run(R"(graph(%0 : f32[4,8], %1 : f32[8]):
+  %2 : f32[4,8] = aten::add.Tensor(%0, %1, 1)
+  %3 : f32[8,4]{1,8} = aten::transpose.int(%2, 0, 1)
+  %4 : f32[8,4] = aten::mul.Scalar(%3, 2.0)
+  return (%4)
+)",
+                              &fired);
+  EXPECT_EQ(fired, "views.through_pointwise x1") << out;
+  // The input of the broadcast operand is expanded to the add's shape, then transposed like the result;
+  // the add now computes the transposed result, in its layout, and the mul reads it directly.
+  EXPECT_EQ(out, R"(graph(%0 : f32[4,8], %1 : f32[8]):
+  %2 : f32[8,4]{1,8} = aten::transpose.int(%0, 0, 1)
+  %3 : f32[4,8]{0,1} = aten::expand(%1, [4,8])
+  %4 : f32[8,4]{1,0} = aten::transpose.int(%3, 0, 1)
+  %5 : f32[8,4]{1,8} = aten::add.Tensor(%2, %4, 1)
+  %6 : f32[8,4] = aten::mul.Scalar(%5, 2.0)
+  return (%6)
+)");
+}
+
+TEST(ViewRules, AChainOfPointwiseOpsTakesTheViewToItsFirstInputs) {
+  std::string fired;
+  const std::string out = run(R"(graph(%0 : f32[2,3,4]):
+  %1 : f32[2,3,4] = aten::exp(%0)
+  %2 : f32[2,3,4] = aten::add.Scalar(%1, 1.0, 1)
+  %3 : f32[6,4] = aten::view(%2, [-1, 4])
+  %4 : f32[6,4] = aten::relu(%3)
+  return (%4)
+)",
+                              &fired);
+  EXPECT_EQ(fired, "views.through_pointwise x2") << out;
+  EXPECT_EQ(out, R"(graph(%0 : f32[2,3,4]):
+  %1 : f32[6,4] = aten::view(%0, [6,4])
+  %2 : f32[6,4] = aten::exp(%1)
+  %3 : f32[6,4] = aten::add.Scalar(%2, 1.0, 1)
+  %4 : f32[6,4] = aten::relu(%3)
+  return (%4)
+)");
+}
+
+// repeat_kv: unsqueeze, expand and a clone of the expanded view. The pointwise producer is computed at
+// each broadcast position and stored densely by the clone's kernel.
+TEST(ViewRules, AnExpandBeforeACloneMovesAndTheResultIsDense) {
+  std::string fired;
+  const std::string out = run(R"(graph(%0 : f32[2,2,8,4]):
+  %1 : f32[2,2,8,4] = aten::mul.Scalar(%0, 2.0)
+  %2 : f32[2,2,1,8,4] = aten::unsqueeze(%1, 2)
+  %3 : f32[2,2,3,8,4]{64,32,0,4,1} = aten::expand(%2, [2, 2, 3, 8, 4], False)
+  %4 : f32[2,2,3,8,4] = aten::clone(%3, None)
+  return (%4)
+)",
+                              &fired);
+  EXPECT_EQ(fired, "views.through_pointwise x2") << out;
+  EXPECT_EQ(out, R"(graph(%0 : f32[2,2,8,4]):
+  %1 : f32[2,2,1,8,4] = aten::view(%0, [2,2,1,8,4])
+  %2 : f32[2,2,3,8,4]{64,32,0,4,1} = aten::expand(%1, [2,2,3,8,4])
+  %3 : f32[2,2,3,8,4] = aten::mul.Scalar(%2, 2.0)
+  %4 : f32[2,2,3,8,4] = aten::clone(%3, None)
+  return (%4)
+)");
+}
+
+// x[:, :, None] writes slices over whole dims: they go, so that the unsqueeze can move; a partial or
+// strided slice, or one the graph returns, stays.
+TEST(ViewRules, SlicesOverWholeDimsGo) {
+  std::string fired;
+  std::string out = run(R"(graph(%0 : f32[2,8,4]):
+  %1 : f32[2,8,4] = aten::mul.Scalar(%0, 2.0)
+  %2 : f32[2,8,4] = aten::slice.Tensor(%1, 0, 0, 9223372036854775807, 1)
+  %3 : f32[2,8,4] = aten::slice.Tensor(%2, 1, None, None, 1)
+  %4 : f32[2,1,8,4] = aten::unsqueeze(%3, 1)
+  %5 : f32[2,1,8,4] = aten::relu(%4)
+  return (%5)
+)",
+                        &fired);
+  EXPECT_EQ(fired, "views.full_slice x2, views.through_pointwise x1") << out;
+  EXPECT_EQ(out, R"(graph(%0 : f32[2,8,4]):
+  %1 : f32[2,1,8,4] = aten::view(%0, [2,1,8,4])
+  %2 : f32[2,1,8,4] = aten::mul.Scalar(%1, 2.0)
+  %3 : f32[2,1,8,4] = aten::relu(%2)
+  return (%3)
+)");
+  const std::string kept = R"(graph(%0 : f32[2,8,4]):
+  %1 : f32[2,7,4]{32,4,1} = aten::slice.Tensor(%0, 1, 1, 9223372036854775807, 1)
+  %2 : f32[2,4,4]{32,8,1} = aten::slice.Tensor(%0, 1, 0, 8, 2)
+  %3 : f32[2,8,4] = aten::slice.Tensor(%0, 1, 0, 8, 1)
+  return (%1, %2, %3)
+)";
+  out = run(kept, &fired);
+  EXPECT_EQ(fired, "") << out;
+}
+
+TEST(ViewRules, NearMissesAreLeftAlone) {
+  struct Case {
+    const char* what;
+    std::string ir;
+  } cases[] = {
+      {"the pointwise result has another user", R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,8] = aten::exp(%0)
+  %2 : f32[8,4]{1,8} = aten::t(%1)
+  %3 : f32[8,4] = aten::relu(%2)
+  %4 : f32[4,8] = aten::neg(%1)
+  return (%3, %4)
+)"},
+      {"the pointwise result is returned", R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,8] = aten::exp(%0)
+  %2 : f32[8,4]{1,8} = aten::t(%1)
+  %3 : f32[8,4] = aten::relu(%2)
+  return (%3, %1)
+)"},
+      {"the view is returned", R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,8] = aten::exp(%0)
+  %2 : f32[8,4]{1,8} = aten::t(%1)
+  %3 : f32[8,4] = aten::relu(%2)
+  return (%3, %2)
+)"},
+      {"the view feeds a matmul", R"(graph(%0 : f32[4,8], %1 : f32[4,8]):
+  %2 : f32[4,8] = aten::exp(%0)
+  %3 : f32[8,4]{1,8} = aten::t(%2)
+  %4 : f32[8,8] = aten::mm(%3, %1)
+  return (%4)
+)"},
+      {"the producer is a reduction", R"(graph(%0 : f32[4,8,2]):
+  %1 : f32[4,8] = aten::sum.dim_IntList(%0, [2], False, None)
+  %2 : f32[8,4]{1,8} = aten::t(%1)
+  %3 : f32[8,4] = aten::relu(%2)
+  return (%3)
+)"},
+      {"the producer's per-channel arguments are indexed by dim 1", R"(graph(%0 : f32[2,3,4,4], %1 : f32[3], %2 : f32[3]):
+  %3 : f32[2,3,4,4] = aten::batch_norm(%0, None, None, %1, %2, False, 0.1, 1e-05, False)
+  %4 : f32[2,3,16] = aten::view(%3, [2, 3, 16])
+  %5 : f32[2,3,16] = aten::relu(%4)
+  return (%5)
+)"},
+      {"a node with side effects runs between the producer and the view", R"(graph(%0 : f32[4,8]):
+  %1 : f32[4,8] = aten::exp(%0)
+  %2 : f32[4,8] = !aten::relu_(%0)
+  %3 : f32[8,4]{1,8} = aten::t(%1)
+  %4 : f32[8,4] = aten::relu(%3)
+  return (%4, %2)
+)"},
+      {"an expand to more than 8 times the elements", R"(graph(%0 : f32[4]):
+  %1 : f32[4] = aten::exp(%0)
+  %2 : f32[16,4]{0,1} = aten::expand(%1, [16, 4], False)
+  %3 : f32[16,4] = aten::relu(%2)
+  return (%3)
+)"},
+  };
+  for (const Case& c : cases) {
+    std::string fired;
+    const std::string out = run(c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what << "\n" << out;
+    auto g = parse_graph(c.ir);
+    g->renumber();
+    EXPECT_EQ(out, print_graph(*g)) << c.what;
+  }
+}
+
+// A reshape that is a view of the producer's contiguous result but not of a transposed input declines,
+// with the reason explain prints: a copy of the input would cost more than the kernel boundary.
+TEST(ViewRules, AReshapeThatIsNoViewOfAnInputDeclinesWithItsReason) {
+  std::string fired;
+  std::vector<RuleApplication> log;
+  const std::string in = R"(graph(%0 : f32[4,8]{1,4}):
+  %1 : f32[4,8] = aten::exp(%0)
+  %2 : f32[32] = aten::view(%1, [-1])
+  %3 : f32[32] = aten::relu(%2)
+  return (%3)
+)";
+  const std::string out = run(in, &fired, &log);
+  EXPECT_EQ(fired, "") << out;
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].rule, "views.through_pointwise");
+  EXPECT_NE(log[0].declined.find("aten::view of %0: not a view for its strides [1,4]"), std::string::npos)
+      << log[0].declined;
+}
+
+}  // namespace
+}  // namespace fusion_jit
