@@ -270,9 +270,10 @@ std::vector<c10::IValue> call_aten(const Node& n, const std::vector<c10::IValue>
 // and after is in bench/RESULTS.md ("ATen steps resolved at plan build").
 //
 // Note [Views made at plan build]
-// A view step's result (view, _unsafe_view, t, transpose, permute, expand, unsqueeze, squeeze.dim, alias)
-// has sizes and strides the plan's types give (plans are specialized on their inputs' layouts) and its
-// base's storage offset; the dispatcher's 0.3-0.7 us per call (eager's own cost) buys nothing else for an
+// A view step's result (view, _unsafe_view, t, transpose, permute, expand, unsqueeze, squeeze.dim, alias,
+// and slice.Tensor and select.int with literal arguments) has sizes and strides the plan's types give
+// (plans are specialized on their inputs' layouts) and its base's storage offset (plus, for a slice, its
+// start times the dim's stride in the base's type; for a select, the index times it: view_offset); the dispatcher's 0.3-0.7 us per call (eager's own cost) buys nothing else for an
 // intermediate value. Such a step makes the alias directly: a tensor on the base's storage and version
 // counter, with those sizes and strides. Where it would be seen: not for values the plan returns, or that
 // another view step (made through the dispatcher) takes (eager's results are views with autograd's view
@@ -285,8 +286,42 @@ namespace {
 bool is_fast_view_schema(const std::string& s) {
   static const std::set<std::string> kViews = {"aten::view",          "aten::_unsafe_view", "aten::t",
                                                "aten::transpose.int", "aten::permute",      "aten::expand",
-                                               "aten::unsqueeze",     "aten::squeeze.dim",  "aten::alias"};
+                                               "aten::unsqueeze",     "aten::squeeze.dim",  "aten::alias",
+                                               "aten::slice.Tensor",  "aten::select.int"};
   return kViews.count(s) > 0;
+}
+
+// The elements a slice or a select moves its result's start by, from its literal arguments and its
+// input's type, as ATen computes it (negative start and index count from the end; start clamped to the
+// dim); 0 for the other views; nullopt where an argument is computed at run time or out of range.
+std::optional<int64_t> view_offset(const Node& n) {
+  const bool slice = n.schema() == "aten::slice.Tensor", select = n.schema() == "aten::select.int";
+  if (!slice && !select) return 0;
+  for (const Arg& a : n.args())
+    if (&a != &n.args()[0] && a.is_value()) return std::nullopt;
+  const TensorType& in = n.args()[0].value->tensor_type();
+  const int64_t rank = in.dim();
+  auto int_at = [&](size_t i, std::optional<int64_t> dflt) -> std::optional<int64_t> {
+    if (i >= n.args().size() || std::holds_alternative<None>(n.args()[i].literal)) return dflt;
+    if (!std::holds_alternative<int64_t>(n.args()[i].literal)) return std::nullopt;
+    return std::get<int64_t>(n.args()[i].literal);
+  };
+  auto dim = int_at(1, slice ? std::optional<int64_t>(0) : std::nullopt);
+  if (!dim || rank == 0) return std::nullopt;
+  const int64_t d = *dim < 0 ? *dim + rank : *dim;
+  if (d < 0 || d >= rank) return std::nullopt;
+  const int64_t size = in.sizes[d];
+  auto at = int_at(2, slice ? std::optional<int64_t>(0) : std::nullopt);
+  if (!at) return std::nullopt;
+  int64_t i = *at < 0 ? *at + size : *at;
+  if (select) {
+    if (i < 0 || i >= size) return std::nullopt;  // eager raises
+  } else {
+    auto step = int_at(4, 1);
+    if (!step || *step <= 0) return std::nullopt;
+    i = std::clamp<int64_t>(i, 0, size);
+  }
+  return i * in.strides[d];
 }
 
 // Whether the op's first result aliases an argument (a view), by its schema.
@@ -308,7 +343,7 @@ bool plain_tensor(const at::Tensor& t) {
 at::Tensor make_view(const at::Tensor& base, const AtenCall& c) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
                                                    base.key_set(), base.dtype());
-  impl->set_sizes_and_strides(c.view_sizes, c.view_strides, base.storage_offset());
+  impl->set_sizes_and_strides(c.view_sizes, c.view_strides, base.storage_offset() + c.view_offset);
   impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
   return at::Tensor(std::move(impl));
 }
@@ -376,8 +411,11 @@ void resolve_aten_steps(PlanInstance& inst) {
         hidden = false;  // a list's elements reach ops that may return them (split, unbind...)
     }
     if (!hidden) continue;
+    const auto offset = view_offset(n);
+    if (!offset) continue;
     const TensorType& t = n.output()->tensor_type();
     c.fast_view = true;
+    c.view_offset = *offset;
     c.view_sizes = t.sizes;
     c.view_strides = t.strides;
   }

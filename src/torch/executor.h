@@ -28,9 +28,11 @@ struct AtenCall {
   std::vector<int> ids;                 // their value ids
   std::vector<bool> move;               // the value dies at this step and is used once by it: moved in
   // A view made without the dispatcher (Note [Views made at plan build]): the result's sizes and strides,
-  // taken from the plan's type; the base's storage and offset.
+  // taken from the plan's type; the base's storage and offset, plus view_offset elements (a slice's start
+  // or a select's index times the dim's stride).
   bool fast_view = false;
   std::vector<int64_t> view_sizes, view_strides;
+  int64_t view_offset = 0;
 };
 
 struct PlanInstance {

@@ -188,6 +188,30 @@ def forward(self, x, w):
   }
 }
 
+// Slices and selects of intermediates are made at plan build too, at their start's offset: negative
+// starts and indices, steps, clamped and empty ranges, read by kernels and by ATen's mm, as eager's.
+TEST(Plan, SlicesAndSelectsMadeAtPlanBuildStartWhereEagersDo) {
+  torch::jit::Module m("Slices");
+  m.define(R"(
+def forward(self, x, w):
+    a = torch.relu(x) + 0.5
+    f = torch.mm(a[2:], w)
+    return a[1:5] * 2.0, a[:, -6::2] + 1.0, a[-1].exp(), a.select(1, 2).neg(), f, a[7:3] * 3.0, a[:, 5:100] - 1.0
+)");
+  m.eval();
+  std::vector<c10::IValue> in{at::randn({6, 8}), at::randn({8, 5})};
+  auto r = run_and_compare(m, in, "slices");
+  ASSERT_NE(r.plan, nullptr);
+  for (int call = 0; call < 2; ++call) {  // the first call gave the capture's (eager) result
+    auto out = flatten((*r.compiled)(in));
+    ASSERT_EQ(out.size(), r.eager.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i << "\n" << out[i] << "\n" << r.eager[i];
+      EXPECT_EQ(out[i].sizes(), r.eager[i].sizes()) << "output " << i;
+    }
+  }
+}
+
 // chunk and split consumers read their slices in place: the kernel takes the views (offset and strides)
 // as inputs, no copy runs.
 TEST(Plan, ChunkAndSplitConsumersReadTheirSlicesInPlace) {
