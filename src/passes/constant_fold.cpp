@@ -1,6 +1,28 @@
+#include <set>
+
+#include "ir/dtype.h"
 #include "passes/passes.h"
 
 namespace fusion_jit {
+namespace {
+
+// Factories whose result their literal arguments decide, folded where it is small: arange's positions and
+// the scalar_tensor fills of a causal mask then make the whole mask a constant (llama_tiny: an ATen
+// arange of 8 us and two kernels per call). A larger result would hold memory for the plan's life to
+// save one fill per call. Random factories have side effects and are never folded.
+constexpr int64_t kMaxFoldedFactoryBytes = 64 << 10;
+
+bool small_factory(const Node& n) {
+  static const std::set<std::string> kFactories = {
+      "aten::arange", "aten::arange.start", "aten::arange.start_step", "aten::scalar_tensor",
+      "aten::zeros",  "aten::ones",         "aten::full",              "aten::eye"};
+  if (!kFactories.count(n.schema()) || n.outputs().size() != 1 || !n.output()->is_tensor()) return false;
+  const TensorType& t = n.output()->tensor_type();
+  return t.dtype != DType::kOther &&
+         t.extent() * static_cast<int64_t>(dtype_size(t.dtype)) <= kMaxFoldedFactoryBytes;
+}
+
+}  // namespace
 
 bool constant_fold(Graph& g, const ConstantEvaluator& eval) {
   if (!eval) return false;
@@ -8,7 +30,8 @@ bool constant_fold(Graph& g, const ConstantEvaluator& eval) {
   for (Node* n : g.nodes()) {
     if (n->is_constant() || n->side_effects() || n->outputs().empty()) continue;
     auto inputs = n->value_inputs();
-    if (inputs.empty()) continue;  // nothing frozen to fold; literals alone are not worth a tensor
+    // Nothing frozen to fold: literals alone are not worth a tensor, but for small factories.
+    if (inputs.empty() && !small_factory(*n)) continue;
     bool all_constant = true;
     for (const Value* v : inputs) all_constant &= v->producer() && v->producer()->is_constant();
     if (!all_constant) continue;

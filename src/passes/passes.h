@@ -13,7 +13,8 @@
 // dce            removes nodes whose outputs are unused and that have no side effects.
 // cse            merges nodes with the same schema and arguments (pure ops only), keeping the first;
 //                two results the graph returns stay two (eager's are distinct tensors).
-// constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant, through an evaluator
+// constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant (and small factories of
+//                literals only: arange, scalar_tensor, zeros, ones, full, eye up to 64 KiB), through an evaluator
 //                supplied by the caller (the torch adapter runs ATen); the result becomes a new constant.
 //
 // run_pipeline runs them in order, times each, verifies the graph after each, and leaves out those named

@@ -257,3 +257,25 @@ def test_profile_times_each_step_by_kind():
     assert 0 < parts <= s["plan_ms"], s
     text = p.table()
     assert text.startswith("3 plan runs") and "aten::addmm" in text and "between steps" in text, text
+
+
+def test_small_factories_fold_with_the_mask_they_make():
+    """A causal mask made from arange and scalar_tensor in a torch.compile graph is folded at plan build:
+    no ATen arange step is left, results are eager's, and a returned factory is the caller's own tensor."""
+
+    class Masked(torch.nn.Module):
+        def forward(self, x):
+            i = torch.arange(x.shape[-1])
+            mask = torch.where(i[:, None] >= i[None, :], torch.tensor(0.0), torch.tensor(-1e9))
+            return torch.softmax(x + mask, -1), torch.zeros(3)
+
+    model, x = Masked(), torch.randn(2, 8, 8)
+    text = fusion_jit.explain(model, x, file=open(os.devnull, "w"))
+    assert "aten::arange" not in text, text
+    compiled = torch.compile(model, backend="fusion_jit")
+    expected = model(x)
+    for _ in range(2):
+        out = compiled(x)
+        torch.testing.assert_close(out[0], expected[0])
+        assert torch.equal(out[1], torch.zeros(3))
+        out[1].fill_(7.0)  # the caller's tensor: the next call still returns zeros

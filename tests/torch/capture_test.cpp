@@ -160,6 +160,28 @@ TEST(Plan, IntermediatesAreReleasedAndConstantsFolded) {
   EXPECT_EQ(r.plan->fused_ops, 1) << r.plan->explain();
 }
 
+// Small factories of literals (arange, scalar_tensor, zeros, full) fold with what is computed from them
+// alone (a causal mask): no ATen step or kernel is left for them; a returned one is the caller's own
+// tensor (writing into it changes no later call). The size limit: ConstantFold.SmallFactoriesOfLiteralsOnly.
+TEST(Plan, SmallFactoriesOfLiteralsAreFolded) {
+  auto m = script("x",
+                  "    i = torch.arange(8)\n"
+                  "    mask = torch.where(i.unsqueeze(1) >= i.unsqueeze(0), torch.scalar_tensor(0.0), "
+                  "torch.scalar_tensor(-1e9))\n"
+                  "    return x + mask, torch.zeros(3), torch.full([2], 1.5) + 1.0, torch.zeros(64, 1024) + x.sum()");
+  std::vector<c10::IValue> in{at::randn({2, 8, 8})};
+  auto r = run_and_compare(m, in, "factories");
+  ASSERT_NE(r.plan, nullptr);
+  for (const char* s : {"aten::arange", "aten::scalar_tensor", "aten::full", "aten::ge.Tensor", "aten::where.self"})
+    EXPECT_EQ(r.plan->aten_ops.count(s), 0u) << s << "\n" << r.plan->explain();
+  for (int call = 0; call < 2; ++call) {
+    auto out = flatten((*r.compiled)(in));
+    ASSERT_EQ(out.size(), 4u);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i;
+    out[1].fill_(7.0);  // the caller's tensor: the next call still returns zeros
+  }
+}
+
 // Note [Views made at plan build]: intermediate views (read by a kernel, by ATen's mm, by another view)
 // are made without the dispatcher; a returned view still comes from it, a view of its base as eager's.
 TEST(Plan, ViewsMadeAtPlanBuildGiveEagersValuesAndReturnedViewsStayViews) {

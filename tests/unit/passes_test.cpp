@@ -104,6 +104,28 @@ TEST(ConstantFold, FoldsNodesOverConstants) {
 )");
 }
 
+// A factory of literals is folded where its result is small (up to 64 KiB), not a larger one, and not an
+// op of literals that is no factory of the list.
+TEST(ConstantFold, SmallFactoriesOfLiteralsOnly) {
+  auto g = parse_graph(R"(graph(%0 : f32[8]):
+  %1 : i64[8] = aten::arange(8, None, None, None, None)
+  %2 : f32[128,128] = aten::zeros([128, 128], None, None, None, None)
+  %3 : f32[129,128] = aten::zeros([129, 128], None, None, None, None)
+  %4 : f32[8] = aten::randn([8], None, None, None, None)
+  return (%1, %2, %3, %4, %0)
+)");
+  std::vector<std::string> evaluated;
+  ConstantEvaluator eval = [&](const Node& n) -> std::optional<std::vector<int64_t>> {
+    evaluated.push_back(n.schema());
+    return std::vector<int64_t>{static_cast<int64_t>(evaluated.size())};
+  };
+  EXPECT_TRUE(constant_fold(*g, eval));
+  EXPECT_EQ(evaluated, (std::vector<std::string>{"aten::arange", "aten::zeros"}));
+  const std::string out = print_graph(*g);
+  EXPECT_NE(out.find("f32[129,128] = aten::zeros("), std::string::npos) << out;
+  EXPECT_NE(out.find("aten::randn"), std::string::npos) << out;
+}
+
 TEST(ConstantFold, LeavesNodesTheEvaluatorRefuses) {
   auto g = parse_graph("graph():\n  %0 : f32[4] = fj::constant(0)\n  %1 : f32[4] = aten::exp(%0)\n  return (%1)\n");
   EXPECT_FALSE(constant_fold(*g, [](const Node&) { return std::optional<std::vector<int64_t>>(); }));
