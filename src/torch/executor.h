@@ -33,6 +33,11 @@ struct AtenCall {
   bool fast_view = false;
   std::vector<int64_t> view_sizes, view_strides;
   int64_t view_offset = 0;
+  // A split or chunk whose pieces are all such views (its list read by one ListUnpack): each piece's
+  // sizes, strides and offset in elements.
+  bool fast_split = false;
+  std::vector<std::vector<int64_t>> piece_sizes, piece_strides;
+  std::vector<int64_t> piece_offsets;
 };
 
 struct PlanInstance {

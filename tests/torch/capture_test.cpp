@@ -234,6 +234,35 @@ def forward(self, x, w):
   }
 }
 
+// Splits and chunks whose pieces are hidden are made at plan build, each piece at its offset: uneven
+// pieces, a negative dim, a sliced input (its own storage offset), pieces read by kernels, by mm and by a
+// view; a split with a returned piece still runs through the dispatcher. Values and strides as eager's.
+TEST(Plan, SplitsMadeAtPlanBuildGiveEagersPieces) {
+  torch::jit::Module m("Splits");
+  m.define(R"(
+def forward(self, x, w):
+    a = torch.relu(x) + 0.5
+    p, q, r = a.split(3, 1)
+    s, t = torch.chunk(a[1:], 2, -1)
+    u, v = torch.split(a, [2, 4], 0)
+    k1, k2 = a.chunk(2, 0)
+    return p * 2.0, torch.mm(q.t(), w[:6]), r.unsqueeze(0) + 1.0, s - t, u.sum(0) + v.mean(0), k1, k2 * 3.0
+)");
+  m.eval();
+  std::vector<c10::IValue> in{at::randn({6, 8}), at::randn({8, 5})};
+  auto r = run_and_compare(m, in, "splits");
+  ASSERT_NE(r.plan, nullptr);
+  for (int call = 0; call < 2; ++call) {  // the first call gave the capture's (eager) result
+    auto out = flatten((*r.compiled)(in));
+    ASSERT_EQ(out.size(), r.eager.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i << "\n" << out[i] << "\n" << r.eager[i];
+      EXPECT_EQ(out[i].strides(), r.eager[i].strides()) << "output " << i;
+    }
+    EXPECT_TRUE(out[5].is_view()) << "a returned piece is a view, as eager's";
+  }
+}
+
 // chunk and split consumers read their slices in place: the kernel takes the views (offset and strides)
 // as inputs, no copy runs.
 TEST(Plan, ChunkAndSplitConsumersReadTheirSlicesInPlace) {
