@@ -39,6 +39,15 @@ std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sz) {
   return {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
 }
 
+bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != t && f != 1) return false;
+  }
+  return true;
+}
+
 bool same_strides(const TensorType& t, const std::vector<int64_t>& strides) {
   for (size_t d = 0; d < t.sizes.size(); ++d)
     if (t.sizes[d] != 1 && t.strides[d] != strides[d]) return false;

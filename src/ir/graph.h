@@ -59,6 +59,8 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
 // Whether `t` has `strides`, but for those of its size-1 dims, which no index reads.
 bool same_strides(const TensorType& t, const std::vector<int64_t>& strides);
+// Whether sizes `from` broadcast to `to` (numpy's rule: right-aligned, each dim 1 or equal).
+bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
 
 // Non-tensor values are described by a kind name: int, float, bool, str, None, int[], Tensor[], ...
 struct ValueType {

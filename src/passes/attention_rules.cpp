@@ -66,16 +66,6 @@ Node* producer_in(const Value* v, std::initializer_list<const char*> schemas) {
 
 bool used_once(const Builder& r, const Value* v) { return r.users(v).size() == 1 && !r.returned(v); }
 
-// Whether a mask of type `m` broadcasts to `scores` (right-aligned, each dim 1 or equal).
-bool broadcasts_to(const TensorType& m, const TensorType& scores) {
-  if (m.dim() > scores.dim()) return false;
-  for (int64_t i = 1; i <= m.dim(); ++i) {
-    const int64_t a = m.sizes[m.dim() - i], b = scores.sizes[scores.dim() - i];
-    if (a != 1 && a != b) return false;
-  }
-  return true;
-}
-
 bool is_last(int64_t d, int64_t rank) { return d == -1 || d == rank - 1; }
 
 // The 4-d [B, H, X, Y] value a 3-d bmm operand [B*H, X, Y] is a view of (FX's spelling), looking through
@@ -248,12 +238,12 @@ Replacement sdpa(const Match& m, Builder& r) {
       return r.decline(fmt::format("an added mask is {} where the scores are {} (the add would promote)",
                                    dtype_name(tm.dtype), dtype_name(dt)));
     if (tm.device != tq.device) return r.decline("a mask is on another device");
-    if (!broadcasts_to(tm, ts)) return r.decline("a mask does not broadcast to the scores [B, H, T, S]");
+    if (!broadcasts_to(tm.sizes, ts.sizes)) return r.decline("a mask does not broadcast to the scores [B, H, T, S]");
   }
   for (const Value* f : filled) {
     if (!f->is_tensor() || f->tensor_type().dtype != DType::kBool) return r.decline("a masked_fill mask is not bool");
     if (f->tensor_type().device != tq.device) return r.decline("a mask is on another device");
-    if (!broadcasts_to(f->tensor_type(), ts))
+    if (!broadcasts_to(f->tensor_type().sizes, ts.sizes))
       return r.decline("a mask does not broadcast to the scores [B, H, T, S]");
   }
   // One additive mask.

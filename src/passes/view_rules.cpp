@@ -67,13 +67,14 @@ int64_t numel(const std::vector<int64_t>& s) {
   return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>());
 }
 
-bool broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
-  if (from.size() > to.size()) return false;
-  for (size_t i = 0; i < from.size(); ++i) {
-    const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
-    if (f != t && f != 1) return false;
+// The strides of `x` expanded to `to` (which its sizes broadcast to): 0 for new and stretched dims.
+std::vector<int64_t> expanded_strides(const TensorType& x, const std::vector<int64_t>& to) {
+  std::vector<int64_t> o(to.size(), 0);
+  for (size_t i = 0; i < x.sizes.size(); ++i) {
+    const size_t j = to.size() - x.sizes.size() + i;
+    o[j] = x.sizes[i] == to[j] ? x.strides[i] : 0;
   }
-  return true;
+  return o;
 }
 
 int64_t norm_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_t>(rank) : d; }
@@ -133,14 +134,7 @@ std::optional<std::vector<int64_t>> strides_after(const Node& v, const TensorTyp
     for (int64_t d : p) o.push_back(st.at(norm_dim(d, r)));
     return o;
   }
-  if (s == "aten::expand") {
-    std::vector<int64_t> o(out.sizes.size(), 0);
-    for (size_t i = 0; i < r; ++i) {
-      const size_t j = out.sizes.size() - r + i;
-      o[j] = x.sizes[i] == out.sizes[j] ? st[i] : 0;
-    }
-    return o;
-  }
+  if (s == "aten::expand") return expanded_strides(x, out.sizes);
   return std::nullopt;
 }
 
@@ -179,7 +173,7 @@ bool pointwise(const Node& f) {
     }
     if (!tensor_arg || !a.value->is_tensor()) return false;
     const TensorType& t = a.value->tensor_type();
-    if (t.device != out.device || t.device_index != out.device_index || !broadcasts(t.sizes, out.sizes)) return false;
+    if (t.device != out.device || t.device_index != out.device_index || !broadcasts_to(t.sizes, out.sizes)) return false;
   }
   return true;
 }
@@ -203,12 +197,7 @@ Replacement through_pointwise(const Match& m, Builder& b) {
     TensorType wide = t;
     if (t.sizes != mid.sizes) {
       wide.sizes = mid.sizes;
-      std::vector<int64_t> st(mid.sizes.size(), 0);
-      for (size_t i = 0; i < t.sizes.size(); ++i) {
-        const size_t j = mid.sizes.size() - t.sizes.size() + i;
-        st[j] = t.sizes[i] == mid.sizes[j] ? t.strides[i] : 0;
-      }
-      wide.strides = st;
+      wide.strides = expanded_strides(t, mid.sizes);
     }
     TensorType viewed = out;
     viewed.dtype = t.dtype;

@@ -585,17 +585,13 @@ namespace {
 void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack) {
   switch (c.kind) {
     case AtenCall::Kind::kOp:
-      if (c.fast_view) {
+      if (c.fast_view || c.fast_split) {
         const at::Tensor& base = stack[c.slots[0]].toTensor();
         if ((!base.requires_grad() || !at::GradMode::is_enabled()) && plain_tensor(base)) {
-          at::Tensor v = make_view(base, c.view_sizes, c.view_strides, c.view_offset);
-          stack.assign(1, c10::IValue(std::move(v)));
-          return;
-        }
-      }
-      if (c.fast_split) {
-        const at::Tensor& base = stack[c.slots[0]].toTensor();
-        if ((!base.requires_grad() || !at::GradMode::is_enabled()) && plain_tensor(base)) {
+          if (c.fast_view) {
+            stack.assign(1, c10::IValue(make_view(base, c.view_sizes, c.view_strides, c.view_offset)));
+            return;
+          }
           c10::List<at::Tensor> pieces;
           pieces.reserve(c.piece_offsets.size());
           for (size_t i = 0; i < c.piece_offsets.size(); ++i)

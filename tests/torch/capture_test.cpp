@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <iostream>
 
 #include "support/error.h"
@@ -160,6 +161,24 @@ TEST(Plan, IntermediatesAreReleasedAndConstantsFolded) {
   EXPECT_EQ(r.plan->fused_ops, 1) << r.plan->explain();
 }
 
+// The plan's next two calls (the first call gave the capture's eager result): each output's values and
+// strides as eager's; `each` checks more on a call's outputs.
+void expect_later_calls_match(const RunResult& r, const std::vector<c10::IValue>& in,
+                              const std::function<void(std::vector<at::Tensor>&)>& each = nullptr) {
+  for (int call = 0; call < 2; ++call) {
+    auto out = flatten((*r.compiled)(in));
+    ASSERT_EQ(out.size(), r.eager.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i << "\n" << out[i] << "\n" << r.eager[i];
+      EXPECT_EQ(out[i].sizes(), r.eager[i].sizes()) << "output " << i;
+      if (out[i].numel() > 1) {
+        EXPECT_EQ(out[i].strides(), r.eager[i].strides()) << "output " << i;
+      }
+    }
+    if (each) each(out);
+  }
+}
+
 // Small factories of literals (arange, scalar_tensor, zeros, full) fold with what is computed from them
 // alone (a causal mask): no ATen step or kernel is left for them; a returned one is the caller's own
 // tensor (writing into it changes no later call). The size limit: ConstantFold.SmallFactoriesOfLiteralsOnly.
@@ -174,12 +193,9 @@ TEST(Plan, SmallFactoriesOfLiteralsAreFolded) {
   ASSERT_NE(r.plan, nullptr);
   for (const char* s : {"aten::arange", "aten::scalar_tensor", "aten::full", "aten::ge.Tensor", "aten::where.self"})
     EXPECT_EQ(r.plan->aten_ops.count(s), 0u) << s << "\n" << r.plan->explain();
-  for (int call = 0; call < 2; ++call) {
-    auto out = flatten((*r.compiled)(in));
-    ASSERT_EQ(out.size(), 4u);
-    for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i;
-    out[1].fill_(7.0);  // the caller's tensor: the next call still returns zeros
-  }
+  ASSERT_EQ(r.eager.size(), 4u);
+  // The caller's tensor: the next call still returns zeros.
+  expect_later_calls_match(r, in, [](std::vector<at::Tensor>& out) { out[1].fill_(7.0); });
 }
 
 // Note [Views made at plan build]: intermediate views (read by a kernel, by ATen's mm, by another view)
@@ -198,16 +214,11 @@ def forward(self, x, w):
   std::vector<c10::IValue> in{at::randn({4, 2, 8}), at::randn({8, 5})};
   auto r = run_and_compare(m, in, "views");
   ASSERT_NE(r.plan, nullptr);
-  for (int call = 0; call < 2; ++call) {  // the first call gave the capture's (eager) result
-    auto out = flatten((*r.compiled)(in));
-    ASSERT_EQ(out.size(), 3u);
-    for (size_t i = 0; i < out.size(); ++i) {
-      EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i;
-      EXPECT_EQ(out[i].strides(), r.eager[i].strides()) << "output " << i;
-    }
+  ASSERT_EQ(r.eager.size(), 3u);
+  expect_later_calls_match(r, in, [](std::vector<at::Tensor>& out) {
     EXPECT_TRUE(out[2].is_view()) << "a returned view is a view, as eager's";
     EXPECT_TRUE(out[2]._base().is_same(out[1])) << "its base is the returned a, as in eager";
-  }
+  });
 }
 
 // Slices and selects of intermediates are made at plan build too, at their start's offset: negative
@@ -224,14 +235,7 @@ def forward(self, x, w):
   std::vector<c10::IValue> in{at::randn({6, 8}), at::randn({8, 5})};
   auto r = run_and_compare(m, in, "slices");
   ASSERT_NE(r.plan, nullptr);
-  for (int call = 0; call < 2; ++call) {  // the first call gave the capture's (eager) result
-    auto out = flatten((*r.compiled)(in));
-    ASSERT_EQ(out.size(), r.eager.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i << "\n" << out[i] << "\n" << r.eager[i];
-      EXPECT_EQ(out[i].sizes(), r.eager[i].sizes()) << "output " << i;
-    }
-  }
+  expect_later_calls_match(r, in);
 }
 
 // Splits and chunks whose pieces are hidden are made at plan build, each piece at its offset: uneven
@@ -252,15 +256,10 @@ def forward(self, x, w):
   std::vector<c10::IValue> in{at::randn({6, 8}), at::randn({8, 5})};
   auto r = run_and_compare(m, in, "splits");
   ASSERT_NE(r.plan, nullptr);
-  for (int call = 0; call < 2; ++call) {  // the first call gave the capture's (eager) result
-    auto out = flatten((*r.compiled)(in));
-    ASSERT_EQ(out.size(), r.eager.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      EXPECT_TRUE(check_close(out[i], r.eager[i]).ok) << "output " << i << "\n" << out[i] << "\n" << r.eager[i];
-      EXPECT_EQ(out[i].strides(), r.eager[i].strides()) << "output " << i;
-    }
+  ASSERT_EQ(r.eager.size(), 7u);
+  expect_later_calls_match(r, in, [](std::vector<at::Tensor>& out) {
     EXPECT_TRUE(out[5].is_view()) << "a returned piece is a view, as eager's";
-  }
+  });
 }
 
 // chunk and split consumers read their slices in place: the kernel takes the views (offset and strides)
