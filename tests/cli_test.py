@@ -121,6 +121,28 @@ def _():
     assert "group 0: 5 ops" in p.stdout and "group 1: 1 op" in p.stdout and "side by side" not in p.stdout, p.stdout
 
 
+@case("one kernel per op: the intermediates share an arena, and FUSION_JIT_DISABLE=arena allocates each alone")
+def _():
+    x, y = torch.randn(64, 32), torch.randn(32)
+    inputs = os.path.join(TMP, "in_arena.pt")
+    torch.save([x, y], inputs)
+    ref = Model()(x, y)
+    for disable, line in (("fusion", "memory: peak 24.0 KB per call, eager 24.0 KB (100%); arena 16.0 KB for 4 "
+                                     "intermediates of 32.0 KB\n"),
+                          ("fusion,arena", "memory: peak 24.0 KB per call, eager 24.0 KB (100%)\n")):
+        env = dict(os.environ, FUSION_JIT_DISABLE=disable)
+        p = subprocess.run([CLI, "explain", MODEL, "--input", "f32[64,32]", "f32[32]"], capture_output=True, text=True,
+                           env=env)
+        assert p.returncode == 0, p.stderr
+        assert line in p.stdout, p.stdout
+        out = os.path.join(TMP, "out_arena.pt")
+        p = subprocess.run([CLI, "run", MODEL, "--inputs", inputs, "--check", "--save-outputs", out], capture_output=True,
+                           text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        for g, r in zip(torch.load(out), ref):
+            torch.testing.assert_close(g, r)
+
+
 @case("missing model file")
 def _():
     expect_error(["run", os.path.join(TMP, "nope.pt"), "--input", "f32[4]"], "nope.pt: no such file")

@@ -10,7 +10,9 @@
 // kernel then computes f at the view's positions, and f and the ops after the view are one group.
 // Repeated to a fixed point, a chain of pointwise ops takes the view to its first inputs.
 // views.full_slice first drops slices that cover their whole dim with step 1 (x[:, :, None] writes two),
-// which would otherwise stand between the ops as views of their own.
+// which would otherwise stand between the ops as views of their own; views.identity drops ops that return
+// their input itself (eval-mode dropout, type_as and to.dtype to the input's type): a step, or a copy in
+// a kernel, where eager makes nothing.
 //
 // It fires where all of these hold:
 // - the view is one of view, _unsafe_view, reshape, flatten.using_ints, t, transpose.int, permute,
@@ -244,9 +246,38 @@ Replacement full_slice(const Match& m, Builder& b) {
   return {x};
 }
 
+// Ops whose schema promises a new tensor but that return their input itself where nothing changes:
+// dropout (and its feature and alpha forms) with a literal train=False; type_as to the input's own dtype
+// and device; to.dtype to the input's own dtype with copy=False and no memory format. Eager's result is the
+// input tensor, so the op is its input here too: where the result is changed in place, the input changes
+// with it, as eager's does (a kernel or a new arena place would leave the input as it was).
+Replacement identity(const Match& m, Builder&) {
+  const Node& n = *m.root;
+  Value* x = m.value("x");
+  const std::string& s = n.schema();
+  const auto& args = n.args();
+  auto literal_is = [&](size_t i, Literal want) {
+    auto l = literal_arg(i < args.size() ? &args[i] : nullptr);
+    return l && *l == want;
+  };
+  if (!n.output()->is_tensor() || n.output()->tensor_type() != x->tensor_type()) return {};
+  if (s == "aten::type_as") return args.size() == 2 && args[1].is_value() ? Replacement{x} : Replacement{};
+  if (s == "aten::to.dtype") {
+    auto d = as_int(literal_arg(args.size() > 1 ? &args[1] : nullptr));
+    if (!d || dtype_from_torch_code(static_cast<int>(*d)) != x->tensor_type().dtype) return {};
+    return literal_is(3, Literal{false}) && literal_is(4, Literal{None{}}) ? Replacement{x} : Replacement{};
+  }
+  return literal_is(2, Literal{false}) ? Replacement{x} : Replacement{};  // the dropouts' train
+}
+
 RuleSet make_view_rules() {
   return RuleSet{"views",
-                 {{"full_slice", Pattern::op({"aten::slice.Tensor"}, {Pattern::tensor().bind("x")}), full_slice},
+                 {{"identity",
+                   Pattern::op({"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+                                "aten::feature_alpha_dropout", "aten::type_as", "aten::to.dtype"},
+                               {Pattern::tensor().bind("x")}),
+                   identity},
+                  {"full_slice", Pattern::op({"aten::slice.Tensor"}, {Pattern::tensor().bind("x")}), full_slice},
                   {"through_pointwise", Pattern::op(view_schemas(), {Pattern::op({}).single_use().bind("f")}),
                    through_pointwise}}};
 }

@@ -381,10 +381,45 @@ void inline_all_calls(torch::jit::Graph& graph) {
   for (int depth = 0; depth < 64 && has_call(graph.block(), has_call); ++depth) tj::Inline(graph);
 }
 
+namespace {
+
+// Note [Ops that return their input unannotated]
+// dropout (and its feature and alpha forms) returns its input tensor itself where it does nothing (train
+// false, or p = 0 on the CPU), and type_as where the dtype and device already match, although their
+// schemas promise new tensors. Mutation removal trusts the schemas: `b = dropout(a, p, False);
+// b.add_(1)` would become b' = b + 1 with `a` left as it was, where eager changes `a`. A dropout with a
+// constant train=False is its input, so it is dropped before mutation removal; an in-place op on any
+// other such op's result is kept (the graph is then not captured and runs eagerly, as eager would).
+bool may_return_input(const tj::Node* n) {
+  const auto kind = n->kind();
+  return kind == c10::aten::dropout || kind == c10::aten::feature_dropout || kind == c10::aten::alpha_dropout ||
+         kind == c10::aten::feature_alpha_dropout || kind == c10::aten::type_as;
+}
+
+void drop_identity_ops(tj::Block* b) {
+  for (auto it = b->nodes().begin(); it != b->nodes().end();) {
+    tj::Node* n = *it++;
+    for (tj::Block* sub : n->blocks()) drop_identity_ops(sub);
+    if (n->kind() != c10::aten::type_as && may_return_input(n) && n->inputs().size() == 3 &&
+        tj::toIValue(n->input(2)) == c10::IValue(false)) {
+      n->output()->replaceAllUsesWith(n->input(0));
+      n->destroy();
+    }
+  }
+}
+
+// Whether mutation removal may rewrite `n`: not an in-place op on what may be another value's tensor.
+bool removable_mutation(tj::Node* n) {
+  return n->inputs().empty() || !may_return_input(n->input(0)->node());
+}
+
+}  // namespace
+
 void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph) {
   inline_all_calls(*graph);
   tj::LowerSimpleTuples(graph);
-  tj::RemoveTensorMutation(graph);
+  drop_identity_ops(graph->block());
+  tj::RemoveTensorMutation(graph, removable_mutation);
   tj::InplaceToFunctionalActivation(graph);
 }
 

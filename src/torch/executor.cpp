@@ -82,6 +82,32 @@ at::Tensor allocate_output(const TensorType& t) {
                                            c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
 }
 
+// The bytes of a call's arena (Note [Static memory plan]), aligned as allocate_output's.
+at::Tensor allocate_arena(const MemoryPlan& m) {
+  if (m.device == Device::kCUDA)
+    return at::empty_strided({m.arena_bytes}, {1}, at::TensorOptions().dtype(at::kByte).device(at::Device(at::kCUDA, m.device_index)));
+  return at::detail::empty_generic({m.arena_bytes}, &pool_allocator(), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                   at::kByte, std::nullopt);
+}
+
+// A kernel output of type `t` at byte `offset` of the arena: a tensor of its own on the arena's storage.
+at::Tensor arena_tensor(const at::Tensor& arena, const TensorType& t, int64_t offset) {
+  const auto dtype = static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype));
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.storage()), arena.key_set(),
+                                                   c10::scalarTypeToTypeMeta(dtype));
+  impl->set_sizes_and_strides(t.sizes, t.strides, offset / static_cast<int64_t>(c10::elementSize(dtype)));
+  return at::Tensor(std::move(impl));
+}
+
+// A step's results that landed in the arena although the plan gave them storage of their own (an op that
+// returns its input without saying so in its schema): replaced by copies.
+void copy_out_of_arena(std::vector<c10::IValue>& results, const c10::StorageImpl* bytes) {
+  for (c10::IValue& v : results)
+    v = map_tensors(v, [&](const at::Tensor& t) {
+      return t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == bytes ? clone_same_layout(t) : t;
+    });
+}
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   at::parallel_for(0, n, grain, fn);
 }
@@ -166,18 +192,19 @@ at::Tensor clone_same_layout(const at::Tensor& t) {
   return c;
 }
 
-c10::IValue unalias_constants(c10::IValue result, const std::vector<c10::IValue>& constants) {
+c10::IValue unalias_constants(c10::IValue result, const std::vector<c10::IValue>& constants,
+                              const c10::StorageImpl* arena) {
   std::vector<std::pair<const void*, at::Tensor>> copies;  // the same tensor returned twice stays one
   auto fresh = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined() || !t.has_storage()) return t;
     for (const auto& [impl, copy] : copies)
       if (impl == t.unsafeGetTensorImpl()) return copy;
+    bool shared = arena && t.storage().unsafeGetStorageImpl() == arena;
     for (const c10::IValue& c : constants)
-      if (c.isTensor() && c.toTensor().has_storage() && c.toTensor().storage().is_alias_of(t.storage())) {
-        copies.emplace_back(t.unsafeGetTensorImpl(), clone_same_layout(t));
-        return copies.back().second;
-      }
-    return t;
+      shared = shared || (c.isTensor() && c.toTensor().has_storage() && c.toTensor().storage().is_alias_of(t.storage()));
+    if (!shared) return t;
+    copies.emplace_back(t.unsafeGetTensorImpl(), clone_same_layout(t));
+    return copies.back().second;
   };
   return map_tensors(result, fresh);
 }
@@ -470,69 +497,117 @@ void resolve_aten_steps(PlanInstance& inst) {
     c.view_sizes = t.sizes;
     c.view_strides = t.strides;
   }
-  inst.peak_bytes = plan_peak_bytes(plan);
+  inst.memory = plan_memory(plan);
+  inst.peak_bytes = plan_peak_bytes(plan, &inst.memory);
 }
 
 // Note [Peak memory]
 // The bytes a call allocates that are live at once at its worst point: intermediates and outputs, not the
 // inputs or frozen constants. A step's tensor results take new storage of their type's extent, except
 // views (the schema's alias annotation) and lists, which share their inputs' storage; storage is freed
-// when the last value on it dies. The plan is counted step by step with the executor's releases; eager
-// over the graph as captured, before the passes (its own ops, one result each, freed after their last
-// use). It is what the plan's order and fusion need, as an ideal allocator would place it: our CPU pool
-// and torch's caching allocator round sizes up and keep freed blocks.
+// when the last value on it dies. The plan is counted step by step with the executor's releases, its
+// arena (Note [Static memory plan]) whole from its first value's write to its last one's death; eager
+// over the graph as captured, before the
+// passes (its own ops, one result each, freed after their last use). It is what the plan's order, fusion
+// and arena need, as an ideal allocator would place the rest: our CPU pool and torch's caching allocator
+// round sizes up and keep freed blocks.
 namespace {
 
 class StorageTracker {
  public:
+  struct Storage {
+    const Value* value;  // the value it was made for
+    int64_t bytes;
+    int refs = 1;
+    int born, died = -1;  // steps: made at, last alive at (-1: alive at the end)
+    bool kernel;          // a kernel's output
+    bool counted;         // in the live bytes (not an arena value's)
+    bool pinned = false;  // must outlive the call or be left where an op mutates it
+  };
+
   explicit StorageTracker(size_t num_values) : of_(num_values) {}
-  void fresh(const Value* v) {
+  void fresh(const Value* v, int step, bool kernel = false, bool counted = true) {
     if (!v->is_tensor()) return;
     const TensorType& t = v->tensor_type();
-    bytes_.push_back(t.extent() * static_cast<int64_t>(dtype_size(t.dtype)));
-    refs_.push_back(1);
-    of_[v->id()] = {static_cast<int>(bytes_.size()) - 1};
-    live_ += bytes_.back();
+    storages_.push_back({v, t.extent() * static_cast<int64_t>(dtype_size(t.dtype)), 1, step, -1, kernel, counted});
+    of_[v->id()] = {static_cast<int>(storages_.size()) - 1};
+    if (counted) live_ += storages_.back().bytes;
     peak_ = std::max(peak_, live_);
   }
+  // `v` holds the storages of `from` too.
   void share(const Value* v, const std::vector<const Value*>& from) {
-    std::set<int> s;
-    for (const Value* f : from) s.insert(of_[f->id()].begin(), of_[f->id()].end());
-    for (int x : s) ++refs_[x];
+    std::set<int> s(of_[v->id()].begin(), of_[v->id()].end());
+    for (const Value* f : from)
+      for (int x : of_[f->id()])
+        if (s.insert(x).second) ++storages_[x].refs;
     of_[v->id()].assign(s.begin(), s.end());
   }
-  void release(int id) {
+  void release(int id, int step) {
     for (int x : of_[id])
-      if (--refs_[x] == 0) live_ -= bytes_[x];
+      if (--storages_[x].refs == 0) {
+        storages_[x].died = step;
+        if (storages_[x].counted) live_ -= storages_[x].bytes;
+      }
     of_[id].clear();
   }
+  // Bytes outside any value's storage (the arena) taken (> 0) or given back.
+  void hold(int64_t bytes) {
+    live_ += bytes;
+    peak_ = std::max(peak_, live_);
+  }
+  void pin(const Value* v) {
+    for (int x : of_[v->id()]) storages_[x].pinned = true;
+  }
+  const std::vector<int>& of(const Value* v) const { return of_[v->id()]; }
+  const std::vector<Storage>& storages() const { return storages_; }
   int64_t peak() const { return peak_; }
 
  private:
   std::vector<std::vector<int>> of_;  // value id -> the storages it holds
-  std::vector<int64_t> bytes_;
-  std::vector<int> refs_;
+  std::vector<Storage> storages_;
   int64_t live_ = 0, peak_ = 0;
 };
 
-// The results of an ATen node (or a list node) into `t`: views and lists share their inputs' storage.
-void track_node(const Node& n, StorageTracker& t) {
+bool is_list_schema(const std::string& s) { return s == "prim::ListConstruct" || s == "prim::ListUnpack"; }
+
+// The dispatcher's operator for a schema, or nullptr (a prim:: node, a name it lacks).
+const c10::OperatorHandle* dispatcher_op(const std::string& s) {
+  if (s.rfind("prim::", 0) == 0) return nullptr;
+  try {
+    return &find_handle(s);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// The results of an ATen node (or a list node) into `t` at `step`: views and lists share their inputs'
+// storage (a view its first tensor input's). `may_alias`: new results that may share every tensor input's
+// storage too (an op without alias annotation that returns its input where it can: type_as, dropout).
+void track_node(const Node& n, StorageTracker& t, int step, bool may_alias = false) {
   if (n.is_constant()) return;
-  const std::string& s = n.schema();
-  bool alias = false, lists = s == "prim::ListConstruct" || s == "prim::ListUnpack";
-  if (!lists && s.rfind("prim::", 0) != 0) {
-    try {
-      alias = returns_alias(find_handle(s));
-    } catch (const std::exception&) {  // not a dispatcher op: new results
+  const bool list = is_list_schema(n.schema());
+  const c10::OperatorHandle* op = list ? nullptr : dispatcher_op(n.schema());
+  const bool alias = op && returns_alias(*op);
+  std::vector<const Value*> from, all;
+  for (const Value* v : n.value_inputs()) {
+    if (list || (alias && from.empty() && v->is_tensor())) from.push_back(v);
+    all.push_back(v);
+  }
+  for (const Value* o : n.outputs()) {
+    if (list || alias) {
+      t.share(o, from);
+    } else {
+      t.fresh(o, step);
+      if (may_alias) t.share(o, all);
     }
   }
-  std::vector<const Value*> from;
-  for (const Value* v : n.value_inputs())
-    if (lists || (alias && from.empty() && v->is_tensor())) from.push_back(v);
-  for (const Value* o : n.outputs()) {
-    if (lists || alias) t.share(o, from);
-    else t.fresh(o);
-  }
+}
+
+// Whether a step may change its arguments in place: a mutating schema, or a node the dispatcher lacks.
+bool may_mutate(const Node& n) {
+  if (n.is_constant() || is_list_schema(n.schema())) return false;
+  const c10::OperatorHandle* op = dispatcher_op(n.schema());
+  return !op || op->schema().is_mutable();
 }
 
 }  // namespace
@@ -552,31 +627,145 @@ int64_t eager_peak_bytes(const Graph& g) {
       else if (l < static_cast<int>(nodes.size())) dies[l].push_back(o->id());
     }
   for (size_t i = 0; i < nodes.size(); ++i) {
-    track_node(*nodes[i], t);
-    for (int id : dies[i]) t.release(id);
+    track_node(*nodes[i], t, static_cast<int>(i));
+    for (int id : dies[i]) t.release(id, static_cast<int>(i));
   }
   return t.peak();
 }
 
-int64_t plan_peak_bytes(const ExecutablePlan& plan) {
+int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) {
   StorageTracker t(plan.graph->num_value_ids());
-  for (const ExecStep& st : plan.steps) {
+  const bool arena = memory && memory->arena_bytes > 0;
+  for (size_t si = 0; si < plan.steps.size(); ++si) {
+    const ExecStep& st = plan.steps[si];
+    const int step = static_cast<int>(si);
+    if (arena && step == memory->first_step) t.hold(memory->arena_bytes);
     if (st.kernel >= 0) {
       for (const KernelBuffer& b : plan.kernels[st.kernel].spec.buffers)
-        if (b.is_output && b.offset == 0) t.fresh(b.value);
+        if (b.is_output && b.offset == 0)
+          t.fresh(b.value, step, true, !memory || memory->arena_bytes == 0 || memory->offset[b.value->id()] < 0);
     } else {
-      track_node(*st.node, t);
+      track_node(*st.node, t, step);
     }
-    for (int id : st.release) t.release(id);
+    for (int id : st.release) t.release(id, step);
+    if (arena && step == memory->last_step) t.hold(-memory->arena_bytes);
   }
   return t.peak();
+}
+
+// Note [Static memory plan]
+// A kernel output that dies within the call gets a place in one arena, allocated once per call where the
+// first placed value is written (from the CPU pool, or torch's caching allocator on CUDA: a CUDA Graph's
+// private pool under capture) and freed when the last placed value dies. Liveness is storage liveness as Note [Peak memory] counts it: a storage is alive
+// from the step that writes it to the step after which no value on it (its views, the lists holding it)
+// is used. A kernel output is left out of the arena, allocated alone as before, where its storage
+// - reaches a returned value (results never alias the arena: the caller keeps them past the call);
+// - is an argument of a step that may mutate it (a mutating schema, or an op the dispatcher lacks): such
+//   an op may resize it, and it keeps eager's aliasing with the values the op returns;
+// - or lies on another device than the arena's.
+// An op that returns its input although its schema has no alias annotation (type_as, dropout in eval,
+// contiguous through a composite) would hand out arena bytes as a new value: such steps are flagged and
+// their tensor results that land in the arena are copied out at once (`check`); where such a result is
+// mutated later, its inputs are treated as its aliases when planning, so they stay out of the arena.
+// Places are chosen greedily, largest first, each at the lowest 64-byte aligned offset free over its
+// lifetime (the "greedy by size" placement of TFLite's arena planner): storages whose lifetimes do not
+// overlap share bytes. The arena then counts whole in the plan's peak over its own lifetime.
+MemoryPlan plan_memory(const ExecutablePlan& plan) {
+  MemoryPlan m;
+  const Graph& g = *plan.graph;
+  m.offset.assign(g.num_value_ids(), -1);
+  m.check.assign(plan.steps.size(), false);
+  if (Options::get().is_disabled("arena")) return m;
+  std::vector<bool> mutated(g.num_value_ids(), false);
+  for (const ExecStep& st : plan.steps)
+    if (st.kernel < 0 && may_mutate(*st.node))
+      for (const Value* v : st.node->value_inputs()) mutated[v->id()] = true;
+  StorageTracker t(g.num_value_ids());
+  std::vector<std::vector<int>> reads(plan.steps.size());  // storages an ATen step's inputs hold
+  for (size_t si = 0; si < plan.steps.size(); ++si) {
+    const ExecStep& st = plan.steps[si];
+    const int step = static_cast<int>(si);
+    if (st.kernel >= 0) {
+      for (const KernelBuffer& b : plan.kernels[st.kernel].spec.buffers)
+        if (b.is_output && b.offset == 0) t.fresh(b.value, step, true);
+    } else if (!st.node->is_constant()) {
+      const Node& n = *st.node;
+      const bool mutates = may_mutate(n);
+      bool result_mutated = false;
+      for (const Value* o : n.outputs()) result_mutated = result_mutated || mutated[o->id()];
+      for (const Value* v : n.value_inputs()) {
+        if (mutates) t.pin(v);
+        reads[si].insert(reads[si].end(), t.of(v).begin(), t.of(v).end());
+      }
+      track_node(n, t, step, result_mutated);
+    }
+    for (int id : st.release) t.release(id, step);
+  }
+  for (const Value* v : g.outputs()) t.pin(v);
+  const auto& storages = t.storages();
+  std::vector<int> order;
+  for (size_t i = 0; i < storages.size(); ++i) {
+    const auto& s = storages[i];
+    if (!s.kernel || s.pinned || s.died < 0 || s.bytes == 0) continue;
+    const TensorType& type = s.value->tensor_type();
+    if (order.empty()) {
+      m.device = type.device;
+      m.device_index = type.device_index;
+    } else if (type.device != m.device || type.device_index != m.device_index) {
+      continue;
+    }
+    order.push_back(static_cast<int>(i));
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return storages[a].bytes > storages[b].bytes; });
+  constexpr int64_t kAlign = 64;
+  struct Placed {
+    int64_t at, bytes;
+    int born, died;
+  };
+  std::vector<Placed> placed;
+  std::vector<int64_t> place_of(storages.size(), -1);
+  for (int i : order) {
+    const auto& s = storages[i];
+    const int64_t bytes = (s.bytes + kAlign - 1) / kAlign * kAlign;
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [at, end) of places alive with it
+    for (const Placed& p : placed)
+      if (p.born <= s.died && s.born <= p.died) busy.emplace_back(p.at, p.at + p.bytes);
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [b, e] : busy) {
+      if (b >= at + bytes) break;
+      at = std::max(at, e);
+    }
+    placed.push_back({at, bytes, s.born, s.died});
+    m.first_step = m.first_step < 0 ? s.born : std::min(m.first_step, s.born);
+    m.last_birth = std::max(m.last_birth, s.born);
+    m.last_step = std::max(m.last_step, s.died);
+    place_of[i] = at;
+    m.offset[s.value->id()] = at;
+    m.arena_bytes = std::max(m.arena_bytes, at + bytes);
+    ++m.values;
+    m.value_bytes += s.bytes;
+  }
+  for (size_t si = 0; si < plan.steps.size(); ++si) {
+    const ExecStep& st = plan.steps[si];
+    if (st.kernel >= 0 || st.node->is_constant() || is_list_schema(st.node->schema())) continue;
+    const c10::OperatorHandle* op = dispatcher_op(st.node->schema());
+    if (op && returns_alias(*op)) continue;  // its results share the arena's bytes by plan
+    for (int x : reads[si]) m.check[si] = m.check[si] || place_of[x] >= 0;
+  }
+  return m;
 }
 
 std::string memory_line(const PlanInstance& inst) {
-  if (inst.captured.eager_peak_bytes <= 0) return fmt::format("memory: peak {} per call\n", format_bytes(inst.peak_bytes));
-  return fmt::format("memory: peak {} per call, eager {} ({:.0f}%)\n", format_bytes(inst.peak_bytes),
-                     format_bytes(inst.captured.eager_peak_bytes),
-                     100.0 * static_cast<double>(inst.peak_bytes) / static_cast<double>(inst.captured.eager_peak_bytes));
+  std::string line = fmt::format("memory: peak {} per call", format_bytes(inst.peak_bytes));
+  if (inst.captured.eager_peak_bytes > 0)
+    line += fmt::format(", eager {} ({:.0f}%)", format_bytes(inst.captured.eager_peak_bytes),
+                        100.0 * static_cast<double>(inst.peak_bytes) / static_cast<double>(inst.captured.eager_peak_bytes));
+  const MemoryPlan& m = inst.memory;
+  if (m.arena_bytes > 0)
+    line += fmt::format("; arena {} for {} intermediate{} of {}", format_bytes(m.arena_bytes), m.values,
+                        m.values == 1 ? "" : "s", format_bytes(m.value_bytes));
+  return line + "\n";
 }
 
 namespace {
@@ -755,6 +944,10 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
   launch_context.stream = current_stream;
   std::vector<void*> ptrs;
   std::vector<c10::IValue> stack;
+  // Note [Static memory plan]: one allocation for the call's intermediates, made where the first is
+  // written and let go once the last is (its placed values hold it until they die).
+  at::Tensor arena;
+  const c10::StorageImpl* arena_bytes = nullptr;  // compared only: results must not land in it
   FJ_INTERNAL_ASSERT(p.calls.size() == plan.steps.size(), "the plan's ATen steps were not resolved");
   const bool profile = profiling();
   using Clock = std::chrono::steady_clock;
@@ -778,7 +971,12 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
           const at::Tensor& out = env[b.value->id()].toTensor();
           ptrs.push_back(static_cast<char*>(out.mutable_data_ptr()) + b.offset * static_cast<int64_t>(out.element_size()));
         } else {
-          at::Tensor out = allocate_output(t);
+          const int64_t at = p.memory.arena_bytes > 0 ? p.memory.offset[b.value->id()] : -1;
+          if (at >= 0 && !arena.defined()) {
+            arena = allocate_arena(p.memory);
+            arena_bytes = arena.storage().unsafeGetStorageImpl();
+          }
+          at::Tensor out = at >= 0 ? arena_tensor(arena, t, at) : allocate_output(t);
           ptrs.push_back(out.mutable_data_ptr());
           env[b.value->id()] = std::move(out);
         }
@@ -794,10 +992,12 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
         for (size_t j = 0; j < c.slots.size(); ++j)
           stack[c.slots[j]] = c.move[j] ? std::move(env[c.ids[j]]) : env[c.ids[j]];
         run_call(c, n, stack);
+        if (p.memory.check[si]) copy_out_of_arena(stack, arena_bytes);
         for (size_t i = 0; i < stack.size(); ++i) env[n.output(i)->id()] = std::move(stack[i]);
       }
     }
     for (int id : st.release) env[id] = c10::IValue();
+    if (static_cast<int>(si) == p.memory.last_birth) arena.reset();
     if (profile && !(st.kernel < 0 && st.node->is_constant())) {
       const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - step_start).count();
       if (st.kernel >= 0) profile_step(StepKind::kKernel, "", ns);
@@ -826,7 +1026,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
       break;
     }
   }
-  return unalias_constants(std::move(result), p.captured.constants);
+  return unalias_constants(std::move(result), p.captured.constants, arena_bytes);
 }
 
 

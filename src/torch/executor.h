@@ -40,10 +40,28 @@ struct AtenCall {
   std::vector<int64_t> piece_offsets;
 };
 
+// Note [Static memory plan]: where a call's intermediates live. Kernel outputs that die within the call
+// (never returned, never a view's base that is returned, never an argument of a mutating op) get a byte
+// offset in one arena, allocated once per call; lifetimes that do not overlap share bytes.
+struct MemoryPlan {
+  int64_t arena_bytes = 0;              // 0: no arena (every output allocated alone)
+  Device device = Device::kCPU;         // the arena's device: that of its first intermediate
+  int device_index = 0;
+  std::vector<int64_t> offset;          // by value id: the value's byte offset in the arena, or -1
+  std::vector<bool> check;              // by step: an ATen step reading the arena, whose new results are
+                                        // checked for aliasing it (an op returning its input unannotated)
+  int first_step = -1;                  // the step writing the first placed value: the arena is allocated
+  int last_birth = -1;                  // there, and the executor lets it go after the last placed value
+  int last_step = -1;                   // is written; its bytes are freed after the last one dies
+  int values = 0;                       // intermediates placed
+  int64_t value_bytes = 0;              // their bytes, before sharing
+};
+
 struct PlanInstance {
   CapturedGraph captured;
   std::unique_ptr<ExecutablePlan> plan;
   std::vector<AtenCall> calls;          // per plan step (resolve_aten_steps)
+  MemoryPlan memory;                    // resolve_aten_steps
   int64_t peak_bytes = 0;               // Note [Peak memory] (resolve_aten_steps)
   // CUDA Graph replay (CompileOptions::cuda_graphs): captured at the first call after the compiling one.
   std::mutex graph_mu;
@@ -76,7 +94,11 @@ void resolve_aten_steps(PlanInstance& inst);
 // Note [Peak memory]: the bytes of results live at once at the worst point of a call, in the order of the
 // graph's nodes (eager: the graph as captured) or of the plan's steps; and explain's line comparing them.
 int64_t eager_peak_bytes(const Graph& g);
-int64_t plan_peak_bytes(const ExecutablePlan& plan);
+// With a memory plan, the arena counts whole for the call and its values not again.
+int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory = nullptr);
+// Note [Static memory plan]: places the plan's intermediates in one arena (none where FUSION_JIT_DISABLE
+// has "arena").
+MemoryPlan plan_memory(const ExecutablePlan& plan);
 std::string memory_line(const PlanInstance& inst);
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
@@ -89,8 +111,10 @@ at::Tensor clone_same_layout(const at::Tensor& t);
 c10::IValue map_tensors(const c10::IValue& v, const std::function<at::Tensor(const at::Tensor&)>& fn);
 // `result` with every tensor that shares storage with one of `constants` (a folded result, a frozen
 // tensor or a view of one) replaced by a copy: outputs are the caller's to keep and change, as eager
-// computes them anew at every call.
-c10::IValue unalias_constants(c10::IValue result, const std::vector<c10::IValue>& constants);
+// computes them anew at every call. The same for those on the call's `arena` storage (a safety net:
+// the memory plan never places a returned value there).
+c10::IValue unalias_constants(c10::IValue result, const std::vector<c10::IValue>& constants,
+                              const c10::StorageImpl* arena = nullptr);
 // Calls an ATen op by schema ("aten::add.Tensor") through the dispatcher on a complete boxed stack;
 // the results replace the stack.
 void call_schema(const std::string& schema, std::vector<c10::IValue>& stack);

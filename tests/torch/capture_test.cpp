@@ -457,5 +457,54 @@ def forward(self, x, mask):
   EXPECT_GT(percent, 0) << text.substr(at_);
 }
 
+// Note [Static memory plan], on known values: x * 2 dies at the first mm and the mm's result * 3 is made
+// after it, so the two 1 KB intermediates share the arena's first kilobyte; the returned value has its own.
+TEST(MemoryPlan, IntermediatesWithDisjointLifetimesShareTheArena) {
+  auto m = script("x, w", "    k = torch.mm(torch.mm(x * 2.0, w) * 3.0, w)\n    return k + 1.0");
+  std::vector<c10::IValue> in{at::randn({16, 16}), at::randn({16, 16})};
+  auto r = run_and_compare(m, in, "chain");
+  ASSERT_NE(r.plan, nullptr);
+  ASSERT_EQ(r.plan->kernels.size(), 3u) << r.plan->explain();
+  MemoryPlan mp = plan_memory(*r.plan);
+  EXPECT_EQ(mp.arena_bytes, 1024);
+  EXPECT_EQ(mp.values, 2);
+  for (const Value* o : r.plan->graph->outputs()) EXPECT_EQ(mp.offset[o->id()], -1);
+  std::string text = r.compiled->explain(in);
+  EXPECT_NE(text.find("; arena 1.0 KB for 2 intermediates of 2.0 KB"), std::string::npos) << text;
+  // Every call gets its own arena: results of two calls are independent.
+  CompiledModule& fused = *r.compiled;
+  at::Tensor first = fused(in).toTensor();
+  std::vector<c10::IValue> in2{at::randn({16, 16}), in[1]};
+  at::Tensor second = fused(in2).toTensor();
+  EXPECT_TRUE(check_close(first, r.eager[0]).ok);
+  EXPECT_TRUE(check_close(second, m.forward(in2).toTensor()).ok);
+}
+
+// An op whose schema promises a new tensor but that returns its input (dropout with p = 0, which the
+// views.identity rule leaves to ATen since it draws from the generator in training) must not hand out
+// arena bytes as a value of its own: another intermediate placed there later would overwrite it.
+// In eval mode dropout is its input (views.identity): changed in place, it changes its input with it, as
+// eager's does.
+TEST(MemoryPlan, OpsReturningTheirInputUnannotatedKeepTheirValue) {
+  auto m = script("x, w", "    b = torch.dropout(x * 2.0, 0.0, True)\n    k = torch.mm(torch.mm(b, w) * 3.0, w)\n"
+                          "    return k + b");
+  std::vector<c10::IValue> in{at::randn({16, 16}), at::randn({16, 16})};
+  auto r = run_and_compare(m, in, "dropout's result read after the arena reused its bytes");
+  ASSERT_NE(r.plan, nullptr);
+  ASSERT_EQ(r.plan->aten_ops.count("aten::dropout"), 1u) << r.plan->explain();
+  MemoryPlan mp = plan_memory(*r.plan);
+  EXPECT_EQ(mp.values, 2);
+  EXPECT_EQ(std::count(mp.check.begin(), mp.check.end(), true), 2);  // dropout and the first mm read the arena
+  auto m2 = script("x", "    a = x * 2.0\n    b = torch.dropout(a, 0.5, False)\n    b.add_(1.0)\n    return a * 1.5, b.sum()");
+  auto r2 = run_and_compare(m2, {at::randn({16, 16})}, "dropout's result changed in place");
+  ASSERT_NE(r2.plan, nullptr);
+  EXPECT_EQ(r2.plan->aten_ops.count("aten::dropout"), 0u) << r2.plan->explain();
+  // type_as returns its input where the dtype matches: changed in place, the graph runs eagerly.
+  auto m3 = script("x, y", "    a = x * 2.0\n    b = a.type_as(y)\n    b.add_(1.0)\n    return a * 1.5, b.sum()");
+  std::vector<c10::IValue> in3{at::randn({16, 16}), at::randn({2})};
+  auto r3 = run_and_compare(m3, in3, "type_as's result changed in place");
+  EXPECT_EQ(r3.plan, nullptr);
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing

@@ -132,6 +132,7 @@ inline const OpCase kCases[] = {
     {"to_i32", "x.int()", 1, kF | kLowF | kI | kB, /*specials=*/false},
     {"to_bool", "x.to(11)", 1, kF | kLowF | kI},
     {"type_as", "x.type_as(y)", 2, kF | kLowF | kI},
+    {"type_as_bool", "x.type_as(y > 0)", 2, kF | kLowF | kI},
     {"chain", "torch.sigmoid(x * y + 1.0) - torch.tanh(x) * 0.5", 2, kF | kLowF},
     {"mixed_promotion", "(x + y.double()) * 2", 2, kF | kLowF | kI},
     // Overloads the cases above do not reach (OpTableCoverage in ops_test.cpp names any op of the table

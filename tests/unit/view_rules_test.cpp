@@ -112,6 +112,34 @@ TEST(ViewRules, SlicesOverWholeDimsGo) {
   EXPECT_EQ(fired, "") << out;
 }
 
+// Ops that return their input itself where they change nothing (views.identity): eval-mode dropout,
+// type_as and to.dtype to the input's own type. Where they would change something, or may, they stay.
+TEST(ViewRules, OpsThatReturnTheirInputAreTheirInput) {
+  std::string fired;
+  const std::string out = run(R"(graph(%0 : f32[4,8], %1 : f32[2], %2 : f16[2]):
+  %3 : f32[4,8] = aten::exp(%0)
+  %4 : f32[4,8] = aten::dropout(%3, 0.5, False)
+  %5 : f32[4,8] = aten::type_as(%4, %1)
+  %6 : f32[4,8] = aten::to.dtype(%5, 6, False, False, None)
+  %7 : f32[4,8] = aten::feature_alpha_dropout(%6, 0.1, False)
+  %8 : f32[4,8] = aten::dropout(%7, 0.5, True)
+  %9 : f16[4,8] = aten::type_as(%7, %2)
+  %10 : f32[4,8] = aten::to.dtype(%7, 6, False, True, None)
+  %11 : f16[4,8] = aten::to.dtype(%7, 5, False, False, None)
+  return (%8, %9, %10, %11)
+)",
+                              &fired);
+  EXPECT_EQ(fired, "views.identity x4") << out;
+  EXPECT_EQ(out, R"(graph(%0 : f32[4,8], %1 : f32[2], %2 : f16[2]):
+  %3 : f32[4,8] = aten::exp(%0)
+  %4 : f32[4,8] = aten::dropout(%3, 0.5, True)
+  %5 : f16[4,8] = aten::type_as(%3, %2)
+  %6 : f32[4,8] = aten::to.dtype(%3, 6, False, True, None)
+  %7 : f16[4,8] = aten::to.dtype(%3, 5, False, False, None)
+  return (%4, %5, %6, %7)
+)");
+}
+
 TEST(ViewRules, NearMissesAreLeftAlone) {
   struct Case {
     const char* what;
