@@ -532,7 +532,7 @@ class StorageTracker {
     storages_.push_back({v, t.extent() * static_cast<int64_t>(dtype_size(t.dtype)), 1, step, -1, kernel, counted});
     of_[v->id()] = {static_cast<int>(storages_.size()) - 1};
     if (counted) live_ += storages_.back().bytes;
-    peak_ = std::max(peak_, live_);
+    note_peak(step);
   }
   // `v` holds the storages of `from` too.
   void share(const Value* v, const std::vector<const Value*>& from) {
@@ -550,10 +550,10 @@ class StorageTracker {
       }
     of_[id].clear();
   }
-  // Bytes outside any value's storage (the arena) taken (> 0) or given back.
-  void hold(int64_t bytes) {
+  // Bytes outside any value's storage (the arena) taken (> 0) or given back at `step`.
+  void hold(int64_t bytes, int step) {
     live_ += bytes;
-    peak_ = std::max(peak_, live_);
+    note_peak(step);
   }
   void pin(const Value* v) {
     for (int x : of_[v->id()]) storages_[x].pinned = true;
@@ -561,11 +561,18 @@ class StorageTracker {
   const std::vector<int>& of(const Value* v) const { return of_[v->id()]; }
   const std::vector<Storage>& storages() const { return storages_; }
   int64_t peak() const { return peak_; }
+  int peak_step() const { return peak_step_; }
 
  private:
+  void note_peak(int step) {
+    if (live_ <= peak_) return;
+    peak_ = live_;
+    peak_step_ = step;
+  }
   std::vector<std::vector<int>> of_;  // value id -> the storages it holds
   std::vector<Storage> storages_;
   int64_t live_ = 0, peak_ = 0;
+  int peak_step_ = -1;
 };
 
 bool is_list_schema(const std::string& s) { return s == "prim::ListConstruct" || s == "prim::ListUnpack"; }
@@ -633,13 +640,16 @@ int64_t eager_peak_bytes(const Graph& g) {
   return t.peak();
 }
 
-int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) {
+namespace {
+
+// plan_peak_bytes, and the step where it is reached.
+std::pair<int64_t, int> plan_peak(const ExecutablePlan& plan, const MemoryPlan* memory) {
   StorageTracker t(plan.graph->num_value_ids());
   const bool arena = memory && memory->arena_bytes > 0;
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const ExecStep& st = plan.steps[si];
     const int step = static_cast<int>(si);
-    if (arena && step == memory->first_step) t.hold(memory->arena_bytes);
+    if (arena && step == memory->first_step) t.hold(memory->arena_bytes, step);
     if (st.kernel >= 0) {
       for (const KernelBuffer& b : plan.kernels[st.kernel].spec.buffers)
         if (b.is_output && b.offset == 0)
@@ -648,10 +658,14 @@ int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) {
       track_node(*st.node, t, step);
     }
     for (int id : st.release) t.release(id, step);
-    if (arena && step == memory->last_step) t.hold(-memory->arena_bytes);
+    if (arena && step == memory->last_step) t.hold(-memory->arena_bytes, step);
   }
-  return t.peak();
+  return {t.peak(), t.peak_step()};
 }
+
+}  // namespace
+
+int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) { return plan_peak(plan, memory).first; }
 
 // Note [Static memory plan]
 // A kernel output that dies within the call gets a place in one arena, allocated once per call where the
@@ -669,7 +683,54 @@ int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) {
 // mutated later, its inputs are treated as its aliases when planning, so they stay out of the arena.
 // Places are chosen greedily, largest first, each at the lowest 64-byte aligned offset free over its
 // lifetime (the "greedy by size" placement of TFLite's arena planner): storages whose lifetimes do not
-// overlap share bytes. The arena then counts whole in the plan's peak over its own lifetime.
+// overlap share bytes. The arena then counts whole in the plan's peak over its own lifetime, so it may
+// hold bytes for values not yet written or dead where the call's peak lies: while the plan's peak is
+// above that of every output allocated alone, the largest placed value not alive at the peak's step is
+// taken out and the rest placed again (with none left to take out, there is no arena). The arena never
+// raises the peak; it trades a per-output allocation for one per call.
+namespace {
+
+// Places `order`'s storages (largest first) in `m`'s arena, each at the lowest 64-byte aligned offset
+// free over its lifetime; `place_of[i]`: storage i's offset, or -1.
+void place(const std::vector<StorageTracker::Storage>& storages, const std::vector<int>& order, MemoryPlan& m,
+           std::vector<int64_t>& place_of) {
+  constexpr int64_t kAlign = 64;
+  std::fill(m.offset.begin(), m.offset.end(), -1);
+  place_of.assign(storages.size(), -1);
+  m.arena_bytes = m.value_bytes = 0;
+  m.values = 0;
+  m.first_step = m.last_birth = m.last_step = -1;
+  struct Placed {
+    int64_t at, bytes;
+    int born, died;
+  };
+  std::vector<Placed> placed;
+  for (int i : order) {
+    const auto& s = storages[i];
+    const int64_t bytes = (s.bytes + kAlign - 1) / kAlign * kAlign;
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [at, end) of places alive with it
+    for (const Placed& p : placed)
+      if (p.born <= s.died && s.born <= p.died) busy.emplace_back(p.at, p.at + p.bytes);
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [b, e] : busy) {
+      if (b >= at + bytes) break;
+      at = std::max(at, e);
+    }
+    placed.push_back({at, bytes, s.born, s.died});
+    m.first_step = m.first_step < 0 ? s.born : std::min(m.first_step, s.born);
+    m.last_birth = std::max(m.last_birth, s.born);
+    m.last_step = std::max(m.last_step, s.died);
+    place_of[i] = at;
+    m.offset[s.value->id()] = at;
+    m.arena_bytes = std::max(m.arena_bytes, at + bytes);
+    ++m.values;
+    m.value_bytes += s.bytes;
+  }
+}
+
+}  // namespace
+
 MemoryPlan plan_memory(const ExecutablePlan& plan) {
   MemoryPlan m;
   const Graph& g = *plan.graph;
@@ -717,34 +778,19 @@ MemoryPlan plan_memory(const ExecutablePlan& plan) {
     order.push_back(static_cast<int>(i));
   }
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return storages[a].bytes > storages[b].bytes; });
-  constexpr int64_t kAlign = 64;
-  struct Placed {
-    int64_t at, bytes;
-    int born, died;
-  };
-  std::vector<Placed> placed;
-  std::vector<int64_t> place_of(storages.size(), -1);
-  for (int i : order) {
-    const auto& s = storages[i];
-    const int64_t bytes = (s.bytes + kAlign - 1) / kAlign * kAlign;
-    std::vector<std::pair<int64_t, int64_t>> busy;  // [at, end) of places alive with it
-    for (const Placed& p : placed)
-      if (p.born <= s.died && s.born <= p.died) busy.emplace_back(p.at, p.at + p.bytes);
-    std::sort(busy.begin(), busy.end());
-    int64_t at = 0;
-    for (const auto& [b, e] : busy) {
-      if (b >= at + bytes) break;
-      at = std::max(at, e);
-    }
-    placed.push_back({at, bytes, s.born, s.died});
-    m.first_step = m.first_step < 0 ? s.born : std::min(m.first_step, s.born);
-    m.last_birth = std::max(m.last_birth, s.born);
-    m.last_step = std::max(m.last_step, s.died);
-    place_of[i] = at;
-    m.offset[s.value->id()] = at;
-    m.arena_bytes = std::max(m.arena_bytes, at + bytes);
-    ++m.values;
-    m.value_bytes += s.bytes;
+  std::vector<int64_t> place_of;
+  // Placed as the Note says; then, while the arena raises the plan's peak above that of every output
+  // allocated alone, the largest placed value not alive at the peak's step leaves it and the rest are
+  // placed again; where none is left to take out, there is no arena.
+  const int64_t alone = plan_peak_bytes(plan, nullptr);
+  for (;;) {
+    place(storages, order, m, place_of);
+    const auto [peak, step] = plan_peak(plan, &m);
+    if (peak <= alone || order.empty()) break;
+    auto idle = std::find_if(order.begin(), order.end(),
+                             [&, step = step](int i) { return storages[i].born > step || storages[i].died < step; });
+    if (idle == order.end()) order.clear();
+    else order.erase(idle);
   }
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const ExecStep& st = plan.steps[si];

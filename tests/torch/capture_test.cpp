@@ -452,9 +452,14 @@ def forward(self, x, mask):
   auto pct = text.find("%)", at_);
   ASSERT_NE(pct, std::string::npos) << text;
   int percent = std::stoi(text.substr(text.rfind('(', pct) + 1));
-  std::cout << text.substr(at_, pct + 2 - at_) << "\n";
+  std::cout << text.substr(at_, text.find('\n', at_) - at_) << "\n";
   EXPECT_LT(percent, 100) << text.substr(at_);
   EXPECT_GT(percent, 0) << text.substr(at_);
+  // Its intermediates share an arena, which never raises the peak over allocating each alone.
+  MemoryPlan mp = plan_memory(*r.plan);
+  EXPECT_GT(mp.values, 1) << text.substr(at_);
+  EXPECT_LT(mp.arena_bytes, mp.value_bytes) << text.substr(at_);
+  EXPECT_LE(plan_peak_bytes(*r.plan, &mp), plan_peak_bytes(*r.plan)) << text.substr(at_);
 }
 
 // Note [Static memory plan], on known values: x * 2 dies at the first mm and the mm's result * 3 is made
