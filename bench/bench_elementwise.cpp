@@ -104,6 +104,26 @@ void BM_AtenSteps100Plan(benchmark::State& st) {
   for (auto _ : st) benchmark::DoNotOptimize(f(args));
 }
 
+// Eight kernels on 64x64 float32, each followed by an ATen step (cumsum): eight intermediates written by
+// kernels, which share the call's arena (Note [Static memory plan]); FUSION_JIT_DISABLE=arena in another
+// run allocates each alone.
+at::Tensor kernels_between_steps(at::Tensor y) {
+  for (int i = 0; i < 8; ++i) y = (y * 0.5 + 1.0).cumsum(1);
+  return y;
+}
+void BM_ArenaEager(benchmark::State& st) {
+  at::Tensor x = input(at::kFloat, 4096).view({64, 64});
+  for (auto _ : st) benchmark::DoNotOptimize(kernels_between_steps(x));
+}
+void BM_ArenaPlan(benchmark::State& st) {
+  at::Tensor x = input(at::kFloat, 4096).view({64, 64});
+  auto f = fusion_jit::trace(
+      [](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{kernels_between_steps(in[0])}; }, {x});
+  std::vector<c10::IValue> args{x};
+  f(args);
+  for (auto _ : st) benchmark::DoNotOptimize(f(args));
+}
+
 // An integer chain with a remainder by a literal and an independent comparison of the same input (issue
 // 16's example): one kernel with integer division by literals fused and the two groups merged side by
 // side; FUSION_JIT_DISABLE=horizontal in another run gives the two kernels apart, against eager's own.
@@ -132,6 +152,8 @@ BENCHMARK(BM_SmallEager)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SmallFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AtenSteps100Eager)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AtenSteps100Plan)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ArenaEager)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ArenaPlan)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_IntegerGraphEager)->Arg(1 << 10)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_IntegerGraphFused)->Arg(1 << 10)->Arg(1 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
