@@ -17,6 +17,10 @@
 // - max_dim, min_dim: max.dim / min.dim whose indices are unused = amax / amin
 // - batch_norm_inference: _native_batch_norm_legit_no_training whose saved statistics are unused =
 //   batch_norm (inference)
+// - embedding_range: embedding(w, idx) where idx is an ascending range (arange of step 1, plus literal
+//   integers, under unsqueeze/view/reshape, which keep its order) within a contiguous w's rows, and only
+//   pointwise ops read the result = rows c..c+n of w viewed as idx's shape + [D]: a view made at plan build that the
+//   consumer's kernel reads (GPT-2's position embedding). A range outside w's rows stays (eager raises).
 // float16 and bfloat16 inputs are cast to float32 first and the results cast back once, as eager computes
 // these ops in float32 and rounds only their results. A node is left as it is (it runs through ATen) when
 // an argument is computed at run time, a reduced extent is 0 (eager's own errors and empty results stay
@@ -255,6 +259,54 @@ Replacement batch_norm_inference(const Match& m, Builder& r) {
   return {r.node("aten::batch_norm", std::move(args), {n->output(0)->type()})->output(), nullptr, nullptr};
 }
 
+Replacement embedding_range(const Match& m, Builder& b) {
+  const Node& n = *m.root;
+  Value* w = m.value("w");
+  Value* idx = m.value("idx");
+  const TensorType& wt = w->tensor_type();
+  if (wt.dim() != 2 || !wt.is_contiguous() || !is_integral(idx->tensor_type().dtype, false) || b.returned(n.output()))
+    return {};
+  for (const Node* u : b.users(n.output()))
+    if (!u->op() || u->op()->category != OpCategory::kElementwise || u->side_effects()) return {};
+  // Walk idx back to an arange through order-keeping views and literal shifts.
+  int64_t shift = 0;
+  const Value* v = idx;
+  std::optional<int64_t> start;
+  while (const Node* p = v->producer()) {
+    const std::string& s = p->schema();
+    const auto& a = p->args();
+    if (s == "aten::arange" || s == "aten::arange.start" || s == "aten::arange.start_step") {
+      const bool from_0 = s == "aten::arange";
+      if (a.empty() || a[0].is_value() || (!from_0 && (a.size() < 2 || a[1].is_value()))) return {};
+      if (!from_0 && !std::holds_alternative<int64_t>(a[0].literal)) return {};
+      start = from_0 ? 0 : std::get<int64_t>(a[0].literal);
+      if (s == "aten::arange.start_step" && (a.size() < 3 || as_int(literal_arg(&a[2])) != int64_t{1})) return {};
+      break;
+    }
+    if (a.empty() || !a[0].is_value()) return {};
+    if (s == "aten::unsqueeze" || s == "aten::view" || s == "aten::reshape" || s == "aten::_unsafe_view") {
+      v = a[0].value;
+    } else if (s == "aten::add.Scalar" && a.size() == 3 && std::holds_alternative<int64_t>(a[1].literal)) {
+      auto alpha = as_int(literal_arg(&a[2]));
+      if (!alpha) return {};
+      shift += std::get<int64_t>(a[1].literal) * *alpha;
+      v = a[0].value;
+    } else {
+      return {};
+    }
+  }
+  if (!start || v->tensor_type().dim() != 1) return {};
+  const int64_t rows = idx->tensor_type().numel(), first = *start + shift;
+  if (v->tensor_type().numel() != rows) return {};
+  if (first < 0 || first + rows > wt.sizes[0])
+    return b.decline(fmt::format("the range {}..{} is outside the weight's {} rows", first, first + rows, wt.sizes[0]));
+  Value* slice = b.op("aten::slice.Tensor", {Arg::of(w), Arg::lit(int64_t{0}), Arg::lit(first), Arg::lit(first + rows),
+                                             Arg::lit(int64_t{1})},
+                      wt.dtype, {rows, wt.sizes[1]});
+  const auto& sizes = n.output()->tensor_type().sizes;  // the rows are contiguous (w is): a view
+  return {b.op("aten::view", {Arg::of(slice), Arg::lit(sizes)}, wt.dtype, sizes)};
+}
+
 Pattern any(const char* name) { return Pattern::any().bind(name); }
 
 RuleSet make_decompositions() {
@@ -284,6 +336,8 @@ RuleSet make_decompositions() {
            [](const Match& m, Builder& b) { return max_values(m, b, true); }},
           {"min_dim", op({"aten::min.dim"}, {t, any("dim"), any("keepdim")}).outputs(2).unused(1),
            [](const Match& m, Builder& b) { return max_values(m, b, false); }},
+          {"embedding_range", op({"aten::embedding"}, {P::tensor().bind("w"), P::tensor().bind("idx")}),
+           embedding_range},
           {"batch_norm_inference", op({"aten::_native_batch_norm_legit_no_training"}, {x}).outputs(3).unused(1).unused(2),
            batch_norm_inference},
       }};

@@ -259,6 +259,36 @@ def test_profile_times_each_step_by_kind():
     assert text.startswith("3 plan runs") and "aten::addmm" in text and "between steps" in text, text
 
 
+def test_position_embedding_is_a_slice_of_its_weight():
+    """An embedding of positions made by arange (GPT-2's) is a slice of the weight made at plan build
+    (decompose.embedding_range), read by the add's kernel: no ATen embedding step for it, eager's results,
+    and the weight is neither returned nor changed. Positions outside the weight raise eager's error."""
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = torch.nn.Embedding(50, 8), torch.nn.Embedding(16, 8)
+
+        def forward(self, ids, offset: int):
+            pos = torch.arange(offset, offset + ids.shape[1]).unsqueeze(0)
+            return self.wte(ids) + self.wpe(pos) * 2.0
+
+    model, ids = Embed().eval(), torch.randint(0, 50, (2, 6))
+    with torch.no_grad():
+        text = fusion_jit.explain(model, ids, 3, file=open(os.devnull, "w"))
+        assert "decompose.embedding_range x1" in text, text
+        assert text.count("aten::embedding") == 1, text  # the token embedding only
+        compiled = torch.compile(model, backend="fusion_jit")
+        weight = model.wpe.weight.clone()
+        for offset in (3, 10):
+            torch.testing.assert_close(compiled(ids, offset), model(ids, offset))
+        assert torch.equal(model.wpe.weight, weight)
+        with pytest.raises(IndexError):
+            model(ids, 12)
+        with pytest.raises(IndexError):
+            compiled(ids, 12)
+
+
 def test_small_factories_fold_with_the_mask_they_make():
     """A causal mask made from arange and scalar_tensor in a torch.compile graph is folded at plan build:
     no ATen arange step is left, results are eager's, and a returned factory is the caller's own tensor."""

@@ -193,6 +193,68 @@ TEST(Decompose, CudaRmsNormFollowsEagersTwoPaths) {
   EXPECT_FALSE(has_row_nan_term(rms("f32[3,7]")));
 }
 
+// decompose.embedding_range: an embedding of an ascending range (GPT-2's positions) is a slice of the
+// weight's rows, viewed to the result's shape; other indices, a range outside the rows, a returned result
+// or one read by a non-pointwise op stay embeddings.
+TEST(Decompose, EmbeddingOfAnAscendingRangeIsASliceOfTheWeight) {
+  auto g = parse_graph(R"(graph(%0 : f32[16,4], %1 : f32[1,8,4]):
+  %2 : i64[8] = aten::arange.start(2, 10, None, None, None, False)
+  %3 : i64[8] = aten::add.Scalar(%2, 1, 1)
+  %4 : i64[1,8] = aten::unsqueeze(%3, 0)
+  %5 : f32[1,8,4] = aten::embedding(%0, %4, -1, False, False)
+  %6 : f32[1,8,4] = aten::add.Tensor(%5, %1, 1)
+  return (%6)
+)");
+  EXPECT_TRUE(decompose(*g));
+  dce(*g);
+  g->renumber();
+  EXPECT_EQ(print_graph(*g), R"(graph(%0 : f32[16,4], %1 : f32[1,8,4]):
+  %2 : f32[8,4] = aten::slice.Tensor(%0, 0, 3, 11, 1)
+  %3 : f32[1,8,4] = aten::view(%2, [1,8,4])
+  %4 : f32[1,8,4] = aten::add.Tensor(%3, %1, 1)
+  return (%4)
+)");
+  const char* kept[] = {
+      // rows 10..18 of 16: eager raises
+      R"(graph(%0 : f32[16,4], %1 : f32[8,4]):
+  %2 : i64[8] = aten::arange.start(10, 18, None, None, None, False)
+  %3 : f32[8,4] = aten::embedding(%0, %2, -1, False, False)
+  %4 : f32[8,4] = aten::add.Tensor(%3, %1, 1)
+  return (%4)
+)",
+      // step 2
+      R"(graph(%0 : f32[16,4], %1 : f32[4,4]):
+  %2 : i64[4] = aten::arange.start_step(0, 8, 2, None, None, None, False)
+  %3 : f32[4,4] = aten::embedding(%0, %2, -1, False, False)
+  %4 : f32[4,4] = aten::add.Tensor(%3, %1, 1)
+  return (%4)
+)",
+      // returned: eager's result is a tensor of its own
+      R"(graph(%0 : f32[16,4]):
+  %1 : i64[8] = aten::arange(8, None, None, None, False)
+  %2 : f32[8,4] = aten::embedding(%0, %1, -1, False, False)
+  return (%2)
+)",
+      // read by a matmul
+      R"(graph(%0 : f32[16,4], %1 : f32[4,4]):
+  %2 : i64[8] = aten::arange(8, None, None, None, False)
+  %3 : f32[8,4] = aten::embedding(%0, %2, -1, False, False)
+  %4 : f32[8,4] = aten::mm(%3, %1)
+  return (%4)
+)",
+      // indices from the caller
+      R"(graph(%0 : f32[16,4], %1 : i64[8], %2 : f32[8,4]):
+  %3 : f32[8,4] = aten::embedding(%0, %1, -1, False, False)
+  %4 : f32[8,4] = aten::add.Tensor(%3, %2, 1)
+  return (%4)
+)"};
+  for (const char* ir : kept) {
+    auto k = parse_graph(ir);
+    decompose(*k);
+    EXPECT_NE(print_graph(*k).find("aten::embedding"), std::string::npos) << ir;
+  }
+}
+
 TEST(Decompose, EmptyReducedDimStaysWithATen) {
   run(decompose, R"(graph(%0 : f32[3,0]):
   %1 : f32[3,0] = aten::softmax.int(%0, 1, None)
