@@ -13,6 +13,14 @@
 // which would otherwise stand between the ops as views of their own; views.identity drops ops that return
 // their input itself (eval-mode dropout, type_as and to.dtype to the input's type): a step, or a copy in
 // a kernel, where eager makes nothing.
+// views.slice_through_pointwise moves a slice (literal bounds, step 1) the same way, where f is read by
+// slices only (at most kMaxSlices, each taking its own copy of f over its part); the input's slice is
+// made at plan build at its start's offset. views.pointwise_of_cat moves a cat that only a pointwise op
+// f reads (f's result of the cat's shape) after f: f(cat([x1..xk], d), y) = cat([f(x1, y1)..f(xk, yk)],
+// d), yi the part of y (broadcast to f's shape) over xi's rows. Repeated, a chain of pointwise ops after
+// a cat (rotary embeddings: q * cos + cat(-q2, q1) * sin) becomes pointwise ops of slices of the inputs
+// whose results one cat stores: one kernel (Note [Concatenation in kernels]) instead of a cat kernel and
+// a kernel reading its result.
 //
 // It fires where all of these hold:
 // - the view is one of view, _unsafe_view, reshape, flatten.using_ints, t, transpose.int, permute,
@@ -45,6 +53,7 @@ namespace fusion_jit {
 namespace {
 
 constexpr int64_t kMaxExpand = 8;
+constexpr size_t kMaxSlices = 4;
 
 const std::vector<std::string>& view_schemas() {
   static const std::vector<std::string> s = {
@@ -137,7 +146,25 @@ std::optional<std::vector<int64_t>> strides_after(const Node& v, const TensorTyp
     return o;
   }
   if (s == "aten::expand") return expanded_strides(x, out.sizes);
+  if (s == "aten::slice.Tensor") return x.strides;
   return std::nullopt;
+}
+
+// A slice with literal arguments, step 1, within its input: dim (normalized), start and end.
+struct SliceArgs {
+  int64_t dim, start, end;
+};
+std::optional<SliceArgs> plain_slice(const Node& v) {
+  if (v.schema() != "aten::slice.Tensor" || v.args().size() != 5 || !v.args()[0].is_value()) return std::nullopt;
+  const TensorType& in = v.args()[0].value->tensor_type();
+  auto dim = as_int(literal_arg(&v.args()[1]));
+  auto start = as_int(literal_arg(&v.args()[2]));
+  auto end = as_int(literal_arg(&v.args()[3]));
+  auto step = as_int(literal_arg(&v.args()[4]));
+  if (!dim || !start || !end || step != int64_t{1}) return std::nullopt;
+  const int64_t d = norm_dim(*dim, in.sizes.size());
+  if (d < 0 || d >= in.dim() || *start < 0 || *end > in.sizes[d] || *start > *end) return std::nullopt;
+  return SliceArgs{d, *start, *end};
 }
 
 // Whether everything that reads `v` (through further views) is a pointwise op, and nothing returns it.
@@ -185,6 +212,15 @@ Replacement through_pointwise(const Match& m, Builder& b) {
   Value* fv = m.value("f");
   const Node* f = fv->producer();
   if (!f || !pointwise(*f) || v.outputs().size() != 1 || !v.output()->is_tensor()) return {};
+  if (v.schema() == "aten::slice.Tensor") {
+    // f read by slices only (at most kMaxSlices): each takes its own copy of f, over its part.
+    const auto users = b.users(fv);
+    if (!plain_slice(v) || b.returned(fv) || users.size() > kMaxSlices) return {};
+    for (const Node* u : users)
+      if (u->schema() != "aten::slice.Tensor") return {};
+  } else if (b.users(fv).size() != 1) {
+    return {};
+  }
   if (!feeds_pointwise(v.output(), b)) return {};
   const TensorType& mid = fv->tensor_type();
   const TensorType& out = v.output()->tensor_type();
@@ -223,6 +259,81 @@ Replacement through_pointwise(const Match& m, Builder& b) {
     a.value = b.node(reshapes(v.schema()) ? "aten::view" : v.schema(), vargs, {ValueType{viewed, ""}})->output();
   }
   return {b.node(f->schema(), args, {ValueType{out, ""}})->output()};
+}
+
+// f(cat([x1, ..., xk], d), y) = cat([f(x1, y1), ..., f(xk, yk)], d), yi the part of y (broadcast to
+// f's shape) over xi's rows along d: a cat read by a pointwise op moves after it, so the op's kernel
+// computes each item's part and stores it into the final buffer (Note [Concatenation in kernels]).
+Replacement pointwise_of_cat(const Match& m, Builder& b) {
+  const Node& f = *m.root;
+  if (!pointwise(f)) return {};
+  const TensorType& out = f.output()->tensor_type();
+  int which = -1;
+  for (size_t i = 0; i < f.args().size(); ++i) {
+    const Arg& a = f.args()[i];
+    if (!a.is_value() || !a.value->producer() || a.value->producer()->schema() != "aten::cat") continue;
+    if (which >= 0) return {};  // two cats: left as they are
+    which = static_cast<int>(i);
+  }
+  if (which < 0) return {};
+  Value* cv = f.args()[which].value;
+  const Node& cat = *cv->producer();
+  const TensorType& ct = cv->tensor_type();
+  if (ct.sizes != out.sizes || b.returned(cv) || b.users(cv).size() != 1 || cat.args().size() != 2 ||
+      !cat.args()[0].is_value() || cat.args()[1].is_value() || b.side_effects_between(&cat, &f))
+    return {};
+  const Node* list = cat.args()[0].value->producer();
+  if (!list || list->schema() != "prim::ListConstruct" || b.users(cat.args()[0].value).size() != 1) return {};
+  auto dim = as_int(literal_arg(&cat.args()[1]));
+  if (!dim) return {};
+  const int64_t d = norm_dim(*dim, out.sizes.size());
+  if (d < 0 || d >= out.dim()) return {};
+  std::vector<Value*> items;
+  for (const Arg& a : list->args()) {
+    if (!a.is_value() || !a.value->is_tensor()) return {};
+    const TensorType& t = a.value->tensor_type();
+    if (t.dtype != ct.dtype || t.dim() != out.dim()) return {};
+    for (int64_t j = 0; j < out.dim(); ++j)
+      if (j != d && t.sizes[j] != out.sizes[j]) return {};
+    if (t.sizes[d] > 0) items.push_back(a.value);
+  }
+  if (items.size() < 2) return {};
+  std::vector<Arg> parts;
+  int64_t at = 0;
+  for (Value* item : items) {
+    const int64_t len = item->tensor_type().sizes[d];
+    std::vector<int64_t> sizes = out.sizes;
+    sizes[d] = len;
+    std::vector<Arg> args = f.args();
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].is_value()) continue;
+      if (static_cast<int>(i) == which) {
+        args[i] = Arg::of(item);
+        continue;
+      }
+      Value* y = args[i].value;
+      const TensorType& t = y->tensor_type();
+      TensorType wide = t;
+      if (t.sizes != out.sizes) {
+        wide.sizes = out.sizes;
+        wide.strides = expanded_strides(t, out.sizes);
+        y = b.node("aten::expand", {Arg::of(y), Arg::lit(out.sizes)}, {ValueType{wide, ""}})->output();
+      }
+      TensorType part = wide;
+      part.sizes = sizes;
+      args[i] = Arg::of(b.node("aten::slice.Tensor",
+                               {Arg::of(y), Arg::lit(d), Arg::lit(at), Arg::lit(at + len), Arg::lit(int64_t{1})},
+                               {ValueType{part, ""}})
+                            ->output());
+    }
+    TensorType pt = out;
+    pt.sizes = sizes;
+    pt.strides = contiguous_strides(sizes);
+    parts.push_back(Arg::of(b.node(f.schema(), args, {ValueType{pt, ""}})->output()));
+    at += len;
+  }
+  Value* l = b.node("prim::ListConstruct", parts, {list->output()->type()})->output();
+  return {b.node("aten::cat", {Arg::of(l), Arg::lit(d)}, {ValueType{out, ""}})->output()};
 }
 
 // slice(x, dim, start, end, 1) covering the whole dim (what indexing with ':' writes) is x itself where
@@ -279,7 +390,10 @@ RuleSet make_view_rules() {
                    identity},
                   {"full_slice", Pattern::op({"aten::slice.Tensor"}, {Pattern::tensor().bind("x")}), full_slice},
                   {"through_pointwise", Pattern::op(view_schemas(), {Pattern::op({}).single_use().bind("f")}),
-                   through_pointwise}}};
+                   through_pointwise},
+                  {"slice_through_pointwise", Pattern::op({"aten::slice.Tensor"}, {Pattern::op({}).bind("f")}),
+                   through_pointwise},
+                  {"pointwise_of_cat", Pattern::op({}), pointwise_of_cat}}};
 }
 
 }  // namespace

@@ -140,6 +140,76 @@ TEST(ViewRules, OpsThatReturnTheirInputAreTheirInput) {
 )");
 }
 
+// views.pointwise_of_cat: a cat read by a pointwise op moves after it, the op's other operand read in
+// parts (broadcast first); views.slice_through_pointwise then takes those parts of a computed operand to
+// its inputs, so rotary embeddings (q * cos + cat(-q2, q1) * sin) become pointwise ops of slices of the
+// inputs, stored by one cat.
+TEST(ViewRules, ACatReadByPointwiseOpsMovesAfterThem) {
+  std::string fired;
+  const std::string out = run(R"(graph(%0 : f32[2,8], %1 : f32[8], %2 : f32[2,8]):
+  %3 : f32[2,4]{8,1} = aten::slice.Tensor(%0, 1, 0, 4, 1)
+  %4 : f32[2,4]{8,1} = aten::slice.Tensor(%0, 1, 4, 8, 1)
+  %5 : f32[2,4] = aten::neg(%4)
+  %6 : Tensor[] = prim::ListConstruct(%5, %3)
+  %7 : f32[2,8] = aten::cat(%6, -1)
+  %8 : f32[2,8] = aten::mul.Tensor(%0, %2)
+  %9 : f32[2,8] = aten::mul.Tensor(%7, %1)
+  %10 : f32[2,8] = aten::add.Tensor(%8, %9, 1)
+  return (%10)
+)",
+                              &fired);
+  EXPECT_EQ(fired, "views.pointwise_of_cat x2, views.slice_through_pointwise x2") << out;
+  // Both muls and the add are computed per part; the last op is the cat, of items of one shape.
+  EXPECT_NE(out.find("aten::cat("), std::string::npos) << out;
+  EXPECT_EQ(out.find("aten::cat("), out.rfind("aten::cat(")) << out;
+  const std::string tail = out.substr(out.find("aten::cat("));
+  EXPECT_NE(tail.find("return"), std::string::npos) << out;
+  EXPECT_EQ(out.find("aten::mul.Tensor(%0"), std::string::npos) << out;  // no mul over the whole of %0
+}
+
+TEST(ViewRules, CatNearMissesAreLeftAlone) {
+  struct Case {
+    const char* what;
+    const char* ir;
+  };
+  const Case cases[] = {
+      {"the cat is also returned", R"(graph(%0 : f32[2,4], %1 : f32[2,4]):
+  %2 : Tensor[] = prim::ListConstruct(%0, %1)
+  %3 : f32[2,8] = aten::cat(%2, 1)
+  %4 : f32[2,8] = aten::exp(%3)
+  return (%3, %4)
+)"},
+      {"the op broadcasts the cat to a larger shape", R"(graph(%0 : f32[2,4], %1 : f32[2,4], %2 : f32[3,2,8]):
+  %3 : Tensor[] = prim::ListConstruct(%0, %1)
+  %4 : f32[2,8] = aten::cat(%3, 1)
+  %5 : f32[3,2,8] = aten::add.Tensor(%4, %2, 1)
+  return (%5)
+)"},
+      {"read by a matmul", R"(graph(%0 : f32[2,4], %1 : f32[2,4], %2 : f32[8,3]):
+  %3 : Tensor[] = prim::ListConstruct(%0, %1)
+  %4 : f32[2,8] = aten::cat(%3, 1)
+  %5 : f32[2,3] = aten::mm(%4, %2)
+  return (%5)
+)"},
+      {"a slice of a value also read whole", R"(graph(%0 : f32[2,8]):
+  %1 : f32[2,8] = aten::exp(%0)
+  %2 : f32[2,4]{8,1} = aten::slice.Tensor(%1, 1, 0, 4, 1)
+  %3 : f32[2,4] = aten::neg(%2)
+  return (%1, %3)
+)"},
+      {"a slice of step 2", R"(graph(%0 : f32[2,8]):
+  %1 : f32[2,8] = aten::exp(%0)
+  %2 : f32[2,4]{8,2} = aten::slice.Tensor(%1, 1, 0, 8, 2)
+  %3 : f32[2,4] = aten::neg(%2)
+  return (%3)
+)"}};
+  for (const Case& c : cases) {
+    std::string fired;
+    const std::string out = run(c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what << "\n" << out;
+  }
+}
+
 TEST(ViewRules, NearMissesAreLeftAlone) {
   struct Case {
     const char* what;
