@@ -15,8 +15,8 @@
 // a kernel, where eager makes nothing.
 // views.slice_through_pointwise moves a slice (literal bounds, step 1) the same way, where f is read by
 // slices only (at most kMaxSlices, each taking its own copy of f over its part); the input's slice is
-// made at plan build at its start's offset. views.pointwise_of_cat moves a cat that only a pointwise op
-// f reads (f's result of the cat's shape) after f: f(cat([x1..xk], d), y) = cat([f(x1, y1)..f(xk, yk)],
+// made at plan build at its start's offset. views.pointwise_of_cat moves a cat of items of one shape
+// that only a pointwise op f reads (f's result of the cat's shape) after f: f(cat([x1..xk], d), y) = cat([f(x1, y1)..f(xk, yk)],
 // d), yi the part of y (broadcast to f's shape) over xi's rows. Repeated, a chain of pointwise ops after
 // a cat (rotary embeddings: q * cos + cat(-q2, q1) * sin) becomes pointwise ops of slices of the inputs
 // whose results one cat stores: one kernel (Note [Concatenation in kernels]) instead of a cat kernel and
@@ -298,6 +298,10 @@ Replacement pointwise_of_cat(const Match& m, Builder& b) {
     if (t.sizes[d] > 0) items.push_back(a.value);
   }
   if (items.size() < 2) return {};
+  // Items of one shape only: such a cat is stored by its items' kernel; of other shapes it stays an ATen
+  // step, and f per item would be a kernel per item instead of one.
+  for (const Value* item : items)
+    if (item->tensor_type().sizes != items[0]->tensor_type().sizes) return {};
   std::vector<Arg> parts;
   int64_t at = 0;
   for (Value* item : items) {

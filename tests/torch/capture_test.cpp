@@ -425,6 +425,7 @@ TEST(ViewsInKernels, ACatReadByPointwiseOpsIsStoredByTheirKernel) {
   auto m2 = script("x, y", "    c = torch.cat((x, y * 2.0), 0)\n    return torch.relu(c + 1.0) * 3.0, x.sum()");
   auto r2 = run_and_compare(m2, {at::randn({3, 5}), at::randn({2, 5})}, "cat of unequal items read by pointwise ops");
   ASSERT_NE(r2.plan, nullptr);
+  EXPECT_EQ(r2.plan->explain().find("pointwise_of_cat"), std::string::npos) << r2.plan->explain();
 }
 
 // Note [Peak memory], on known values: eager holds two 4 KB results at once (x * 2 while its sum is made,

@@ -185,6 +185,12 @@ TEST(ViewRules, CatNearMissesAreLeftAlone) {
   %5 : f32[3,2,8] = aten::add.Tensor(%4, %2, 1)
   return (%5)
 )"},
+      {"items of two shapes (the cat stays an ATen step)", R"(graph(%0 : f32[3,4], %1 : f32[2,4]):
+  %2 : Tensor[] = prim::ListConstruct(%0, %1)
+  %3 : f32[5,4] = aten::cat(%2, 0)
+  %4 : f32[5,4] = aten::exp(%3)
+  return (%4)
+)"},
       {"read by a matmul", R"(graph(%0 : f32[2,4], %1 : f32[2,4], %2 : f32[8,3]):
   %3 : Tensor[] = prim::ListConstruct(%0, %1)
   %4 : f32[2,8] = aten::cat(%3, 1)
