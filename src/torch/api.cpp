@@ -193,7 +193,7 @@ const ExecutablePlan* CompiledModule::plan_for(const std::vector<c10::IValue>& i
 std::string CompiledModule::explain(const std::vector<c10::IValue>& inputs) {
   auto e = impl_->entry_for(inputs, nullptr);
   if (!e->instance) return "runs eagerly: " + e->eager_reason + "\n";
-  std::string s = e->instance->plan->explain() + memory_line(*e->instance);
+  std::string s = e->instance->plan->explain() + instance_explain(*e->instance);
   if (impl_->cuda_graphs) {
     std::lock_guard<std::mutex> g(e->instance->graph_mu);
     if (e->instance->cuda_graph) s += fmt::format("cuda graphs: captured, {} replays\n", e->instance->cuda_graph->replays());

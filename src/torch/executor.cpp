@@ -419,6 +419,73 @@ void resolve_split(const Node& n, const std::vector<std::vector<Node*>>& users, 
   c.piece_offsets = std::move(offsets);
 }
 
+// Note [Views folded into kernel loads]
+// A view made at plan build (Note [Views made at plan build]) whose every reader is a kernel (or another
+// such view) and that nothing returns is never made: a kernel reads a buffer through the strides of its
+// type already, so it needs only the view's first element, the root's data pointer plus the offsets of
+// the views between (bytes; views keep the dtype). The root is the first value of the chain that is not
+// so folded. Its release moves to after the last kernel that reads it this way (the plan released it
+// after its last reader, the view). Storage lifetimes (Note [Peak memory]) are unchanged: the folded view
+// still holds its root's storage until its own release.
+template <typename Users>
+void fold_views(PlanInstance& inst, const std::vector<int>& step_of, const std::vector<bool>& returned,
+                const Users& users) {
+  const ExecutablePlan& plan = *inst.plan;
+  const Graph& g = *plan.graph;
+  inst.release.clear();
+  for (const ExecStep& st : plan.steps) inst.release.push_back(st.release);
+  inst.kernel_inputs.assign(plan.kernels.size(), {});
+  for (size_t k = 0; k < plan.kernels.size(); ++k) inst.kernel_inputs[k].resize(plan.kernels[k].spec.buffers.size());
+  // Decided last to first: a view is folded if its readers are kernels or folded views.
+  for (size_t i = plan.steps.size(); i-- > 0;) {
+    AtenCall& c = inst.calls[i];
+    if (c.kind != AtenCall::Kind::kOp || !c.fast_view) continue;
+    const Value* v = plan.steps[i].node->output();
+    bool ok = !returned[v->id()] && !users[v->id()].empty();
+    for (const Node* u : users[v->id()]) {
+      const int us = u->outputs().empty() ? -1 : step_of[u->output()->id()];
+      if (us >= 0 && !inst.calls[us].folded) ok = false;
+    }
+    c.folded = ok;
+  }
+  // Roots and offsets, first to last.
+  std::vector<FoldedInput> at(g.num_value_ids());
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const AtenCall& c = inst.calls[i];
+    if (!c.folded) continue;
+    const Node& n = *plan.steps[i].node;
+    const Value* base = n.args()[0].value;
+    const int64_t bytes = c.view_offset * static_cast<int64_t>(dtype_size(n.output()->tensor_type().dtype));
+    at[n.output()->id()] = at[base->id()].root >= 0
+                               ? FoldedInput{at[base->id()].root, at[base->id()].offset_bytes + bytes}
+                               : FoldedInput{base->id(), bytes};
+  }
+  std::vector<int> needed(g.num_value_ids(), -1);  // the last kernel step reading a root through a view
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const ExecStep& st = plan.steps[i];
+    if (st.kernel < 0) continue;
+    const auto& buffers = plan.kernels[st.kernel].spec.buffers;
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      if (buffers[b].is_output) continue;
+      const FoldedInput& f = at[buffers[b].value->id()];
+      if (f.root < 0) continue;
+      inst.kernel_inputs[st.kernel][b] = f;
+      needed[f.root] = std::max(needed[f.root], static_cast<int>(i));
+    }
+  }
+  for (size_t i = 0; i < inst.release.size(); ++i) {
+    auto& rel = inst.release[i];
+    for (auto it = rel.begin(); it != rel.end();) {
+      if (needed[*it] > static_cast<int>(i)) {
+        inst.release[needed[*it]].push_back(*it);
+        it = rel.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void resolve_aten_steps(PlanInstance& inst) {
@@ -440,10 +507,6 @@ void resolve_aten_steps(PlanInstance& inst) {
     for (const Value* v : n.value_inputs()) c.ids.push_back(v->id());
     FJ_INTERNAL_ASSERT(c.ids.size() == c.slots.size(), "{}: {} value arguments, {} value inputs", n.schema(),
                        c.slots.size(), c.ids.size());
-    for (int id : c.ids) {
-      const bool dies = std::find(st.release.begin(), st.release.end(), id) != st.release.end();
-      c.move.push_back(dies && std::count(c.ids.begin(), c.ids.end(), id) == 1);
-    }
     const std::string& s = n.schema();
     if (s == "prim::ListConstruct") {
       c.kind = n.output()->type().other == "Tensor?[]" ? AtenCall::Kind::kOptionalTensorList
@@ -496,6 +559,16 @@ void resolve_aten_steps(PlanInstance& inst) {
     c.view_offset = *offset;
     c.view_sizes = t.sizes;
     c.view_strides = t.strides;
+  }
+  fold_views(inst, step_of, returned, users);
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    AtenCall& c = inst.calls[i];
+    const auto& rel = inst.release[i];
+    c.move.clear();
+    for (int id : c.ids) {
+      const bool dies = std::find(rel.begin(), rel.end(), id) != rel.end();
+      c.move.push_back(dies && std::count(c.ids.begin(), c.ids.end(), id) == 1);
+    }
   }
   inst.memory = plan_memory(plan);
   inst.peak_bytes = plan_peak_bytes(plan, &inst.memory);
@@ -802,8 +875,16 @@ MemoryPlan plan_memory(const ExecutablePlan& plan) {
   return m;
 }
 
-std::string memory_line(const PlanInstance& inst) {
-  std::string line = fmt::format("memory: peak {} per call", format_bytes(inst.peak_bytes));
+std::string instance_explain(const PlanInstance& inst) {
+  int fast = 0, folded = 0;
+  for (const AtenCall& c : inst.calls) {
+    fast += c.fast_view || c.fast_split;
+    folded += c.folded;
+  }
+  std::string views;
+  if (fast > 0)
+    views = fmt::format("views made at plan build: {}, {} of them folded into kernel loads (no step)\n", fast, folded);
+  std::string line = views + fmt::format("memory: peak {} per call", format_bytes(inst.peak_bytes));
   if (inst.captured.eager_peak_bytes > 0)
     line += fmt::format(", eager {} ({:.0f}%)", format_bytes(inst.captured.eager_peak_bytes),
                         100.0 * static_cast<double>(inst.peak_bytes) / static_cast<double>(inst.captured.eager_peak_bytes));
@@ -1005,9 +1086,15 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
     if (st.kernel >= 0) {
       const KernelLaunch& k = plan.kernels[st.kernel];
       ptrs.clear();
-      for (const KernelBuffer& b : k.spec.buffers) {
+      const auto& folded = p.kernel_inputs[st.kernel];
+      for (size_t bi = 0; bi < k.spec.buffers.size(); ++bi) {
+        const KernelBuffer& b = k.spec.buffers[bi];
         const TensorType& t = b.value->tensor_type();
-        if (!b.is_output) {
+        if (!b.is_output && folded[bi].root >= 0) {
+          // Read through views never made (Note [Views folded into kernel loads]).
+          const at::Tensor& root = env[folded[bi].root].toTensor();
+          ptrs.push_back(const_cast<char*>(static_cast<const char*>(root.const_data_ptr()) + folded[bi].offset_bytes));
+        } else if (!b.is_output) {
           const at::Tensor& in = env[b.value->id()].toTensor();
           FJ_INTERNAL_ASSERT(same_layout(in, t), "{}: input {} has layout {} {}, the plan expects {}", k.spec.name,
                              b.value->name(), c10::str(in.sizes()), c10::str(in.strides()), t.str());
@@ -1032,6 +1119,8 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
       const Node& n = *st.node;
       if (n.is_constant()) {
         env[n.output()->id()] = p.captured.constants.at(n.constant_index());
+      } else if (p.calls[si].folded) {
+        // never made: its kernels read its root
       } else {
         const AtenCall& c = p.calls[si];
         stack.assign(c.stack.begin(), c.stack.end());
@@ -1042,9 +1131,9 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
         for (size_t i = 0; i < stack.size(); ++i) env[n.output(i)->id()] = std::move(stack[i]);
       }
     }
-    for (int id : st.release) env[id] = c10::IValue();
+    for (int id : p.release[si]) env[id] = c10::IValue();
     if (static_cast<int>(si) == p.memory.last_birth) arena.reset();
-    if (profile && !(st.kernel < 0 && st.node->is_constant())) {
+    if (profile && !(st.kernel < 0 && (st.node->is_constant() || p.calls[si].folded))) {
       const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - step_start).count();
       if (st.kernel >= 0) profile_step(StepKind::kKernel, "", ns);
       else

@@ -38,6 +38,15 @@ struct AtenCall {
   bool fast_split = false;
   std::vector<std::vector<int64_t>> piece_sizes, piece_strides;
   std::vector<int64_t> piece_offsets;
+  // A view made at plan build that only kernels read (Note [Views folded into kernel loads]): never made;
+  // the kernels read its root's data at the view's offset.
+  bool folded = false;
+};
+
+// A kernel input read through folded views: the value whose data it reads and the byte offset.
+struct FoldedInput {
+  int root = -1;  // value id; -1: the buffer's own value
+  int64_t offset_bytes = 0;
 };
 
 // Note [Static memory plan]: where a call's intermediates live. Kernel outputs that die within the call
@@ -61,6 +70,9 @@ struct PlanInstance {
   CapturedGraph captured;
   std::unique_ptr<ExecutablePlan> plan;
   std::vector<AtenCall> calls;          // per plan step (resolve_aten_steps)
+  std::vector<std::vector<int>> release;  // per plan step: value ids dead after it (the plan's, with the
+                                          // roots of folded views kept until their last kernel)
+  std::vector<std::vector<FoldedInput>> kernel_inputs;  // per kernel, per buffer
   MemoryPlan memory;                    // resolve_aten_steps
   int64_t peak_bytes = 0;               // Note [Peak memory] (resolve_aten_steps)
   // CUDA Graph replay (CompileOptions::cuda_graphs): captured at the first call after the compiling one.
@@ -88,18 +100,20 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip = {
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,
                          const std::string& name, bool* replayed);
 
-// Resolves the ATen steps of `inst.plan` (Note [ATen steps resolved at plan build]); called once the plan
-// is built, before the first run_plan. Throws fusion_jit::Error naming a schema the dispatcher lacks.
+// Resolves the ATen steps of `inst.plan` (Note [ATen steps resolved at plan build]), folds views into
+// kernel loads and plans memory; called once the plan is built, before the first run_plan. Throws fusion_jit::Error naming a schema the dispatcher lacks.
 void resolve_aten_steps(PlanInstance& inst);
 // Note [Peak memory]: the bytes of results live at once at the worst point of a call, in the order of the
-// graph's nodes (eager: the graph as captured) or of the plan's steps; and explain's line comparing them.
+// graph's nodes (eager: the graph as captured) or of the plan's steps.
 int64_t eager_peak_bytes(const Graph& g);
 // With a memory plan, the arena counts whole for the call and its values not again.
 int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory = nullptr);
 // Note [Static memory plan]: places the plan's intermediates in one arena (none where FUSION_JIT_DISABLE
 // has "arena").
 MemoryPlan plan_memory(const ExecutablePlan& plan);
-std::string memory_line(const PlanInstance& inst);
+// explain's lines for what an instance decides: views made at plan build and folded into kernel loads,
+// and the peak memory against eager's with the arena.
+std::string instance_explain(const PlanInstance& inst);
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
 // `t` without its stride-0 dims (narrowed to one element): its distinct elements, so that copy_ can

@@ -252,7 +252,7 @@ GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const st
 std::string GraphFunction::explain(const std::vector<at::Tensor>& inputs, const std::string& key) const {
   std::vector<c10::IValue> boxed;
   auto e = impl_->table.find(Impl::signature(inputs, key, &boxed), /*record=*/false);
-  return e && e->instance ? e->instance->plan->explain() + memory_line(*e->instance) : "";
+  return e && e->instance ? e->instance->plan->explain() + instance_explain(*e->instance) : "";
 }
 
 int GraphFunction::num_plans() const { return impl_->table.num_plans(); }

@@ -428,6 +428,30 @@ TEST(ViewsInKernels, ACatReadByPointwiseOpsIsStoredByTheirKernel) {
   EXPECT_EQ(r2.plan->explain().find("pointwise_of_cat"), std::string::npos) << r2.plan->explain();
 }
 
+// Note [Views folded into kernel loads]: views that only kernels read are never made; the kernel reads
+// the root's data at the view's offset, and the root stays alive until that kernel (here the transposed
+// exp, whose other reader, the mm, runs earlier; and slices of two GEMM results).
+TEST(Plan, ViewsReadOnlyByKernelsAreFoldedIntoTheirLoads) {
+  auto m = script("x, y", "    a = x.exp()\n    s = torch.mm(a, y)\n    return a.t() * s");
+  std::vector<c10::IValue> in{at::randn({8, 8}), at::randn({8, 8})};
+  auto r = run_and_compare(m, in, "a transposed kernel output");
+  ASSERT_NE(r.plan, nullptr);
+  std::string text = r.compiled->explain(in);
+  EXPECT_NE(text.find("views made at plan build: 1, 1 of them folded into kernel loads"), std::string::npos) << text;
+  auto m2 = script("x, y", "    a = torch.mm(x, y)\n    b = torch.mm(y, x)\n    return a[1:] * 2.0 + b[:, :-1].t()");
+  std::vector<c10::IValue> in2{at::randn({6, 6}), at::randn({6, 6})};
+  auto r2 = run_and_compare(m2, in2, "slices of GEMM results");
+  ASSERT_NE(r2.plan, nullptr);
+  text = r2.compiled->explain(in2);
+  EXPECT_NE(text.find("views made at plan build: 3, 3 of them folded into kernel loads"), std::string::npos) << text;
+  // A view also returned is made (and stays a view of its base, as eager's).
+  auto m3 = script("x, y", "    a = torch.mm(x, y)\n    v = a[1:]\n    return v * 2.0, v");
+  auto r3 = run_and_compare(m3, in2, "a returned slice");
+  ASSERT_NE(r3.plan, nullptr);
+  ASSERT_EQ(r3.fused.size(), 2u);
+  EXPECT_EQ(r3.fused[1].storage_offset(), 6);
+}
+
 // Note [Peak memory], on known values: eager holds two 4 KB results at once (x * 2 while its sum is made,
 // then that sum while relu's result is made); the plan's one kernel writes only the result, whose view
 // shares its storage.
