@@ -19,8 +19,9 @@
 //   batch_norm (inference)
 // - embedding_range: embedding(w, idx) where idx is an ascending range (arange of step 1, plus literal
 //   integers, under unsqueeze/view/reshape, which keep its order) within a contiguous w's rows, and only
-//   pointwise ops read the result = rows c..c+n of w viewed as idx's shape + [D]: a view made at plan build that the
-//   consumer's kernel reads (GPT-2's position embedding). A range outside w's rows stays (eager raises).
+//   pointwise ops read the result = rows c..c+n of w viewed as idx's shape + [D]: views made at plan
+//   build that the consumer's kernel reads (GPT-2's position embedding). A range outside w's rows stays
+//   an embedding (eager raises).
 // float16 and bfloat16 inputs are cast to float32 first and the results cast back once, as eager computes
 // these ops in float32 and rounds only their results. A node is left as it is (it runs through ATen) when
 // an argument is computed at run time, a reduced extent is 0 (eager's own errors and empty results stay

@@ -16,8 +16,9 @@
 // views.slice_through_pointwise moves a slice (literal bounds, step 1) the same way, where f is read by
 // slices only (at most kMaxSlices, each taking its own copy of f over its part); the input's slice is
 // made at plan build at its start's offset. views.pointwise_of_cat moves a cat of items of one shape
-// that only a pointwise op f reads (f's result of the cat's shape) after f: f(cat([x1..xk], d), y) = cat([f(x1, y1)..f(xk, yk)],
-// d), yi the part of y (broadcast to f's shape) over xi's rows. Repeated, a chain of pointwise ops after
+// that only a pointwise op f reads (f's result of the cat's shape) after f:
+//   f(cat([x1..xk], d), y) = cat([f(x1, y1)..f(xk, yk)], d),
+// yi the part of y (broadcast to f's shape) over xi's rows. Repeated, a chain of pointwise ops after
 // a cat (rotary embeddings: q * cos + cat(-q2, q1) * sin) becomes pointwise ops of slices of the inputs
 // whose results one cat stores: one kernel (Note [Concatenation in kernels]) instead of a cat kernel and
 // a kernel reading its result.
@@ -150,21 +151,17 @@ std::optional<std::vector<int64_t>> strides_after(const Node& v, const TensorTyp
   return std::nullopt;
 }
 
-// A slice with literal arguments, step 1, within its input: dim (normalized), start and end.
-struct SliceArgs {
-  int64_t dim, start, end;
-};
-std::optional<SliceArgs> plain_slice(const Node& v) {
-  if (v.schema() != "aten::slice.Tensor" || v.args().size() != 5 || !v.args()[0].is_value()) return std::nullopt;
+// Whether `v` is a slice with literal arguments, step 1, within its input.
+bool plain_slice(const Node& v) {
+  if (v.schema() != "aten::slice.Tensor" || v.args().size() != 5 || !v.args()[0].is_value()) return false;
   const TensorType& in = v.args()[0].value->tensor_type();
   auto dim = as_int(literal_arg(&v.args()[1]));
   auto start = as_int(literal_arg(&v.args()[2]));
   auto end = as_int(literal_arg(&v.args()[3]));
   auto step = as_int(literal_arg(&v.args()[4]));
-  if (!dim || !start || !end || step != int64_t{1}) return std::nullopt;
+  if (!dim || !start || !end || step != int64_t{1}) return false;
   const int64_t d = norm_dim(*dim, in.sizes.size());
-  if (d < 0 || d >= in.dim() || *start < 0 || *end > in.sizes[d] || *start > *end) return std::nullopt;
-  return SliceArgs{d, *start, *end};
+  return d >= 0 && d < in.dim() && *start >= 0 && *end <= in.sizes[d] && *start <= *end;
 }
 
 // Whether everything that reads `v` (through further views) is a pointwise op, and nothing returns it.

@@ -85,7 +85,8 @@ at::Tensor allocate_output(const TensorType& t) {
 // The bytes of a call's arena (Note [Static memory plan]), aligned as allocate_output's.
 at::Tensor allocate_arena(const MemoryPlan& m) {
   if (m.device == Device::kCUDA)
-    return at::empty_strided({m.arena_bytes}, {1}, at::TensorOptions().dtype(at::kByte).device(at::Device(at::kCUDA, m.device_index)));
+    return at::empty_strided({m.arena_bytes}, {1},
+                             at::TensorOptions().dtype(at::kByte).device(at::Device(at::kCUDA, m.device_index)));
   return at::detail::empty_generic({m.arena_bytes}, &pool_allocator(), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                    at::kByte, std::nullopt);
 }
@@ -580,10 +581,9 @@ void resolve_aten_steps(PlanInstance& inst) {
 // views (the schema's alias annotation) and lists, which share their inputs' storage; storage is freed
 // when the last value on it dies. The plan is counted step by step with the executor's releases, its
 // arena (Note [Static memory plan]) whole from its first value's write to its last one's death; eager
-// over the graph as captured, before the
-// passes (its own ops, one result each, freed after their last use). It is what the plan's order, fusion
-// and arena need, as an ideal allocator would place the rest: our CPU pool and torch's caching allocator
-// round sizes up and keep freed blocks.
+// over the graph as captured, before the passes (its own ops, one result each, freed after their last
+// use). It is what the plan's order, fusion and arena need, as an ideal allocator would place the rest:
+// our CPU pool and torch's caching allocator round sizes up and keep freed blocks.
 namespace {
 
 class StorageTracker {
@@ -743,9 +743,9 @@ int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) { 
 // Note [Static memory plan]
 // A kernel output that dies within the call gets a place in one arena, allocated once per call where the
 // first placed value is written (from the CPU pool, or torch's caching allocator on CUDA: a CUDA Graph's
-// private pool under capture) and freed when the last placed value dies. Liveness is storage liveness as Note [Peak memory] counts it: a storage is alive
-// from the step that writes it to the step after which no value on it (its views, the lists holding it)
-// is used. A kernel output is left out of the arena, allocated alone as before, where its storage
+// private pool under capture) and freed when the last placed value dies. Liveness is storage liveness
+// as Note [Peak memory] counts it: a storage is alive from the step that writes it to the step after
+// which no value on it (its views, the lists holding it) is used. A kernel output is left out of the arena, allocated alone as before, where its storage
 // - reaches a returned value (results never alias the arena: the caller keeps them past the call);
 // - is an argument of a step that may mutate it (a mutating schema, or an op the dispatcher lacks): such
 //   an op may resize it, and it keeps eager's aliasing with the values the op returns;

@@ -101,7 +101,8 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
                          const std::string& name, bool* replayed);
 
 // Resolves the ATen steps of `inst.plan` (Note [ATen steps resolved at plan build]), folds views into
-// kernel loads and plans memory; called once the plan is built, before the first run_plan. Throws fusion_jit::Error naming a schema the dispatcher lacks.
+// kernel loads and plans memory; called once the plan is built, before the first run_plan. Throws
+// fusion_jit::Error naming a schema the dispatcher lacks.
 void resolve_aten_steps(PlanInstance& inst);
 // Note [Peak memory]: the bytes of results live at once at the worst point of a call, in the order of the
 // graph's nodes (eager: the graph as captured) or of the plan's steps.
