@@ -74,6 +74,8 @@ TEST_P(NvrtcCorpus, CompilesForSm80AndSm90WithoutSpills) {
       EXPECT_TRUE(plan->kernels.empty()) << what;
       continue;
     }
+    if (plan->kernels.empty() && plan->explain().find("views.identity") != std::string::npos)
+      continue;  // a cast to the input's own dtype is the input (OpsTest checks eager's aliasing)
     EXPECT_FALSE(plan->kernels.empty()) << what << ": no fused kernel\n" << plan->explain();
     for (const auto& k : plan->kernels) EXPECT_EQ(k.spec.device, Device::kCUDA) << what;
     append_specs(*plan, fmt::format("{}_{}_", c.name, c10::toString(t)), &specs);
