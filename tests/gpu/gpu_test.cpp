@@ -49,7 +49,8 @@ TEST_P(GpuCorpus, MatchesEagerCuda) {
     RunResult r = run_and_compare(m, inputs, what);
     ASSERT_NE(r.plan, nullptr) << what << " ran eagerly";
     for (const auto& k : r.plan->kernels) EXPECT_EQ(k.spec.device, Device::kCUDA) << what;
-    if (!(c.ints_via_aten && at::isIntegralType(t, true))) {
+    const bool identity = r.plan->kernels.empty() && r.plan->explain().find("views.identity") != std::string::npos;
+    if (!(c.ints_via_aten && at::isIntegralType(t, true)) && !identity) {  // identity: a cast to its own dtype
       EXPECT_FALSE(r.plan->kernels.empty()) << what << ": no fused kernel\n" << r.plan->explain();
     }
     for (const auto& f : r.fused) EXPECT_TRUE(f.is_cuda()) << what;
