@@ -107,7 +107,7 @@ void resolve_aten_steps(PlanInstance& inst);
 // Note [Peak memory]: the bytes of results live at once at the worst point of a call, in the order of the
 // graph's nodes (eager: the graph as captured) or of the plan's steps.
 int64_t eager_peak_bytes(const Graph& g);
-// With a memory plan, the arena counts whole for the call and its values not again.
+// With a memory plan, the arena counts whole while it lives and its values not again.
 int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory = nullptr);
 // Note [Static memory plan]: places the plan's intermediates in one arena (none where FUSION_JIT_DISABLE
 // has "arena").
