@@ -143,6 +143,38 @@ def _():
             torch.testing.assert_close(g, r)
 
 
+class Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(30, 16))
+
+    def forward(self, ids, x):
+        return torch.nn.functional.embedding(ids, self.table) * x
+
+
+@case("an embedding is read inside its consumer's kernel, and FUSION_JIT_DISABLE=gather runs it through ATen")
+def _():
+    model = os.path.join(TMP, "embed.pt")
+    m = torch.jit.script(Embed().eval())
+    m.save(model)
+    ids, x = torch.randint(0, 30, (4, 7)), torch.randn(4, 7, 16)
+    inputs = os.path.join(TMP, "in_embed.pt")
+    torch.save([ids, x], inputs)
+    ref = m(ids, x)
+    for disable, expected, absent in (("", "    aten::embedding ", "aten: aten::embedding"),
+                                      ("gather", "runs through ATen (FUSION_JIT_DISABLE=gather)", "    aten::embedding ")):
+        env = dict(os.environ, FUSION_JIT_DISABLE=disable)
+        p = subprocess.run([CLI, "explain", model, "--inputs", inputs], capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        assert expected in p.stdout and absent not in p.stdout, p.stdout
+        out = os.path.join(TMP, "out_embed.pt")
+        p = subprocess.run([CLI, "run", model, "--inputs", inputs, "--check", "--save-outputs", out],
+                           capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        (got,) = torch.load(out)
+        torch.testing.assert_close(got, ref)
+
+
 @case("missing model file")
 def _():
     expect_error(["run", os.path.join(TMP, "nope.pt"), "--input", "f32[4]"], "nope.pt: no such file")

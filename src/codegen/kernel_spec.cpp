@@ -77,7 +77,7 @@ bool fits_int32(const KernelSpec& k) {
   const int64_t lim = std::numeric_limits<int32_t>::max();
   if (k.numel >= lim) return false;
   for (const auto& b : k.buffers) {
-    int64_t reach = 1 + b.offset;
+    int64_t reach = 1 + b.offset + std::max<int64_t>(b.gather_rows - 1, 0) * b.gather_stride;
     for (size_t d = 0; d < k.sizes.size(); ++d) reach += (k.sizes[d] - 1) * std::abs(b.strides[d]);
     if (b.extent >= lim || reach >= lim) return false;
   }
@@ -188,7 +188,53 @@ class Builder {
     cat_strides_[out] = f->strides;
   }
 
+  // Note [Gathered loads]: an input buffer over the group's shape (or the reduction's) for `v` laid out
+  // as `t` (a tensor type of v's elements, right-aligned as broadcasting does), read per element.
+  int add_input(const Value* v, const TensorType& t) {
+    KernelBuffer b;
+    b.value = v;
+    b.dtype = v->tensor_type().dtype;
+    if (g_.reduction) {
+      b.strides = strides_over_shape(t, false);
+    } else {
+      const int64_t nd = static_cast<int64_t>(g_.shape.size()), off = nd - t.dim();
+      FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than group {}", t.str(), g_.id);
+      b.strides.assign(nd, 0);
+      for (int64_t d = 0; d < t.dim(); ++d) b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+    }
+    inputs_.push_back(b);
+    const int index = static_cast<int>(inputs_.size()) - 1;
+    if (g_.reduction) deps_bufs_.insert(index);
+    return index;
+  }
+
+  // embedding(table, indices): the table's element at the row the index picks, along the result's last
+  // dim; the indices broadcast over it. Two buffers, the indices first (Note [Gathered loads]).
+  void emit_gather(const Node& n) {
+    const Value* table = n.args()[0].value;
+    const Value* index = n.args()[1].value;
+    const TensorType& tt = table->tensor_type();
+    TensorType it = index->tensor_type();
+    it.sizes.push_back(1);
+    it.strides.push_back(0);
+    const int ib = add_input(index, it);
+    TensorType row = tt;
+    row.sizes = {tt.sizes[1]};
+    row.strides = {tt.strides[1]};
+    const int tb = add_input(table, row);
+    inputs_[tb].gather = ib;
+    inputs_[tb].gather_stride = tt.strides[0];
+    inputs_[tb].gather_rows = tt.sizes[0];
+    const Value* out = n.output();
+    std::string name = fmt::format("t{}", out->id());
+    Stmt stmt = Stmt::let(name, out->tensor_type().dtype, Expr::load(tb), n.schema());
+    if (g_.reduction) stmt_[out] = stmt;
+    else spec_.body.push_back(stmt);
+    var_[out] = name;
+  }
+
   void emit_node(const Node& n, const std::set<const Node*>& members) {
+    if (n.op()->category == OpCategory::kGather) return emit_gather(n);
     const OpInfo& op = *n.op();
     const Value* out = n.output();
     DType out_t = out->tensor_type().dtype;
@@ -375,8 +421,12 @@ class Builder {
     const int first_out = static_cast<int>(inputs_.size());
     const int nd = static_cast<int>(spec_.sizes.size());
     auto row_buffer = [&](int k) {
-      for (int d = spec_.kept_dims; d < nd; ++d)
-        if (spec_.buffers[k].strides[d] != 0) return false;
+      // A gathered buffer is a row buffer when its indices are too (Note [Gathered loads]).
+      for (int b : {k, spec_.buffers[k].gather}) {
+        if (b < 0) continue;
+        for (int d = spec_.kept_dims; d < nd; ++d)
+          if (spec_.buffers[b].strides[d] != 0) return false;
+      }
       return true;
     };
     for (int k = 0; k < first_out; ++k)
@@ -606,6 +656,21 @@ std::string load_expr(DType t, const std::string& ref) {
   if (t == DType::kFloat16) return "fj_h2f(" + ref + ")";
   if (t == DType::kBFloat16) return "fj_bf2f(" + ref + ")";
   return ref;
+}
+
+std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref) {
+  const KernelBuffer& kb = k.buffers.at(b);
+  std::string r = ref(b);
+  if (kb.gather < 0) return r;
+  FJ_INTERNAL_ASSERT(!r.empty() && r.back() == ']', "{}: buffer {} is read as {}", k.name, b, r);
+  return fmt::format("{} + fj_gather_row((long long)({}), {}LL) * {}LL]", r.substr(0, r.size() - 1),
+                     ref(static_cast<size_t>(kb.gather)), kb.gather_rows, kb.gather_stride);
+}
+
+bool has_gathers(const KernelSpec& k) {
+  for (const auto& b : k.buffers)
+    if (b.gather >= 0) return true;
+  return false;
 }
 
 std::string store_expr(DType t, const std::string& v) {

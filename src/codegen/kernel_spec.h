@@ -8,6 +8,22 @@
 // printers' preludes: it reads the buffer values `b<k>` (Load: already converted to their compute type)
 // and assigns the outputs `o<k>`.
 //
+// Note [Gathered loads]
+// `aten::embedding(table, indices)` (op category kGather) is computed where it is read: its kernel has an
+// input buffer of the indices (their strides over the iteration space, none along the result's last dim)
+// and, after it, a buffer of the table whose strides run along the last dim only, with `gather` naming
+// the indices' buffer. Every printer loads a gathered element at its usual offset plus
+// fj_gather_row(index, rows) * gather_stride, the index being the same element of the indices' buffer,
+// read through load_ref. So a token embedding, the position embedding added to it and the layer norm
+// after them are one kernel, with no [B, T, D] tensor written between them. The fuser keeps a gather's
+// table and indices outside its group (they are read from memory, never computed by the kernel) and
+// makes the gather an element value of a reduction group, never a row value; a gathered buffer is a row
+// buffer of a reduction kernel only when its indices' buffer is one too. Indices must lie in [0, rows):
+// the CPU executor checks them before the launch and raises eager's IndexError ("index out of range in
+// self") without writing anything; the CUDA prelude's fj_gather_row traps, as eager's device assert does
+// (the CPU prelude's reads row 0, never outside the table). The plan cache checks a gathered buffer's
+// rows and row stride against its table's type and that its indices are an earlier integer input.
+//
 // Note [Reduction kernels]
 // A group with reductions gives a kernel over rows: `sizes` are the kept dims (the first `kept_dims`,
 // merged and ordered like the pointwise case) then the reduced dims; `rows` x `row_len` elements. Per row
@@ -20,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +58,12 @@ struct KernelBuffer {
   // stored into (Note [Concatenation in kernels]); the launch adds it. An output with an offset is stored
   // into the tensor an earlier output buffer of the kernel (offset 0) allocated.
   int64_t offset = 0;
+  // A buffer read at rows that an index buffer picks (embedding's table, Note [Gathered loads]): its
+  // strides cover the dims the row's elements run along; the element's offset adds gather_stride times
+  // the index, the element of input buffer `gather` (an earlier one, int64 or int32) the loop is at.
+  int gather = -1;
+  int64_t gather_stride = 0;
+  int64_t gather_rows = 0;
 };
 
 // One reduction in a pass: how it combines (AccKind), the dtype it accumulates in, and the per-element
@@ -90,6 +113,12 @@ KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target);
 // bf16, through the preludes' fj_h2f / fj_bf2f), and a compute-type value `v` converted for storing.
 std::string load_expr(DType t, const std::string& ref);
 std::string store_expr(DType t, const std::string& v);
+// For the printers: the element of buffer b the loop is at, `ref(b)` (`P[INDEX]`), moved to the row its
+// gather picks, the index being `ref(gather)`, the same element of the index buffer (Note [Gathered
+// loads]); `ref(b)` itself for other buffers. Every load of every printer goes through it.
+std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref);
+// Whether any buffer of the kernel is gathered.
+bool has_gathers(const KernelSpec& k);
 
 // Whether a reduction kernel reduces across rows laid out next to each other (a column reduction, such as
 // a sum over dim 0 of a row-major matrix): its first element buffer is contiguous along the innermost kept

@@ -73,7 +73,8 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     if (d.first != Device::kCPU) planned = &target_for(d.first);
   RooflineCostModel cost(planned->machine(index_on(*planned)));
   plan->fusion = plan_fusion(*plan->graph, cost, target.enable_fusion && !opt.is_disabled("fusion"),
-                              !opt.is_disabled("horizontal"), !opt.is_disabled("cat"));
+                              !opt.is_disabled("horizontal"), !opt.is_disabled("cat"),
+                              !opt.is_disabled("gather"));
   plan->fusion_ms = ms_since(t0);
   plan->fusion_text = explain_plan(plan->fusion);
   plan->num_groups = static_cast<int>(plan->fusion.groups.size());

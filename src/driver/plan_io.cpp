@@ -1,5 +1,6 @@
 #include "driver/plan_io.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -40,9 +41,12 @@ std::string serialize_plan(const ExecutablePlan& p) {
       kj["passes"] = k.spec.passes.size();
       kj["scratch"] = k.spec.scratch.size();
     }
-    for (const auto& b : k.spec.buffers)
-      kj["buffers"].push_back({{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
-                               {"strides", b.strides}, {"extent", b.extent}, {"offset", b.offset}});
+    for (const auto& b : k.spec.buffers) {
+      nlohmann::json bj{{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
+                        {"strides", b.strides}, {"extent", b.extent}, {"offset", b.offset}};
+      if (b.gather >= 0) bj["gather"] = {b.gather, b.gather_stride, b.gather_rows};
+      kj["buffers"].push_back(bj);
+    }
     j["kernels"].push_back(kj);
   }
   for (const auto& st : p.steps)
@@ -115,6 +119,21 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
         if (k.spec.sizes[d] < 0 || k.spec.sizes[d] >= kLimit || b.strides[d] < 0 || b.strides[d] >= kLimit) return false;
         empty |= k.spec.sizes[d] == 0;
         reach += static_cast<double>(k.spec.sizes[d] - 1) * static_cast<double>(b.strides[d]);
+      }
+      if (bj.contains("gather")) {
+        // Note [Gathered loads]: an earlier input of integer indices picks rows of this input's 2-d
+        // table; the rows and their stride are the table's own.
+        const auto g = bj.at("gather").get<std::vector<int64_t>>();
+        if (g.size() != 3 || b.is_output || g[0] < 0 || g[0] >= static_cast<int64_t>(k.spec.buffers.size())) return false;
+        const KernelBuffer& index = k.spec.buffers[g[0]];
+        const TensorType& table = b.value->tensor_type();
+        if (index.is_output || (index.dtype != DType::kInt64 && index.dtype != DType::kInt32) || table.dim() != 2 ||
+            g[1] != table.strides[0] || g[2] != table.sizes[0] || g[1] < 0)
+          return false;
+        b.gather = static_cast<int>(g[0]);
+        b.gather_stride = g[1];
+        b.gather_rows = g[2];
+        reach += static_cast<double>(std::max<int64_t>(b.gather_rows - 1, 0)) * static_cast<double>(b.gather_stride);
       }
       if (!empty && reach >= static_cast<double>(b.extent)) return false;
       if (b.offset > 0) {

@@ -40,6 +40,7 @@ std::string node_name(const Node* n) {
 // two (mean and variance together; the output). The kernel keeps the row on chip between passes when it
 // fits (DeviceDescription::on_chip_row_bytes); the cost model charges a re-read per pass otherwise.
 bool is_reduction(const Node* n) { return n->op() && n->op()->category == OpCategory::kReduction; }
+bool is_gather(const Node* n) { return n->op() && n->op()->category == OpCategory::kGather; }
 
 bool row_shape(const std::vector<int64_t>& v, const std::vector<int64_t>& S, const std::vector<int64_t>& R) {
   if (v.size() == S.size()) {
@@ -115,7 +116,8 @@ std::optional<ReductionForm> reduction_form(const std::vector<const Node*>& node
       if (f.row_values.count(v)) ready = std::max(ready, f.ready.at(v));
       else all_row = false, phase = std::max(phase, f.phase.at(v));
     }
-    if (all_row && row_shape(os, f.shape, f.dims)) {
+    // A gather reads no member value, yet is computed per element (Note [Gathered loads]).
+    if (all_row && !is_gather(n) && row_shape(os, f.shape, f.dims)) {
       f.row_values.insert(o);
       f.ready[o] = ready;
       continue;
@@ -156,8 +158,8 @@ namespace {
 // Values used outside the group, or returned by the graph, become extra outputs of the kernel.
 class GreedyFuser {
  public:
-  GreedyFuser(const Graph& g, const CostModel& cost, bool enable, bool horizontal, bool cat)
-      : g_(g), cost_(cost), enable_(enable), horizontal_(horizontal), cat_(cat) {
+  GreedyFuser(const Graph& g, const CostModel& cost, bool enable, bool horizontal, bool cat, bool gather)
+      : g_(g), cost_(cost), enable_(enable), horizontal_(horizontal), cat_(cat), gather_(gather) {
     nodes_ = g.nodes();
     for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = static_cast<int>(i);
     users_ = g.users();
@@ -192,6 +194,10 @@ class GreedyFuser {
         fusible[i] = false;
         why_not[i] = cat_ ? "its list is read by another node too: runs through ATen"
                           : "runs through ATen (FUSION_JIT_DISABLE=cat)";
+      }
+      if (fusible[i] && !gather_ && is_gather(nodes_[i])) {
+        fusible[i] = false;
+        why_not[i] = "runs through ATen (FUSION_JIT_DISABLE=gather)";
       }
     }
     // Reductions seed groups first (the last first), so that the row values after them (log(sum),
@@ -391,6 +397,17 @@ class GreedyFuser {
     std::vector<int> merged = members_[gid];
     for (int m : unit(cand)) merged.push_back(m);
     std::sort(merged.begin(), merged.end());
+    // Note [Gathered loads]: a gather reads its table and its indices from memory.
+    for (int m : merged)
+      if (is_gather(nodes_[m]))
+        for (size_t a = 0; a < 2; ++a) {
+          const Node* p = nodes_[m]->args()[a].value->producer();
+          if (p && std::binary_search(merged.begin(), merged.end(), index_.at(p))) {
+            *reason = fmt::format("{} reads its {} from memory, not from the kernel", node_name(nodes_[m]),
+                                  a == 0 ? "table" : "indices");
+            return false;
+          }
+        }
     const std::vector<int64_t> out_shape = iteration_shape(cand);
     bool recompute = false;
     std::optional<ReductionForm> form;
@@ -667,6 +684,7 @@ class GreedyFuser {
   bool enable_;
   bool horizontal_;
   bool cat_;
+  bool gather_;
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, int> index_;
   std::vector<std::vector<Node*>> users_;
@@ -698,7 +716,8 @@ bool can_fuse_node(const Node& n, std::string* why) {
   const OpInfo* op = n.op();
   if (!op) return no("not in the op table: runs through ATen");
   const bool reduction = op->category == OpCategory::kReduction;
-  if (op->category != OpCategory::kElementwise && !reduction)
+  const bool gather = op->category == OpCategory::kGather;
+  if (op->category != OpCategory::kElementwise && !reduction && !gather)
     return no(fmt::format("{} op: runs through ATen", category_name(op->category)));
   if (n.side_effects()) return no("has side effects");
   if (n.outputs().size() != 1 || !n.output()->is_tensor()) return no("does not return one tensor");
@@ -716,12 +735,25 @@ bool can_fuse_node(const Node& n, std::string* why) {
       const TensorType& t = a.value->tensor_type();
       if (t.dtype == DType::kOther) return no(fmt::format("argument {} has an unsupported dtype", i));
       if (t.device != out.device) return no(fmt::format("argument {} is on another device", i));
-      if (spec.kind != ArgKind::kChannel && !reduction && !broadcasts_to(t.sizes, out.sizes))
+      if (spec.kind != ArgKind::kChannel && !reduction && !gather && !broadcasts_to(t.sizes, out.sizes))
         return no(fmt::format("argument {} of shape {} does not broadcast to {}", i, shape_str(t.sizes),
                               shape_str(out.sizes)));
     } else if (a.is_value()) {
       return no(fmt::format("argument {} is computed at run time ({}), not a constant", i, a.value->name()));
     }
+  }
+  if (gather) {
+    // Note [Gathered loads]: rows of a 2-d table, picked by int64 or int32 indices, as eager's embedding
+    // takes them; eager's other indices raise there, and so they do through ATen.
+    const TensorType& table = n.args()[0].value->tensor_type();
+    const TensorType& index = n.args()[1].value->tensor_type();
+    if (table.dim() != 2) return no(fmt::format("a table of {} dims: 2 expected", table.dim()));
+    if (index.dtype != DType::kInt64 && index.dtype != DType::kInt32)
+      return no(fmt::format("{} indices: eager raises", dtype_name(index.dtype)));
+    std::vector<int64_t> want = index.sizes;
+    want.push_back(table.sizes[1]);
+    if (out.sizes != want || out.dtype != table.dtype)
+      return no(fmt::format("result {} is not the table's rows for indices {}", out.str(), index.str()));
   }
   if (reduction) {
     auto info = reduction_info(n);
@@ -838,8 +870,9 @@ std::optional<CatForm> cat_form(const Node& n, std::string* why) {
   return f;
 }
 
-FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion, bool horizontal, bool cat) {
-  return GreedyFuser(g, cost, enable_fusion, horizontal, cat).run();
+FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion, bool horizontal, bool cat,
+                       bool gather) {
+  return GreedyFuser(g, cost, enable_fusion, horizontal, cat, gather).run();
 }
 
 std::string explain_plan(const FusionPlan& p) {

@@ -100,9 +100,10 @@ bool can_fuse_node(const Node& n, std::string* why);
 // Greedy grouping over `g` (which must outlive the plan), then independent groups merged side by side
 // where `horizontal` (Note [Horizontal fusion]). With fusion disabled each fusible node becomes its own
 // group.
-// Cats and stacks are stored by their items' kernel where `cat` (Note [Concatenation in kernels]).
+// Cats and stacks are stored by their items' kernel where `cat` (Note [Concatenation in kernels]);
+// embeddings are read inside their consumers' kernels where `gather` (Note [Gathered loads]).
 FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion = true, bool horizontal = true,
-                       bool cat = true);
+                       bool cat = true, bool gather = true);
 
 // The plan as text: groups with their ops, estimated costs and decisions, then the ATen steps with
 // their reasons.

@@ -11,7 +11,7 @@ namespace {
 
 using OC = OpCategory;
 using DR = DTypeRule;
-constexpr OC kElementwise = OC::kElementwise, kView = OC::kView, kReduction = OC::kReduction;
+constexpr OC kElementwise = OC::kElementwise, kView = OC::kView, kReduction = OC::kReduction, kGather = OC::kGather;
 constexpr DR kPromote = DR::kPromote, kFloat = DR::kFloat, kBool = DR::kBool, kSame = DR::kSame,
              kCastArg = DR::kCastArg, kCastLike = DR::kCastLike, kDivMode = DR::kDivMode, kReduce = DR::kReduce,
              kNone = DR::kNone;
@@ -88,7 +88,7 @@ std::vector<PromotionOperand> promotion_operands(const OpInfo& op, const std::ve
 }  // namespace
 
 const char* category_name(OpCategory c) {
-  static const char* names[] = {"elementwise", "broadcast", "reduction", "view", "opaque"};
+  static const char* names[] = {"elementwise", "broadcast", "reduction", "gather", "view", "opaque"};
   return names[static_cast<int>(c)];
 }
 

@@ -10,7 +10,7 @@
 namespace fusion_jit {
 
 // A lattice, lowest first: fusion legality is decided by category.
-enum class OpCategory { kElementwise, kBroadcast, kReduction, kView, kOpaque };
+enum class OpCategory { kElementwise, kBroadcast, kReduction, kGather, kView, kOpaque };
 const char* category_name(OpCategory c);
 
 enum class DTypeRule { kPromote, kFloat, kBool, kSame, kCastArg, kCastLike, kDivMode, kReduce, kNone };

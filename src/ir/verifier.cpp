@@ -56,7 +56,8 @@ void verify_graph(const Graph& g) {
       if (spec.kind == ArgKind::kTensor || spec.kind == ArgKind::kTensorNoPromote)
         FJ_INTERNAL_ASSERT(a.is_value() && a.value->is_tensor(), "{}: argument {} must be a tensor", where, i);
     }
-    if (op->category == OpCategory::kElementwise || op->category == OpCategory::kReduction) {
+    if (op->category == OpCategory::kElementwise || op->category == OpCategory::kReduction ||
+        op->category == OpCategory::kGather) {
       FJ_INTERNAL_ASSERT(n->outputs().size() == 1 && n->output()->is_tensor(), "{}: one tensor output expected",
                          where);
       auto dt = infer_dtype(*op, n->args());

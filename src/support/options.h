@@ -18,7 +18,8 @@ struct Options {
   // FUSION_JIT_DUMP: comma list of ir, plan, source, log (or all); written to stderr.
   std::set<std::string> dump;
   // FUSION_JIT_DISABLE: comma list of "fusion", "horizontal" (no side-by-side merging of independent
-  // groups), "cat" (cat and stack run through ATen, not stored by their items' kernel), "arena" (every
+  // groups), "cat" (cat and stack run through ATen, not stored by their items' kernel), "gather" (embedding
+  // runs through ATen, not read inside its consumers' kernel, Note [Gathered loads]), "arena" (every
   // kernel output allocated alone, Note [Static memory plan]), "cache", and the names the pass pipeline registers: its
   // passes (decompose, dce, cse, constant_fold), rule sets (decompose) and rules (decompose.softmax, ...).
   std::set<std::string> disabled;

@@ -123,6 +123,46 @@ bool same_layout(const at::Tensor& in, const TensorType& t) {
   return true;
 }
 
+// Whether every index of `t` at `p` (walked by t's sizes and strides) lies in [0, rows).
+template <class T>
+bool indices_within(const T* p, const TensorType& t, int64_t rows) {
+  const int64_t n = t.numel(), nd = t.dim();
+  const auto bad = [rows](T x) { return x < 0 || static_cast<int64_t>(x) >= rows; };
+  if (n == 0) return true;
+  if (t.is_contiguous()) {
+    for (int64_t i = 0; i < n; ++i)
+      if (bad(p[i])) return false;
+    return true;
+  }
+  std::vector<int64_t> at(nd, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (bad(p[off])) return false;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      off += t.strides[d];
+      if (++at[d] < t.sizes[d]) break;
+      off -= t.strides[d] * t.sizes[d];
+      at[d] = 0;
+    }
+  }
+  return true;
+}
+
+// Note [Gathered loads]: a CPU kernel's indices are checked before it runs, and an index outside its
+// table raises what eager's embedding raises there (IndexError), before anything is written.
+void check_gather_indices(const KernelSpec& spec, const std::vector<void*>& ptrs) {
+  if (spec.device != Device::kCPU) return;
+  for (const KernelBuffer& b : spec.buffers) {
+    if (b.gather < 0) continue;
+    const KernelBuffer& index = spec.buffers[b.gather];
+    const TensorType& t = index.value->tensor_type();
+    const bool ok = index.dtype == DType::kInt64
+                        ? indices_within(static_cast<const int64_t*>(ptrs[b.gather]), t, b.gather_rows)
+                        : indices_within(static_cast<const int32_t*>(ptrs[b.gather]), t, b.gather_rows);
+    TORCH_CHECK_INDEX(ok, "index out of range in self");
+  }
+}
+
 // Torch's current stream on a device; none for the host.
 void* current_stream(Device device, int index) { return device == Device::kCUDA ? current_cuda_stream(index) : nullptr; }
 
@@ -1114,6 +1154,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
           env[b.value->id()] = std::move(out);
         }
       }
+      check_gather_indices(k.spec, ptrs);
       plan.launch(st.kernel, k.spec.buffers.back().value->tensor_type().device_index, ptrs.data(), launch_context);
     } else {
       const Node& n = *st.node;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 
+#include "../torch/gather_corpus.h"
 #include "../torch/op_corpus.h"
 #include "../torch/reduction_corpus.h"
 #include "fuzz/fuzzer.h"
@@ -105,6 +106,23 @@ TEST(GpuReductionPatterns, OneKernelEachAndMatchEagerCuda) {
         ASSERT_NE(r.plan, nullptr) << what;
         EXPECT_EQ(r.plan->kernels.size(), 1u) << what << "\n" << r.plan->explain();
       }
+}
+
+// The gather corpus on the GPU (Note [Gathered loads]): eager CUDA's results, the table read inside one
+// kernel.
+TEST(GpuGathers, EmbeddingInsideItsConsumersKernelMatchesEagerCuda) {
+  SKIP_WITHOUT_GPU();
+  for (const GatherCase& c : kGatherCases) {
+    auto m = script(c.args, c.body);
+    for (at::ScalarType t : gather_table_types(c)) {
+      std::vector<c10::IValue> inputs;
+      for (const auto& v : gather_inputs(t, at::kLong)) inputs.emplace_back(fuzz::to_device_same_layout(v.toTensor(), kCuda));
+      std::string what = fmt::format("{} {} on cuda", c.name, c10::toString(t));
+      RunResult r = run_and_compare(m, inputs, what);
+      ASSERT_NE(r.plan, nullptr) << what;
+      EXPECT_EQ(r.plan->kernels.size(), c.kernels) << what << "\n" << r.plan->explain();
+    }
+  }
 }
 
 // Conv + batch norm + ReLU with frozen parameters on the GPU (the demo's conv_bn_relu): eager's result by

@@ -277,7 +277,8 @@ def test_position_embedding_is_a_slice_of_its_weight():
     with torch.no_grad():
         text = fusion_jit.explain(model, ids, 3, file=open(os.devnull, "w"))
         assert "decompose.embedding_range x1" in text, text
-        assert text.count("aten::embedding") == 1, text  # the token embedding only
+        # The token embedding only, read inside the add's kernel (Note [Gathered loads]).
+        assert text.count("\n    aten::embedding ") == 1 and "aten: aten::embedding" not in text, text
         compiled = torch.compile(model, backend="fusion_jit")
         weight = model.wpe.weight.clone()
         for offset in (3, 10):
@@ -287,6 +288,52 @@ def test_position_embedding_is_a_slice_of_its_weight():
             model(ids, 12)
         with pytest.raises(IndexError):
             compiled(ids, 12)
+
+
+def test_token_embeddings_are_read_inside_the_layer_norms_kernel():
+    """Word, position and token-type embeddings summed and layer-normed (BERT's embeddings) are one
+    kernel that reads the tables at the rows the indices pick (Note [Gathered loads]): eager's results in
+    inference and, through AOT autograd's forward graph, eager's gradients in training; an index outside
+    a table raises eager's IndexError; FUSION_JIT_DISABLE=gather is the switch (tested in the CLI)."""
+
+    class Embeddings(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word, self.pos = torch.nn.Embedding(40, 16), torch.nn.Embedding(12, 16)
+            self.kind = torch.nn.Embedding(2, 16)
+            self.norm = torch.nn.LayerNorm(16)
+
+        def forward(self, ids, types):
+            pos = self.pos.weight[: ids.shape[1]]
+            return self.norm(self.word(ids) + pos + self.kind(types))
+
+    torch.manual_seed(0)
+    model = Embeddings().eval()
+    ids, types = torch.randint(0, 40, (3, 10)), torch.randint(0, 2, (3, 10))
+    with torch.no_grad():
+        text = fusion_jit.explain(model, ids, types, file=open(os.devnull, "w"))
+        assert "aten: aten::embedding" not in text, text
+        assert text.count("\n    aten::embedding ") == 2, text
+        assert "1 kernel," in text, text
+        compiled = torch.compile(model, backend="fusion_jit")
+        torch.testing.assert_close(compiled(ids, types), model(ids, types))
+        bad = ids.clone()
+        bad[1, 4] = 40
+        with pytest.raises(IndexError, match="index out of range"):
+            model(bad, types)
+        with pytest.raises(IndexError, match="index out of range"):
+            compiled(bad, types)
+        torch.testing.assert_close(compiled(ids, types), model(ids, types))
+    # Training: the forward graph's embeddings are fused, the backward graph gives eager's gradients.
+    model.train()
+    trained = torch.compile(model, backend="fusion_jit")
+    grads = []
+    for m in (model, trained):
+        model.zero_grad()
+        (m(ids, types) * torch.arange(16.0)).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
 
 
 def test_small_factories_fold_with_the_mask_they_make():

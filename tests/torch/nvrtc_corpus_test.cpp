@@ -8,6 +8,7 @@
 
 #include <future>
 
+#include "gather_corpus.h"
 #include "op_corpus.h"
 #include "reduction_corpus.h"
 #include "support/error.h"
@@ -148,6 +149,26 @@ TEST(NvrtcReductionPatterns, EachIsOneKernelThatCompilesWithoutSpills) {
     }
   }
   compile_for_gpus("patterns", specs, 128);
+}
+
+// The gather corpus (Note [Gathered loads]): each case one kernel that reads the table inside it.
+TEST(NvrtcGathers, EachIsOneKernelThatCompilesWithoutSpills) {
+  std::string why;
+  ASSERT_TRUE(nvrtc_available(&why)) << why;
+  std::vector<std::shared_ptr<const ExecutablePlan>> plans;
+  std::vector<KernelSpec> specs;
+  for (const GatherCase& c : kGatherCases) {
+    auto m = script(c.args, c.body);
+    for (at::ScalarType t : gather_table_types(c)) {
+      auto plan = compile(m).compile_cuda(gather_inputs(t, at::kLong), "sm_90", /*run_nvrtc=*/false);
+      EXPECT_EQ(plan->kernels.size(), c.kernels) << c.name << "\n" << plan->explain();
+      for (const auto& k : plan->kernels) EXPECT_TRUE(has_gathers(k.spec)) << c.name << "\n" << plan->explain();
+      append_specs(*plan, fmt::format("{}_{}_", c.name, c10::toString(t)), &specs);
+      plans.push_back(std::move(plan));
+    }
+  }
+  EXPECT_NE(print_cuda_source(specs).find("fj_gather_row((long long)(p0["), std::string::npos);
+  compile_for_gpus("gathers", specs, 128);
 }
 
 }  // namespace

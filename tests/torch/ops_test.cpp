@@ -10,7 +10,10 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "fusion/fusion.h"
+#include "gather_corpus.h"
 #include "ir/op_table.h"
 #include "op_corpus.h"
 #include "reduction_corpus.h"
@@ -120,6 +123,67 @@ TEST(BatchNorm, InferenceIsFusedAndMatchesEager) {
   run_and_compare(m, {x, at::randn({3}), at::randn({3}), at::randn({3}), at::rand({3}) + 0.5}, "batch_norm NHWC");
 }
 
+// Note [Gathered loads]: embedding is read inside the kernel of its consumers, as eager computes it, in
+// every kernel form, table dtype and layout of the gather corpus, with int64 and int32 indices.
+TEST(Gather, EmbeddingIsReadInsideItsConsumersKernel) {
+  for (const GatherCase& c : kGatherCases) {
+    auto m = script(c.args, c.body);
+    for (at::ScalarType t : gather_table_types(c))
+      for (at::ScalarType it : {at::kLong, at::kInt}) {
+        if (it == at::kInt && t != at::kFloat) continue;
+        std::string what = fmt::format("{} {} table, {} indices", c.name, c10::toString(t), c10::toString(it));
+        auto r = run_and_compare(m, gather_inputs(t, it), what);
+        ASSERT_NE(r.plan, nullptr) << what;
+        const std::string text = r.plan->explain();
+        EXPECT_EQ(r.plan->kernels.size(), c.kernels) << what << "\n" << text;
+        EXPECT_EQ(text.find("aten: aten::embedding"), std::string::npos) << what << "\n" << text;
+        EXPECT_NE(text.find("aten::embedding"), std::string::npos) << what << "\n" << text;
+      }
+  }
+}
+
+// An index outside the table raises eager's IndexError (its message) before the kernel writes
+// anything, in int64 and int32, past either end; the compiled plan runs on afterwards.
+TEST(Gather, AnIndexOutsideTheTableRaisesAsEager) {
+  auto m = script("w, idx, x", "    return torch.embedding(w, idx) * 2 + x");
+  for (at::ScalarType it : {at::kLong, at::kInt}) {
+    auto in = gather_inputs(at::kFloat, it);
+    CompiledModule fused = compile(m);
+    fused(in);  // the plan of this signature, then wrong indices of the same signature
+    for (int64_t bad : {int64_t{37}, int64_t{-1}, int64_t{1} << 40}) {
+      if (it == at::kInt && bad > INT32_MAX) continue;
+      at::Tensor idx = in[1].toTensor().clone();
+      idx[2][5] = bad;
+      std::vector<c10::IValue> args{in[0], idx, in[2]};
+      try {
+        m.forward(args);
+        ADD_FAILURE() << "eager took index " << bad;
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("index out of range in self"), std::string::npos) << e.what();
+      }
+      try {
+        fused(args);
+        ADD_FAILURE() << "index " << bad << " did not raise";
+      } catch (const c10::IndexError& e) {
+        EXPECT_NE(std::string(e.what()).find("index out of range in self"), std::string::npos) << e.what();
+      }
+    }
+    auto r = run_and_compare(m, in, "after the errors");
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  }
+}
+
+// Indices computed in the graph are stored by their own kernel and read from memory by the gather's.
+TEST(Gather, ComputedIndicesAreReadFromMemory) {
+  auto m = script("w, idx, x", "    return torch.embedding(w, (idx + 1) % 37) * x");
+  auto r = run_and_compare(m, gather_inputs(at::kFloat, at::kLong), "computed indices");
+  ASSERT_NE(r.plan, nullptr);
+  const std::string text = r.plan->explain();
+  EXPECT_EQ(r.plan->kernels.size(), 2u) << text;
+  EXPECT_NE(text.find("reads its indices from memory"), std::string::npos) << text;
+}
+
 // The schemas of the table ops the fuser sees when `m` runs on `inputs`: the graph after capture and the
 // passes (a decomposed op counts through the ops it becomes). The module is frozen first, as compile()
 // freezes it (which folds torch.tensor(...) into a constant).
@@ -168,6 +232,10 @@ TEST(OpTableCoverage, EveryOpHasACorpusCase) {
     auto m = reduction_module(c, ins.size());
     for (const auto& s : table_ops_run_by(m, reduction_case_inputs(ins, reduction_dtypes(c.dtypes).at(0))))
       covered_by.emplace(s, c.name);
+  }
+  for (const GatherCase& c : kGatherCases) {  // Gather.EmbeddingIsReadInsideItsConsumersKernel
+    auto m = script(c.args, c.body);
+    for (const auto& s : table_ops_run_by(m, gather_inputs(at::kFloat, at::kLong))) covered_by.emplace(s, c.name);
   }
   {
     auto m = batch_norm_module();  // per-channel arguments: a test of its own above

@@ -172,7 +172,7 @@ TEST(OpTable, FlagsAreConsistent) {
   }
   for (const auto& op : all_ops()) {
     EXPECT_EQ(op.flags & ~all, 0u) << op.schema << ": an unknown flag bit";
-    // Flags describe what a kernel computes: views and reductions have none.
+    // Flags describe what a kernel computes: views, reductions and gathers have none.
     if (op.category != OpCategory::kElementwise) {
       EXPECT_EQ(op.flags, 0u) << op.schema;
     }

@@ -31,6 +31,14 @@ const char* kCatGraph = R"(graph(%0 : f32[4,8]):
   return (%3)
 )";
 
+// An embedding read inside its consumer's kernel (Note [Gathered loads]): the table's buffer gathered by
+// the indices' buffer.
+const char* kGatherGraph = R"(graph(%0 : f32[10,8], %1 : i64[3,4], %2 : f32[3,4,8]):
+  %3 : f32[3,4,8] = aten::embedding(%0, %1, -1, False, False)
+  %4 : f32[3,4,8] = aten::mul.Tensor(%3, %2)
+  return (%4)
+)";
+
 std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda, const char* graph = kPlanGraph) {
   auto g = parse_graph(graph);
   if (cuda) set_device(*g, Device::kCUDA, 0);
@@ -87,6 +95,9 @@ void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
       EXPECT_EQ(x.spec.buffers[j].strides, y.spec.buffers[j].strides);
       EXPECT_EQ(x.spec.buffers[j].extent, y.spec.buffers[j].extent);
       EXPECT_EQ(x.spec.buffers[j].offset, y.spec.buffers[j].offset);
+      EXPECT_EQ(x.spec.buffers[j].gather, y.spec.buffers[j].gather);
+      EXPECT_EQ(x.spec.buffers[j].gather_stride, y.spec.buffers[j].gather_stride);
+      EXPECT_EQ(x.spec.buffers[j].gather_rows, y.spec.buffers[j].gather_rows);
     }
   }
   ASSERT_EQ(a.steps.size(), b.steps.size());
@@ -187,6 +198,42 @@ TEST(PlanIo, ACatStoredAtOffsetsIsReadBackAndItsOffsetsChecked) {
   refused("\"offset\":8", "\"offset\":-8", "a negative offset");
   refused("\"offset\":0,\"out\":false", "\"offset\":8,\"out\":false", "an offset on an input");
   refused("\"offset\":8", "\"offset\":4611686018427387904", "an offset past any tensor");
+}
+
+TEST(PlanIo, AGatheredTableIsReadBackAndItsRowsChecked) {
+  for (bool cuda : {false, true}) {
+    auto plan = sources_only_plan(cuda, kGatherGraph);
+    ASSERT_EQ(plan->kernels.size(), 1u) << plan->explain();
+    const auto& buffers = plan->kernels[0].spec.buffers;
+    ASSERT_EQ(buffers.size(), 4u) << plan->explain();
+    EXPECT_EQ(buffers[0].value->id(), 1) << "the indices, loaded first";
+    EXPECT_EQ(buffers[1].gather, 0);
+    EXPECT_EQ(buffers[1].gather_stride, 8);
+    EXPECT_EQ(buffers[1].gather_rows, 10);
+    EXPECT_TRUE(plan->aten_ops.empty()) << plan->explain();
+    EXPECT_NE(plan->code.at(0).source.find("fj_gather_row((long long)("), std::string::npos);
+    const std::string text = serialize_plan(*plan);
+    bool ok = false;
+    auto back = read_back(text, cuda, &ok, kGatherGraph);
+    ASSERT_TRUE(ok) << text;
+    expect_same_plan(*plan, *back);
+    // Rows or a row stride that are not the table's, or an index buffer that is not an earlier integer
+    // input, are refused: the kernel would read outside the table.
+    auto refused = [&](const std::string& from, const std::string& to, const char* what) {
+      std::string t = text;
+      ASSERT_NE(t.find(from), std::string::npos) << text;
+      t.replace(t.find(from), from.size(), to);
+      bool ok = true;
+      EXPECT_NO_THROW(read_back(t, cuda, &ok, kGatherGraph)) << what;
+      EXPECT_FALSE(ok) << what;
+    };
+    refused("\"gather\":[0,8,10]", "\"gather\":[0,8,11]", "one row more than the table has");
+    refused("\"gather\":[0,8,10]", "\"gather\":[0,9,10]", "a row stride that is not the table's");
+    refused("\"gather\":[0,8,10]", "\"gather\":[2,8,10]", "indices from a float buffer");
+    refused("\"gather\":[0,8,10]", "\"gather\":[7,8,10]", "indices from no buffer");
+    refused("\"gather\":[0,8,10]", "\"gather\":[0,-8,10]", "a negative row stride");
+    refused("\"gather\":[0,8,10]", "\"gather\":[0,8]", "a malformed gather");
+  }
 }
 
 }  // namespace

@@ -68,12 +68,12 @@ void print_kernel(const KernelSpec& k, std::string& s) {
                      st == 0 ? "" : " + " + index_expr("col", st));
   }
   s += "#pragma omp simd\n    for (I j = 0; j < n; ++j) {\n";
+  auto ref = [&](size_t b) { return fmt::format("r{}[{}]", b, index_expr("j", k.buffers[b].strides[nd - 1])); };
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     const auto& kb = k.buffers[b];
     if (kb.is_output) continue;
     std::string cty = compute_c_type(kb.dtype);
-    s += fmt::format("      const {} b{} = {};\n", cty, b,
-                     load_expr(kb.dtype, fmt::format("r{}[{}]", b, index_expr("j", kb.strides[nd - 1]))));
+    s += fmt::format("      const {} b{} = {};\n", cty, b, load_expr(kb.dtype, load_ref(k, b, ref)));
   }
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
@@ -180,9 +180,10 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
                      storage_type(k.buffers[b].dtype), b);
   auto ctype = [](DType t) { return std::string(compute_c_type(t)); };
   auto scratch_type = [&](const std::string& var) { return std::string(scratch_c_type(k, var)); };
+  auto row_ref = [](size_t b) { return fmt::format("q{}[0]", b); };
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", ctype(k.buffers[b].dtype), b,
-                     load_expr(k.buffers[b].dtype, fmt::format("q{0}[0]", b)));
+                     load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref)));
   for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
   // Offsets of element e_ of the row, per buffer: `eoff<b>`.
   auto element_offsets = [&](const std::string& ind) {
@@ -215,7 +216,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       std::string t = element_offsets(ind);
       for (int b : pass.loads)
         t += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b,
-                         load_expr(k.buffers[b].dtype, ref(b)));
+                         load_expr(k.buffers[b].dtype, load_ref(k, b, ref)));
       auto scratch = [&](const std::string& var) {
         return in_vector ? fmt::format("sv_{}[l_]", var) : fmt::format("st_{}[e_]", var);
       };
@@ -415,9 +416,10 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += fmt::format("    {0}{1}* __restrict__ q{2} = p{2} + roff{2};\n", k.buffers[b].is_output ? "" : "const ",
                      storage_type(k.buffers[b].dtype), b);
   // Row buffers and row values: one per row of the tile.
+  auto row_ref = [&](size_t b) { return fmt::format("q{}[r_ * {}]", b, k.buffers[b].strides[kd - 1]); };
   for (int b : k.row_loads)
     s += fmt::format("    {0} rb{1}[{2}];\n    for (int r_ = 0; r_ < n_; ++r_) rb{1}[r_] = {3};\n", ctype(k.buffers[b].dtype), b,
-                     kTile, load_expr(k.buffers[b].dtype, fmt::format("q{}[r_ * {}]", b, k.buffers[b].strides[kd - 1])));
+                     kTile, load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref)));
   for (const auto& [name, ty] : rows) s += fmt::format("    {} rv_{}[{}];\n", ty, name, kTile);
   // Declarations, inside a per-row loop, of the row buffers and row values that `reads` name.
   auto row_inputs = [&](const Reads& reads, const std::string& ind, const std::string& skip_from) {
@@ -475,7 +477,8 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
       return fmt::format("q{}[{}{}{}]", b, r, !r.empty() && !e.empty() ? " + " : "", e);
     };
     for (int b : pass.loads)
-      s += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b, load_expr(k.buffers[b].dtype, ref(b)));
+      s += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b,
+                       load_expr(k.buffers[b].dtype, load_ref(k, b, ref)));
     for (const auto& var : pass.stash_in)
       s += fmt::format("{0}const {3} {1} = st_{1}[(int64_t)e_ * {2} + r_];\n", ind, var, kTile, scratch_type(var));
     for (const auto& st : pass.body) s += ind + print_stmt(st) + "\n";

@@ -79,7 +79,7 @@ std::string body_call(const KernelSpec& k, In in, Out out) {
   std::string args;
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     args += args.empty() ? "" : ", ";
-    args += k.buffers[b].is_output ? out(b) : load_expr(k.buffers[b].dtype, in(b));
+    args += k.buffers[b].is_output ? out(b) : load_expr(k.buffers[b].dtype, load_ref(k, b, in));
   }
   return fmt::format("{}_body({});", k.name, args);
 }
@@ -214,9 +214,10 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   s += "    I r_ = (I)row_, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
   s += row_offsets_code(k, kd, "    ");
+  auto row_ref = [](size_t b) { return fmt::format("p{0}[roff{0}]", b); };
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", compute_type(k.buffers[b].dtype), b,
-                     load_expr(k.buffers[b].dtype, fmt::format("p{0}[roff{0}]", b)));
+                     load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref)));
   for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
   // Registers: element buffers read by more than one pass, and the scratch values.
   std::map<int, int> passes_reading;
@@ -269,7 +270,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       if (cached.count(b) && loaded.count(b)) {
         s += fmt::format("{}const {} b{} = rc{}[u_];\n", ind, ty, b, b);
       } else {
-        s += fmt::format("{}const {} b{} = {};\n", ind, ty, b, load_expr(k.buffers[b].dtype, ref(b)));
+        s += fmt::format("{}const {} b{} = {};\n", ind, ty, b, load_expr(k.buffers[b].dtype, load_ref(k, b, ref)));
         if (cached.count(b)) s += fmt::format("{}rc{}[u_] = b{};\n", ind, b, b);
       }
     }

@@ -7,7 +7,7 @@
 namespace fusion_jit {
 
 int cuda_vector_width(const KernelSpec& k) {
-  if (k.is_reduction()) return 1;
+  if (k.is_reduction() || has_gathers(k)) return 1;  // a gathered row need not start on a vector boundary
   size_t nd = k.sizes.size();
   int64_t widest = 0;
   for (const auto& b : k.buffers) {
