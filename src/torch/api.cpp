@@ -10,6 +10,7 @@
 #include <c10/core/GradMode.h>
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <mutex>
 
@@ -241,6 +242,45 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   return plan;
 }
 
+namespace {
+
+// Note [Scalars freezing would drop]
+// freeze_module runs TorchScript's alias-sensitive peephole pass, which replaces `x * 1`, `x + 0` and
+// `x - 0` (integer literals, alpha 1) by `x` whenever x's dtype is not known to be floating. For a bool x
+// that changes the result: eager's `mask * 1` and `mask + 0` are int64 tensors, and `mask - 0` raises,
+// where the peephole leaves the bool mask (a silent wrong dtype in both the plan and the eager
+// fallback). The pass only rewrites literals that are constants, so before freezing those literals
+// become reads of module attributes that freezing preserves (`_fj_int_0`, `_fj_int_1`, on a copy of
+// the module: the user's is left as it is); after freezing, the plan's graph reads the numbers again.
+const char* kKeptIntNames[] = {"_fj_int_0", "_fj_int_1"};
+
+bool constant_int(const tj::Value* v, int64_t want) {
+  auto iv = tj::toIValue(v);
+  return iv && iv->isInt() && iv->toInt() == want;
+}
+
+// The literal inputs of `g`'s nodes the peephole would match: (node, input index, literal).
+std::vector<std::tuple<tj::Node*, size_t, int64_t>> literals_freezing_drops(tj::Block* block) {
+  std::vector<std::tuple<tj::Node*, size_t, int64_t>> out;
+  for (tj::Node* n : block->nodes()) {
+    for (tj::Block* b : n->blocks()) {
+      auto inner = literals_freezing_drops(b);
+      out.insert(out.end(), inner.begin(), inner.end());
+    }
+    if (n->matches("aten::mul.Scalar(Tensor self, Scalar other) -> Tensor") && constant_int(n->input(1), 1)) {
+      out.emplace_back(n, 1, 1);
+    } else if ((n->matches("aten::add.Scalar(Tensor self, Scalar other, Scalar alpha) -> Tensor") ||
+                n->matches("aten::sub.Scalar(Tensor self, Scalar other, Scalar alpha) -> Tensor")) &&
+               constant_int(n->input(1), 0) && constant_int(n->input(2), 1)) {
+      out.emplace_back(n, 1, 0);
+      out.emplace_back(n, 2, 1);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 CompiledModule compile(const torch::jit::Module& module, CompileOptions options) {
   auto impl = std::make_shared<CompiledModule::Impl>(module.type()->name() ? module.type()->name()->name() : "module",
                                                      options);
@@ -253,8 +293,39 @@ CompiledModule compile(const torch::jit::Module& module, CompileOptions options)
   // Freezing needs the forward graph inlined (Python inlines at compile time; a module loaded in C++ is
   // not), every level of it. Inlining rewrites the method's graph in place, which keeps its meaning.
   inline_all_calls(*source.get_method("forward").graph());
-  auto frozen = std::make_shared<tj::Module>(tj::freeze_module(source));
+  // Note [Scalars freezing would drop]: such literals become reads of preserved attributes.
+  std::vector<std::string> preserved;
+  if (!literals_freezing_drops(source.get_method("forward").graph()->block()).empty()) {
+    source = source.clone();  // a class type of its own: attributes registered on it stay off the user's
+    auto graph = source.get_method("forward").graph();
+    tj::Value* self = graph->inputs().at(0);
+    for (int64_t k : {0, 1}) {
+      if (!source.hasattr(kKeptIntNames[k])) source.register_attribute(kKeptIntNames[k], c10::IntType::get(), k);
+      preserved.push_back(kKeptIntNames[k]);
+    }
+    for (auto [n, i, k] : literals_freezing_drops(graph->block())) {
+      tj::WithInsertPoint guard(n);
+      tj::Node* get = graph->insertNode(graph->createGetAttr(self, kKeptIntNames[k]));
+      n->replaceInput(i, get->output());
+    }
+  }
+  auto frozen = std::make_shared<tj::Module>(tj::freeze_module(source, preserved));
   impl->graph = frozen->get_method("forward").graph()->copy();
+  if (!preserved.empty()) {
+    std::vector<tj::Node*> reads;
+    std::function<void(tj::Block*)> collect = [&](tj::Block* b) {
+      for (tj::Node* n : b->nodes()) {
+        for (tj::Block* inner : n->blocks()) collect(inner);
+        if (n->kind() == c10::prim::GetAttr && n->s(c10::attr::name).rfind("_fj_int_", 0) == 0) reads.push_back(n);
+      }
+    };
+    collect(impl->graph->block());
+    for (tj::Node* n : reads) {
+      tj::WithInsertPoint guard(n);
+      n->output()->replaceAllUsesWith(impl->graph->insertConstant(n->s(c10::attr::name) == kKeptIntNames[1] ? 1 : 0));
+      n->destroy();
+    }
+  }
   prepare_torchscript_graph(impl->graph);
   impl->graph_constants = graph_constant_tensors(*impl->graph);
   impl->skip_self = true;

@@ -110,6 +110,28 @@ TEST(Capture, InPlaceOpsAreMadeFunctional) {
   EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
 }
 
+// Note [Scalars freezing would drop]: TorchScript's freezing would turn `mask * 1` and `mask + 0` into
+// the bool mask itself (eager's are int64) and `mask - 0` (eager raises) into it too; the plan and the
+// eager fallback keep eager's dtypes and error, in a branch as at the top, and the user's module is left
+// without the attributes the compile adds to its copy.
+TEST(Capture, IntegerLiteralsThatFreezingWouldDropKeepEagersDtype) {
+  auto m = script("x, y",
+                  "    mask = x > 0\n"
+                  "    a = mask * 1\n"
+                  "    if x.dim() == 1:\n        b = (y > 0) + 0\n    else:\n        b = mask * 2\n"
+                  "    return a, b, x * 1, x + 0");
+  auto r = run_and_compare(m, {at::randn({16}), at::randn({16})}, "x * 1 of a bool mask");
+  ASSERT_NE(r.plan, nullptr);
+  ASSERT_EQ(r.fused.size(), 4u);
+  for (size_t i = 0; i < r.fused.size(); ++i) EXPECT_EQ(r.fused[i].scalar_type(), r.eager[i].scalar_type()) << i;
+  EXPECT_EQ(r.fused[0].scalar_type(), at::kLong);
+  EXPECT_EQ(r.fused[1].scalar_type(), at::kLong);
+  EXPECT_FALSE(m.hasattr("_fj_int_1")) << "the user's module was changed";
+  auto bad = script("x", "    return (x > 0) - 0");
+  EXPECT_THROW(bad.forward({at::randn({4})}), std::exception);
+  EXPECT_THROW(compile(bad)({at::randn({4})}), std::exception) << "eager raises on bool - 0";
+}
+
 TEST(Capture, OneCompiledPlanPerSignatureUpToTheLimit) {
   auto m = script("x", "    return torch.sigmoid(x) * x");
   CompileOptions o;
