@@ -187,6 +187,9 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 //    the items' flags merged and their largest amplification passed on. The recipe lists the items as
 //    value arguments before the dim; the graph gets a prim::ListConstruct of them, the TorchScript
 //    source a list.
+//  - embedding of a 2-d value's rows by an int32 or int64 value whose entries all lie within them: exact,
+//    the table's flags passed on. Where no integer value fits, the draw is the remainder of an integer
+//    value by the row count (an integer division by a literal, fused), which a later draw may take.
 //  - Random ops (rand_like, randn_like, bernoulli, dropout with train=True): a recipe with one is
 //    checked alone; the torch generator is seeded with draw_seed(recipe seed) before generation, before
 //    the eager replay and before the fused run, and its random nodes are marked as having side effects
@@ -284,8 +287,10 @@ bool is_random_schema(const std::string& s) { return listed(random_schemas(), s)
 // cat and stack: a recipe gives their items as value arguments before the dim; the graph, eager and the
 // TorchScript source take them as a list.
 bool is_cat_schema(const std::string& s) { return s == "aten::cat" || s == "aten::stack"; }
+bool is_gather_schema(const std::string& s) { return s == "aten::embedding"; }
 bool is_structural_schema(const std::string& s) {
-  return listed(reduction_schemas(), s) || listed(view_schemas(), s) || is_random_schema(s) || is_cat_schema(s);
+  return listed(reduction_schemas(), s) || listed(view_schemas(), s) || is_random_schema(s) || is_cat_schema(s) ||
+         is_gather_schema(s);
 }
 // The out-of-place op of an in-place one ("aten::add_.Tensor" -> "aten::add.Tensor"), "" for others.
 std::string inplace_base(const std::string& s) {
@@ -417,8 +422,9 @@ bool eager_structural(const std::string& schema, std::vector<c10::IValue>& stack
   *out_flags = 0;
   if (!check_preconditions) return true;
   const at::Tensor& res = stack[0].toTensor();
-  if (listed(view_schemas(), schema) || schema == "aten::dropout" || is_cat_schema(schema)) {
-    *out_flags = in_flags;
+  if (listed(view_schemas(), schema) || schema == "aten::dropout" || is_cat_schema(schema) ||
+      is_gather_schema(schema)) {
+    *out_flags = in_flags;  // (an embedding's: its table's)
   } else if (schema == "aten::amax") {
     *out_flags = static_cast<uint8_t>(in_flags | (at::isFloatingType(res.scalar_type()) ? kZeroSignUnspecified : 0));
   } else if (listed(reduction_schemas(), schema)) {
@@ -792,6 +798,33 @@ std::optional<OpSpec> make_cat(Rng& r, const std::vector<at::Tensor>& vals) {
   return s;
 }
 
+// An embedding of the rows of a 2-d value by an integer value whose entries all lie within them (Note
+// [Gathered loads]); without one, the remainder of an integer value by the row count (in [0, rows)), which
+// a later draw may take as the indices.
+std::optional<OpSpec> make_gather(Rng& r, const std::vector<at::Tensor>& vals) {
+  int t = pick_value(r, vals, [](const at::Tensor& x) { return x.dim() == 2 && x.size(0) > 0 && x.numel() <= 32768; });
+  if (t < 0) return std::nullopt;
+  const int64_t rows = vals[static_cast<size_t>(t)].size(0), cols = vals[static_cast<size_t>(t)].size(1);
+  auto integer = [&](const at::Tensor& x) {
+    return (x.scalar_type() == at::kLong || x.scalar_type() == at::kInt) && x.numel() > 0 &&
+           x.numel() * std::max<int64_t>(cols, 1) <= kMaxBroadcastNumel;
+  };
+  OpSpec s;
+  int i = pick_value(r, vals, [&](const at::Tensor& x) {
+    return integer(x) && x.min().item<int64_t>() >= 0 && x.max().item<int64_t>() < rows;
+  });
+  if (i < 0) {
+    int u = pick_value(r, vals, integer);
+    if (u < 0) return std::nullopt;
+    s.schema = "aten::remainder.Scalar";
+    s.args = {value_arg(u), lit_arg(rows)};
+    return s;
+  }
+  s.schema = "aten::embedding";
+  s.args = {value_arg(t), value_arg(i), lit_arg(int64_t{-1}), lit_arg(false), lit_arg(false)};
+  return s;
+}
+
 // A view or reshape of a value.
 std::optional<OpSpec> make_view(Rng& r, const std::vector<at::Tensor>& vals) {
   int v = pick_value(r, vals, [](const at::Tensor&) { return true; });
@@ -975,18 +1008,20 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
     for (int k = 0; k < n_ops; ++k) {
       for (int tries = 0; tries < 30; ++tries) {
         OpSpec spec;
-        const bool wide = gen.reductions + gen.views + gen.random_ops + gen.cats > 0;
+        const bool wide = gen.reductions + gen.views + gen.random_ops + gen.cats + gen.gathers > 0;
         const double u = wide ? std::uniform_real_distribution<double>(0, 1)(r) : 1.0;
         // No random ops with an in-place op: such recipes run through TorchScript, whose interpreter
         // drops unused random ops (eager's op-by-op replay draws them).
         const double p_red = gen.reductions, p_view = p_red + gen.views,
-                     p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops), p_cat = p_rand + gen.cats;
-        if ((k == inplace_at && tries < 10) || u < p_cat) {
+                     p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops), p_cat = p_rand + gen.cats,
+                     p_gather = p_cat + gen.gathers;
+        if ((k == inplace_at && tries < 10) || u < p_gather) {
           std::optional<OpSpec> sp = k == inplace_at && tries < 10 ? make_inplace(r, vals, uniform(r, 0, n_in - 1))
                                      : u < p_red                   ? make_reduction(r, vals)
                                      : u < p_view                  ? make_view(r, vals)
                                      : u < p_rand                  ? make_random(r, vals)
-                                                                   : make_cat(r, vals);
+                                     : u < p_cat                   ? make_cat(r, vals)
+                                                                   : make_gather(r, vals);
           if (!sp) continue;
           spec = std::move(*sp);
         } else {
@@ -1274,6 +1309,10 @@ CaseResult check_captured(const Recipe& r, const CheckOptions& co) {
   try {
     m.define(torchscript_source(r));
     m.eval();
+  } catch (const std::exception& ex) {
+    return {false, std::string("TorchScript source not accepted: ") + ex.what()};
+  }
+  try {
     CompiledModule fused = compile(m);
     for (int call = 0; call < 2; ++call) {
       std::vector<at::Tensor> in_f = make_inputs(r);

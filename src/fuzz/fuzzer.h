@@ -65,8 +65,11 @@ struct GenOptions {
   double random_ops = 0.03;
   double inplace = 0.03;
   double cats = 0.05;  // cat and stack of 2-3 values of one shape (Note [Concatenation in kernels])
+  // embedding of a 2-d value's rows by an integer value (Note [Gathered loads]); where no integer value
+  // lies within the rows, the remainder of one by the row count, for a later draw.
+  double gathers = 0.04;
   // Elementwise ops only (the generator of campaigns 1-4).
-  static GenOptions elementwise_only() { return {0, 0, 0, 0, 0}; }
+  static GenOptions elementwise_only() { return {0, 0, 0, 0, 0, 0}; }
 };
 
 // A random recipe of 2 to 16 ops.

@@ -44,7 +44,7 @@ TEST(Fuzz, ReproIsATorchScriptModelThatReplaysEagerly) {
   EXPECT_FALSE(res.plan->kernels.empty());
 }
 
-// The wider generator: reductions, views, random ops and in-place ops each appear, and a batch of such
+// The wider generator: reductions, views, random ops, in-place ops and embeddings each appear, and a batch of such
 // graphs (random-op recipes alone and seeded, in-place recipes through capture) matches eager.
 TEST(Fuzz, WiderGraphsPass) {
   fuzz::GenOptions gen;
@@ -53,6 +53,7 @@ TEST(Fuzz, WiderGraphsPass) {
   gen.random_ops = 0.1;
   gen.inplace = 0.4;
   gen.cats = 0.15;
+  gen.gathers = 0.15;
   std::vector<fuzz::Recipe> batch;
   std::set<std::string> schemas;
   int random = 0, inplace = 0;
@@ -65,7 +66,7 @@ TEST(Fuzz, WiderGraphsPass) {
   EXPECT_GT(random, 0);
   EXPECT_GT(inplace, 0);
   for (const char* s : {"aten::sum.dim_IntList", "aten::softmax.int", "aten::layer_norm", "aten::permute", "aten::expand",
-                        "aten::cat", "aten::stack"})
+                        "aten::cat", "aten::stack", "aten::embedding"})
     EXPECT_TRUE(schemas.count(s)) << s << " never generated";
   auto results = fuzz::check_batch(batch);
   for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;

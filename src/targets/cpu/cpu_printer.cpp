@@ -349,8 +349,15 @@ struct Reads {
 // A column reduction walks a tile of up to kTile neighbouring rows at once: the loop over the row's
 // elements is outside, the loop over the tile's rows inside and vectorized (contiguous loads), each row with
 // its own accumulator (float32 sums in double, float64 sums compensated per 16 elements, products
-// restarting every 16). Row values are arrays over the tile; the `after` statements run once per row.
+// restarting every 16, float32 Welford in double: one running mean and M2 per row over the whole row, which
+// in float lost 1e-4 of a 16385-element layer norm's variance where eager's lanes lose 1e-7). Row values are
+// arrays over the tile; the `after` statements run once per row.
 constexpr int kTile = 32;
+
+// The type a column tile's Welford accumulator runs in: double for float32 (Note [CPU column schedule]).
+const char* column_welford_type(const KernelAccumulator& a) {
+  return a.type == DType::kFloat32 ? "double" : compute_c_type(a.type);
+}
 
 // A column tile's accumulators for one pass (Note [CPU column schedule]): one per row of the tile.
 std::string tile_accumulators(const KernelPass& pass) {
@@ -364,7 +371,7 @@ std::string tile_accumulators(const KernelPass& pass) {
                        ty, i, kTile);
     else if (a.kind == AccKind::kWelford)
       s += fmt::format("    {0} wm{1}[{2}], wq{1}[{2}], wc{1} = 0;\n    for (int r_ = 0; r_ < {2}; ++r_) wm{1}[r_] = wq{1}[r_] = 0;\n",
-                       ty, i, kTile);
+                       column_welford_type(a), i, kTile);
     else
       s += fmt::format("    {0} a{1}[{2}];\n    for (int r_ = 0; r_ < {2}; ++r_) a{1}[r_] = {3};\n", ty, i, kTile,
                        reduction_identity(a.kind, a.type));
@@ -383,7 +390,7 @@ std::string tile_results(const KernelPass& pass, int acc_base) {
     if (a.kind == AccKind::kKahanSum)
       pre += fmt::format("      const {0} acc{1} = fj_kahan_value(a{2}[r_], ac{2}[r_], ap{2}[r_]);\n", ty, idx, i);
     else if (a.kind == AccKind::kWelford)
-      pre += fmt::format("      fj_wf<{0}> acc{1}; acc{1}.mean = wm{2}[r_]; acc{1}.m2 = wq{2}[r_]; acc{1}.n = wc{2};\n",
+      pre += fmt::format("      fj_wf<{0}> acc{1}; acc{1}.mean = ({0})wm{2}[r_]; acc{1}.m2 = ({0})wq{2}[r_]; acc{1}.n = ({0})wc{2};\n",
                          ty, idx, i);
     else
       pre += fmt::format("      const {} acc{} = a{}[r_];\n", ty, idx, i);
@@ -465,7 +472,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += "      for (I e_ = j0_; e_ < je_; ++e_) {\n";
     for (size_t i = 0; i < na; ++i)
       if (pass.accs[i].kind == AccKind::kWelford)
-        s += fmt::format("        wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, compute_c_type(pass.accs[i].type));
+        s += fmt::format("        wc{0} += 1; const {1} wi{0} = ({1})1 / wc{0};\n", i, column_welford_type(pass.accs[i]));
     s += "#pragma omp simd\n        for (int r_ = 0; r_ < n_; ++r_) {\n";
     const std::string ind = "          ";
     s += row_inputs(reads, ind, "");
@@ -493,7 +500,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
       else
         s += fmt::format("{0}{{ const {1} x_ = {2}; const {1} d_ = x_ - wm{3}[r_]; wm{3}[r_] += d_ * wi{3}; "
                          "wq{3}[r_] += d_ * (x_ - wm{3}[r_]); }}\n",
-                         ind, compute_c_type(a.type), in, i);
+                         ind, column_welford_type(a), in, i);
     }
     for (const auto& [b, var] : pass.stores) s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
     s += "        }\n      }\n";
