@@ -46,6 +46,7 @@
 
 #include <numeric>
 
+#include "fusion/fusion.h"
 #include "ir/op_table.h"
 #include "passes/passes.h"
 #include "support/error.h"
@@ -179,11 +180,14 @@ bool feeds_pointwise(const Value* v, const Builder& b) {
   return true;
 }
 
-// Whether `f` is a pointwise op whose tensor arguments all broadcast to its result.
+// Whether `f` is a pointwise op whose tensor arguments all broadcast to its result, and one a kernel can
+// compute: the rules give the ops they make the layouts a kernel writes, which ATen need not (an integer
+// fmod by a tensor of a transposed item came back transposed where the plan typed it contiguous: fuzz seed
+// 11769533686713223909); nor would moving a view through an ATen step save anything.
 bool pointwise(const Node& f) {
   const OpInfo* op = f.op();
   if (!op || op->category != OpCategory::kElementwise || f.side_effects() || f.outputs().size() != 1 ||
-      !f.output()->is_tensor())
+      !f.output()->is_tensor() || !can_fuse_node(f, nullptr))
     return false;
   const TensorType& out = f.output()->tensor_type();
   for (size_t i = 0; i < f.args().size(); ++i) {
@@ -314,6 +318,11 @@ Replacement pointwise_of_cat(const Match& m, Builder& b) {
       }
       Value* y = args[i].value;
       const TensorType& t = y->tensor_type();
+      // An operand constant along d broadcasts over each item as over the cat: kept as it is, so that a
+      // 0-d operand stays 0-d (made a [.., len, ..] slice it would take part in type promotion as a
+      // dimensioned tensor: bf16 - f16[] is bf16, bf16 - f16[33] f32).
+      const int64_t k = d - (out.dim() - t.dim());
+      if (k < 0 || t.sizes[k] == 1) continue;
       TensorType wide = t;
       if (t.sizes != out.sizes) {
         wide.sizes = out.sizes;

@@ -167,6 +167,29 @@ TEST(ViewRules, ACatReadByPointwiseOpsMovesAfterThem) {
   EXPECT_EQ(out.find("aten::mul.Tensor(%0"), std::string::npos) << out;  // no mul over the whole of %0
 }
 
+// An operand constant along the cat's dim is read by each part as it is: a 0-d f16 stays 0-d, so the
+// parts keep the op's dtype (bf16 - f16[] is bf16; a [33] slice of it would make f32, which the verifier
+// refused: fuzz seed 16932909173574877773). An operand that varies along the dim is sliced.
+TEST(ViewRules, ACatsPartsKeepOperandsConstantAlongItsDim) {
+  std::string fired;
+  const std::string out = run(R"(graph(%0 : bf16[33], %1 : f16[], %2 : bf16[66], %3 : bf16[2,1]):
+  %4 : Tensor[] = prim::ListConstruct(%0, %0)
+  %5 : bf16[66] = aten::cat(%4, 0)
+  %6 : bf16[66] = aten::rsub.Tensor(%5, %1, 1)
+  %7 : bf16[66] = aten::mul.Tensor(%6, %2)
+  %8 : Tensor[] = prim::ListConstruct(%0, %0)
+  %9 : bf16[2,33] = aten::stack(%8, 0)
+  %10 : bf16[2,66] = aten::cat(%8, -1)
+  %11 : bf16[2,66] = aten::add.Tensor(%10, %3, 1)
+  return (%7, %9, %11)
+)",
+                              &fired);
+  EXPECT_NE(fired.find("views.pointwise_of_cat"), std::string::npos) << out;
+  EXPECT_NE(out.find("aten::rsub.Tensor(%0, %1, 1)"), std::string::npos) << out;  // the 0-d %1 itself
+  EXPECT_NE(out.find("aten::slice.Tensor(%2"), std::string::npos) << out;         // %2 varies along dim 0
+  EXPECT_EQ(out.find("aten::expand(%3"), std::string::npos) << out;               // %3 is constant along dim 1
+}
+
 TEST(ViewRules, CatNearMissesAreLeftAlone) {
   struct Case {
     const char* what;
@@ -208,6 +231,20 @@ TEST(ViewRules, CatNearMissesAreLeftAlone) {
   %2 : f32[2,4]{8,2} = aten::slice.Tensor(%1, 1, 0, 8, 2)
   %3 : f32[2,4] = aten::neg(%2)
   return (%3)
+)"},
+      // Per item it would be ATen steps whose results ATen lays out as it likes (fuzz seed
+      // 11769533686713223909: a transposed item's fmod came back transposed).
+      {"read by an op no kernel computes (integer fmod by a tensor)", R"(graph(%0 : u8[3,5]{1,3}, %1 : u8[3,5], %2 : u8[]):
+  %3 : Tensor[] = prim::ListConstruct(%1, %0)
+  %4 : u8[3,10] = aten::cat(%3, 1)
+  %5 : u8[3,10] = aten::fmod.Tensor(%4, %2)
+  return (%5)
+)"},
+      {"a transpose read by an op no kernel computes", R"(graph(%0 : i32[4,8], %1 : i32[8,4]):
+  %2 : i32[4,8] = aten::remainder.Tensor(%0, %0)
+  %3 : i32[8,4]{1,8} = aten::transpose.int(%2, 0, 1)
+  %4 : i32[8,4] = aten::add.Tensor(%3, %1, 1)
+  return (%4)
 )"}};
   for (const Case& c : cases) {
     std::string fired;
