@@ -57,6 +57,17 @@ std::unique_ptr<ExecutablePlan> read_back(const std::string& text, bool cuda, bo
   return p;
 }
 
+// `text` with its first `from` replaced by `to` is refused over `graph`, without throwing.
+void expect_refused(const std::string& text, const std::string& from, const std::string& to, const char* what,
+                    bool cuda = false, const char* graph = kPlanGraph) {
+  std::string t = text;
+  ASSERT_NE(t.find(from), std::string::npos) << text;
+  t.replace(t.find(from), from.size(), to);
+  bool ok = true;
+  EXPECT_NO_THROW(read_back(t, cuda, &ok, graph)) << what;
+  EXPECT_FALSE(ok) << what;
+}
+
 void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
   ASSERT_EQ(a.code.size(), b.code.size());
   for (size_t i = 0; i < a.code.size(); ++i) {
@@ -149,12 +160,7 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   EXPECT_FALSE(ok) << "not a plan";
   // Another format, hostile or foreign text: each is refused, none throws.
   auto refused = [&](const std::string& from, const std::string& to, const char* what) {
-    std::string t = text;
-    ASSERT_NE(t.find(from), std::string::npos) << text;
-    t.replace(t.find(from), from.size(), to);
-    bool ok = true;
-    EXPECT_NO_THROW(read_back(t, /*cuda=*/false, &ok)) << what;
-    EXPECT_FALSE(ok) << what;
+    expect_refused(text, from, to, what);
   };
   refused("\"format\":4", "\"format\":3", "another format");
   // A reduction kernel claiming more passes than any kernel has is refused, not allocated.
@@ -187,12 +193,7 @@ TEST(PlanIo, ACatStoredAtOffsetsIsReadBackAndItsOffsetsChecked) {
   expect_same_plan(*plan, *back);
   // Offsets and strides that would reach outside the tensor, or a slice with no first buffer, are refused.
   auto refused = [&](const std::string& from, const std::string& to, const char* what) {
-    std::string t = text;
-    ASSERT_NE(t.find(from), std::string::npos) << text;
-    t.replace(t.find(from), from.size(), to);
-    bool ok = true;
-    EXPECT_NO_THROW(read_back(t, /*cuda=*/false, &ok, kCatGraph)) << what;
-    EXPECT_FALSE(ok) << what;
+    expect_refused(text, from, to, what, /*cuda=*/false, kCatGraph);
   };
   refused("\"offset\":8", "\"offset\":9", "a slice reaching one element past the result");
   refused("\"offset\":8", "\"offset\":-8", "a negative offset");
@@ -220,12 +221,7 @@ TEST(PlanIo, AGatheredTableIsReadBackAndItsRowsChecked) {
     // Rows or a row stride that are not the table's, or an index buffer that is not an earlier integer
     // input, are refused: the kernel would read outside the table.
     auto refused = [&](const std::string& from, const std::string& to, const char* what) {
-      std::string t = text;
-      ASSERT_NE(t.find(from), std::string::npos) << text;
-      t.replace(t.find(from), from.size(), to);
-      bool ok = true;
-      EXPECT_NO_THROW(read_back(t, cuda, &ok, kGatherGraph)) << what;
-      EXPECT_FALSE(ok) << what;
+      expect_refused(text, from, to, what, cuda, kGatherGraph);
     };
     refused("\"gather\":[0,8,10]", "\"gather\":[0,8,11]", "one row more than the table has");
     refused("\"gather\":[0,8,10]", "\"gather\":[0,9,10]", "a row stride that is not the table's");
