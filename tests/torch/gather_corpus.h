@@ -1,6 +1,6 @@
 // The gather corpus (Note [Gathered loads]): embedding read inside the kernels of its consumers, in the
-// kernel forms a gather can take (pointwise, a row reduction over the table's row, a column reduction
-// over the indices, a gathered row value), table dtypes, int64 and int32 indices, and tables and indices
+// kernel forms a gather can take (pointwise, a row reduction over the table's row, a reduction over the
+// indices, a column reduction, a gathered row value), table dtypes, int64 and int32 indices, and tables and indices
 // that are not contiguous. Shared by the CPU tests against eager, the NVRTC corpus and the GPU tests.
 #pragma once
 
@@ -29,6 +29,7 @@ inline const GatherCase kGatherCases[] = {
      "    e = torch.embedding(w, idx) + x\n    return torch.layer_norm(e, [e.size(-1)], None, None, 1e-5), e",
      1},
     {"sum_rows", "w, idx, x", "    return torch.embedding(w, idx).sum(-1)", 1},
+    {"sum_positions", "w, idx, x", "    return torch.embedding(w, idx).sum(1) * 2", 1},
     {"column_sum", "w, idx, x", "    return (x[0] + torch.embedding(w, idx[0])).sum(0)", 1},
     {"row_value", "w, idx, x", "    return (torch.embedding(w, idx[0]) * x).mean(0)", 1},
 };
