@@ -142,31 +142,34 @@ class Builder {
       if (g_.reduction) deps_bufs_.insert(it->second);
       return Expr::load(it->second);
     }
-    const TensorType& t = v->tensor_type();
+    const int index = add_input(v, v->tensor_type(), channel);
+    loads_[key] = index;
+    return Expr::load(index);
+  }
+
+  // A new input buffer for `v`, its elements laid out as `t` (v's own type, or the view of it a gather
+  // reads: Note [Gathered loads]). Its strides over the reduction's shape (in the frame of the node being
+  // emitted), or over the group's shape: numpy broadcasting (right-aligned), or the channel dim only.
+  int add_input(const Value* v, const TensorType& t, bool channel) {
     KernelBuffer b;
     b.value = v;
-    b.dtype = t.dtype;
+    b.dtype = v->tensor_type().dtype;
     const int index = static_cast<int>(inputs_.size());
     if (g_.reduction) {
       b.strides = strides_over_shape(t, frame_);
-      inputs_.push_back(b);
-      loads_[key] = index;
       deps_bufs_.insert(index);
-      return Expr::load(index);
-    }
-    // Strides over the group's shape: numpy broadcasting (right-aligned), or the channel dim only.
-    int64_t nd = static_cast<int64_t>(g_.shape.size());
-    b.strides.assign(nd, 0);
-    if (channel) {
-      if (nd > 1 && t.sizes[0] != 1) b.strides[1] = t.strides[0];
     } else {
-      int64_t off = nd - t.dim();
-      for (int64_t d = 0; d < t.dim(); ++d)
-        b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+      const int64_t nd = static_cast<int64_t>(g_.shape.size()), off = nd - t.dim();
+      b.strides.assign(nd, 0);
+      if (channel) {
+        if (nd > 1 && t.sizes[0] != 1) b.strides[1] = t.strides[0];
+      } else {
+        FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than group {}", t.str(), g_.id);
+        for (int64_t d = 0; d < t.dim(); ++d) b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+      }
     }
     inputs_.push_back(b);
-    loads_[key] = index;
-    return Expr::load(index);
+    return index;
   }
 
   // A cat or stack (Note [Concatenation in kernels]): with one item a copy of it, else one store per item.
@@ -188,26 +191,6 @@ class Builder {
     cat_strides_[out] = f->strides;
   }
 
-  // Note [Gathered loads]: an input buffer over the group's shape (or the reduction's) for `v` laid out
-  // as `t` (a tensor type of v's elements, right-aligned as broadcasting does), read per element.
-  int add_input(const Value* v, const TensorType& t) {
-    KernelBuffer b;
-    b.value = v;
-    b.dtype = v->tensor_type().dtype;
-    if (g_.reduction) {
-      b.strides = strides_over_shape(t, false);
-    } else {
-      const int64_t nd = static_cast<int64_t>(g_.shape.size()), off = nd - t.dim();
-      FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than group {}", t.str(), g_.id);
-      b.strides.assign(nd, 0);
-      for (int64_t d = 0; d < t.dim(); ++d) b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
-    }
-    inputs_.push_back(b);
-    const int index = static_cast<int>(inputs_.size()) - 1;
-    if (g_.reduction) deps_bufs_.insert(index);
-    return index;
-  }
-
   // embedding(table, indices): the table's element at the row the index picks, along the result's last
   // dim; the indices broadcast over it. Two buffers, the indices first (Note [Gathered loads]).
   void emit_gather(const Node& n) {
@@ -217,11 +200,11 @@ class Builder {
     TensorType it = index->tensor_type();
     it.sizes.push_back(1);
     it.strides.push_back(0);
-    const int ib = add_input(index, it);
+    const int ib = add_input(index, it, false);
     TensorType row = tt;
     row.sizes = {tt.sizes[1]};
     row.strides = {tt.strides[1]};
-    const int tb = add_input(table, row);
+    const int tb = add_input(table, row, false);
     inputs_[tb].gather = ib;
     inputs_[tb].gather_stride = tt.strides[0];
     inputs_[tb].gather_rows = tt.sizes[0];
