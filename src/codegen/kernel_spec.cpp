@@ -43,23 +43,35 @@ KernelHooks g_kernel_hooks;
 struct Dims {
   std::vector<int64_t> sizes;
   std::vector<std::vector<int64_t>> strides;  // [buffer][dim]
+  // Per barrier dim: the merged dim that starts at it, and its elements per index of the barrier dim.
+  std::map<int64_t, std::pair<int, int64_t>> barriers;
 };
 
 // The dims `order` of (sizes, strides), outermost first, with size-1 dims dropped and each dim merged into
 // the one before it when every buffer allows (stride[before] == stride[d] * size[d]); at least one dim.
-// The one dimension-merge routine of both kernel kinds.
+// The one dimension-merge routine of both kernel kinds. A dim among `barriers` (a piece's: Note [Cats of
+// unequal items]) never merges into the dim before it, nor is it dropped; the dims after it may merge
+// into it.
 Dims merge_dims(const std::vector<int64_t>& order, const std::vector<int64_t>& sizes,
-                const std::vector<std::vector<int64_t>>& strides) {
+                const std::vector<std::vector<int64_t>>& strides, const std::set<int64_t>& barriers = {}) {
   Dims m;
   m.strides.resize(strides.size());
+  int64_t last_barrier = -1;
   for (int64_t d : order) {
-    if (sizes[d] == 1) continue;  // size-1 dims carry nothing
-    bool merge = !m.sizes.empty();
+    const bool barrier = barriers.count(d) > 0;
+    if (sizes[d] == 1 && !barrier) continue;  // size-1 dims carry nothing
+    bool merge = !m.sizes.empty() && !barrier;
     for (size_t k = 0; k < strides.size() && merge; ++k) merge = m.strides[k].back() == strides[k][d] * sizes[d];
     if (merge) {
       m.sizes.back() *= sizes[d];
       for (size_t k = 0; k < strides.size(); ++k) m.strides[k].back() = strides[k][d];
+      if (last_barrier >= 0 && m.barriers[last_barrier].first == static_cast<int>(m.sizes.size()) - 1)
+        m.barriers[last_barrier].second *= sizes[d];
     } else {
+      if (barrier) {
+        m.barriers[d] = {static_cast<int>(m.sizes.size()), 1};
+        last_barrier = d;
+      }
       m.sizes.push_back(sizes[d]);
       for (size_t k = 0; k < strides.size(); ++k) m.strides[k].push_back(strides[k][d]);
     }
@@ -96,11 +108,15 @@ class Builder {
     spec_.device = group_device(g_);
     std::set<const Node*> members(g_.nodes.begin(), g_.nodes.end());
     if (g_.reduction) return build_reduction(members);
+    find_pieces(members);
     for (const Node* n : g_.nodes) {
       if (n->schema() == "prim::ListConstruct") continue;  // its cat reads the items
+      auto own = owner_.find(n);
+      piece_ = own == owner_.end() ? -1 : own->second;
       if (cat_list(*n)) emit_cat(*n, members);
       else emit_node(*n, members);
     }
+    piece_ = -1;
     for (const Value* o : g_.outputs) {
       auto regions = regions_.find(o);
       if (regions != regions_.end()) {
@@ -136,7 +152,7 @@ class Builder {
       deps_vals_.insert(v);
       return Expr::var(var_.at(v));
     }
-    auto key = std::make_tuple(v, channel, frame_);
+    auto key = std::make_tuple(v, channel, frame_, piece_);
     auto it = loads_.find(key);
     if (it != loads_.end()) {
       if (g_.reduction) deps_bufs_.insert(it->second);
@@ -154,6 +170,7 @@ class Builder {
     KernelBuffer b;
     b.value = v;
     b.dtype = v->tensor_type().dtype;
+    b.piece = piece_;
     const int index = static_cast<int>(inputs_.size());
     if (g_.reduction) {
       b.strides = strides_over_shape(t, frame_);
@@ -172,17 +189,72 @@ class Builder {
     return index;
   }
 
-  // A cat or stack (Note [Concatenation in kernels]): with one item a copy of it, else one store per item.
+  // Note [Cats of unequal items]: the group's cat of unequal items, if any, splits the kernel into one
+  // piece per item (and a cat inside an item splits its piece again); the nodes computing an item are
+  // emitted into its piece.
+  void find_pieces(const std::set<const Node*>& members) {
+    const Node* root = nullptr;
+    for (const Node* n : g_.nodes) {
+      if (!cat_list(*n)) continue;
+      auto f = cat_form(*n, nullptr);
+      if (f && f->ragged) root = n;  // the last: the others lie in its items
+    }
+    if (!root) return;
+    std::string why;
+    auto pieces = cat_pieces(*root, members, &why);
+    FJ_INTERNAL_ASSERT(pieces.has_value(), "group {}: {}", g_.id, why);
+    owner_ = std::move(pieces->owner);
+    for (size_t i = 0; i < pieces->pieces.size(); ++i) {
+      const CatPiece& cp = pieces->pieces[i];
+      auto f = cat_form(*cp.cat, nullptr);
+      KernelPiece p;
+      p.parent = cp.parent;
+      p.dim = static_cast<int>(f->dim);
+      // Starts along the group's dims: a piece of the same dim as its parent's lies at its parent's start.
+      int64_t base = 0;
+      for (int q = cp.parent; q >= 0; q = pieces_[static_cast<size_t>(q)].parent)
+        if (pieces_[static_cast<size_t>(q)].dim == p.dim) {
+          base = pieces_[static_cast<size_t>(q)].start;
+          break;
+        }
+      int64_t at = 0;
+      for (int k = 0; k < cp.item; ++k) at += f->items[k]->tensor_type().sizes[f->dim];
+      p.start = base + at;
+      p.end = p.start + f->items[cp.item]->tensor_type().sizes[f->dim];
+      p.var = fmt::format("t{}", cp.cat->output()->id());
+      p.type = cp.cat->output()->tensor_type().dtype;
+      pieces_.push_back(std::move(p));
+      piece_of_[{cp.cat, cp.item}] = static_cast<int>(i);
+    }
+  }
+
+  // The statements of the node being emitted go to its piece's body, or to the kernel's.
+  std::vector<Stmt>& body() { return piece_ >= 0 ? pieces_.at(piece_).body : spec_.body; }
+
+  // A cat or stack (Note [Concatenation in kernels]): with one item a copy of it, else one store per item;
+  // items of unequal sizes: the piece of each defines the result's variable.
   void emit_cat(const Node& n, const std::set<const Node*>& members) {
     std::string why;
     auto f = cat_form(n, &why);
     FJ_INTERNAL_ASSERT(f.has_value(), "{} in group {}: {}", n.schema(), g_.id, why);
+    auto split = piece_of_.find({&n, 0});
+    if (split != piece_of_.end()) {
+      const Value* out = n.output();
+      const int outer = piece_;
+      for (size_t k = 0; k < f->items.size(); ++k) {
+        piece_ = piece_of_.at({&n, static_cast<int>(k)});
+        pieces_[static_cast<size_t>(piece_)].value = arg_var(f->items[k], members, false);
+      }
+      piece_ = outer;
+      var_[out] = pieces_[static_cast<size_t>(split->second)].var;
+      return;
+    }
     FJ_INTERNAL_ASSERT(f->shape == g_.shape, "{} over {} items in a group of another shape", n.schema(),
                        f->items.size());
     const Value* out = n.output();
     if (f->copies()) {
       std::string name = fmt::format("t{}", out->id());
-      spec_.body.push_back(Stmt::let(name, out->tensor_type().dtype, arg_var(f->items[0], members, false), n.schema()));
+      body().push_back(Stmt::let(name, out->tensor_type().dtype, arg_var(f->items[0], members, false), n.schema()));
       var_[out] = name;
       return;
     }
@@ -192,27 +264,34 @@ class Builder {
   }
 
   // embedding(table, indices): the table's element at the row the index picks, along the result's last
-  // dim; the indices broadcast over it. Two buffers, the indices first (Note [Gathered loads]).
+  // dim; the indices broadcast over it. gather(table, dim, indices): the table's element at the index
+  // along `dim`, at the result's own index along the others. Two buffers, the indices first (Note
+  // [Gathered loads]).
   void emit_gather(const Node& n) {
-    const Value* table = n.args()[0].value;
-    const Value* index = n.args()[1].value;
-    const TensorType& tt = table->tensor_type();
-    TensorType it = index->tensor_type();
-    it.sizes.push_back(1);
-    it.strides.push_back(0);
-    const int ib = add_input(index, it, false);
-    TensorType row = tt;
-    row.sizes = {tt.sizes[1]};
-    row.strides = {tt.strides[1]};
-    const int tb = add_input(table, row, false);
+    const GatherForm gf = gather_form(n).value();
+    const TensorType& tt = gf.table->tensor_type();
+    TensorType it = gf.index->tensor_type();
+    TensorType view = tt;  // the table's elements the loop walks, the gathered dim's stride 0
+    if (gf.embedding) {
+      it.sizes.push_back(1);
+      it.strides.push_back(0);
+      view.sizes = {tt.sizes[1]};
+      view.strides = {tt.strides[1]};
+    } else {
+      view.sizes = it.sizes;
+      view.strides[gf.dim] = 0;
+    }
+    const int ib = add_input(gf.index, it, false);
+    const int tb = add_input(gf.table, view, false);
     inputs_[tb].gather = ib;
-    inputs_[tb].gather_stride = tt.strides[0];
-    inputs_[tb].gather_rows = tt.sizes[0];
+    inputs_[tb].gather_stride = tt.strides[gf.dim];
+    inputs_[tb].gather_rows = tt.sizes[gf.dim];
+    inputs_[tb].gather_dim = gf.embedding ? -1 : gf.dim;
     const Value* out = n.output();
     std::string name = fmt::format("t{}", out->id());
     Stmt stmt = Stmt::let(name, out->tensor_type().dtype, Expr::load(tb), n.schema());
     if (g_.reduction) stmt_[out] = stmt;
-    else spec_.body.push_back(stmt);
+    else body().push_back(stmt);
     var_[out] = name;
   }
 
@@ -311,7 +390,7 @@ class Builder {
     std::string name = fmt::format("t{}", out->id());
     Stmt stmt = Stmt::let(name, out_t, value, n.schema());
     if (g_.reduction) stmt_[out] = stmt;
-    else spec_.body.push_back(stmt);
+    else body().push_back(stmt);
     var_[out] = name;
   }
 
@@ -590,8 +669,17 @@ class Builder {
     }
     std::vector<std::vector<int64_t>> all(spec_.buffers.size());
     for (size_t k = 0; k < all.size(); ++k) all[k] = spec_.buffers[k].strides;
-    Dims m = merge_dims(perm, sizes, all);
+    std::set<int64_t> barriers;
+    for (const auto& p : pieces_) barriers.insert(p.dim);
+    Dims m = merge_dims(perm, sizes, all, barriers);
     spec_.sizes = m.sizes;
+    for (auto& p : pieces_) {
+      const auto& [dim, scale] = m.barriers.at(p.dim);
+      p.dim = dim;
+      p.start *= scale;
+      p.end *= scale;
+    }
+    spec_.pieces = std::move(pieces_);
     spec_.numel = 1;
     for (auto s : m.sizes) spec_.numel *= s;
     for (size_t k = 0; k < spec_.buffers.size(); ++k) {
@@ -605,7 +693,13 @@ class Builder {
   const FusionGroup& g_;
   const Target& target_;
   KernelSpec spec_;
-  std::map<std::tuple<const Value*, bool, bool>, int> loads_;  // (value, channel, frame) -> buffer
+  std::map<std::tuple<const Value*, bool, bool, int>, int> loads_;  // (value, channel, frame, piece) -> buffer
+  // Note [Cats of unequal items]: the piece of the node being emitted (-1: none), the piece each node
+  // computes, the pieces (dims and ranges over the group's shape until layout()).
+  int piece_ = -1;
+  std::map<const Node*, int> owner_;
+  std::vector<KernelPiece> pieces_;
+  std::map<std::pair<const Node*, int>, int> piece_of_;  // (cat, item) -> piece
   // Reduction groups: whether the node being emitted is a row value in the squeezed frame (its dims are
   // the kept dims), and what each statement reads.
   bool frame_ = false;
@@ -635,6 +729,37 @@ KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target) {
 void set_kernel_hooks(KernelHooks hooks) { g_kernel_hooks = std::move(hooks); }
 const KernelHooks& kernel_hooks() { return g_kernel_hooks; }
 
+std::vector<int> KernelSpec::piece_path(int p) const {
+  std::vector<int> path;
+  for (; p >= 0; p = pieces.at(static_cast<size_t>(p)).parent) path.insert(path.begin(), p);
+  return path;
+}
+
+std::vector<int> KernelSpec::piece_leaves() const {
+  std::vector<bool> parent(pieces.size(), false);
+  for (const auto& p : pieces)
+    if (p.parent >= 0) parent[static_cast<size_t>(p.parent)] = true;
+  std::vector<int> leaves;
+  for (size_t p = 0; p < pieces.size(); ++p)
+    if (!parent[p]) leaves.push_back(static_cast<int>(p));
+  return leaves;
+}
+
+int64_t KernelSpec::piece_shift(const KernelBuffer& b) const {
+  if (b.piece < 0) return 0;
+  std::map<int, int64_t> start;  // dim -> the deepest piece's start along it
+  for (int p : piece_path(b.piece)) start[pieces[static_cast<size_t>(p)].dim] = pieces[static_cast<size_t>(p)].start;
+  int64_t shift = 0;
+  for (const auto& [d, s] : start) shift += s * b.strides.at(static_cast<size_t>(d));
+  return shift;
+}
+
+int64_t KernelSpec::inner_elements(int dim) const {
+  int64_t n = 1;
+  for (size_t d = static_cast<size_t>(dim) + 1; d < sizes.size(); ++d) n *= sizes[d];
+  return n;
+}
+
 std::string load_expr(DType t, const std::string& ref) {
   if (t == DType::kFloat16) return "fj_h2f(" + ref + ")";
   if (t == DType::kBFloat16) return "fj_bf2f(" + ref + ")";
@@ -654,6 +779,22 @@ bool has_gathers(const KernelSpec& k) {
   for (const auto& b : k.buffers)
     if (b.gather >= 0) return true;
   return false;
+}
+
+bool piece_on_path(const KernelSpec& k, int piece, int leaf) {
+  for (int p = leaf; p >= 0; p = k.pieces.at(static_cast<size_t>(p)).parent)
+    if (p == piece) return true;
+  return false;
+}
+
+std::vector<Stmt> piece_statements(const KernelSpec& k, int leaf) {
+  std::vector<Stmt> out;
+  for (int p = leaf; p >= 0; p = k.pieces.at(static_cast<size_t>(p)).parent) {
+    const KernelPiece& pc = k.pieces[static_cast<size_t>(p)];
+    out.insert(out.end(), pc.body.begin(), pc.body.end());
+    out.push_back(Stmt::let(pc.var, pc.type, pc.value, "aten::cat"));
+  }
+  return out;
 }
 
 std::string store_expr(DType t, const std::string& v) {

@@ -15,12 +15,15 @@
 // the indices' buffer. Every printer loads a gathered element at its usual offset plus
 // fj_gather_row(index, rows) * gather_stride, the index being the same element of the indices' buffer,
 // read through load_ref. So a token embedding, the position embedding added to it and the layer norm
-// after them are one kernel, with no [B, T, D] tensor written between them. The fuser keeps a gather's
+// after them are one kernel, with no [B, T, D] tensor written between them. `aten::gather(table, dim,
+// indices)` is the same load with the table's strides along its other dims (the result has the indices'
+// shape) and gather_stride the table's stride along `dim`. The fuser keeps a gather's
 // table and indices outside its group (they are read from memory, never computed by the kernel) and
 // makes the gather an element value of a reduction group, never a row value; a gathered buffer is a row
 // buffer of a reduction kernel only when its indices' buffer is one too. Indices must lie in [0, rows):
-// the CPU executor checks them before the launch and raises eager's IndexError ("index out of range in
-// self") without writing anything; the CUDA prelude's fj_gather_row traps, as eager's device assert does
+// the CPU executor checks them before the launch and raises what eager raises (embedding's IndexError
+// "index out of range in self", gather's "index I is out of bounds for dimension D with size S") without
+// writing anything; the CUDA prelude's fj_gather_row traps, as eager's device assert does
 // (the CPU prelude's reads row 0, never outside the table). The plan cache checks a gathered buffer's
 // rows and row stride against its table's type and that its indices are an earlier integer input.
 //
@@ -58,12 +61,31 @@ struct KernelBuffer {
   // stored into (Note [Concatenation in kernels]); the launch adds it. An output with an offset is stored
   // into the tensor an earlier output buffer of the kernel (offset 0) allocated.
   int64_t offset = 0;
-  // A buffer read at rows that an index buffer picks (embedding's table, Note [Gathered loads]): its
+  // A buffer read at rows that an index buffer picks (embedding's or gather's table, Note [Gathered loads]): its
   // strides cover the dims the row's elements run along; the element's offset adds gather_stride times
   // the index, the element of input buffer `gather` (an earlier one, int64 or int32) the loop is at.
   int gather = -1;
   int64_t gather_stride = 0;
   int64_t gather_rows = 0;
+  // aten::gather's dim (an index outside the table raises naming it); -1 for embedding's rows.
+  int64_t gather_dim = -1;
+  // A buffer read only in piece `piece` of the kernel (Note [Cats of unequal items] in fusion/fusion.h):
+  // along each dim that piece or one it lies in splits, its index counts from the deepest such piece's start.
+  int piece = -1;
+};
+
+// A piece of a pointwise kernel (Note [Cats of unequal items]): the elements whose index along iteration
+// dim `dim` lies in [start, end) (and inside the parent piece) run `body`, then set `var` (the piece's cat,
+// of compute type `type`) to `value`. Pieces with one parent (and cat) split it; those no piece lies in
+// are leaves. A leaf runs its own statements, then its parent's, up to the kernel's body.
+struct KernelPiece {
+  int parent = -1;
+  int dim = 0;
+  int64_t start = 0, end = 0;
+  std::vector<Stmt> body;
+  ExprRef value;
+  std::string var;
+  DType type = DType::kFloat32;
 };
 
 // One reduction in a pass: how it combines (AccKind), the dtype it accumulates in, and the per-element
@@ -93,6 +115,17 @@ struct KernelSpec {
   bool index32 = true;              // int32 offsets suffice for every buffer
   std::vector<KernelBuffer> buffers;  // argument order: inputs, then outputs
   std::vector<Stmt> body;           // statements (pointwise kernels)
+  // Pointwise kernels split into pieces (Note [Cats of unequal items]), parents first.
+  std::vector<KernelPiece> pieces;
+  // The pieces from the kernel down to piece p, outermost first.
+  std::vector<int> piece_path(int p) const;
+  // The pieces no other lies in.
+  std::vector<int> piece_leaves() const;
+  // The element offset a buffer of piece p subtracts: along each dim its path splits, the deepest such
+  // piece's start times the buffer's stride.
+  int64_t piece_shift(const KernelBuffer& b) const;
+  // Elements of the iteration dims after `dim`: one step of `dim` in the flat index.
+  int64_t inner_elements(int dim) const;
   // Reduction kernels (rows > 0 or row_len > 0): Note [Reduction kernels].
   int kept_dims = 0;
   int64_t rows = 0, row_len = 0;
@@ -119,6 +152,10 @@ std::string store_expr(DType t, const std::string& v);
 std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref);
 // Whether any buffer of the kernel is gathered.
 bool has_gathers(const KernelSpec& k);
+// Note [Cats of unequal items], for the printers: whether `piece` is leaf `leaf` or one it lies in, and
+// the statements a leaf runs before the kernel's body: its own, its value, then its parent's, and so on.
+bool piece_on_path(const KernelSpec& k, int piece, int leaf);
+std::vector<Stmt> piece_statements(const KernelSpec& k, int leaf);
 
 // Whether a reduction kernel reduces across rows laid out next to each other (a column reduction, such as
 // a sum over dim 0 of a row-major matrix): its first element buffer is contiguous along the innermost kept

@@ -11,8 +11,9 @@ namespace {
 
 // The layout's version, written into every plan: a change of layout changes it, and a plan of another
 // format is never read (the plan cache counts it as a miss).
-// 3: kernels keep their shape, not their code (the source holds it). 4: sources per target.
-constexpr int kPlanFormat = 4;
+// 3: kernels keep their shape, not their code (the source holds it). 4: sources per target. 5: pieces
+// (Note [Cats of unequal items]).
+constexpr int kPlanFormat = 5;
 
 }  // namespace
 
@@ -41,10 +42,13 @@ std::string serialize_plan(const ExecutablePlan& p) {
       kj["passes"] = k.spec.passes.size();
       kj["scratch"] = k.spec.scratch.size();
     }
+    for (const auto& pc : k.spec.pieces) kj["pieces"].push_back({pc.parent, pc.dim, pc.start, pc.end});
     for (const auto& b : k.spec.buffers) {
       nlohmann::json bj{{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
                         {"strides", b.strides}, {"extent", b.extent}, {"offset", b.offset}};
       if (b.gather >= 0) bj["gather"] = {b.gather, b.gather_stride, b.gather_rows};
+      if (b.gather_dim >= 0) bj["gather"].push_back(b.gather_dim);
+      if (b.piece >= 0) bj["piece"] = b.piece;
       kj["buffers"].push_back(bj);
     }
     j["kernels"].push_back(kj);
@@ -97,6 +101,24 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
       k.spec.passes.resize(passes);
       k.spec.scratch.resize(scratch);
     }
+    for (const auto& pj : kj.value("pieces", nlohmann::json::array())) {
+      // Note [Cats of unequal items]: parents first; a piece lies inside the iteration space (and inside
+      // its parent where it splits the same dim).
+      const auto v = pj.get<std::vector<int64_t>>();
+      const int64_t n = static_cast<int64_t>(k.spec.pieces.size());
+      if (v.size() != 4 || n >= 256 || k.spec.is_reduction() || v[0] < -1 || v[0] >= n || v[1] < 0 ||
+          v[1] >= static_cast<int64_t>(k.spec.sizes.size()) || v[2] < 0 || v[2] >= v[3] || v[3] > k.spec.sizes[v[1]])
+        return false;
+      for (int64_t q = v[0]; q >= 0; q = k.spec.pieces[q].parent) {
+        const KernelPiece& up = k.spec.pieces[q];
+        if (up.dim == v[1] && (v[2] < up.start || v[3] > up.end)) return false;
+      }
+      KernelPiece& pc = k.spec.pieces.emplace_back();
+      pc.parent = static_cast<int>(v[0]);
+      pc.dim = static_cast<int>(v[1]);
+      pc.start = v[2];
+      pc.end = v[3];
+    }
     for (const auto& bj : kj.at("buffers")) {
       auto it = values.find(bj.at("value").get<int>());
       if (it == values.end() || !it->second->is_tensor()) return false;
@@ -107,6 +129,8 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
       b.strides = bj.at("strides").get<std::vector<int64_t>>();
       b.extent = bj.at("extent").get<int64_t>();
       b.offset = bj.value("offset", int64_t{0});
+      b.piece = bj.value("piece", -1);
+      if (b.piece != -1 && (b.piece < 0 || b.piece >= static_cast<int>(k.spec.pieces.size()) || b.is_output)) return false;
       if (b.dtype != b.value->tensor_type().dtype || b.extent != b.value->tensor_type().extent()) return false;
       if (b.strides.size() != k.spec.sizes.size()) return false;
       // Every element the kernel reaches lies inside the tensor; a slice (offset) of an output follows
@@ -117,22 +141,32 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
       double reach = static_cast<double>(b.offset);
       for (size_t d = 0; d < b.strides.size(); ++d) {
         if (k.spec.sizes[d] < 0 || k.spec.sizes[d] >= kLimit || b.strides[d] < 0 || b.strides[d] >= kLimit) return false;
-        empty |= k.spec.sizes[d] == 0;
-        reach += static_cast<double>(k.spec.sizes[d] - 1) * static_cast<double>(b.strides[d]);
+        // A piece's buffer is read over the deepest of its pieces that splits the dim, from its start.
+        int64_t n = k.spec.sizes[d];
+        if (b.piece >= 0)
+          for (int q : k.spec.piece_path(b.piece))
+            if (k.spec.pieces[q].dim == static_cast<int>(d)) n = k.spec.pieces[q].end - k.spec.pieces[q].start;
+        empty |= n == 0;
+        reach += static_cast<double>(n - 1) * static_cast<double>(b.strides[d]);
       }
       if (bj.contains("gather")) {
         // Note [Gathered loads]: an earlier input of integer indices picks rows of this input's 2-d
-        // table; the rows and their stride are the table's own.
+        // table (embedding), or its elements along dim g[3] (gather); the rows and their stride are the
+        // table's own.
         const auto g = bj.at("gather").get<std::vector<int64_t>>();
-        if (g.size() != 3 || b.is_output || g[0] < 0 || g[0] >= static_cast<int64_t>(k.spec.buffers.size())) return false;
+        if (g.size() < 3 || g.size() > 4 || b.is_output || g[0] < 0 || g[0] >= static_cast<int64_t>(k.spec.buffers.size()))
+          return false;
         const KernelBuffer& index = k.spec.buffers[g[0]];
         const TensorType& table = b.value->tensor_type();
-        if (index.is_output || (index.dtype != DType::kInt64 && index.dtype != DType::kInt32) || table.dim() != 2 ||
-            g[1] != table.strides[0] || g[2] != table.sizes[0] || g[1] < 0)
+        const int64_t dim = g.size() == 4 ? g[3] : 0;
+        if (index.is_output || index.piece != b.piece || (index.dtype != DType::kInt64 && index.dtype != DType::kInt32) ||
+            (g.size() == 3 && table.dim() != 2) || dim < 0 || dim >= table.dim() || g[1] != table.strides[dim] ||
+            g[2] != table.sizes[dim] || g[1] < 0)
           return false;
         b.gather = static_cast<int>(g[0]);
         b.gather_stride = g[1];
         b.gather_rows = g[2];
+        b.gather_dim = g.size() == 4 ? dim : -1;
         reach += static_cast<double>(std::max<int64_t>(b.gather_rows - 1, 0)) * static_cast<double>(b.gather_stride);
       }
       if (!empty && reach >= static_cast<double>(b.extent)) return false;

@@ -399,12 +399,12 @@ class GreedyFuser {
     std::sort(merged.begin(), merged.end());
     // Note [Gathered loads]: a gather reads its table and its indices from memory.
     for (int m : merged)
-      if (is_gather(nodes_[m]))
-        for (size_t a = 0; a < 2; ++a) {
-          const Node* p = nodes_[m]->args()[a].value->producer();
+      if (auto gf = gather_form(*nodes_[m]))
+        for (const Value* v : {gf->table, gf->index}) {
+          const Node* p = v->producer();
           if (p && std::binary_search(merged.begin(), merged.end(), index_.at(p))) {
             *reason = fmt::format("{} reads its {} from memory, not from the kernel", node_name(nodes_[m]),
-                                  a == 0 ? "table" : "indices");
+                                  v == gf->table ? "table" : "indices");
             return false;
           }
         }
@@ -412,7 +412,21 @@ class GreedyFuser {
     bool recompute = false;
     std::optional<ReductionForm> form;
     std::vector<int64_t> new_shape = shape;
-    if (cat_list(*n)) {
+    std::string two_cats;
+    const Node* ragged = ragged_cat(merged, &two_cats);
+    if (!two_cats.empty()) {
+      *reason = two_cats;
+      return false;
+    }
+    if (ragged) {
+      // Note [Cats of unequal items]: a kernel over the cat's result, no reduction.
+      if (forms_[gid] || is_reduction(n)) {
+        *reason = "a concatenation is not fused with reductions";
+        return false;
+      }
+      if (!ragged_fits(merged, *ragged, reason)) return false;
+      new_shape = ragged->output()->tensor_type().sizes;
+    } else if (cat_list(*n)) {
       // Note [Concatenation in kernels]: a group over the items' shape; no reduction; its result read by
       // no member unless it is a copy of one item.
       auto cf = cat_form(*n, nullptr);
@@ -441,7 +455,7 @@ class GreedyFuser {
       form = form_of(merged, reason);
       if (!form) return false;
       new_shape = form->shape;
-    } else if (out_shape != shape) {
+    } else if (!ragged && out_shape != shape) {
       if (!broadcasts_to(out_shape, shape)) {
         *reason = fmt::format("output shape {} does not broadcast to the group's {}", shape_str(out_shape),
                               shape_str(shape));
@@ -490,6 +504,81 @@ class GreedyFuser {
                           recompute ? " (broadcast, recomputed per element)" : "",
                           format_bytes(apart.bytes - together.bytes), apart.launches - together.launches, t_apart,
                           t_together, row_note);
+    return true;
+  }
+
+  // Note [Cats of unequal items]: the cat of unequal items among `ms` that the others lie in, or nullptr;
+  // nullptr with a reason when there are two apart.
+  const Node* ragged_cat(const std::vector<int>& ms, std::string* reason) const {
+    std::vector<const Node*> ragged;
+    std::set<const Node*> members;
+    for (int m : ms) {
+      members.insert(nodes_[m]);
+      if (companion_[m] < 0) continue;
+      auto cf = cat_form(*nodes_[m], nullptr);
+      if (cf && cf->ragged) ragged.push_back(nodes_[m]);
+    }
+    if (ragged.size() < 2) return ragged.empty() ? nullptr : ragged[0];
+    const Node* root = ragged.back();  // the others lie in the last one's items, if anywhere
+    auto pieces = cat_pieces(*root, members, nullptr);
+    for (const Node* c : ragged)
+      if (c != root && (!pieces || !pieces->owner.count(c))) {
+        *reason = fmt::format("{} and {} are cats of unequal items apart: one per kernel", node_name(c),
+                              node_name(root));
+        return nullptr;
+      }
+    return root;
+  }
+
+  // Whether `ms`, holding the cat of unequal items `cat`, can be one kernel over the cat's result: the
+  // nodes that compute an item are read only by that piece's nodes and its cat's list, over a shape that
+  // broadcasts to the item's; the other nodes have the result's shape, or broadcast to it and are read
+  // only inside, and none is another cat.
+  bool ragged_fits(const std::vector<int>& ms, const Node& cat, std::string* reason) const {
+    std::set<const Node*> members;
+    for (int m : ms) members.insert(nodes_[m]);
+    auto pieces = cat_pieces(cat, members, reason);
+    if (!pieces) return false;
+    const auto& shape = cat.output()->tensor_type().sizes;
+    for (int m : ms) {
+      const Node* n = nodes_[m];
+      if (n->schema() == "prim::ListConstruct") continue;
+      auto own = pieces->owner.find(n);
+      const Value* out = n->output();
+      bool inside = !graph_outputs_.count(out);
+      for (const Node* u : users_[out->id()]) inside &= members.count(u) > 0;
+      if (own != pieces->owner.end()) {
+        const CatPiece& piece = pieces->pieces[own->second];
+        const Node* list = cat_list(*piece.cat);
+        const auto& item = cat_form(*piece.cat, nullptr)->items[piece.item]->tensor_type().sizes;
+        for (const Node* u : users_[out->id()]) {
+          auto uo = pieces->owner.find(u);
+          inside &= u == list || (uo != pieces->owner.end() && uo->second == own->second);
+        }
+        if (!inside) {
+          *reason = fmt::format("{} computes item {} of {} and is read by others", node_name(n), piece.item,
+                                node_name(piece.cat));
+          return false;
+        }
+        if (!broadcasts_to(out->tensor_type().sizes, item)) {
+          *reason = fmt::format("{} has shape {}, item {} of {} {}", node_name(n), shape_str(out->tensor_type().sizes),
+                                piece.item, node_name(piece.cat), shape_str(item));
+          return false;
+        }
+        continue;
+      }
+      if (n != &cat && cat_list(*n)) {
+        *reason = fmt::format("{} is not inside an item of {}: one cat per kernel of unequal items", node_name(n),
+                              node_name(&cat));
+        return false;
+      }
+      const auto& os = out->tensor_type().sizes;
+      if (os != shape && (!broadcasts_to(os, shape) || !inside)) {
+        *reason = fmt::format("{} has shape {}, not that of {}'s result {}", node_name(n), shape_str(os),
+                              node_name(&cat), shape_str(shape));
+        return false;
+      }
+    }
     return true;
   }
 
@@ -743,17 +832,31 @@ bool can_fuse_node(const Node& n, std::string* why) {
     }
   }
   if (gather) {
-    // Note [Gathered loads]: rows of a 2-d table, picked by int64 or int32 indices, as eager's embedding
-    // takes them; eager's other indices raise there, and so they do through ATen.
-    const TensorType& table = n.args()[0].value->tensor_type();
-    const TensorType& index = n.args()[1].value->tensor_type();
-    if (table.dim() != 2) return no(fmt::format("a table of {} dims: 2 expected", table.dim()));
+    // Note [Gathered loads]: elements of the table picked by int64 or int32 indices along one of its dims,
+    // as eager's embedding (rows of a 2-d table) and gather (any dim; the other dims of the indices
+    // within the table's) take them; eager's other indices raise there, and so they do through ATen.
+    auto gf = gather_form(n);
+    if (!gf) return no("the gathered dim is not a constant");
+    const TensorType& table = gf->table->tensor_type();
+    const TensorType& index = gf->index->tensor_type();
     if (index.dtype != DType::kInt64 && index.dtype != DType::kInt32)
       return no(fmt::format("{} indices: eager raises", dtype_name(index.dtype)));
-    std::vector<int64_t> want = index.sizes;
-    want.push_back(table.sizes[1]);
-    if (out.sizes != want || out.dtype != table.dtype)
-      return no(fmt::format("result {} is not the table's rows for indices {}", out.str(), index.str()));
+    if (gf->embedding) {
+      if (table.dim() != 2) return no(fmt::format("a table of {} dims: 2 expected", table.dim()));
+      std::vector<int64_t> want = index.sizes;
+      want.push_back(table.sizes[1]);
+      if (out.sizes != want || out.dtype != table.dtype)
+        return no(fmt::format("result {} is not the table's rows for indices {}", out.str(), index.str()));
+    } else {
+      if (table.dim() == 0 || index.dim() != table.dim() || gf->dim < 0 || gf->dim >= table.dim())
+        return no(fmt::format("gather along dim {} of {} by {}: runs through ATen", gf->dim, table.str(), index.str()));
+      for (int64_t d = 0; d < table.dim(); ++d)
+        if (d != gf->dim && index.sizes[d] > table.sizes[d])
+          return no(fmt::format("indices {} larger than the table {} along dim {}: eager raises", index.str(),
+                                table.str(), d));
+      if (out.sizes != index.sizes || out.dtype != table.dtype)
+        return no(fmt::format("result {} is not the table's elements at indices {}", out.str(), index.str()));
+    }
   }
   if (reduction) {
     auto info = reduction_info(n);
@@ -820,6 +923,24 @@ const Node* cat_list(const Node& n) {
   return p && p->schema() == "prim::ListConstruct" ? p : nullptr;
 }
 
+std::optional<GatherForm> gather_form(const Node& n) {
+  if (!is_gather(&n)) return std::nullopt;
+  GatherForm f;
+  f.table = n.args().at(0).value;
+  if (n.schema() == "aten::embedding") {
+    f.index = n.args().at(1).value;
+    return f;
+  }
+  const Arg& d = n.args().at(1);
+  if (d.is_value() || !std::holds_alternative<int64_t>(d.literal)) return std::nullopt;
+  f.index = n.args().at(2).value;
+  f.embedding = false;
+  f.dim = std::get<int64_t>(d.literal);
+  const int64_t rank = f.table->tensor_type().dim();
+  if (f.dim < 0) f.dim += rank;
+  return f;
+}
+
 std::optional<CatForm> cat_form(const Node& n, std::string* why) {
   auto no = [&](std::string r) -> std::optional<CatForm> {
     if (why) *why = std::move(r);
@@ -849,14 +970,29 @@ std::optional<CatForm> cat_form(const Node& n, std::string* why) {
                             dtype_name(out.dtype)));
     if (t.device != out.device || t.device_index != out.device_index) return no(fmt::format("item {} is on another device", i));
     if (t.numel() == 0 && !f.stack) continue;  // cat skips it
-    if (f.items.empty()) f.shape = t.sizes;
-    else if (t.sizes != f.shape)
-      return no(fmt::format("item {} has shape {}, item {} {}: items of one shape only", i, shape_str(t.sizes),
-                            0, shape_str(f.shape)));
+    if (f.items.empty()) {
+      f.shape = t.sizes;
+    } else if (t.sizes != f.shape) {
+      // Note [Cats of unequal items]: sizes may differ along the cat's dim only.
+      bool along = !f.stack && t.dim() == rank && static_cast<int64_t>(f.shape.size()) == rank;
+      for (int64_t d = 0; along && d < rank; ++d) along = d == f.dim || t.sizes[d] == f.shape[d];
+      if (!along)
+        return no(fmt::format("item {} has shape {}, item 0 {}: items differ along dim {} only", i,
+                              shape_str(t.sizes), shape_str(f.shape), f.dim));
+      f.ragged = true;
+    }
     f.items.push_back(a.value);
   }
   if (f.items.empty() || out.numel() == 0) return no("an empty result");
   if (f.items.size() > 64) return no(fmt::format("{} items: 64 at most", f.items.size()));
+  if (f.ragged) {
+    int64_t at = 0;
+    for (const Value* v : f.items) at += v->tensor_type().sizes[f.dim];
+    if (at != out.sizes[f.dim])
+      return no(fmt::format("result shape {} is not its items' joined along dim {}", shape_str(out.sizes), f.dim));
+    f.shape = out.sizes;
+    return f;
+  }
   std::vector<int64_t> want = f.shape;
   const int64_t k = static_cast<int64_t>(f.items.size());
   if (f.stack) want.insert(want.begin() + std::min<int64_t>(f.dim, static_cast<int64_t>(want.size())), k);
@@ -868,6 +1004,58 @@ std::optional<CatForm> cat_form(const Node& n, std::string* why) {
   if (f.stack) f.strides.erase(f.strides.begin() + f.dim);
   f.step = f.stack ? out.strides[f.dim] : f.shape[f.dim] * out.strides[f.dim];
   return f;
+}
+
+namespace {
+
+// Adds the pieces of `cat` (lying in piece `parent`) and their owners to `out`; false (and why) when a node
+// would compute two items or a stack computes one.
+bool add_pieces(const Node& cat, int parent, const std::set<const Node*>& members, CatPieces* out, std::string* why) {
+  auto f = cat_form(cat, why);
+  if (!f) return false;
+  if (f->stack || f->items.size() < 2) {
+    if (why) *why = fmt::format("{} inside an item of a cat of unequal items", node_name(&cat));
+    return false;
+  }
+  const int first = static_cast<int>(out->pieces.size());
+  for (int k = 0; k < static_cast<int>(f->items.size()); ++k) out->pieces.push_back({&cat, k, parent});
+  for (int k = 0; k < static_cast<int>(f->items.size()); ++k) {
+    const int piece = first + k;
+    std::vector<const Value*> work{f->items[k]};
+    while (!work.empty()) {
+      const Node* p = work.back()->producer();
+      work.pop_back();
+      if (!p || !members.count(p)) continue;
+      auto [it, fresh] = out->owner.emplace(p, piece);
+      if (!fresh) {
+        if (it->second == piece) continue;
+        if (why) *why = fmt::format("{} computes two items of cats of unequal items", node_name(p));
+        return false;
+      }
+      if (const Node* list = cat_list(*p)) {
+        if (!members.count(list)) continue;
+        out->owner[list] = piece;
+        auto inner = cat_form(*p, nullptr);
+        if (inner && inner->copies()) {  // a copy of its one item
+          work.push_back(inner->items[0]);
+          continue;
+        }
+        if (!add_pieces(*p, piece, members, out, why)) return false;
+        continue;
+      }
+      for (const Value* v : p->value_inputs())
+        if (v->is_tensor()) work.push_back(v);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<CatPieces> cat_pieces(const Node& cat, const std::set<const Node*>& members, std::string* why) {
+  CatPieces out;
+  if (!add_pieces(cat, -1, members, &out, why)) return std::nullopt;
+  return out;
 }
 
 FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion, bool horizontal, bool cat,

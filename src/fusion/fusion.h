@@ -21,6 +21,17 @@ struct Decision {
   std::string text;  // "aten::gelu %4 into group 0: saves 512.0 KB and 1 launch"
 };
 
+// Note [Gathered loads] (codegen/kernel_spec.h): a gather node's table, its indices, and the table dim
+// an index picks: embedding's rows (dim 0; its result appends the row's elements to the indices'
+// dims), or aten::gather's dim (its result has the indices' shape). nullopt for other nodes.
+struct GatherForm {
+  const Value* table = nullptr;
+  const Value* index = nullptr;
+  int64_t dim = 0;
+  bool embedding = true;
+};
+std::optional<GatherForm> gather_form(const Node& n);
+
 // The form of a group with reductions (Note [Reduction groups] in fusion.cpp). Every reduction of the group
 // reduces the same shape over the same dims; the other values are computed per element of that shape or
 // once per row (a row: one index of the kept dims).
@@ -50,11 +61,25 @@ std::optional<ReductionForm> reduction_form(const std::vector<const Node*>& node
 // item is a copy of it: consumers over the same shape may join too. Otherwise the result is only stored:
 // nothing in the kernel reads it, and the group holds no reduction. Kernels over other shapes (the cat's
 // consumers) read the result as any input.
+//
+// Note [Cats of unequal items]
+// A cat whose items differ in size along its dim (a key/value cache and this step's keys) is one
+// kernel over the result's shape, split along the cat's dim into pieces, one per item: an element of
+// piece k is item k's element, its index along the dim counted from the piece's start
+// (KernelSpec::pieces). The nodes that compute item k (its producers in the group, and theirs) are
+// owned by the piece: they run only there, over loads of that piece, and nothing else in the kernel
+// reads them (cat_pieces; the fuser refuses a node feeding two items or read by others). A cat among
+// them (rotary embedding's halves, inside this step's keys) splits its piece again, along its own dim.
+// The result is a value of the kernel like any other: its consumers over the result's shape join it (a
+// cat of the cache, then a cast, is one kernel). One such cat per kernel, and no reductions.
 struct CatForm {
   bool stack = false;
   int64_t dim = 0;                   // in the result, wrapped
   std::vector<const Value*> items;   // inputs with elements, in order: the stores' regions
-  std::vector<int64_t> shape;        // each item's shape: the kernel's iteration space
+  // Items of one shape: that shape, the kernel's iteration space. Items of unequal sizes along `dim`
+  // (ragged): the result's shape.
+  std::vector<int64_t> shape;
+  bool ragged = false;
   // The offset (in elements of the result) of region k, and the result's strides over `shape`.
   int64_t offset(size_t k) const { return static_cast<int64_t>(k) * step; }
   // A cat left with one item is a copy of it, of the same shape: a value the kernel may read on.
@@ -67,6 +92,19 @@ struct CatForm {
 std::optional<CatForm> cat_form(const Node& n, std::string* why);
 // The prim::ListConstruct node a cat or stack reads its items from, or nullptr.
 const Node* cat_list(const Node& n);
+// Note [Cats of unequal items]: the pieces of the cat of unequal items `cat` among `members`, and the
+// piece each member computing an item belongs to (the deepest, for a cat inside an item); nullopt (and
+// why) when a node would compute two items or a stack computes one.
+struct CatPiece {
+  const Node* cat = nullptr;  // the cat whose item this piece is
+  int item = 0;               // index into its CatForm::items
+  int parent = -1;            // the piece the cat lies in (-1: the kernel)
+};
+struct CatPieces {
+  std::vector<CatPiece> pieces;        // parents first
+  std::map<const Node*, int> owner;    // node -> piece
+};
+std::optional<CatPieces> cat_pieces(const Node& cat, const std::set<const Node*>& members, std::string* why);
 
 struct FusionGroup {
   int id = 0;

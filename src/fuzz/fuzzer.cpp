@@ -183,11 +183,13 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 //    the amplification (the input's largest, times the op's own).
 //  - Views (view, reshape, permute, transpose, expand, slice, select, squeeze, unsqueeze): exact, flags
 //    and amplifications pass through; eager's rejections (view of a non-contiguous value) are skipped.
-//  - cat and stack of 2-3 values of one shape and dtype (one may come twice) along a random dim: exact,
+//  - cat and stack of 2-3 values of one dtype along a random dim (one may come twice), of one shape, or for
+//    cat of any size along the dim: exact,
 //    the items' flags merged and their largest amplification passed on. The recipe lists the items as
 //    value arguments before the dim; the graph gets a prim::ListConstruct of them, the TorchScript
 //    source a list.
-//  - embedding of a 2-d value's rows by an int32 or int64 value whose entries all lie within them: exact,
+//  - embedding of a 2-d value's rows by an int32 or int64 value whose entries all lie within them, or
+//    gather of its elements along dim 0 by such a 2-d value no wider than it: exact,
 //    the table's flags passed on. Where no integer value fits, the draw is the remainder of an integer
 //    value by the row count (an integer division by a literal, fused), which a later draw may take.
 //  - Random ops (rand_like, randn_like, bernoulli, dropout with train=True): a recipe with one is
@@ -287,7 +289,7 @@ bool is_random_schema(const std::string& s) { return listed(random_schemas(), s)
 // cat and stack: a recipe gives their items as value arguments before the dim; the graph, eager and the
 // TorchScript source take them as a list.
 bool is_cat_schema(const std::string& s) { return s == "aten::cat" || s == "aten::stack"; }
-bool is_gather_schema(const std::string& s) { return s == "aten::embedding"; }
+bool is_gather_schema(const std::string& s) { return s == "aten::embedding" || s == "aten::gather"; }
 bool is_structural_schema(const std::string& s) {
   return listed(reduction_schemas(), s) || listed(view_schemas(), s) || is_random_schema(s) || is_cat_schema(s) ||
          is_gather_schema(s);
@@ -784,23 +786,31 @@ std::optional<OpSpec> make_cat(Rng& r, const std::vector<at::Tensor>& vals) {
   int v = pick_value(r, vals, [](const at::Tensor& t) { return t.dim() >= 1 && t.numel() > 0 && t.numel() <= 32768; });
   if (v < 0) return std::nullopt;
   const at::Tensor& x = vals[static_cast<size_t>(v)];
-  std::vector<int> like;
-  for (int u = 0; u < static_cast<int>(vals.size()); ++u)
-    if (vals[static_cast<size_t>(u)].sizes() == x.sizes() && vals[static_cast<size_t>(u)].scalar_type() == x.scalar_type())
-      like.push_back(u);
   OpSpec s;
   const bool stack = chance(r, 0.5);
   s.schema = stack ? "aten::stack" : "aten::cat";
-  const int k = x.numel() * 3 <= kMaxBroadcastNumel ? uniform(r, 2, 3) : 2;
-  for (int i = 0; i < k; ++i) s.args.push_back(value_arg(i == 0 ? v : pick(r, like)));
   const int nd = static_cast<int>(x.dim()) + (stack ? 1 : 0);
-  s.args.push_back(lit_arg(int64_t{uniform(r, -nd, nd - 1)}));
+  const int64_t dim = uniform(r, -nd, nd - 1), along = dim < 0 ? dim + nd : dim;
+  // Items of x's dtype and shape; for cat, of any size along the dim (Note [Cats of unequal items]).
+  std::vector<int> like;
+  int64_t widest = x.numel();
+  for (int u = 0; u < static_cast<int>(vals.size()); ++u) {
+    const at::Tensor& y = vals[static_cast<size_t>(u)];
+    bool ok = y.scalar_type() == x.scalar_type() && y.dim() == x.dim() && y.numel() > 0 && y.numel() <= 32768;
+    for (int64_t d = 0; ok && d < x.dim(); ++d) ok = y.size(d) == x.size(d) || (!stack && d == along);
+    if (!ok) continue;
+    like.push_back(u);
+    widest = std::max<int64_t>(widest, y.numel());
+  }
+  const int k = widest * 3 <= kMaxBroadcastNumel ? uniform(r, 2, 3) : 2;
+  for (int i = 0; i < k; ++i) s.args.push_back(value_arg(i == 0 ? v : pick(r, like)));
+  s.args.push_back(lit_arg(dim));
   return s;
 }
 
-// An embedding of the rows of a 2-d value by an integer value whose entries all lie within them (Note
-// [Gathered loads]); without one, the remainder of an integer value by the row count (in [0, rows)), which
-// a later draw may take as the indices.
+// An embedding of the rows of a 2-d value by an integer value whose entries all lie within them, or its
+// gather along dim 0 by 2-d such indices (Note [Gathered loads]); without one, the remainder of an integer
+// value by the row count (in [0, rows)), which a later draw may take as the indices.
 std::optional<OpSpec> make_gather(Rng& r, const std::vector<at::Tensor>& vals) {
   int t = pick_value(r, vals, [](const at::Tensor& x) { return x.dim() == 2 && x.size(0) > 0 && x.numel() <= 32768; });
   if (t < 0) return std::nullopt;
@@ -818,6 +828,13 @@ std::optional<OpSpec> make_gather(Rng& r, const std::vector<at::Tensor>& vals) {
     if (u < 0) return std::nullopt;
     s.schema = "aten::remainder.Scalar";
     s.args = {value_arg(u), lit_arg(rows)};
+    return s;
+  }
+  // 2-d indices no wider than the table: at times its elements along dim 0 (aten::gather).
+  const at::Tensor& index = vals[static_cast<size_t>(i)];
+  if (index.dim() == 2 && index.size(1) <= cols && chance(r, 0.5)) {
+    s.schema = "aten::gather";
+    s.args = {value_arg(t), lit_arg(int64_t{0}), value_arg(i), lit_arg(false)};
     return s;
   }
   s.schema = "aten::embedding";
@@ -1347,6 +1364,20 @@ bool has_random_ops(const Recipe& r) {
 bool has_inplace_ops(const Recipe& r) {
   for (const auto& op : r.ops)
     if (!inplace_base(op.schema).empty()) return true;
+  return false;
+}
+
+bool has_ragged_cats(const Recipe& r) {
+  Replay rp;
+  if (!replay(r, make_inputs(r), false, nullptr, &rp)) return false;
+  for (const auto& op : r.ops) {
+    if (op.schema != "aten::cat") continue;
+    std::set<std::vector<int64_t>> shapes;
+    for (size_t a = 0; a + 1 < op.args.size(); ++a)
+      if (op.args[a].value >= 0 && rp.values.at(static_cast<size_t>(op.args[a].value)).numel() > 0)
+        shapes.insert(rp.values[static_cast<size_t>(op.args[a].value)].sizes().vec());
+    if (shapes.size() > 1) return true;
+  }
   return false;
 }
 

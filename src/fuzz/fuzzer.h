@@ -78,6 +78,8 @@ Recipe generate(uint64_t seed, const GenOptions& gen = {});
 // and the fused run) or an in-place op (checked alone through TorchScript capture and compile()).
 bool has_random_ops(const Recipe& r);
 bool has_inplace_ops(const Recipe& r);
+// Whether a cat of the recipe joins items of unequal sizes (Note [Cats of unequal items]); replays it.
+bool has_ragged_cats(const Recipe& r);
 
 struct CaseResult {
   bool ok = true;

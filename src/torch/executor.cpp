@@ -123,21 +123,22 @@ bool same_layout(const at::Tensor& in, const TensorType& t) {
   return true;
 }
 
-// Whether every index of `t` at `p` (walked by t's sizes and strides) lies in [0, rows).
+// The first index of `t` at `p` (walked in t's logical order by its sizes and strides) outside [0, rows),
+// or nullopt.
 template <class T>
-bool indices_within(const T* p, const TensorType& t, int64_t rows) {
+std::optional<int64_t> index_outside(const T* p, const TensorType& t, int64_t rows) {
   const int64_t n = t.numel(), nd = t.dim();
   const auto bad = [rows](T x) { return x < 0 || static_cast<int64_t>(x) >= rows; };
-  if (n == 0) return true;
+  if (n == 0) return std::nullopt;
   if (t.is_contiguous()) {
     for (int64_t i = 0; i < n; ++i)
-      if (bad(p[i])) return false;
-    return true;
+      if (bad(p[i])) return static_cast<int64_t>(p[i]);
+    return std::nullopt;
   }
   std::vector<int64_t> at(nd, 0);
   int64_t off = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (bad(p[off])) return false;
+    if (bad(p[off])) return static_cast<int64_t>(p[off]);
     for (int64_t d = nd - 1; d >= 0; --d) {
       off += t.strides[d];
       if (++at[d] < t.sizes[d]) break;
@@ -145,21 +146,24 @@ bool indices_within(const T* p, const TensorType& t, int64_t rows) {
       at[d] = 0;
     }
   }
-  return true;
+  return std::nullopt;
 }
 
 // Note [Gathered loads]: a CPU kernel's indices are checked before it runs, and an index outside its
-// table raises what eager's embedding raises there (IndexError), before anything is written.
+// table raises what eager raises there (embedding's IndexError, gather's RuntimeError naming the index,
+// the dim and its size), before anything is written.
 void check_gather_indices(const KernelSpec& spec, const std::vector<void*>& ptrs) {
   if (spec.device != Device::kCPU) return;
   for (const KernelBuffer& b : spec.buffers) {
     if (b.gather < 0) continue;
     const KernelBuffer& index = spec.buffers[b.gather];
     const TensorType& t = index.value->tensor_type();
-    const bool ok = index.dtype == DType::kInt64
-                        ? indices_within(static_cast<const int64_t*>(ptrs[b.gather]), t, b.gather_rows)
-                        : indices_within(static_cast<const int32_t*>(ptrs[b.gather]), t, b.gather_rows);
-    TORCH_CHECK_INDEX(ok, "index out of range in self");
+    const auto bad = index.dtype == DType::kInt64
+                         ? index_outside(static_cast<const int64_t*>(ptrs[b.gather]), t, b.gather_rows)
+                         : index_outside(static_cast<const int32_t*>(ptrs[b.gather]), t, b.gather_rows);
+    if (!bad) continue;
+    TORCH_CHECK_INDEX(b.gather_dim >= 0, "index out of range in self");
+    TORCH_CHECK(false, "index ", *bad, " is out of bounds for dimension ", b.gather_dim, " with size ", b.gather_rows);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 
+#include "../torch/cat_corpus.h"
 #include "../torch/gather_corpus.h"
 #include "../torch/op_corpus.h"
 #include "../torch/reduction_corpus.h"
@@ -122,6 +123,21 @@ TEST(GpuGathers, EmbeddingInsideItsConsumersKernelMatchesEagerCuda) {
       ASSERT_NE(r.plan, nullptr) << what;
       EXPECT_EQ(r.plan->kernels.size(), c.kernels) << what << "\n" << r.plan->explain();
     }
+  }
+}
+
+// The cat corpus on the GPU (Note [Cats of unequal items]): eager CUDA's results, each cat one kernel.
+TEST(GpuCatPieces, CatsOfUnequalItemsMatchEagerCuda) {
+  SKIP_WITHOUT_GPU();
+  for (const CatCase& c : cat_cases()) {
+    auto m = script(c.args, c.body);
+    std::vector<c10::IValue> inputs;
+    for (const auto& t : c.inputs) inputs.emplace_back(fuzz::to_device_same_layout(t, kCuda));
+    std::string what = fmt::format("{} on cuda", c.name);
+    RunResult r = run_and_compare(m, inputs, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    EXPECT_EQ(r.plan->kernels.size(), c.kernels) << what << "\n" << r.plan->explain();
+    EXPECT_EQ(r.plan->aten_ops.count("aten::cat"), 0u) << what << "\n" << r.plan->explain();
   }
 }
 

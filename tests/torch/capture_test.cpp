@@ -5,6 +5,7 @@
 #include <functional>
 #include <iostream>
 
+#include "cat_corpus.h"
 #include "support/error.h"
 #include "test_util.h"
 #include "torch/executor.h"
@@ -334,7 +335,7 @@ TEST(Concatenation, CatAndStackAreStoredByTheirItemsKernel) {
       {"int32", "x, y", "    return torch.stack((x * 3, y % 5), 0)",
        {at::randint(-50, 50, {3, 9}).to(at::kInt), at::randint(-50, 50, {3, 9}).to(at::kInt)}, true},
       {"items of two shapes", "x, y", "    return torch.cat((x.exp(), y.exp()), 0)",
-       {at::randn({3, 7}), at::randn({2, 7})}, false},
+       {at::randn({3, 7}), at::randn({2, 7})}, true},
       {"items of two dtypes", "x, y", "    return torch.cat((x * 2.0, y), 0)",
        {at::randn({3, 7}), at::randint(0, 5, {3, 7}).to(at::kInt)}, false},
   };
@@ -355,6 +356,19 @@ TEST(Concatenation, CatAndStackAreStoredByTheirItemsKernel) {
   auto r = run_and_compare(m, in, "rotary");
   ASSERT_NE(r.plan, nullptr);
   EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+}
+
+// Note [Cats of unequal items]: the cat corpus against eager on CPU (values and strides); no cat runs
+// through ATen.
+TEST(Concatenation, ItemsOfUnequalSizesAreOneKernelWithAPiecePerItem) {
+  for (auto& c : cat_cases()) {
+    auto m = script(c.args, c.body);
+    std::vector<c10::IValue> in(c.inputs.begin(), c.inputs.end());
+    auto r = run_and_compare(m, in, c.name);
+    ASSERT_NE(r.plan, nullptr) << c.name;
+    EXPECT_EQ(r.plan->aten_ops.count("aten::cat"), 0u) << c.name << "\n" << r.plan->explain();
+    EXPECT_EQ(r.plan->kernels.size(), c.kernels) << c.name << "\n" << r.plan->explain();
+  }
 }
 
 // Note [Views through pointwise ops]: a view between fused ops moves to the first op's inputs, so both

@@ -1,4 +1,4 @@
-// The gather corpus (Note [Gathered loads]): embedding read inside the kernels of its consumers, in the
+// The gather corpus (Note [Gathered loads]): embedding and gather read inside the kernels of their consumers, in the
 // kernel forms a gather can take (pointwise, a row reduction over the table's row, a reduction over the
 // indices, a column reduction, a gathered row value), table dtypes, int64 and int32 indices, and tables and indices
 // that are not contiguous. Shared by the CPU tests against eager, the NVRTC corpus and the GPU tests.
@@ -32,6 +32,10 @@ inline const GatherCase kGatherCases[] = {
     {"sum_positions", "w, idx, x", "    return torch.embedding(w, idx).sum(1) * 2", 1},
     {"column_sum", "w, idx, x", "    return (x[0] + torch.embedding(w, idx[0])).sum(0)", 1},
     {"row_value", "w, idx, x", "    return (torch.embedding(w, idx[0]) * x).mean(0)", 1},
+    // aten::gather: the table's elements at the indices along one dim.
+    {"gather_dim0", "w, idx, x", "    return torch.gather(w, 0, idx) * 2", 1},
+    {"gather_transposed_table", "w, idx, x", "    return torch.gather(w.t(), 1, idx) + x[:, :, 0]", 1},
+    {"gather_row_sum", "w, idx, x", "    return torch.gather(w, 0, idx).sum(-1)", 1},
 };
 
 // Inputs of a case: a [V=37, D=24] table of `t` (NaN, +-Inf among float values), indices [4, 9] of

@@ -8,6 +8,7 @@
 
 #include <future>
 
+#include "cat_corpus.h"
 #include "gather_corpus.h"
 #include "op_corpus.h"
 #include "reduction_corpus.h"
@@ -169,6 +170,25 @@ TEST(NvrtcGathers, EachIsOneKernelThatCompilesWithoutSpills) {
   }
   EXPECT_NE(print_cuda_source(specs).find("fj_gather_row((long long)(p0["), std::string::npos);
   compile_for_gpus("gathers", specs, 128);
+}
+
+// The cat corpus (Note [Cats of unequal items]): each cat one kernel whose leaf pieces compile.
+TEST(NvrtcCatPieces, EachCatIsOneKernelThatCompilesWithoutSpills) {
+  std::string why;
+  ASSERT_TRUE(nvrtc_available(&why)) << why;
+  std::vector<std::shared_ptr<const ExecutablePlan>> plans;
+  std::vector<KernelSpec> specs;
+  for (const CatCase& c : cat_cases()) {
+    auto m = script(c.args, c.body);
+    std::vector<c10::IValue> in(c.inputs.begin(), c.inputs.end());
+    auto plan = compile(m).compile_cuda(in, "sm_90", /*run_nvrtc=*/false);
+    EXPECT_EQ(plan->kernels.size(), c.kernels) << c.name << "\n" << plan->explain();
+    EXPECT_EQ(plan->aten_ops.count("aten::cat"), 0u) << c.name << "\n" << plan->explain();
+    append_specs(*plan, std::string(c.name) + "_", &specs);
+    plans.push_back(std::move(plan));
+  }
+  EXPECT_NE(print_cuda_source(specs).find("kv_cache_rotary_fj_kernel_0_leaf"), std::string::npos);
+  compile_for_gpus("cat pieces", specs, 128);
 }
 
 }  // namespace

@@ -39,6 +39,22 @@ const char* kGatherGraph = R"(graph(%0 : f32[10,8], %1 : i64[3,4], %2 : f32[3,4,
   return (%4)
 )";
 
+// A cat of unequal items (Note [Cats of unequal items]): one kernel over the result in two pieces, the
+// first reading the input, the second the exp of the other.
+const char* kPiecesGraph = R"(graph(%0 : f32[2,3,8], %1 : f32[2,2,8]):
+  %2 : f32[2,2,8] = aten::exp(%1)
+  %3 : Tensor[] = prim::ListConstruct(%0, %2)
+  %4 : f32[2,5,8] = aten::cat(%3, 1)
+  return (%4)
+)";
+
+// aten::gather along dim 0 read inside its consumer's kernel: the table gathered with its dim kept.
+const char* kGatherDimGraph = R"(graph(%0 : f32[10,8], %1 : i64[3,8], %2 : f32[3,8]):
+  %3 : f32[3,8] = aten::gather(%0, 0, %1, False)
+  %4 : f32[3,8] = aten::mul.Tensor(%3, %2)
+  return (%4)
+)";
+
 std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda, const char* graph = kPlanGraph) {
   auto g = parse_graph(graph);
   if (cuda) set_device(*g, Device::kCUDA, 0);
@@ -108,6 +124,8 @@ void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
       EXPECT_EQ(x.spec.buffers[j].offset, y.spec.buffers[j].offset);
       EXPECT_EQ(x.spec.buffers[j].gather, y.spec.buffers[j].gather);
       EXPECT_EQ(x.spec.buffers[j].gather_stride, y.spec.buffers[j].gather_stride);
+      EXPECT_EQ(x.spec.buffers[j].gather_dim, y.spec.buffers[j].gather_dim);
+      EXPECT_EQ(x.spec.buffers[j].piece, y.spec.buffers[j].piece);
       EXPECT_EQ(x.spec.buffers[j].gather_rows, y.spec.buffers[j].gather_rows);
     }
   }
@@ -162,7 +180,7 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   auto refused = [&](const std::string& from, const std::string& to, const char* what) {
     expect_refused(text, from, to, what);
   };
-  refused("\"format\":4", "\"format\":3", "another format");
+  refused("\"format\":5", "\"format\":3", "another format");
   // A reduction kernel claiming more passes than any kernel has is refused, not allocated.
   refused("\"passes\":3", "\"passes\":1000000000000", "a trillion passes");
   refused("\"target\":\"cpu\"", "\"target\":\"tpu\"", "a target this build does not have");
@@ -199,6 +217,68 @@ TEST(PlanIo, ACatStoredAtOffsetsIsReadBackAndItsOffsetsChecked) {
   refused("\"offset\":8", "\"offset\":-8", "a negative offset");
   refused("\"offset\":0,\"out\":false", "\"offset\":8,\"out\":false", "an offset on an input");
   refused("\"offset\":8", "\"offset\":4611686018427387904", "an offset past any tensor");
+}
+
+TEST(PlanIo, PiecesAreReadBackAndTheirRangesChecked) {
+  for (bool cuda : {false, true}) {
+    auto plan = sources_only_plan(cuda, kPiecesGraph);
+    ASSERT_EQ(plan->kernels.size(), 1u) << plan->explain();
+    const KernelSpec& k = plan->kernels[0].spec;
+    ASSERT_EQ(k.sizes, (std::vector<int64_t>{2, 40})) << "the innermost dim merged into the piece dim";
+    ASSERT_EQ(k.pieces.size(), 2u);
+    EXPECT_EQ(k.pieces[0].start, 0);
+    EXPECT_EQ(k.pieces[1].start, 24);
+    EXPECT_EQ(k.pieces[1].end, 40);
+    ASSERT_EQ(k.buffers.size(), 3u);
+    EXPECT_EQ(k.buffers[0].value->id(), 1) << "the exp's input, loaded first";
+    EXPECT_EQ(k.buffers[0].piece, 1);
+    EXPECT_EQ(k.piece_shift(k.buffers[0]), 24) << "the exp's input is read from the piece's start";
+    EXPECT_EQ(k.buffers[1].piece, 0);
+    EXPECT_EQ(k.buffers[2].piece, -1) << "the result";
+    EXPECT_TRUE(plan->aten_ops.empty()) << plan->explain();
+    const std::string text = serialize_plan(*plan);
+    bool ok = false;
+    auto back = read_back(text, cuda, &ok, kPiecesGraph);
+    ASSERT_TRUE(ok) << text;
+    expect_same_plan(*plan, *back);
+    ASSERT_EQ(back->kernels[0].spec.pieces.size(), 2u);
+    EXPECT_EQ(back->kernels[0].spec.pieces[1].end, 40);
+    // Pieces outside the iteration space or their parent, and buffers of no piece or read past their
+    // piece, are refused: the kernel would read outside the tensor.
+    auto refused = [&](const std::string& from, const std::string& to, const char* what) {
+      expect_refused(text, from, to, what, cuda, kPiecesGraph);
+    };
+    refused("[-1,1,24,40]", "[-1,1,24,41]", "a piece past the dim's end");
+    refused("[-1,1,0,24]", "[-1,1,0,25]", "a first piece one element longer than its input");
+    refused("[-1,1,24,40]", "[-1,1,24,24]", "an empty piece");
+    refused("[-1,1,24,40]", "[0,1,24,40]", "a piece outside its parent along the same dim");
+    refused("[-1,1,24,40]", "[5,1,24,40]", "a parent that comes later");
+    refused("[-1,1,24,40]", "[-1,2,24,40]", "a dim the kernel does not have");
+    refused("[-1,1,24,40]", "[-1,1,24]", "a malformed piece");
+    refused("\"piece\":1", "\"piece\":2", "a buffer of no piece");
+    refused(",\"piece\":0", "", "a piece's input read over the whole dim");
+  }
+}
+
+TEST(PlanIo, AGatherAlongADimIsReadBackAndItsDimChecked) {
+  auto plan = sources_only_plan(/*cuda=*/false, kGatherDimGraph);
+  ASSERT_EQ(plan->kernels.size(), 1u) << plan->explain();
+  const auto& buffers = plan->kernels[0].spec.buffers;
+  ASSERT_GE(buffers.size(), 2u) << plan->explain();
+  EXPECT_EQ(buffers[1].gather, 0);
+  EXPECT_EQ(buffers[1].gather_dim, 0);
+  const std::string text = serialize_plan(*plan);
+  bool ok = false;
+  auto back = read_back(text, /*cuda=*/false, &ok, kGatherDimGraph);
+  ASSERT_TRUE(ok) << text;
+  expect_same_plan(*plan, *back);
+  auto refused = [&](const std::string& from, const std::string& to, const char* what) {
+    expect_refused(text, from, to, what, /*cuda=*/false, kGatherDimGraph);
+  };
+  refused("\"gather\":[0,8,10,0]", "\"gather\":[0,8,10,1]", "a dim whose stride is not the one given");
+  refused("\"gather\":[0,8,10,0]", "\"gather\":[0,8,10,2]", "a dim the table does not have");
+  refused("\"gather\":[0,8,10,0]", "\"gather\":[0,8,10,-1]", "a negative dim");
+  refused("\"gather\":[0,8,10,0]", "\"gather\":[0,8,10,0,0]", "a malformed gather");
 }
 
 TEST(PlanIo, AGatheredTableIsReadBackAndItsRowsChecked) {

@@ -59,35 +59,75 @@ void print_kernel(const KernelSpec& k, std::string& s) {
     s += offsets_code(k, 0, nd - 1, {"r", "c", "off"}, "      ");
     s += "    }\n";
   }
+  // Row pointers of the buffers every element reads (a piece's own buffers are read in its loop).
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     const auto& kb = k.buffers[b];
+    if (kb.piece >= 0) continue;
     std::string ty = storage_type(kb.dtype);
     int64_t st = kb.strides[nd - 1];
     std::string cst = kb.is_output ? "" : "const ";
     s += fmt::format("    {}{}* __restrict__ r{} = p{} + off{}{};\n", cst, ty, b, b, b,
                      st == 0 ? "" : " + " + index_expr("col", st));
   }
-  s += "#pragma omp simd\n    for (I j = 0; j < n; ++j) {\n";
-  auto ref = [&](size_t b) { return fmt::format("r{}[{}]", b, index_expr("j", k.buffers[b].strides[nd - 1])); };
-  for (size_t b = 0; b < k.buffers.size(); ++b) {
-    const auto& kb = k.buffers[b];
-    if (kb.is_output) continue;
-    std::string cty = compute_c_type(kb.dtype);
-    s += fmt::format("      const {} b{} = {};\n", cty, b, load_expr(kb.dtype, load_ref(k, b, ref)));
-  }
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
-  for (size_t b = first_out; b < k.buffers.size(); ++b) {
-    std::string cty = compute_c_type(k.buffers[b].dtype);
-    s += fmt::format("      {} o{};\n", cty, b - first_out);
+  // The loop over the row's elements [lo, hi) running leaf piece `leaf`'s code (-1: none) and the body.
+  auto loop = [&](int leaf, const std::string& lo, const std::string& hi, const std::string& ind) {
+    s += "#pragma omp simd\n" + ind + fmt::format("for (I j = {}; j < {}; ++j) {{\n", lo, hi);
+    auto ref = [&](size_t b) {
+      std::string j = index_expr("j", k.buffers[b].strides[nd - 1]);
+      return k.buffers[b].piece >= 0 ? fmt::format("p{0}[q{0} + {1}]", b, j) : fmt::format("r{}[{}]", b, j);
+    };
+    for (size_t b = 0; b < first_out; ++b) {
+      const auto& kb = k.buffers[b];
+      if (kb.piece >= 0 && !piece_on_path(k, kb.piece, leaf)) continue;
+      s += fmt::format("{}  const {} b{} = {};\n", ind, compute_c_type(kb.dtype), b, load_expr(kb.dtype, load_ref(k, b, ref)));
+    }
+    for (size_t b = first_out; b < k.buffers.size(); ++b)
+      s += fmt::format("{}  {} o{};\n", ind, compute_c_type(k.buffers[b].dtype), b - first_out);
+    if (leaf >= 0)
+      for (const auto& st : piece_statements(k, leaf)) s += ind + "  " + print_stmt(st) + "\n";
+    for (const auto& st : k.body) s += ind + "  " + print_stmt(st) + "\n";
+    for (size_t b = first_out; b < k.buffers.size(); ++b) {
+      const auto& kb = k.buffers[b];
+      s += fmt::format("{}  r{}[{}] = {};\n", ind, b, index_expr("j", kb.strides[nd - 1]),
+                       store_expr(kb.dtype, fmt::format("o{}", b - first_out)));
+    }
+    s += ind + "}\n";
+  };
+  if (k.pieces.empty()) {
+    loop(-1, "0", "n", "    ");
+  } else {
+    // Note [Cats of unequal items]: the row's elements of each leaf piece. Along an outer dim a row lies
+    // in one piece; along the innermost the pieces split the row.
+    std::set<int> outer;
+    for (const auto& p : k.pieces)
+      if (p.dim != static_cast<int>(nd) - 1) outer.insert(p.dim);
+    for (int d : outer)
+      s += fmt::format("    const I pc{}_ = (row / {}) % {};\n", d, k.inner_elements(d) / inner, k.sizes[d]);
+    for (int leaf : k.piece_leaves()) {
+      s += "    {\n      I lo_ = 0, hi_ = n;\n";
+      std::string cond;
+      for (int p : k.piece_path(leaf)) {
+        const KernelPiece& pc = k.pieces[static_cast<size_t>(p)];
+        if (pc.dim == static_cast<int>(nd) - 1)
+          s += fmt::format("      if (lo_ < {0} - col) lo_ = {0} - col;\n      if (hi_ > {1} - col) hi_ = {1} - col;\n",
+                           pc.start, pc.end);
+        else
+          cond += fmt::format("pc{0}_ >= {1} && pc{0}_ < {2} && ", pc.dim, pc.start, pc.end);
+      }
+      s += fmt::format("      if ({}lo_ < hi_) {{\n", cond);
+      // The leaf's buffers: their offsets along each piece dim count from the piece's start.
+      for (size_t b = 0; b < k.buffers.size(); ++b) {
+        const auto& kb = k.buffers[b];
+        if (kb.piece >= 0 && piece_on_path(k, kb.piece, leaf))
+          s += fmt::format("        const I q{} = off{} + col * {} - {};\n", b, b, kb.strides[nd - 1], k.piece_shift(kb));
+      }
+      loop(leaf, "lo_", "hi_", "        ");
+      s += "      }\n    }\n";
+    }
   }
-  for (const auto& st : k.body) s += "      " + print_stmt(st) + "\n";
-  for (size_t b = first_out; b < k.buffers.size(); ++b) {
-    const auto& kb = k.buffers[b];
-    s += fmt::format("      r{}[{}] = {};\n", b, index_expr("j", kb.strides[nd - 1]),
-                     store_expr(kb.dtype, fmt::format("o{}", b - first_out)));
-  }
-  s += "    }\n    i += n;\n  }\n}\n";
+  s += "    i += n;\n  }\n}\n";
 }
 
 // A reduction pass's per-lane accumulators (Note [CPU reduction schedule]), declared and set to their

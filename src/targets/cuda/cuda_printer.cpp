@@ -41,6 +41,10 @@ bool uses_reduced_floats(const KernelSpec& k) {
     if (is_reduced_float(b.dtype)) return true;
   std::vector<const std::vector<Stmt>*> parts = {&k.body, &k.row_prologue};
   for (const auto& p : k.passes) parts.insert(parts.end(), {&p.body, &p.after});
+  for (const auto& p : k.pieces) {
+    parts.push_back(&p.body);
+    if (rounds_reduced_float(*p.value)) return true;
+  }
   for (const auto* part : parts)
     for (const auto& st : *part)
       if (rounds_reduced_float(*st.value)) return true;
@@ -73,15 +77,61 @@ void print_offsets(const KernelSpec& k, const std::string& indent, std::string& 
   s += offsets_code(k, 0, nd, {"r_", "c_", "off", /*short_unit_stride=*/true, /*skip_unused_dims=*/true}, indent);
 }
 
-// The call of the body function with loaded values `in(b)` and output variables `out(b)`.
+// The call of the body function with loaded values `in(b)` and output variables `out(b)`; with pieces
+// (Note [Cats of unequal items]), the outermost cat's value after the inputs, the pieces' own buffers left
+// out.
 template <class In, class Out>
 std::string body_call(const KernelSpec& k, In in, Out out) {
   std::string args;
+  const size_t fo = first_output(k);
   for (size_t b = 0; b < k.buffers.size(); ++b) {
+    if (k.buffers[b].piece >= 0) continue;
+    if (b == fo && !k.pieces.empty()) args += (args.empty() ? "" : ", ") + k.pieces.front().var;
     args += args.empty() ? "" : ", ";
     args += k.buffers[b].is_output ? out(b) : load_expr(k.buffers[b].dtype, load_ref(k, b, in));
   }
   return fmt::format("{}_body({});", k.name, args);
+}
+
+// Note [Cats of unequal items]: each leaf piece as a device function of the values of its buffers (and
+// those of the pieces it lies in) returning the outermost cat's value there.
+void print_pieces(const KernelSpec& k, std::string& s) {
+  for (int leaf : k.piece_leaves()) {
+    std::string params;
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      if (k.buffers[b].piece >= 0 && piece_on_path(k, k.buffers[b].piece, leaf))
+        params += fmt::format("{}const {} b{}", params.empty() ? "" : ", ", compute_type(k.buffers[b].dtype), b);
+    const KernelPiece& root = k.pieces[static_cast<size_t>(k.piece_path(leaf).front())];
+    s += fmt::format("FJ_INLINE {} {}_leaf{}({}) {{\n", compute_type(root.type), k.name, leaf, params);
+    for (const auto& st : piece_statements(k, leaf)) s += "  " + print_stmt(st) + "\n";
+    s += "  return " + root.var + ";\n}\n";
+  }
+}
+
+// In the scalar loop: the leaf piece the element at flat index `i` lies in runs, setting the outermost
+// cat's variable; the leaf's buffers are read at offsets counted from its pieces' starts.
+void print_piece_choice(const KernelSpec& k, const std::string& indent, std::string& s) {
+  std::set<int> dims;
+  for (const auto& p : k.pieces) dims.insert(p.dim);
+  for (int d : dims) s += fmt::format("{}const I pc{}_ = (i / {}) % {};\n", indent, d, k.inner_elements(d), k.sizes[d]);
+  const KernelPiece& root = k.pieces.front();
+  s += fmt::format("{}{} {};\n", indent, compute_type(root.type), root.var);
+  const auto leaves = k.piece_leaves();
+  for (size_t l = 0; l < leaves.size(); ++l) {
+    std::string args, cond;
+    for (size_t b = 0; b < k.buffers.size(); ++b) {
+      const auto& kb = k.buffers[b];
+      if (kb.piece < 0 || !piece_on_path(k, kb.piece, leaves[l])) continue;
+      auto ref = [&](size_t x) { return fmt::format("p{}[off{} - {}]", x, x, k.piece_shift(k.buffers[x])); };
+      args += (args.empty() ? "" : ", ") + load_expr(kb.dtype, load_ref(k, b, ref));
+    }
+    for (int p : k.piece_path(leaves[l])) {
+      const KernelPiece& pc = k.pieces[static_cast<size_t>(p)];
+      cond += fmt::format("{}pc{}_ >= {} && pc{}_ < {}", cond.empty() ? "" : " && ", pc.dim, pc.start, pc.dim, pc.end);
+    }
+    s += fmt::format("{}{}{}{} = {}_leaf{}({});\n", indent, l ? "else " : "",
+                     l + 1 < leaves.size() ? "if (" + cond + ") " : "", root.var, k.name, leaves[l], args);
+  }
 }
 
 void print_kernel(const KernelSpec& k, std::string& s) {
@@ -95,11 +145,16 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   // The scalar body as a device function.
   std::string params;
   for (size_t b = 0; b < k.buffers.size(); ++b) {
-    params += params.empty() ? "" : ", ";
     const auto& kb = k.buffers[b];
+    if (kb.piece >= 0) continue;
+    if (b == fo && !k.pieces.empty())
+      params += fmt::format("{}const {} {}", params.empty() ? "" : ", ", compute_type(k.pieces.front().type),
+                            k.pieces.front().var);
+    params += params.empty() ? "" : ", ";
     params += kb.is_output ? fmt::format("{}& o{}", compute_type(kb.dtype), b - fo)
                            : fmt::format("const {} b{}", compute_type(kb.dtype), b);
   }
+  print_pieces(k, s);
   s += fmt::format("FJ_INLINE void {}_body({}) {{\n", k.name, params);
   for (const auto& st : k.body) s += "  " + print_stmt(st) + "\n";
   s += "}\n";
@@ -160,6 +215,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   s += fmt::format("  for (long long e_ = first_; e_ < {}LL; e_ += stride_) {{\n", k.numel);
   s += "    const I i = (I)e_;\n";
   print_offsets(k, "    ", s);
+  if (!k.pieces.empty()) print_piece_choice(k, "    ", s);
   decl_out("    ");
   s += "    " +
        body_call(k, [&](size_t b) { return fmt::format("p{0}[off{0}]", b); },

@@ -8,6 +8,7 @@ namespace fusion_jit {
 
 int cuda_vector_width(const KernelSpec& k) {
   if (k.is_reduction() || has_gathers(k)) return 1;  // a gathered row need not start on a vector boundary
+  if (!k.pieces.empty()) return 1;  // an element's piece is chosen per element
   size_t nd = k.sizes.size();
   int64_t widest = 0;
   for (const auto& b : k.buffers) {
