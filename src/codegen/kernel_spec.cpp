@@ -671,6 +671,19 @@ class Builder {
     for (size_t k = 0; k < all.size(); ++k) all[k] = spec_.buffers[k].strides;
     std::set<int64_t> barriers;
     for (const auto& p : pieces_) barriers.insert(p.dim);
+    // A buffer of a piece one index long along its dim reads index 0 there, whatever its stride: take
+    // the stride that lets the dim merge with the next one (a cache's new position and its features,
+    // one loop instead of a loop per position).
+    for (size_t k = 0; k < spec_.buffers.size(); ++k) {
+      if (spec_.buffers[k].piece < 0) continue;
+      for (int q = spec_.buffers[k].piece; q >= 0; q = pieces_[static_cast<size_t>(q)].parent) {
+        const KernelPiece& pc = pieces_[static_cast<size_t>(q)];
+        if (pc.end - pc.start != 1) continue;
+        auto at = std::find(perm.begin(), perm.end(), static_cast<int64_t>(pc.dim));
+        auto next = std::find_if(at + 1, perm.end(), [&](int64_t d) { return sizes[d] != 1; });
+        if (next != perm.end()) all[k][pc.dim] = all[k][*next] * sizes[*next];
+      }
+    }
     Dims m = merge_dims(perm, sizes, all, barriers);
     spec_.sizes = m.sizes;
     for (auto& p : pieces_) {

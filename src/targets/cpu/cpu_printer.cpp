@@ -72,12 +72,12 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
   // The loop over the row's elements [lo, hi) running leaf piece `leaf`'s code (-1: none) and the body.
-  auto loop = [&](int leaf, const std::string& lo, const std::string& hi, const std::string& ind) {
-    s += "#pragma omp simd\n" + ind + fmt::format("for (I j = {}; j < {}; ++j) {{\n", lo, hi);
-    auto ref = [&](size_t b) {
-      std::string j = index_expr("j", k.buffers[b].strides[nd - 1]);
-      return k.buffers[b].piece >= 0 ? fmt::format("p{0}[q{0} + {1}]", b, j) : fmt::format("r{}[{}]", b, j);
-    };
+  // The loop over `n` elements of the row from the pointers `r<b>` (`s<b>` in a leaf piece's loop), running
+  // leaf piece `leaf`'s code (-1: none) and the body.
+  auto loop = [&](int leaf, const std::string& n, const std::string& ind) {
+    const char* r = leaf >= 0 ? "s" : "r";
+    s += "#pragma omp simd\n" + ind + fmt::format("for (I j = 0; j < {}; ++j) {{\n", n);
+    auto ref = [&](size_t b) { return fmt::format("{}{}[{}]", r, b, index_expr("j", k.buffers[b].strides[nd - 1])); };
     for (size_t b = 0; b < first_out; ++b) {
       const auto& kb = k.buffers[b];
       if (kb.piece >= 0 && !piece_on_path(k, kb.piece, leaf)) continue;
@@ -90,13 +90,13 @@ void print_kernel(const KernelSpec& k, std::string& s) {
     for (const auto& st : k.body) s += ind + "  " + print_stmt(st) + "\n";
     for (size_t b = first_out; b < k.buffers.size(); ++b) {
       const auto& kb = k.buffers[b];
-      s += fmt::format("{}  r{}[{}] = {};\n", ind, b, index_expr("j", kb.strides[nd - 1]),
+      s += fmt::format("{}  {}{}[{}] = {};\n", ind, r, b, index_expr("j", kb.strides[nd - 1]),
                        store_expr(kb.dtype, fmt::format("o{}", b - first_out)));
     }
     s += ind + "}\n";
   };
   if (k.pieces.empty()) {
-    loop(-1, "0", "n", "    ");
+    loop(-1, "n", "    ");
   } else {
     // Note [Cats of unequal items]: the row's elements of each leaf piece. Along an outer dim a row lies
     // in one piece; along the innermost the pieces split the row.
@@ -118,12 +118,20 @@ void print_kernel(const KernelSpec& k, std::string& s) {
       }
       s += fmt::format("      if ({}lo_ < hi_) {{\n", cond);
       // The leaf's buffers: their offsets along each piece dim count from the piece's start.
+      // The loop's pointers, at its first element: the leaf's buffers' offsets along each piece dim count
+      // from the piece's start. (Pointers, not indices, in the loop: int32 offset arithmetic there, which
+      // may wrap under -fwrapv, keeps the loop from vectorizing.)
       for (size_t b = 0; b < k.buffers.size(); ++b) {
         const auto& kb = k.buffers[b];
-        if (kb.piece >= 0 && piece_on_path(k, kb.piece, leaf))
-          s += fmt::format("        const I q{} = off{} + col * {} - {};\n", b, b, kb.strides[nd - 1], k.piece_shift(kb));
+        const int64_t st = kb.strides[nd - 1];
+        const std::string cst = kb.is_output ? "" : "const ", ty = storage_type(kb.dtype);
+        if (kb.piece < 0)
+          s += fmt::format("        {}{}* __restrict__ s{} = r{}{};\n", cst, ty, b, b, st == 0 ? "" : " + " + index_expr("lo_", st));
+        else if (piece_on_path(k, kb.piece, leaf))
+          s += fmt::format("        {}{}* __restrict__ s{} = p{} + (off{} + (col + lo_) * {} - {});\n", cst, ty, b, b, b,
+                           st, k.piece_shift(kb));
       }
-      loop(leaf, "lo_", "hi_", "        ");
+      loop(leaf, "hi_ - lo_", "        ");
       s += "      }\n    }\n";
     }
   }
