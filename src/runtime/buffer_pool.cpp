@@ -1,6 +1,7 @@
 #include "runtime/buffer_pool.h"
 
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -44,8 +45,12 @@ void* BufferPool::acquire(size_t bytes) {
   State& s = state();
   {
     std::lock_guard<std::mutex> g(s.mu);
-    auto it = s.free_list.find(r);
-    if (it != s.free_list.end()) {
+    // The buffer released last (its lines are the likeliest still in cache): a multimap keeps equal keys
+    // in insertion order, so the last of the range. Taking the first rotated through every buffer of a
+    // size, each call writing memory the caches had dropped.
+    auto range = s.free_list.equal_range(r);
+    if (range.first != range.second) {
+      auto it = std::prev(range.second);
       void* p = it->second;
       s.free_list.erase(it);
       s.stats.cached_bytes -= r;
