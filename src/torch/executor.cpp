@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "runtime/buffer_pool.h"
@@ -1118,7 +1119,11 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
   // Note [Static memory plan]: one allocation for the call's intermediates, made where the first is
   // written and let go once the last is (its placed values hold it until they die).
   at::Tensor arena;
-  const c10::StorageImpl* arena_bytes = nullptr;  // compared only: results must not land in it
+  // Compared only: results must not land in it. The weak reference keeps the StorageImpl's memory (not
+  // its bytes) for the whole call, so that no storage allocated after the arena is let go can take its
+  // address and pass for it (its results were copied out, and views of one result came back apart).
+  const c10::StorageImpl* arena_bytes = nullptr;
+  std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> arena_ref;
   FJ_INTERNAL_ASSERT(p.calls.size() == plan.steps.size(), "the plan's ATen steps were not resolved");
   const bool profile = profiling();
   using Clock = std::chrono::steady_clock;
@@ -1152,6 +1157,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
           if (at >= 0 && !arena.defined()) {
             arena = allocate_arena(p.memory);
             arena_bytes = arena.storage().unsafeGetStorageImpl();
+            arena_ref = arena.storage().getWeakStorageImpl();
           }
           at::Tensor out = at >= 0 ? arena_tensor(arena, t, at) : allocate_output(t);
           ptrs.push_back(out.mutable_data_ptr());

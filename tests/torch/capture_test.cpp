@@ -567,6 +567,30 @@ TEST(MemoryPlan, IntermediatesWithDisjointLifetimesShareTheArena) {
   EXPECT_TRUE(check_close(second, m.forward(in2).toTensor()).ok);
 }
 
+// Results made after the arena is let go are the plan's own, whatever address their storage object gets
+// (malloc hands the arena's back at once): returned as they are, a result and its view still one storage
+// as eager's are, not copied apart as if they lay in the arena.
+// (A key/value cache update: the rotated half of this step's key lies in the arena until the key's
+// kernel has read it; the value's cat is made after.)
+TEST(MemoryPlan, ResultsMadeAfterTheArenaIsGoneAreNotCopied) {
+  auto m = script("past_k, past_v, k, v, c, s",
+                  "    r = torch.cat((-k[..., 32:], k[..., :32]), -1)\n"
+                  "    kk = torch.cat((past_k, k * c + r * s), 2)\n"
+                  "    vv = torch.cat((past_v, v), 2)\n"
+                  "    return kk, vv, vv.view(-1)");
+  std::vector<c10::IValue> in{at::randn({1, 8, 511, 64}), at::randn({1, 8, 511, 64}), at::randn({1, 8, 1, 64}),
+                              at::randn({1, 8, 1, 64}),   at::randn({1, 1, 1, 64}),   at::randn({1, 1, 1, 64})};
+  auto r = run_and_compare(m, in, "a result and its view after the arena");
+  ASSERT_NE(r.plan, nullptr);
+  ASSERT_GT(plan_memory(*r.plan).arena_bytes, 0) << r.plan->explain();
+  CompiledModule& fused = *r.compiled;
+  for (int call = 0; call < 10; ++call) {
+    auto out = fused(in).toTuple()->elements();
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_TRUE(out[2].toTensor().is_alias_of(out[1].toTensor())) << "call " << call;
+  }
+}
+
 // An op whose schema promises a new tensor but that returns its input (dropout with p = 0, which the
 // views.identity rule leaves to ATen since it draws from the generator in training) must not hand out
 // arena bytes as a value of its own: another intermediate placed there later would overwrite it.
