@@ -3,8 +3,8 @@
     FUSION_JIT_DISABLE=channels_last ./run python bench/model_variants.py resnet18 [--size 224] [--iters 20]
         [--no-freezing]
 
-prints one JSON line: eager and fusion_jit medians (ms, the smaller of two interleaved rounds each), kernels
-and ATen steps per call. Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
+prints one JSON line: eager and fusion_jit medians (ms, over `iters` calls each, timed in alternating rounds
+by bench/models.py's interleaved_ms), kernels and ATen steps per call. Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
 run it once per variant, alternating, and compare the ratios eager / fusion_jit.
 """
 
@@ -37,7 +37,7 @@ def main():
     import torch
     import fusion_jit
     from models import MODELS, make
-    median_ms = _bench_models().median_ms
+    interleaved_ms = _bench_models().interleaved_ms
     if a.model not in MODELS:
         sys.exit(f"unknown model {a.model!r} (known: {', '.join(MODELS)})")
     model, args = make(a.model, size=a.size)
@@ -45,10 +45,9 @@ def main():
     compiled = fusion_jit.compile(model, freezing=not a.no_freezing)
     with torch.no_grad():
         compiled(*args)
-        rounds = [(median_ms(lambda: model(*args), a.iters), median_ms(lambda: compiled(*args), a.iters))
-                  for _ in range(2)]
+        eager_ms, compiled_ms, _ = interleaved_ms(lambda: model(*args), lambda: compiled(*args), a.iters)
     s = fusion_jit.stats()
-    print(json.dumps({"model": a.model, "eager_ms": min(r[0] for r in rounds), "fusion_jit_ms": min(r[1] for r in rounds),
+    print(json.dumps({"model": a.model, "eager_ms": eager_ms, "fusion_jit_ms": compiled_ms,
                       "kernels": s["kernels"], "aten_steps": s["fallback_ops"]}))
 
 
