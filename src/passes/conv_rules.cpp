@@ -42,6 +42,15 @@
 //   bfloat16, a contiguous result, and from 2^21 multiply-adds on (kLinearMinMacs): below that oneDNN's
 //   call cost more than eager's GEMM plus our kernel on this project's machine. Every post-op was checked
 //   against eager (float32: at most 2.4e-6 absolute difference on values of order 1).
+// - prepack.linear_mkl (before prepack.linear): a float32 linear left without post-op, of any size, is
+//   MKL's packed GEMM, mkl::_mkl_linear(x, mkl::_mkl_reorder_linear_weight(W, rows), W, b, rows), as
+//   Inductor's freezing does for float32. Measured on this project's machine (bench/RESULTS.md), on the
+//   shapes of ViT, DeiT and the tiny transformers: 0.68-0.94x oneDNN's time on a reordered weight and
+//   0.72-0.95x ATen's linear, small ones included (oneDNN's call overhead is why kLinearMinMacs exists;
+//   MKL's is below ATen's). The epilogue rules keep oneDNN: its post-op costs no pass, MKL's call has none.
+//   Cost: MKL's packed buffer is 2-5x the weight (at least about 8 MB), kept with the plan's constants.
+//   Results: MKL's sgemm, as eager's linear, in another blocking (bit-identical on most shapes measured,
+//   3e-5 apart on sums of 3072 terms of order 50).
 // All of them only where the weight (and bias) is frozen, or computed from frozen constants (a folded
 //   batch_norm): the weight is reordered once into oneDNN's blocked layout for the input's shape
 //   (mkldnn::_reorder_convolution_weight, which constant_fold evaluates at plan build); a weight given at
@@ -380,10 +389,9 @@ std::optional<Linear> as_linear(Node* n) {
 // 7-17 us; from [32,128]x[128,512] (2^21) on it was as fast or faster (1.1-1.5x).
 constexpr double kLinearMinMacs = 2097152;
 
-// The checks of the linear rules: CPU tensors of float32 or bfloat16, a frozen 2-d weight (and bias), a
-// contiguous result `y`, and enough work (kLinearMinMacs).
-// `why`: set where only the cost rule declines (too little work), for explain.
-bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) {
+// The checks of the linear rules but the cost rule: CPU tensors of float32 or bfloat16, a frozen 2-d weight
+// (and bias), and a contiguous, non-empty result `y`.
+bool packable_linear(const Linear& l, const Value* y) {
   const TensorType& x = l.x->tensor_type();
   const Value* w = l.weight ? l.weight : l.weight_t;
   const TensorType& wt = w->tensor_type();
@@ -395,7 +403,15 @@ bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) 
   const int64_t k = x.sizes.back(), n = l.weight ? wt.sizes[0] : wt.sizes[1];
   if ((l.weight ? wt.sizes[1] : wt.sizes[0]) != k || (l.bias && l.bias->tensor_type().sizes != std::vector<int64_t>{n}))
     return false;
-  if (!frozen(w) || (l.bias && !frozen(l.bias))) return false;
+  return frozen(w) && (!l.bias || frozen(l.bias));
+}
+
+// The checks of the oneDNN linear rules: packable_linear, and enough work (kLinearMinMacs).
+// `why`: set where only the cost rule declines (too little work), for explain.
+bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) {
+  if (!packable_linear(l, y)) return false;
+  const TensorType& x = l.x->tensor_type();
+  const int64_t n = y->tensor_type().sizes.back();
   const double macs = static_cast<double>(x.extent()) * static_cast<double>(n);
   if (macs < kLinearMinMacs) {
     if (why)
@@ -407,15 +423,18 @@ bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) 
   return true;
 }
 
+// The frozen weight W [N, K] of a linear (t(Wt) made when only its transpose is given: folded once).
+Value* linear_weight(Builder& r, const Linear& l) {
+  if (l.weight) return l.weight;
+  const TensorType& t = l.weight_t->tensor_type();
+  return r.op("aten::t", {Arg::of(l.weight_t)}, t.dtype, {t.sizes[1], t.sizes[0]});
+}
+
 // mkldnn::_linear_pointwise(x, reorder(W), b, post...) giving the value of `out` (a view of the linear's
 // result when the activation reads one: the call is made on the linear's own shape, then viewed).
 Value* onednn_linear_call(Builder& r, const Linear& l, const Value* out, std::vector<Arg> post) {
   const TensorType& x = l.x->tensor_type();
-  Value* w = l.weight;
-  if (!w) {
-    const TensorType& t = l.weight_t->tensor_type();
-    w = r.op("aten::t", {Arg::of(l.weight_t)}, t.dtype, {t.sizes[1], t.sizes[0]});
-  }
+  Value* w = linear_weight(r, l);
   const int64_t rows = x.extent() / x.sizes.back();
   Value* packed = r.node("mkldnn::_reorder_linear_weight", {Arg::of(w), Arg::lit(rows)}, {w->type()})->output();
   std::vector<Arg> args = {Arg::of(l.x), Arg::of(packed), l.bias ? Arg::of(l.bias) : Arg::lit(None{})};
@@ -459,6 +478,25 @@ Replacement linear_prepacked(const Match& m, Builder& r) {
   if (!l || !onednn_linear(*l, m.root->output())) return {};
   return {onednn_linear_call(r, *l, m.root->output(),
                              {Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})})};
+}
+
+// prepack.linear_mkl: a float32 linear left without post-ops as MKL's packed sgemm,
+// mkl::_mkl_linear(x, mkl::_mkl_reorder_linear_weight(W, rows), W, b, rows), any size (Note [Convolution
+// rules]). The packed weight is MKL's opaque buffer (its size is MKL's choice); its type here is W's, and
+// only the call reads it.
+Replacement linear_mkl(const Match& m, Builder& r) {
+  if (g_schema_probe && !g_schema_probe("mkl::_mkl_linear")) return {};
+  auto l = as_linear(m.root);
+  const Value* y = m.root->output();
+  if (!l || !packable_linear(*l, y) || l->x->tensor_type().dtype != DType::kFloat32) return {};
+  const TensorType& x = l->x->tensor_type();
+  const int64_t rows = x.extent() / x.sizes.back();
+  Value* w = linear_weight(r, *l);
+  Value* packed = r.node("mkl::_mkl_reorder_linear_weight", {Arg::of(w), Arg::lit(rows)}, {w->type()})->output();
+  const TensorType& yt = y->tensor_type();
+  return {r.op("mkl::_mkl_linear",
+               {Arg::of(l->x), Arg::of(packed), Arg::of(w), l->bias ? Arg::of(l->bias) : Arg::lit(None{}), Arg::lit(rows)},
+               yt.dtype, yt.sizes)};
 }
 
 // A convolution left without post-ops: the same call with none, for the reordered weight alone.
@@ -631,6 +669,7 @@ RuleSet make_prepack_rules() {
                            .bind("call");
   return RuleSet{"prepack",
                  {{"conv", Pattern::op({"aten::conv2d", "aten::convolution"}), conv_prepacked},
+                  {"linear_mkl", Pattern::op({"aten::linear", "aten::addmm"}), linear_mkl},
                   {"linear", Pattern::op({"aten::linear", "aten::addmm"}), linear_prepacked},
                   {"nchw_result", Pattern::op({"aten::contiguous"}, {call, Pattern::literal(int64_t{0})}),
                    nchw_result}}};

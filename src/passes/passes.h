@@ -6,8 +6,8 @@
 // fold           the rule set "fold" (Note [Convolution rules]): batch_norm folded into a frozen conv.
 // epilogue       the rule set "epilogue": conv + activation as one oneDNN call with a post-op. Opt-in
 //                (FUSION_JIT_ENABLE=epilogue): slower today, see Note [Convolution rules].
-// prepack        the rule set "prepack": the other frozen convs as oneDNN calls on a reordered weight.
-//                Opt-in, as epilogue.
+// prepack        the rule set "prepack": the other frozen convs and linears as oneDNN calls on a reordered
+//                weight (float32 linears: MKL's packed GEMM). Opt-in, as epilogue.
 // views          the rule set "views" (Note [Views through pointwise ops]): a view between pointwise ops
 //                moved to the first op's inputs, so that both ops join one kernel.
 // dce            removes nodes whose outputs are unused and that have no side effects.

@@ -193,6 +193,7 @@ EagerCpuMath probe_eager_cpu_math() {
 // rewrite into such ops (passes/conv_rules.cpp).
 bool schema_in_dispatcher(const std::string& schema) {
   if (schema.rfind("mkldnn::", 0) == 0 && !at::hasMKLDNN()) return false;
+  if (schema.rfind("mkl::", 0) == 0 && !at::hasMKL()) return false;
   const size_t dot = schema.find('.');
   return c10::Dispatcher::singleton()
       .findSchema({schema.substr(0, dot), dot == std::string::npos ? "" : schema.substr(dot + 1)})
@@ -1053,8 +1054,9 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
       auto outs = call_aten(n, args);
       // A folded tensor takes the strides its type says (ATen may have chosen others from its inputs'
       // layouts: a product with a channels-last weight is channels-last), so that kernels reading it see
-      // the layout they were generated for. oneDNN's reordered weights keep the layout oneDNN gave them.
-      const bool keep_layout = n.schema().rfind("mkldnn::", 0) == 0;
+      // the layout they were generated for. oneDNN's reordered weights and MKL's packed ones keep what the
+      // library gave them.
+      const bool keep_layout = n.schema().rfind("mkldnn::", 0) == 0 || n.schema().rfind("mkl::", 0) == 0;
       for (size_t i = 0; i < outs.size() && !keep_layout; ++i) {
         if (!outs[i].isTensor() || !n.output(i)->is_tensor()) continue;
         const at::Tensor& t = outs[i].toTensor();

@@ -272,14 +272,17 @@ TEST(LinearRules, ViewedAddmmWithActivationIsOneCall) {
   EXPECT_NE(ex.find("epilogue.linear_gelu x1"), std::string::npos) << ex;
 }
 
-// A linear without activation gets the reordered weight alone; one whose result is also returned keeps its
-// activation in our kernel; a small one (under kLinearMinMacs) stays eager's linear.
+// A float32 linear without activation is MKL's packed sgemm, whatever its size (prepack.linear_mkl); one
+// whose result is also returned keeps its activation in our kernel; a small one (under kLinearMinMacs) with
+// an activation is MKL's call and our kernel. In bfloat16 (no MKL sgemm) a large one gets oneDNN's
+// reordered weight (prepack.linear) and a small one stays eager's linear.
 TEST(LinearRules, PrepackOtherUsersAndSmallLinears) {
   {
     auto m = linear_block("    return torch.exp(torch.linear(x, self.w, self.b))\n");
     auto r = run_and_compare(m, {linear_input()}, "exp(linear)");
     ASSERT_NE(r.plan, nullptr);
-    EXPECT_NE(r.plan->explain().find("prepack.linear x1"), std::string::npos) << r.plan->explain();
+    EXPECT_NE(r.plan->explain().find("prepack.linear_mkl x1"), std::string::npos) << r.plan->explain();
+    EXPECT_EQ(r.plan->aten_ops.count("mkl::_mkl_linear"), 1u) << r.plan->explain();
     EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
   }
   {
@@ -292,7 +295,35 @@ TEST(LinearRules, PrepackOtherUsersAndSmallLinears) {
     auto m = linear_block("    return torch.relu(torch.linear(x, self.w, self.b))\n");
     auto r = run_and_compare(m, {at::randn({8, 256})}, "small linear");  // 8*256*512 = 2^20
     ASSERT_NE(r.plan, nullptr);
-    EXPECT_EQ(r.plan->aten_ops.count("aten::linear"), 1u) << r.plan->explain();
+    EXPECT_EQ(r.plan->aten_ops.count("aten::linear"), 0u) << r.plan->explain();
+    EXPECT_EQ(r.plan->aten_ops.count("mkl::_mkl_linear"), 1u) << r.plan->explain();
+    EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  }
+  {
+    auto m = linear_block("    return torch.exp(torch.linear(x, self.w, self.b))\n");
+    m.to(at::kBFloat16);
+    auto r = run_and_compare(m, {linear_input().to(at::kBFloat16)}, "bfloat16 exp(linear)");
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_NE(r.plan->explain().find("prepack.linear x1"), std::string::npos) << r.plan->explain();
+    EXPECT_EQ(r.plan->aten_ops.count("mkl::_mkl_linear"), 0u) << r.plan->explain();
+    auto r2 = run_and_compare(m, {at::randn({8, 256}).to(at::kBFloat16)}, "small bfloat16 linear");
+    ASSERT_NE(r2.plan, nullptr);
+    EXPECT_EQ(r2.plan->aten_ops.count("aten::linear"), 1u) << r2.plan->explain();
+  }
+}
+
+// MKL's packed sgemm on the shapes transformers give it (3-d input, torch.compile's viewed addmm, no
+// bias, one row), against eager.
+TEST(LinearRules, MklPackedLinearMatchesEager) {
+  const std::pair<std::string, at::Tensor> cases[] = {
+      {"    return torch.linear(x, self.w, None) + 1.0\n", linear_input()},
+      {"    return torch.addmm(self.b, x.reshape([256, 256]), self.wt).view([4, 64, 512]) * 2.0\n", linear_input()},
+      {"    return torch.sigmoid(torch.linear(x, self.w, self.b))\n", at::randn({1, 256})}};
+  for (const auto& [body, x] : cases) {
+    auto m = linear_block(body);
+    auto r = run_and_compare(m, {x}, body);
+    ASSERT_NE(r.plan, nullptr) << body;
+    EXPECT_EQ(r.plan->aten_ops.count("mkl::_mkl_linear"), 1u) << body << r.plan->explain();
   }
 }
 
