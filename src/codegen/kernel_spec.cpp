@@ -147,8 +147,10 @@ class Builder {
 
  private:
   // The variable holding a tensor argument, loading it from a buffer when it comes from outside.
-  ExprRef arg_var(const Value* v, const std::set<const Node*>& members, bool channel) {
-    if (v->producer() && members.count(v->producer()) && !channel) {
+  // `channel`: for a per-channel argument (batch_norm's), the dim of the group's shape its elements run
+  // along (channel_dim); -1 for any other argument.
+  ExprRef arg_var(const Value* v, const std::set<const Node*>& members, int channel = -1) {
+    if (v->producer() && members.count(v->producer()) && channel < 0) {
       deps_vals_.insert(v);
       return Expr::var(var_.at(v));
     }
@@ -166,20 +168,25 @@ class Builder {
   // A new input buffer for `v`, its elements laid out as `t` (v's own type, or the view of it a gather
   // reads: Note [Gathered loads]). Its strides over the reduction's shape (in the frame of the node being
   // emitted), or over the group's shape: numpy broadcasting (right-aligned), or the channel dim only.
-  int add_input(const Value* v, const TensorType& t, bool channel) {
+  int add_input(const Value* v, const TensorType& t, int channel) {
     KernelBuffer b;
     b.value = v;
     b.dtype = v->tensor_type().dtype;
     b.piece = piece_;
     const int index = static_cast<int>(inputs_.size());
     if (g_.reduction) {
-      b.strides = strides_over_shape(t, frame_);
+      if (channel >= 0) {
+        b.strides = strides_over_shape(TensorType{}, frame_);
+        if (t.sizes[0] != 1) b.strides[static_cast<size_t>(channel)] = t.strides[0];
+      } else {
+        b.strides = strides_over_shape(t, frame_);
+      }
       deps_bufs_.insert(index);
     } else {
       const int64_t nd = static_cast<int64_t>(g_.shape.size()), off = nd - t.dim();
       b.strides.assign(nd, 0);
-      if (channel) {
-        if (nd > 1 && t.sizes[0] != 1) b.strides[1] = t.strides[0];
+      if (channel >= 0) {
+        if (t.sizes[0] != 1) b.strides[static_cast<size_t>(channel)] = t.strides[0];
       } else {
         FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than group {}", t.str(), g_.id);
         for (int64_t d = 0; d < t.dim(); ++d) b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
@@ -243,7 +250,7 @@ class Builder {
       const int outer = piece_;
       for (size_t k = 0; k < f->items.size(); ++k) {
         piece_ = piece_of_.at({&n, static_cast<int>(k)});
-        pieces_[static_cast<size_t>(piece_)].value = arg_var(f->items[k], members, false);
+        pieces_[static_cast<size_t>(piece_)].value = arg_var(f->items[k], members);
       }
       piece_ = outer;
       var_[out] = pieces_[static_cast<size_t>(split->second)].var;
@@ -254,12 +261,12 @@ class Builder {
     const Value* out = n.output();
     if (f->copies()) {
       std::string name = fmt::format("t{}", out->id());
-      body().push_back(Stmt::let(name, out->tensor_type().dtype, arg_var(f->items[0], members, false), n.schema()));
+      body().push_back(Stmt::let(name, out->tensor_type().dtype, arg_var(f->items[0], members), n.schema()));
       var_[out] = name;
       return;
     }
     auto& regions = regions_[out];
-    for (size_t k = 0; k < f->items.size(); ++k) regions.emplace_back(f->offset(k), arg_var(f->items[k], members, false));
+    for (size_t k = 0; k < f->items.size(); ++k) regions.emplace_back(f->offset(k), arg_var(f->items[k], members));
     cat_strides_[out] = f->strides;
   }
 
@@ -281,8 +288,8 @@ class Builder {
       view.sizes = it.sizes;
       view.strides[gf.dim] = 0;
     }
-    const int ib = add_input(gf.index, it, false);
-    const int tb = add_input(gf.table, view, false);
+    const int ib = add_input(gf.index, it, -1);
+    const int tb = add_input(gf.table, view, -1);
     inputs_[tb].gather = ib;
     inputs_[tb].gather_stride = tt.strides[gf.dim];
     inputs_[tb].gather_rows = tt.sizes[gf.dim];
@@ -319,7 +326,7 @@ class Builder {
         }
         if (op.rule == DTypeRule::kCastLike && i == 1) continue;  // only its dtype matters
         const Value* v = n.args()[i].value;
-        ExprRef var = arg_var(v, members, spec.kind == ArgKind::kChannel);
+        ExprRef var = arg_var(v, members, spec.kind == ArgKind::kChannel ? channel_dim(n) : -1);
         raw.push_back(var);
         // Eager converts each operand to the promoted dtype first: into float16 or bfloat16 that rounds.
         DType vt = v->tensor_type().dtype;
@@ -398,11 +405,37 @@ class Builder {
 
   // Strides of `t` over the reduced shape S: right-aligned against S (or, in the squeezed frame, against
   // the kept dims of S); size-1 dims have stride 0.
-  std::vector<int64_t> strides_over_shape(const TensorType& t, bool squeezed) const {
+  // The dim of the group's shape (of the reduction's shape S, in a reduction group) along which the
+  // channels of `n` (dim 1 of its result: batch_norm's) run: its result's dims are the last ones of the
+  // group's shape, or of the frame it is emitted in (numpy broadcasting, right-aligned).
+  int channel_dim(const Node& n) const {
+    const int64_t rank = n.output()->tensor_type().dim();
+    if (g_.reduction) {
+      const std::vector<int64_t> target = frame_dims(frame_);
+      const int64_t off = static_cast<int64_t>(target.size()) - rank;
+      FJ_INTERNAL_ASSERT(rank > 1 && off >= 0, "group {}: {} of rank {} in a frame of rank {}", g_.id, n.schema(),
+                         rank, target.size());
+      return static_cast<int>(target[static_cast<size_t>(off + 1)]);
+    }
+    const int64_t off = static_cast<int64_t>(g_.shape.size()) - rank;
+    FJ_INTERNAL_ASSERT(rank > 1 && off >= 0, "group {}: {} of rank {} in a group of rank {}", g_.id, n.schema(), rank,
+                       g_.shape.size());
+    return static_cast<int>(off + 1);
+  }
+
+  // The dims of the reduction's shape S that the frame's dims are (all of S's, or those left after the
+  // reduced dims are squeezed out).
+  std::vector<int64_t> frame_dims(bool squeezed) const {
     const auto& f = *g_.reduction;
-    std::vector<int64_t> target;  // dims of S the frame's dims are
+    std::vector<int64_t> target;
     for (int64_t d = 0; d < static_cast<int64_t>(f.shape.size()); ++d)
       if (!squeezed || !std::count(f.dims.begin(), f.dims.end(), d)) target.push_back(d);
+    return target;
+  }
+
+  std::vector<int64_t> strides_over_shape(const TensorType& t, bool squeezed) const {
+    const auto& f = *g_.reduction;
+    const std::vector<int64_t> target = frame_dims(squeezed);
     std::vector<int64_t> st(f.shape.size(), 0);
     const int64_t off = static_cast<int64_t>(target.size()) - t.dim();
     FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than the reduction's frame", t.str());
@@ -421,7 +454,7 @@ class Builder {
     DType out_t = out->tensor_type().dtype;
     DType acc_t = compute_dtype(out_t);
     frame_ = false;
-    ExprRef x = arg_var(in, members, false);
+    ExprRef x = arg_var(in, members);
     KernelAccumulator a;
     a.kind = info->kind == "mean" || info->kind == "sum" ? AccKind::kSum
              : info->kind == "var"                      ? AccKind::kWelford
@@ -706,7 +739,7 @@ class Builder {
   const FusionGroup& g_;
   const Target& target_;
   KernelSpec spec_;
-  std::map<std::tuple<const Value*, bool, bool, int>, int> loads_;  // (value, channel, frame, piece) -> buffer
+  std::map<std::tuple<const Value*, int, bool, int>, int> loads_;  // (value, channel, frame, piece) -> buffer
   // Note [Cats of unequal items]: the piece of the node being emitted (-1: none), the piece each node
   // computes, the pieces (dims and ranges over the group's shape until layout()).
   int piece_ = -1;

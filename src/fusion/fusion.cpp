@@ -383,20 +383,25 @@ class GreedyFuser {
     const Node* n = nodes_[cand];
     const auto& shape = shapes_[gid];
     std::set<int> members(members_[gid].begin(), members_[gid].end());
-    // Per-channel arguments: the group's node reads cand's output through a channel map.
-    for (int m : members_[gid]) {
-      const Node* mn = nodes_[m];
-      if (!mn->op()) continue;
-      for (size_t a = 0; a < mn->args().size() && a < mn->op()->args.size(); ++a)
-        if (mn->op()->args[a].kind == ArgKind::kChannel && mn->args()[a].is_value() &&
-            mn->args()[a].value->producer() == n) {
-          *reason = "read as a per-channel argument of " + node_name(mn) + "; not fused into it";
-          return false;
-        }
-    }
     std::vector<int> merged = members_[gid];
     for (int m : unit(cand)) merged.push_back(m);
     std::sort(merged.begin(), merged.end());
+    // Per-channel arguments (batch_norm's) are read from memory through a channel map: their producer is
+    // never in the kernel of their reader (either way round).
+    for (int m : merged) {
+      const Node* mn = nodes_[m];
+      if (!mn->op()) continue;
+      for (size_t a = 0; a < mn->args().size() && a < mn->op()->args.size(); ++a) {
+        if (mn->op()->args[a].kind != ArgKind::kChannel || !mn->args()[a].is_value()) continue;
+        const Node* p = mn->args()[a].value->producer();
+        auto it = p ? index_.find(p) : index_.end();
+        if (it != index_.end() && std::binary_search(merged.begin(), merged.end(), it->second)) {
+          *reason = fmt::format("{} reads {} as a per-channel argument, from memory; not fused together",
+                                node_name(mn), node_name(p));
+          return false;
+        }
+      }
+    }
     // Note [Gathered loads]: a gather reads its table and its indices from memory.
     for (int m : merged)
       if (auto gf = gather_form(*nodes_[m]))
@@ -447,11 +452,6 @@ class GreedyFuser {
       return false;
     }
     if (forms_[gid] || is_reduction(n)) {
-      for (int m : merged)
-        if (has_channel_args(nodes_[m])) {
-          *reason = "per-channel (batch_norm) arguments are not fused with reductions";
-          return false;
-        }
       form = form_of(merged, reason);
       if (!form) return false;
       new_shape = form->shape;
@@ -580,13 +580,6 @@ class GreedyFuser {
       }
     }
     return true;
-  }
-
-  static bool has_channel_args(const Node* n) {
-    if (!n->op()) return false;
-    for (size_t a = 0; a < n->args().size() && a < n->op()->args.size(); ++a)
-      if (n->op()->args[a].kind == ArgKind::kChannel && n->args()[a].is_value()) return true;
-    return false;
   }
 
   // Values of `ms` read by other nodes or returned by the graph.

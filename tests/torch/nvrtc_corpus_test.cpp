@@ -135,6 +135,12 @@ TEST(NvrtcReductionPatterns, EachIsOneKernelThatCompilesWithoutSpills) {
       {"x", "    return torch.mean(x, -1), torch.var(x, -1)", {{4096, 1024}}},
       {"x", "    return torch.gelu(x).mean(-1)", {{4096, 1024}}},
       {"x", "    return torch.softmax(x, -1)", {{64, 32768}}},  // rows longer than the registers hold
+      // batch_norm's per-channel arguments inside a reduction kernel (an EfficientNet block's batch_norm,
+      // SiLU and squeeze-excitation mean).
+      {"x, w, b, mu, var",
+       "    h = torch.silu(torch.batch_norm(x, w, b, mu, var, False, 0.1, 1e-5, False))\n"
+       "    return h, h.mean([2, 3], keepdim=True)",
+       {{8, 96, 56, 56}, {96}, {96}, {96}, {96}}},
   };
   std::vector<std::shared_ptr<const ExecutablePlan>> plans;
   std::vector<KernelSpec> specs;

@@ -210,6 +210,63 @@ TEST(Reductions, NormalizationVariantsMatchEager) {
   }
 }
 
+// batch_norm (inference) with its per-channel arguments inside reduction kernels: an EfficientNet block's
+// batch_norm, SiLU and squeeze-excitation mean (one kernel writing both), a batch_norm after a squeezed
+// mean (its channels are the frame's dim 1), one whose channels are the reduced dim, and a batch_norm of a
+// lower rank than the group it joins by broadcasting (its channels are the group's last dim: this one
+// read its per-channel arguments along the group's dim 1 before, a wrong result). Each in NCHW and
+// channels-last, float32/64, float16 and bfloat16, against eager.
+// Per-channel arguments computed in the graph, by an elementwise op ([C] broadcasts to [N, C]) or by a
+// reduction: the fuser keeps each producer out of its batch_norm's kernel (the kernel reads them from
+// memory). The fuzzer's batch_norm draws found the second while batch_norm was first let into reduction
+// kernels: the kernel read the mean as an input no step had written ("Expected Tensor but got None").
+TEST(Reductions, PerChannelArgumentsMadeInTheGraphAreReadFromMemory) {
+  auto m = script("x, w, y",
+                  "    a = torch.batch_norm(x, torch.sin(w), None, w * 0.5, torch.exp(w), False, 0.1, 1e-5, False)\n"
+                  "    s = torch.sin(y)\n"
+                  "    v = s.mean([0])\n"
+                  "    return a, torch.batch_norm(s, v, v, v, v.abs(), False, 0.1, 1e-5, False)");
+  for (at::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    at::manual_seed(3);
+    std::vector<c10::IValue> in{at::randn({2, 6}).to(t), at::randn({6}).to(t), at::randn({4, 5}).to(t)};
+    const std::string what = std::string("per-channel arguments made in the graph ") + c10::toString(t);
+    auto r = run_and_compare(m, in, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    EXPECT_NE(r.plan->explain().find("as a per-channel argument, from memory"), std::string::npos) << r.plan->explain();
+  }
+}
+
+TEST(Reductions, BatchNormJoinsReductionKernelsAndMatchesEager) {
+  const std::string bn = "w, b, mu, var, False, 0.1, 1e-5, False)";
+  auto block = script("x, w, b, mu, var, y, z",
+                      "    h = torch.silu(torch.batch_norm(x, " + bn + ")\n"
+                      "    return h, h.mean([2, 3], keepdim=True)");
+  auto others = script("x, w, b, mu, var, y, z",
+                       "    p = torch.batch_norm(x.mean([2, 3]), " + bn + " * 2.0\n"
+                       "    c = torch.batch_norm(x, " + bn + ".sum(1)\n"
+                       "    q = torch.batch_norm(y, " + bn + " + z\n"
+                       "    return p, c, q");
+  for (auto* m : {&block, &others}) {
+    for (at::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+      for (bool cl : {false, true}) {
+        at::manual_seed(11);
+        at::Tensor x = at::randn({2, 6, 5, 7});
+        if (cl) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+        std::vector<c10::IValue> in{x.to(t), (at::rand({6}) + 0.5).to(t), at::randn({6}).to(t), at::randn({6}).to(t),
+                                    (at::rand({6}) + 0.5).to(t), at::randn({3, 6}).to(t), at::randn({4, 3, 6}).to(t)};
+        const std::string what = std::string(m == &block ? "block " : "others ") + c10::toString(t) +
+                                 (cl ? " channels-last" : "");
+        auto r = run_and_compare(*m, in, what);
+        ASSERT_NE(r.plan, nullptr) << what;
+        const std::string ex = r.plan->explain();
+        EXPECT_EQ(r.plan->aten_ops.count("aten::batch_norm"), 0u) << what << "\n" << ex;
+        if (m == &block) EXPECT_EQ(r.plan->kernels.size(), 1u) << what << "\n" << ex;
+        else EXPECT_EQ(r.plan->kernels.size(), 3u) << what << "\n" << ex;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing
 
