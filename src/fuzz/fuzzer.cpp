@@ -689,7 +689,7 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
 }
 
 // The ops the generator draws from: the table's elementwise ops, except those with per-channel arguments
-// (batch_norm's need shapes of their own).
+// (batch_norm's need values of their channel count: make_batch_norm).
 const std::vector<const OpInfo*>& fuzz_ops() {
   static const std::vector<const OpInfo*> ops = [] {
     std::vector<const OpInfo*> v;
@@ -839,6 +839,42 @@ std::optional<OpSpec> make_gather(Rng& r, const std::vector<at::Tensor>& vals) {
   }
   s.schema = "aten::embedding";
   s.args = {value_arg(t), value_arg(i), lit_arg(int64_t{-1}), lit_arg(false), lit_arg(false)};
+  return s;
+}
+
+// batch_norm in inference mode (GenOptions::batch_norms): a float value x of rank >= 2 and 1-d values of
+// x's channel count (dim 1) and dtype as its weight, bias (each at times None), running mean and running
+// variance (one with no negative element where there is one). Without such values, one for a later draw:
+// the mean of x over every dim but 1.
+std::optional<OpSpec> make_batch_norm(Rng& r, const std::vector<at::Tensor>& vals) {
+  int x = pick_value(r, vals, [](const at::Tensor& t) {
+    return t.dim() >= 2 && at::isFloatingType(t.scalar_type()) && t.size(1) > 0;
+  });
+  if (x < 0) return std::nullopt;
+  const at::Tensor& xv = vals[static_cast<size_t>(x)];
+  std::vector<int> per_channel, variances;
+  for (int v = 0; v < static_cast<int>(vals.size()); ++v) {
+    const at::Tensor& t = vals[static_cast<size_t>(v)];
+    if (t.dim() != 1 || t.size(0) != xv.size(1) || t.scalar_type() != xv.scalar_type()) continue;
+    per_channel.push_back(v);
+    if (!t.isnan().any().item<bool>() && t.min().item<double>() >= 0) variances.push_back(v);
+  }
+  OpSpec s;
+  if (per_channel.empty()) {
+    std::vector<int64_t> dims;
+    for (int64_t d = 0; d < xv.dim(); ++d)
+      if (d != 1) dims.push_back(d);
+    s.schema = "aten::mean.dim";
+    s.args = {value_arg(x), lit_arg(dims), lit_arg(false), lit_arg(None{})};
+    return s;
+  }
+  // (Without a value free of negative elements, any: eager's result is NaN in those channels, and so
+  // must ours be.)
+  if (variances.empty()) variances = per_channel;
+  auto optional = [&](double p) { return chance(r, p) ? lit_arg(None{}) : value_arg(pick(r, per_channel)); };
+  s.schema = "aten::batch_norm";
+  s.args = {value_arg(x), optional(0.2), optional(0.2), value_arg(pick(r, per_channel)), value_arg(pick(r, variances)),
+            lit_arg(false), lit_arg(0.1), lit_arg(1e-5), lit_arg(false)};
   return s;
 }
 
@@ -1025,20 +1061,21 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
     for (int k = 0; k < n_ops; ++k) {
       for (int tries = 0; tries < 30; ++tries) {
         OpSpec spec;
-        const bool wide = gen.reductions + gen.views + gen.random_ops + gen.cats + gen.gathers > 0;
+        const bool wide = gen.reductions + gen.views + gen.random_ops + gen.cats + gen.gathers + gen.batch_norms > 0;
         const double u = wide ? std::uniform_real_distribution<double>(0, 1)(r) : 1.0;
         // No random ops with an in-place op: such recipes run through TorchScript, whose interpreter
         // drops unused random ops (eager's op-by-op replay draws them).
         const double p_red = gen.reductions, p_view = p_red + gen.views,
                      p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops), p_cat = p_rand + gen.cats,
-                     p_gather = p_cat + gen.gathers;
-        if ((k == inplace_at && tries < 10) || u < p_gather) {
+                     p_gather = p_cat + gen.gathers, p_bn = p_gather + gen.batch_norms;
+        if ((k == inplace_at && tries < 10) || u < p_bn) {
           std::optional<OpSpec> sp = k == inplace_at && tries < 10 ? make_inplace(r, vals, uniform(r, 0, n_in - 1))
                                      : u < p_red                   ? make_reduction(r, vals)
                                      : u < p_view                  ? make_view(r, vals)
                                      : u < p_rand                  ? make_random(r, vals)
                                      : u < p_cat                   ? make_cat(r, vals)
-                                                                   : make_gather(r, vals);
+                                     : u < p_gather                ? make_gather(r, vals)
+                                                                   : make_batch_norm(r, vals);
           if (!sp) continue;
           spec = std::move(*sp);
         } else {

@@ -68,8 +68,11 @@ struct GenOptions {
   // embedding of a 2-d value's rows by an integer value (Note [Gathered loads]); where no integer value
   // lies within the rows, the remainder of one by the row count, for a later draw.
   double gathers = 0.04;
+  // batch_norm in inference over a float value of rank >= 2, its per-channel arguments 1-d values of its
+  // channel count; without them, a [C] mean of the value, for a later draw.
+  double batch_norms = 0.04;
   // Elementwise ops only (the generator of campaigns 1-4).
-  static GenOptions elementwise_only() { return {0, 0, 0, 0, 0, 0}; }
+  static GenOptions elementwise_only() { return {0, 0, 0, 0, 0, 0, 0}; }
 };
 
 // A random recipe of 2 to 16 ops.

@@ -44,7 +44,7 @@ TEST(Fuzz, ReproIsATorchScriptModelThatReplaysEagerly) {
   EXPECT_FALSE(res.plan->kernels.empty());
 }
 
-// The wider generator: reductions, views, random ops, in-place ops and embeddings each appear, and a batch of such
+// The wider generator: reductions, views, random ops, in-place ops, embeddings and batch_norms each appear, and a batch of such
 // graphs (random-op recipes alone and seeded, in-place recipes through capture) matches eager.
 TEST(Fuzz, WiderGraphsPass) {
   fuzz::GenOptions gen;
@@ -54,6 +54,7 @@ TEST(Fuzz, WiderGraphsPass) {
   gen.inplace = 0.4;
   gen.cats = 0.15;
   gen.gathers = 0.25;
+  gen.batch_norms = 0.25;
   std::vector<fuzz::Recipe> batch;
   std::set<std::string> schemas;
   int random = 0, inplace = 0, ragged = 0;
@@ -68,7 +69,7 @@ TEST(Fuzz, WiderGraphsPass) {
   EXPECT_GT(inplace, 0);
   EXPECT_GT(ragged, 0) << "no cat of unequal items generated";
   for (const char* s : {"aten::sum.dim_IntList", "aten::softmax.int", "aten::layer_norm", "aten::permute", "aten::expand",
-                        "aten::cat", "aten::stack", "aten::embedding", "aten::gather"})
+                        "aten::cat", "aten::stack", "aten::embedding", "aten::gather", "aten::batch_norm"})
     EXPECT_TRUE(schemas.count(s)) << s << " never generated";
   auto results = fuzz::check_batch(batch);
   for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;
