@@ -176,7 +176,7 @@ class Builder {
     const int index = static_cast<int>(inputs_.size());
     if (g_.reduction) {
       if (channel >= 0) {
-        b.strides = strides_over_shape(TensorType{}, frame_);
+        b.strides.assign(g_.reduction->shape.size(), 0);
         if (t.sizes[0] != 1) b.strides[static_cast<size_t>(channel)] = t.strides[0];
       } else {
         b.strides = strides_over_shape(t, frame_);
@@ -403,8 +403,6 @@ class Builder {
 
   // ---- Reduction groups (Note [Reduction kernels]) ----
 
-  // Strides of `t` over the reduced shape S: right-aligned against S (or, in the squeezed frame, against
-  // the kept dims of S); size-1 dims have stride 0.
   // The dim of the group's shape (of the reduction's shape S, in a reduction group) along which the
   // channels of `n` (dim 1 of its result: batch_norm's) run: its result's dims are the last ones of the
   // group's shape, or of the frame it is emitted in (numpy broadcasting, right-aligned).
@@ -433,6 +431,8 @@ class Builder {
     return target;
   }
 
+  // Strides of `t` over the reduced shape S: right-aligned against S (or, in the squeezed frame, against
+  // the kept dims of S); size-1 dims have stride 0.
   std::vector<int64_t> strides_over_shape(const TensorType& t, bool squeezed) const {
     const auto& f = *g_.reduction;
     const std::vector<int64_t> target = frame_dims(squeezed);
