@@ -302,6 +302,26 @@ class Builder {
     var_[out] = name;
   }
 
+  // Note [batch_norm's formulas]
+  // Eager computes inference batch_norm (x, weight, bias, mean, var, ..., eps) by one of two formulas,
+  // chosen per device and, on the CPU, by layout (Target::batch_norm_form): x * alpha + beta, alpha =
+  // w / sqrt(var + eps) and beta = b - mean * alpha (the CPU's kernel for contiguous operands), or
+  // ((x - mean) * invstd) * w + b (every other case). They agree up to rounding on ordinary values and
+  // not elsewhere: with w = b = -inf and mean > 0, beta is NaN where the second gives -inf, and where
+  // x * alpha cancels against beta the first loses what the second keeps. So the kernel follows eager's
+  // choice for the node's own operands. A missing weight or bias is 1 or 0, as in eager.
+  ExprRef batch_norm(const Node& n, const std::vector<ExprRef>& t, ExprRef eps, DType ct) {
+    ExprRef w = t[1] ? t[1] : Expr::lit(int64_t{1}, ct);
+    ExprRef b = t[2] ? t[2] : Expr::lit(int64_t{0}, ct);
+    const BatchNormForm form = target_.batch_norm_form(n);
+    if (form == BatchNormForm::kScaleShift) return Expr::call("fj_batch_norm", {t[0], w, b, t[3], t[4], eps});
+    ExprRef one = Expr::lit(int64_t{1}, ct);
+    ExprRef invstd = Expr::call("fj_reciprocal", {Expr::call("fj_sqrt", {Expr::call("fj_add", {t[4], eps, one})})});
+    ExprRef centered = Expr::call("fj_sub", {t[0], t[3], one});
+    ExprRef scaled = Expr::call("fj_mul", {Expr::call("fj_mul", {centered, invstd}), w});
+    return Expr::call("fj_add", {scaled, b, one});
+  }
+
   void emit_node(const Node& n, const std::set<const Node*>& members) {
     if (n.op()->category == OpCategory::kGather) return emit_gather(n);
     const OpInfo& op = *n.op();
@@ -382,10 +402,7 @@ class Builder {
     } else if (fn == "cast") {
       e = Expr::cast(ct, raw[0]);
     } else if (fn == "batch_norm") {
-      // (x, weight, bias, mean, var, ..., eps): y = x * alpha + beta as ATen computes it.
-      ExprRef w = tensors[1] ? tensors[1] : Expr::lit(int64_t{1}, ct);
-      ExprRef b = tensors[2] ? tensors[2] : Expr::lit(int64_t{0}, ct);
-      e = Expr::call("fj_batch_norm", {tensors[0], w, b, tensors[3], tensors[4], L(0)});
+      e = batch_norm(n, tensors, L(0), ct);
     } else {
       std::vector<ExprRef> args = tensors;
       for (size_t k = 0; k < lits.size(); ++k) args.push_back(L(k));

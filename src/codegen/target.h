@@ -29,6 +29,10 @@
 
 namespace fusion_jit {
 
+// batch_norm in inference: x * alpha + beta (alpha = w / sqrt(var + eps), beta = b - mean * alpha), or
+// ((x - mean) * invstd) * w + b.
+enum class BatchNormForm { kScaleShift, kNormalize };
+
 struct KernelSpec;
 
 // Calls fn(begin, end) over [0, n) in chunks of at least `grain`.
@@ -90,6 +94,9 @@ class Target {
   virtual std::string math_fn(const std::string& fn, DType out) const = 0;
   // Whether pow with a literal exponent of 0.5 or -0.5 becomes sqrt / rsqrt for a result of dtype `out`.
   virtual bool pow_uses_sqrt(DType out) const = 0;
+  // Which formula this device's eager uses for inference batch_norm node `n` (Note [batch_norm's
+  // formulas], kernel_spec.cpp): they differ by rounding, by cancellation and by where NaN comes out.
+  virtual BatchNormForm batch_norm_form(const Node& n) const = 0;
   // How a floating sum accumulating in `acc` (float32 or float64) adds up; `non_negative`: its terms
   // cannot be negative (they cannot cancel).
   virtual AccKind float_sum(DType acc, bool non_negative) const = 0;

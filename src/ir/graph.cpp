@@ -39,6 +39,23 @@ std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sz) {
   return {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
 }
 
+bool contiguous_in_some_format(const TensorType& t) {
+  // Dims from the fastest-varying: the innermost first, or the channel dim (1) first.
+  auto dense = [&](const std::vector<int64_t>& order) {
+    int64_t expected = 1;
+    for (int64_t d : order) {
+      if (t.sizes[d] == 1) continue;
+      if (t.strides[d] != expected) return false;
+      expected *= t.sizes[d];
+    }
+    return true;
+  };
+  if (t.is_contiguous()) return true;
+  if (t.dim() == 4) return dense({1, 3, 2, 0});
+  if (t.dim() == 5) return dense({1, 4, 3, 2, 0});
+  return false;
+}
+
 bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
   if (from.size() > to.size()) return false;
   for (size_t i = 0; i < from.size(); ++i) {

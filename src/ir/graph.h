@@ -59,6 +59,9 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
 // Whether `t` has `strides`, but for those of its size-1 dims, which no index reads.
 bool same_strides(const TensorType& t, const std::vector<int64_t>& strides);
+// Whether `t` is laid out densely in one of eager's memory formats: contiguous, channels-last (4-d) or
+// channels-last-3d (5-d), size-1 dims ignored (at::Tensor::is_contiguous for some MemoryFormat).
+bool contiguous_in_some_format(const TensorType& t);
 // Whether sizes `from` broadcast to `to` (numpy's rule: right-aligned, each dim 1 or equal).
 bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
 

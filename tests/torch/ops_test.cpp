@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -122,6 +123,44 @@ TEST(BatchNorm, InferenceIsFusedAndMatchesEager) {
   // channels-last input
   at::Tensor x = at::randn({2, 3, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);
   run_and_compare(m, {x, at::randn({3}), at::randn({3}), at::randn({3}), at::rand({3}) + 0.5}, "batch_norm NHWC");
+}
+
+// Note [batch_norm's formulas]: eager's CPU batch_norm computes x * alpha + beta for operands contiguous in
+// some memory format and ((x - mean) * invstd) * w + b otherwise (an expanded, permuted or sliced input, a
+// strided weight). Channel 0 tells the two apart: with w = b = -inf and mean 0.5, beta is NaN (first
+// formula) where the second gives -inf (relu: 0).
+TEST(BatchNorm, FollowsEagersFormulaForEachLayout) {
+  const double inf = std::numeric_limits<double>::infinity();
+  auto stats = [](std::vector<double> v, at::ScalarType t) { return at::tensor(v, at::kDouble).to(t); };
+  struct Case {
+    const char* name;
+    const char* body;
+    bool expanded_input, strided_weight;
+  };
+  const Case cases[] = {
+      {"contiguous", "    return torch.relu(torch.batch_norm(x, w, b, mean, var, False, 0.1, 1e-5, False))", false, false},
+      {"expanded input", "    return torch.relu(torch.batch_norm(x, w, b, mean, var, False, 0.1, 1e-5, False))", true, false},
+      {"strided weight", "    return torch.relu(torch.batch_norm(x, w, b, mean, var, False, 0.1, 1e-5, False))", false, true},
+      {"permuted intermediate",
+       "    y = (x.transpose(2, 3) * 1.0).transpose(2, 3)\n"
+       "    return torch.relu(torch.batch_norm(y.transpose(2, 3), w, b, mean, var, False, 0.1, 1e-5, False))",
+       false, false},
+      {"sliced", "    return torch.relu(torch.batch_norm(x[:, :, :, ::2], w, b, mean, var, False, 0.1, 1e-5, False))", false,
+       false},
+  };
+  for (const Case& c : cases)
+    for (at::ScalarType t : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      auto m = script("x, w, b, mean, var", c.body);
+      at::Tensor x = at::full({2, 3, 4, 6}, 2.0, t);
+      if (c.expanded_input) x = at::full({1, 3, 4, 1}, 2.0, t).expand({2, 3, 4, 6});
+      at::Tensor w = stats({-inf, 1, 0.75}, t), b = stats({-inf, 0.5, 0.25}, t);
+      if (c.strided_weight) w = at::stack({w, w}, 1).select(1, 0);
+      std::vector<c10::IValue> in{x, w, b, stats({0.5, 1, -1}, t), stats({1, 3, 2}, t)};
+      std::string what = fmt::format("{} {}", c.name, c10::toString(t));
+      auto r = run_and_compare(m, in, what);
+      ASSERT_NE(r.plan, nullptr) << what;
+      EXPECT_EQ(r.plan->explain().find("aten: aten::batch_norm"), std::string::npos) << what << "\n" << r.plan->explain();
+    }
 }
 
 // Note [Gathered loads]: embedding is read inside the kernel of its consumers, as eager computes it, in

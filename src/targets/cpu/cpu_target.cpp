@@ -105,6 +105,18 @@ class CpuTarget final : public Target {
   // sqrt(-inf) NaN in float32 and bfloat16).
   bool pow_uses_sqrt(DType out) const override { return out != DType::kFloat16; }
 
+  // Eager's CPU batch_norm (Normalization.cpp) takes its scale-and-shift kernel when the input is
+  // contiguous in some memory format and weight, bias and statistics are contiguous; otherwise its
+  // TensorIterator loop. (That loop computes in the statistics' dtype: float16/bfloat16 statistics round
+  // every step, where the kernel computes in float, as accurate or more: the tolerance rule's float64
+  // reference judges the difference.)
+  BatchNormForm batch_norm_form(const Node& n) const override {
+    bool contiguous = contiguous_in_some_format(n.args().at(0).value->tensor_type());
+    for (size_t i = 1; i < 5 && i < n.args().size(); ++i)
+      if (n.args()[i].is_value()) contiguous = contiguous && n.args()[i].value->tensor_type().is_contiguous();
+    return contiguous ? BatchNormForm::kScaleShift : BatchNormForm::kNormalize;
+  }
+
   // float32 sums add up in double, as exact as eager's cascade sum or more, except sums of terms that
   // cannot cancel (softmax's exps, rms_norm's squares): float lanes keep those accurate and cost less.
   AccKind float_sum(DType acc, bool non_negative) const override {

@@ -69,6 +69,9 @@ class CudaTarget final : public Target {
   }
   std::string math_fn(const std::string& fn, DType) const override { return fn; }
   bool pow_uses_sqrt(DType) const override { return true; }
+  // Eager's CUDA batch_norm normalizes in float for every layout (Normalization.cuh,
+  // batch_norm_elementwise); its contiguous kernel multiplies by w before invstd (rounding only).
+  BatchNormForm batch_norm_form(const Node&) const override { return BatchNormForm::kNormalize; }
   AccKind float_sum(DType, bool) const override { return AccKind::kKahanSum; }
   // In registers: only rows a thread holds whole, two values at most.
   bool may_keep_between_passes(const KernelSpec& k, DType, size_t kept, int64_t*) const override {
