@@ -158,7 +158,8 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 // times, per element, how much the cancellations on its way amplified its operands' ulps
 // (amplifications(): |largest operand| / |result|, under 1000x by the rule above).
 // A sum-like op's cancellation is judged against its summands, not its raw operands: a and alpha * b
-// (add, sub; b and alpha * a for rsub), s and v * a * b (addcmul) or v * a / b (addcdiv). Campaign
+// (add, sub; b and alpha * a for rsub), s and v * a * b (addcmul) or v * a / b (addcdiv), x * alpha,
+// mean * alpha and b (batch_norm, whichever of its formulas eager takes). Campaign
 // 424242's graph exp -> rsub(0.5, alpha=7) -> log2 lost 1200x in 0.5 - 7 exp(x) while exp(x) alone
 // looked 170x; eager's FMA for a + alpha * b is now the kernels' too (common_prelude.inc).
 // An op that breaks its precondition is not added (generation) or makes the recipe invalid (shrinking).
@@ -192,6 +193,10 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
 //    gather of its elements along dim 0 by such a 2-d value no wider than it: exact,
 //    the table's flags passed on. Where no integer value fits, the draw is the remainder of an integer
 //    value by the row count (an integer division by a literal, fused), which a later draw may take.
+//  - batch_norm in inference over a float value of rank >= 2, its weight and bias (each at times None) and
+//    running statistics 1-d values of its channel count (the variance one without negative elements
+//    where there is one): inexact, its cancellation of inexact operands judged against its summands
+//    (above); eager's formula depends on the operands' layout (Note [batch_norm's formulas]).
 //  - Random ops (rand_like, randn_like, bernoulli, dropout with train=True): a recipe with one is
 //    checked alone; the torch generator is seeded with draw_seed(recipe seed) before generation, before
 //    the eager replay and before the fused run, and its random nodes are marked as having side effects
@@ -230,8 +235,11 @@ double class_eps(int c) { return c == 1 ? 0x1p-52 : c == 3 ? 0x1p-7 : 0x1p-23; }
 
 // The magnitudes of the two summands of a sum-like op, in float64, from its arguments (tensors or
 // scalars): a and alpha * b for add and sub, b and alpha * a for rsub, s and v * a * b (v * a / b) for
-// addcmul (addcdiv), a and b for lerp. Empty for other ops. A cancellation is judged against these, not
-// against the raw operands: in 0.5 - 7 * exp(x) the summand is 7 * exp(x), not exp(x).
+// addcmul (addcdiv), a and b for lerp, x * alpha, mean * alpha and b for batch_norm. Empty for other
+// ops. A cancellation is judged against these, not against the raw operands: in 0.5 - 7 * exp(x) the
+// summand is 7 * exp(x), not exp(x).
+std::vector<at::Tensor> summands(const std::string& fn, const std::vector<c10::IValue>& args);
+
 // The device of the first defined tensor among `args`, else the CPU.
 at::Device device_of(const std::vector<c10::IValue>& args) {
   for (const auto& v : args)
@@ -257,6 +265,19 @@ std::vector<at::Tensor> summands(const std::string& fn, const std::vector<c10::I
   if (fn == "addcmul") return {d(0, 0).abs(), (d(3, 1) * d(1, 0) * d(2, 1)).abs()};
   if (fn == "addcdiv") return {d(0, 0).abs(), (d(3, 1) * d(1, 0) / d(2, 1)).abs()};
   if (fn == "lerp") return {d(0, 0).abs(), d(1, 0).abs()};
+  if (fn == "batch_norm") {
+    // x * alpha + (b - mean * alpha), alpha = w / sqrt(var + eps), or ((x - mean) * invstd) * w + b
+    // (Note [batch_norm's formulas]): x * alpha, mean * alpha and b; per-channel terms along dim 1.
+    at::Tensor x = d(0, 0);
+    auto channel = [&](size_t i, double dflt) {
+      at::Tensor t = d(i, dflt);
+      std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+      if (t.dim() == 1 && x.dim() >= 2) shape[1] = t.size(0);
+      return t.dim() == 1 ? t.reshape(shape) : t;
+    };
+    at::Tensor alpha = channel(1, 1) * (channel(4, 1) + d(7, 1e-5)).rsqrt();
+    return {(x * alpha).abs(), (channel(3, 0) * alpha).abs(), channel(2, 0).abs()};
+  }
   return {};
 }
 
@@ -844,12 +865,18 @@ std::optional<OpSpec> make_gather(Rng& r, const std::vector<at::Tensor>& vals) {
 
 // batch_norm in inference mode (GenOptions::batch_norms): a float value x of rank >= 2 and 1-d values of
 // x's channel count (dim 1) and dtype as its weight, bias (each at times None), running mean and running
-// variance (one with no negative element where there is one). Without such values, one for a later draw:
-// the mean of x over every dim but 1.
+// variance (one with no negative element where there is one), x mostly one that has such values. Without
+// them, one for a later draw: the mean of x over every dim but 1.
 std::optional<OpSpec> make_batch_norm(Rng& r, const std::vector<at::Tensor>& vals) {
-  int x = pick_value(r, vals, [](const at::Tensor& t) {
-    return t.dim() >= 2 && at::isFloatingType(t.scalar_type()) && t.size(1) > 0;
-  });
+  auto is_input = [](const at::Tensor& t) { return t.dim() >= 2 && at::isFloatingType(t.scalar_type()) && t.size(1) > 0; };
+  auto has_channels = [&](const at::Tensor& t) {
+    for (const at::Tensor& c : vals)
+      if (c.dim() == 1 && c.size(0) == t.size(1) && c.scalar_type() == t.scalar_type()) return true;
+    return false;
+  };
+  // Mostly a value whose per-channel arguments exist (an earlier draw's mean, often).
+  int x = chance(r, 0.75) ? pick_value(r, vals, [&](const at::Tensor& t) { return is_input(t) && has_channels(t); }) : -1;
+  if (x < 0) x = pick_value(r, vals, is_input);
   if (x < 0) return std::nullopt;
   const at::Tensor& xv = vals[static_cast<size_t>(x)];
   std::vector<int> per_channel, variances;
@@ -1190,10 +1217,10 @@ at::Tensor condition_number(const std::string& fn, const at::Tensor& x) {
 }
 
 // Per element of each value of a replay, how much the cancellations on its way amplified the ulps by
-// which two correct libraries' operands may differ: a sum (add, sub, rsub, addcmul, addcdiv, lerp) with
-// an inexact operand multiplies it by |its largest operand| / |its result|, gelu by 1 / (1 + erf(x /
-// sqrt 2)), a transcendental function by its condition number (condition_number); other ops pass on the
-// largest amplification of their float operands. Undefined: 1.
+// which two correct libraries' operands may differ: a sum (add, sub, rsub, addcmul, addcdiv, lerp,
+// batch_norm) with an inexact operand multiplies it by |its largest summand| / |its result|, gelu by
+// 1 / (1 + erf(x / sqrt 2)), a transcendental function by its condition number (condition_number);
+// other ops pass on the largest amplification of their float operands. Undefined: 1.
 // See Note [The fuzzer's oracle and ill-conditioned cases].
 std::vector<at::Tensor> amplifications(const Recipe& r, const Replay& rp) {
   std::vector<at::Tensor> amp(rp.values.size());
@@ -1258,7 +1285,7 @@ std::vector<at::Tensor> amplifications(const Recipe& r, const Replay& rp) {
       a = 1.0 + kappa * (a.defined() ? a : at::ones_like(kappa));
     }
     at::Tensor local;
-    if (inexact_arg && in_set(fn, {"add", "sub", "rsub", "addcmul", "addcdiv", "lerp"})) {
+    if (inexact_arg && in_set(fn, {"add", "sub", "rsub", "addcmul", "addcdiv", "lerp", "batch_norm"})) {
       std::vector<c10::IValue> args;
       for (const auto& arg : r.ops[j].args)
         args.push_back(arg.value >= 0 ? c10::IValue(rp.values.at(static_cast<size_t>(arg.value))) : literal_to_ivalue(arg.literal));

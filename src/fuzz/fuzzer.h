@@ -69,10 +69,8 @@ struct GenOptions {
   // lies within the rows, the remainder of one by the row count, for a later draw.
   double gathers = 0.04;
   // batch_norm in inference over a float value of rank >= 2, its per-channel arguments 1-d values of its
-  // channel count; without them, a [C] mean of the value, for a later draw. Off by default: the oracle
-  // has no numerical model of batch_norm yet (x * alpha + beta cancels on large or infinite operands,
-  // two findings of the default campaign there are open); Fuzz.WiderGraphsPass draws it.
-  double batch_norms = 0.0;
+  // channel count; without them, a [C] mean of the value, for a later draw.
+  double batch_norms = 0.04;
   // Elementwise ops only (the generator of campaigns 1-4).
   static GenOptions elementwise_only() { return {0, 0, 0, 0, 0, 0, 0}; }
 };
