@@ -21,7 +21,7 @@ bool is_compute_schema(const std::string& s) {
       "aten::addmm", "aten::_addmm_activation", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
       "aten::matmul", "aten::scaled_dot_product_attention", "aten::_scaled_dot_product",
       "aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::_native_multi_head_attention"};
-  if (starts_with(s, "mkldnn::")) return true;
+  if (starts_with(s, "mkldnn::") || starts_with(s, "mkl::")) return true;  // oneDNN, MKL's packed GEMM
   for (const char* c : kCompute)
     if (starts_with(s, c)) return true;
   return false;

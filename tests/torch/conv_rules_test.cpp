@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "runtime/profile.h"
 #include "support/options.h"
 #include "test_util.h"
 
@@ -325,6 +326,10 @@ TEST(LinearRules, MklPackedLinearMatchesEager) {
     ASSERT_NE(r.plan, nullptr) << body;
     EXPECT_EQ(r.plan->aten_ops.count("mkl::_mkl_linear"), 1u) << body << r.plan->explain();
   }
+  // fusion_jit.profile() counts it as ATen compute, as the linears it replaces.
+  EXPECT_TRUE(is_compute_schema("mkl::_mkl_linear"));
+  EXPECT_TRUE(is_compute_schema("mkldnn::_linear_pointwise"));
+  EXPECT_FALSE(is_compute_schema("aten::view"));
 }
 
 // BatchNorm1d after a frozen linear with a 2-d result folds into it (fold.linear_bn), then takes the relu
