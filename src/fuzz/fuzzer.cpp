@@ -233,13 +233,6 @@ int precision_class(at::ScalarType t) {
 }
 double class_eps(int c) { return c == 1 ? 0x1p-52 : c == 3 ? 0x1p-7 : 0x1p-23; }
 
-// The magnitudes of the two summands of a sum-like op, in float64, from its arguments (tensors or
-// scalars): a and alpha * b for add and sub, b and alpha * a for rsub, s and v * a * b (v * a / b) for
-// addcmul (addcdiv), a and b for lerp, x * alpha, mean * alpha and b for batch_norm. Empty for other
-// ops. A cancellation is judged against these, not against the raw operands: in 0.5 - 7 * exp(x) the
-// summand is 7 * exp(x), not exp(x).
-std::vector<at::Tensor> summands(const std::string& fn, const std::vector<c10::IValue>& args);
-
 // The device of the first defined tensor among `args`, else the CPU.
 at::Device device_of(const std::vector<c10::IValue>& args) {
   for (const auto& v : args)
@@ -255,6 +248,11 @@ at::Tensor double_arg(const c10::IValue& v, at::Device device) {
                       : at::scalar_tensor(v.toScalar().toDouble(), at::TensorOptions().dtype(at::kDouble).device(device));
 }
 
+// The magnitudes of the two summands of a sum-like op, in float64, from its arguments (tensors or
+// scalars): a and alpha * b for add and sub, b and alpha * a for rsub, s and v * a * b (v * a / b) for
+// addcmul (addcdiv), a and b for lerp, x * alpha, mean * alpha and b for batch_norm. Empty for other
+// ops. A cancellation is judged against these, not against the raw operands: in 0.5 - 7 * exp(x) the
+// summand is 7 * exp(x), not exp(x).
 std::vector<at::Tensor> summands(const std::string& fn, const std::vector<c10::IValue>& args) {
   const at::Device device = device_of(args);
   auto d = [&](size_t i, double dflt) {
