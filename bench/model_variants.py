@@ -1,10 +1,13 @@
 """One model of tests/python/models.py through fusion_jit in this process, eager measured beside it:
 
     FUSION_JIT_DISABLE=channels_last ./run python bench/model_variants.py resnet18 [--size 224] [--iters 20]
-        [--no-freezing]
+        [--no-freezing] [--inductor]
 
 prints one JSON line: eager and fusion_jit medians (ms, over `iters` calls each, timed in alternating rounds
-by bench/models.py's interleaved_ms), kernels and ATen steps per call. Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
+by bench/models.py's interleaved_many), kernels and ATen steps per call. With --inductor, Inductor in the
+same setting (torch._inductor.config.freezing as fusion_jit's freezing) is compiled in this process too and
+timed in the same rounds, so that fusion_jit / Inductor is taken under one machine state (the suite times
+each compiler in its own processes). Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
 run it once per variant, alternating, and compare the ratios eager / fusion_jit.
 """
 
@@ -33,22 +36,32 @@ def main():
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-freezing", action="store_true")
+    p.add_argument("--inductor", action="store_true", help="also time Inductor in the same rounds")
     a = p.parse_args()
     import torch
     import fusion_jit
     from models import MODELS, make
-    interleaved_ms = _bench_models().interleaved_ms
+    interleaved_many = _bench_models().interleaved_many
     if a.model not in MODELS:
         sys.exit(f"unknown model {a.model!r} (known: {', '.join(MODELS)})")
     model, args = make(a.model, size=a.size)
     model.eval()
     compiled = fusion_jit.compile(model, freezing=not a.no_freezing)
+    fns = [lambda: model(*args), lambda: compiled(*args)]
+    if a.inductor:
+        torch._inductor.config.freezing = not a.no_freezing
+        inductor = torch.compile(model)
+        fns.append(lambda: inductor(*args))
     with torch.no_grad():
-        compiled(*args)
-        eager_ms, compiled_ms, _ = interleaved_ms(lambda: model(*args), lambda: compiled(*args), a.iters)
+        for fn in fns:
+            fn()
+        medians, _ = interleaved_many(fns, a.iters)
     s = fusion_jit.stats()
-    print(json.dumps({"model": a.model, "eager_ms": eager_ms, "fusion_jit_ms": compiled_ms,
-                      "kernels": s["kernels"], "aten_steps": s["fallback_ops"]}))
+    row = {"model": a.model, "eager_ms": medians[0], "fusion_jit_ms": medians[1]}
+    if a.inductor:
+        row["inductor_ms"] = medians[2]
+        row["fusion_jit_over_inductor"] = medians[1] / medians[2]
+    print(json.dumps({**row, "kernels": s["kernels"], "aten_steps": s["fallback_ops"]}))
 
 
 if __name__ == "__main__":

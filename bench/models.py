@@ -4,15 +4,16 @@ in one run.
 
     ./run python bench/models.py [--models a,b] [--iters N] [--json FILE]
 
-For each model and compiler, two fresh processes share a cache directory made for this run: the first
-starts cold (empty caches) and measures the first call (cold compile: Dynamo, AOT autograd and the
-backend), then the median time per iteration of the compiled model and of eager in the same process,
-timed in alternating rounds (so that the machine's drift falls on both; eager's spread across rounds is
-in the JSON as eager_spread); the second measures the first call again with the caches warm (warm compile). fusion_jit also reports the
-share of the graph's ops that run inside its kernels and the kernels per iteration. Speedups are taken
-against eager measured in the same process. Bars (issues 7 and 15): cold compile at most 0.2x
-Inductor's; geomean speedup over eager at least 1.1x and at least Inductor's in the same setting; no
-model slower than eager.
+For each model and setting, each compiler gets two fresh processes that share a cache directory made for
+this run: the first starts cold (empty caches) and measures the first call (cold compile: Dynamo, AOT
+autograd and the backend), the second measures the first call again with the caches warm (warm compile).
+A third process compiles both from their warm caches and times eager, Inductor and fusion_jit in rotating
+rounds (30 calls each by default, in 5 rounds), so that every speedup is taken against the eager of the
+same process under one machine state (eager's spread across rounds, slowest round's median over fastest's,
+is in the JSON as eager_spread to show how much the machine moved). fusion_jit also reports the share of
+the graph's ops that run inside its kernels and the kernels per iteration. Bars (issues 7 and 15): cold
+compile at most 0.2x Inductor's; geomean speedup over eager at least 1.1x and at least Inductor's in the
+same setting; no model slower than eager.
 """
 
 import argparse
@@ -34,59 +35,95 @@ def interleaved_ms(eager, compiled, iters, rounds=5):
     """Eager and the compiled model timed in alternating rounds (iters calls in all each), so that a drift
     of the machine's speed during the run (other tenants, clocks) falls on both: the medians of all calls,
     and eager's spread (slowest round's median over fastest's) to show how much the machine moved."""
+    medians, rounds_ms = interleaved_many([eager, compiled], iters, rounds)
+    return medians[0], medians[1], max(rounds_ms[0]) / min(rounds_ms[0])
+
+
+def interleaved_many(fns, iters, rounds=5):
+    """Each of fns timed in rounds (iters calls in all each), the order rotated from round to round (so
+    that each goes first in turn and the machine's drift falls on all of them): the median of all calls per fn, and each fn's per-round
+    medians."""
     per = max(1, iters // rounds)
-    e_all, c_all, e_rounds = [], [], []
-    eager()
-    compiled()
+    all_ms = [[] for _ in fns]
+    rounds_ms = [[] for _ in fns]
+    for fn in fns:
+        fn()
     for r in range(rounds):
-        for fn, out in ((eager, e_all), (compiled, c_all)) if r % 2 == 0 else ((compiled, c_all), (eager, e_all)):
+        order = [(r + k) % len(fns) for k in range(len(fns))]
+        for i in order:
             ts = []
             for _ in range(per):
                 t0 = time.perf_counter()
-                fn()
+                fns[i]()
                 ts.append((time.perf_counter() - t0) * 1000.0)
-            out.extend(ts)
-            if out is e_all:
-                e_rounds.append(statistics.median(ts))
-    return statistics.median(e_all), statistics.median(c_all), max(e_rounds) / min(e_rounds)
+            all_ms[i].extend(ts)
+            rounds_ms[i].append(statistics.median(ts))
+    return [statistics.median(ms) for ms in all_ms], rounds_ms
 
 
-def one(name, compiler, iters, size, measure):
-    """Runs in a child process: prints one JSON line."""
+def _compiled(model, compiler):
+    import torch
+    freezing = compiler.endswith("-freezing")
+    if compiler.startswith("fusion_jit"):
+        import fusion_jit  # noqa: F401  (registers the backend)
+        return torch.compile(model, backend="fusion_jit", options={"freezing": freezing})
+    torch._inductor.config.freezing = freezing
+    return torch.compile(model)
+
+
+def _fusion_jit_stats():
+    import fusion_jit
+    s = fusion_jit.stats()
+    return dict(kernels=s["kernels"], fused_ops=s["fused_ops"], fallback_ops=s["fallback_ops"],
+                compiles=s["compiles"], eager_graphs=s["eager_graphs"], graphs=s["graphs"])
+
+
+def first_call(name, compiler, size):
+    """Runs in a child process: the first call's time (the compile, cold or warm by the caches given)."""
     import torch
     from models import make
 
     model, args = make(name, size=size)
     model.eval()
-    freezing = compiler.endswith("-freezing")
-    if compiler.startswith("fusion_jit"):
-        import fusion_jit
-        compiled = torch.compile(model, backend="fusion_jit", options={"freezing": freezing})
-    else:
-        torch._inductor.config.freezing = freezing
-        compiled = torch.compile(model)
-    out = {}
+    compiled = _compiled(model, compiler)
     with torch.no_grad():
         t0 = time.perf_counter()
         compiled(*args)
-        out["first_call_s"] = time.perf_counter() - t0
-        if measure:
-            out["eager_ms"], out["compiled_ms"], out["eager_spread"] = interleaved_ms(
-                lambda: model(*args), lambda: compiled(*args), iters)
+        out = {"first_call_s": time.perf_counter() - t0}
     if compiler.startswith("fusion_jit"):
-        s = fusion_jit.stats()
-        out.update(kernels=s["kernels"], fused_ops=s["fused_ops"], fallback_ops=s["fallback_ops"],
-                   compiles=s["compiles"], eager_graphs=s["eager_graphs"], graphs=s["graphs"])
+        out.update(_fusion_jit_stats())
     print(json.dumps(out), flush=True)
 
 
-def run_child(name, compiler, iters, size, measure, cache):
-    env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(cache, "fusion_jit"),
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), TRITON_CACHE_DIR=os.path.join(cache, "triton"))
-    cmd = [sys.executable, __file__, "--one", name, compiler, str(iters), str(size), "1" if measure else "0"]
+def race(name, setting, iters, size):
+    """Runs in a child process: eager, Inductor and fusion_jit in one setting, compiled in this process (the
+    caches warm) and timed in rotating rounds, so that every ratio is taken under one machine state."""
+    import torch
+    from models import make
+
+    model, args = make(name, size=size)
+    model.eval()
+    suffix = "" if setting == "default" else "-freezing"
+    inductor = _compiled(model, "inductor" + suffix)
+    fj = _compiled(model, "fusion_jit" + suffix)
+    with torch.no_grad():
+        (eager_ms, inductor_ms, fj_ms), rounds_ms = interleaved_many(
+            [lambda: model(*args), lambda: inductor(*args), lambda: fj(*args)], iters)
+    out = {"eager_ms": eager_ms, "inductor_ms": inductor_ms, "fusion_jit_ms": fj_ms,
+           "eager_spread": max(rounds_ms[0]) / min(rounds_ms[0])}
+    out.update(_fusion_jit_stats())
+    print(json.dumps(out), flush=True)
+
+
+def run_child(args, caches):
+    """caches: (fusion_jit's, Inductor's) cache directories for the child."""
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(caches[0], "fusion_jit"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(caches[1], "inductor"),
+               TRITON_CACHE_DIR=os.path.join(caches[1], "triton"))
+    cmd = [sys.executable, __file__] + [str(a) for a in args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"{name} with {compiler} failed:\n{r.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -99,33 +136,51 @@ def main():
     p.add_argument("--size", type=int, default=224, help="image size (default 224)")
     p.add_argument("--json", help="also write the rows to this file (generated output: put it outside the "
                    "source tree, e.g. build/models_results.json)")
-    p.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
+    p.add_argument("--first-call", nargs=3, help=argparse.SUPPRESS)
+    p.add_argument("--race", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.one:
-        name, compiler, iters, size, measure = a.one
-        one(name, compiler, int(iters), int(size), measure == "1")
+    if a.first_call:
+        name, compiler, size = a.first_call
+        first_call(name, compiler, int(size))
         return
+    if a.race:
+        name, setting, iters, size = a.race
+        race(name, setting, int(iters), int(size))
+        return
+    settings = a.settings.split(",")
+    for setting in settings:
+        if setting not in ("default", "freezing"):
+            sys.exit(f"unknown setting {setting!r} (known: default, freezing)")
     rows = []
     for name in a.models.split(","):
         if name not in MODELS:
             sys.exit(f"unknown model {name!r} (known: {', '.join(MODELS)})")
         row = {"model": name}
-        compilers = []
-        for setting in a.settings.split(","):
-            if setting not in ("default", "freezing"):
-                sys.exit(f"unknown setting {setting!r} (known: default, freezing)")
+        for setting in settings:
             suffix = "" if setting == "default" else "-freezing"
-            compilers += ["inductor" + suffix, "fusion_jit" + suffix]
-        for compiler in compilers:
-            with tempfile.TemporaryDirectory(prefix=f"fj-bench-{compiler}-") as cache:
+            with tempfile.TemporaryDirectory(prefix=f"fj-bench-{name}{suffix}-") as cache:
                 t0 = time.time()
-                cold = run_child(name, compiler, a.iters, a.size, True, cache)
-                warm = run_child(name, compiler, a.iters, a.size, False, cache)
-                print(f"[bench] {name} {compiler}: cold {cold['first_call_s']:.2f} s, warm {warm['first_call_s']:.2f} s, "
-                      f"{cold['compiled_ms']:.2f} ms vs eager {cold['eager_ms']:.2f} ms (eager's spread across rounds "
-                      f"{cold['eager_spread']:.2f}; {time.time() - t0:.0f} s)",
-                      file=sys.stderr, flush=True)
-            row[compiler] = {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"], **cold}
+                caches = {}
+                for compiler in ("inductor" + suffix, "fusion_jit" + suffix):
+                    caches[compiler] = os.path.join(cache, compiler)
+                    pair = (caches[compiler], caches[compiler])
+                    cold = run_child(["--first-call", name, compiler, a.size], pair)
+                    warm = run_child(["--first-call", name, compiler, a.size], pair)
+                    row[compiler] = {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"]}
+                times = run_child(["--race", name, setting, a.iters, a.size],
+                                  (caches["fusion_jit" + suffix], caches["inductor" + suffix]))
+                for compiler in ("inductor" + suffix, "fusion_jit" + suffix):
+                    row[compiler].update(eager_ms=times["eager_ms"], eager_spread=times["eager_spread"],
+                                         compiled_ms=times[compiler.split("-")[0] + "_ms"])
+                    if compiler.startswith("fusion_jit"):
+                        row[compiler].update({k: times[k] for k in ("kernels", "fused_ops", "fallback_ops",
+                                                                  "compiles", "eager_graphs", "graphs")})
+                print(f"[bench] {name} {setting}: cold {row['inductor' + suffix]['cold_s']:.2f} / "
+                      f"{row['fusion_jit' + suffix]['cold_s']:.2f} s, warm {row['inductor' + suffix]['warm_s']:.2f} / "
+                      f"{row['fusion_jit' + suffix]['warm_s']:.2f} s (Inductor / fusion_jit); eager "
+                      f"{times['eager_ms']:.2f} ms, Inductor {times['inductor_ms']:.2f} ms, fusion_jit "
+                      f"{times['fusion_jit_ms']:.2f} ms (eager's spread across rounds {times['eager_spread']:.2f}; "
+                      f"{time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
         rows.append(row)
     print_table(rows)
     if a.json:
@@ -141,7 +196,7 @@ def print_table(rows):
 
 
 def print_setting(rows, ind_name, fj_name):
-    print("| model | eager ms | Inductor ms | fusion_jit ms | fj vs eager | Inductor vs eager | fj / Inductor (each vs its eager) | cold compile s: Inductor / fj (ratio) | warm compile s: Inductor / fj | ops fused | kernels/iter |")
+    print("| model | eager ms | Inductor ms | fusion_jit ms | fj vs eager | Inductor vs eager | fj ms / Inductor ms | cold compile s: Inductor / fj (ratio) | warm compile s: Inductor / fj | ops fused | kernels/iter |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     speedups, ind_speedups, cold_ratios = [], [], []
     for r in rows:
@@ -155,7 +210,7 @@ def print_setting(rows, ind_name, fj_name):
         cold_ratios.append(ratio)
         share = f["fused_ops"] / max(1, f["fused_ops"] + f["fallback_ops"])
         print(f"| {r['model']} | {eager:.2f} | {i['compiled_ms']:.2f} | {f['compiled_ms']:.2f} | {sp:.2f}x | {isp:.2f}x | "
-              f"{(f['compiled_ms'] / f['eager_ms']) / (i['compiled_ms'] / i['eager_ms']):.2f} | "
+              f"{f['compiled_ms'] / i['compiled_ms']:.2f} | "
               f"{i['cold_s']:.1f} / {f['cold_s']:.2f} ({ratio:.3f}) | {i['warm_s']:.2f} / {f['warm_s']:.2f} | "
               f"{share:.0%} | {f['kernels']} |")
     g = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
