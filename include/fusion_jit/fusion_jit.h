@@ -47,6 +47,12 @@ struct CompileOptions {
   // CudaGraphReplay in torch/cuda_support.h for what replay does to inputs and outputs). Default: the
   // FUSION_JIT_CUDA_GRAPHS option. Plans that cannot be captured run normally; explain() says why.
   std::optional<bool> cuda_graphs;
+  // Passes, rule sets and rules left out for this module, besides those FUSION_JIT_DISABLE names for the
+  // process: the pipeline's names (`fusion-jit passes` lists them, e.g. "prepack.linear_mkl" or "epilogue")
+  // and "channels_last". A name that is not one of them is an error when the module is made; the
+  // plan-building switches ("fusion", "horizontal", "cat", "gather", "arena", "cache") are process-wide
+  // (FUSION_JIT_DISABLE; enable_fusion above for this module's fusion).
+  std::vector<std::string> disable;
   // Default: printed to stderr (filtered by FUSION_JIT_LOG_LEVEL).
   WarningHandler on_warning;
 };

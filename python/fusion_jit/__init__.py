@@ -21,6 +21,10 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
                           of their plans (batch norm folded into convolutions, weights prepared once);
                           a parameter changed later is detected and the graph compiled again;
                           default FUSION_JIT_FREEZING or False
+    disable               str (comma-separated) or list of str: passes, rule sets and rules left out for
+                          this model (FUSION_JIT_DISABLE's names, e.g. "prepack.linear_mkl", and
+                          "channels_last"), besides those FUSION_JIT_DISABLE names; an unknown or
+                          process-wide name ("fusion", "cache", ...) is a ValueError; default none
 
 A graph that cannot be compiled (an op that mutates its input, a higher-order op, an unsupported dtype,
 a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STRICT=1 raises instead.

@@ -34,6 +34,7 @@ _OPTION_TYPES = {
     "cache_dir": (str, os.PathLike),
     "enable_fusion": bool,
     "freezing": bool,
+    "disable": (str, list, tuple),
 }
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -49,9 +50,9 @@ def _env_bool(name, default):
     raise ValueError(f"{name}={v}: expected 0 or 1")
 
 
-def _channels_last():
+def _channels_last(opts):
     """Note [Channels-last plans] (src/torch/capture.h); the C++ side checks FUSION_JIT_DISABLE's names."""
-    return "channels_last" not in os.environ.get("FUSION_JIT_DISABLE", "").split(",")
+    return "channels_last" not in os.environ.get("FUSION_JIT_DISABLE", "").split(",") + opts.disable
 
 
 def _strict():
@@ -71,6 +72,7 @@ class Options:
         self.cache_dir = None
         self.enable_fusion = True
         self.freezing = _env_bool("FUSION_JIT_FREEZING", False)
+        self.disable = []  # passes and rules left out for this model (checked by the C++ side)
         for name, value in (options or {}).items():
             if name not in _OPTION_TYPES:
                 raise ValueError(f"fusion_jit: unknown option {name!r} (known: {', '.join(_OPTION_TYPES)})")
@@ -80,6 +82,10 @@ class Options:
                                 f"{getattr(want, '__name__', 'str or path')}, not {type(value).__name__}")
             if name == "specialization_limit" and value < 0:
                 raise ValueError(f"fusion_jit: option 'specialization_limit' must be >= 0, not {value}")
+            if name == "disable":
+                value = [v for v in value.split(",") if v] if isinstance(value, str) else list(value)
+                if not all(isinstance(v, str) for v in value):
+                    raise TypeError("fusion_jit: option 'disable' must be a comma-separated str or a list of str")
             if name == "cache_dir":
                 value = os.fspath(value)
                 if not value:
@@ -134,7 +140,7 @@ class _CompiledGraph:
         self.name = name
         self.opts = opts
         limit = -1 if opts.specialization_limit is None else opts.specialization_limit
-        self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs, limit)
+        self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs, limit, opts.disable)
         self.positions = None       # which arguments are tensor inputs of the plans (known after the first lowering)
         self.key_positions = []     # which are numbers the plans are specialized on
         self.all_tensors = False    # every argument is a tensor input: `args` is the input list
@@ -213,9 +219,9 @@ class _CompiledGraph:
         t0 = time.perf_counter()
         freeze = {i for i in self.freeze if isinstance(args[i], torch.Tensor)}
         try:
-            cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last() else set()
+            cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last(self.opts) else set()
             acts, layout = set(), None
-            if not cl and self.inference and _channels_last():
+            if not cl and self.inference and _channels_last(self.opts):
                 # (Not in training: the forward's saved activations would be copied back to the layout
                 # the backward graph was traced with.)
                 acts, layout = channels_last_activations(self.gm)

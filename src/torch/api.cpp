@@ -46,12 +46,14 @@ struct CompiledModule::Impl {
       : name(std::move(module_name)),
         table(name, specialization_limit(options), options.on_warning),
         enable_fusion(options.enable_fusion),
-        cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)) {}
+        cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)),
+        disable(module_disable(options, name)) {}
 
   std::string name;
   SignatureTable table;  // one plan per signature (graph_function.h)
   bool enable_fusion = true;
   bool cuda_graphs = false;
+  std::set<std::string> disable;  // CompileOptions::disable, checked
   std::shared_ptr<tj::Graph> graph;
   bool skip_self = false;
   std::function<c10::IValue(const std::vector<c10::IValue>&)> eager;
@@ -136,7 +138,7 @@ struct CompiledModule::Impl {
     try {
       double capture_ms = 0, passes_ms = 0;
       c10::IValue result;
-      auto inst = prepare(inputs, &result, &capture_ms, &passes_ms);
+      auto inst = prepare(inputs, &result, &capture_ms, &passes_ms, disable);
       PlanTarget target;
       target.enable_fusion = enable_fusion;
       inst->plan = build_plan(std::move(inst->captured.graph), target);
@@ -229,8 +231,9 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   // The passes see the CPU inputs' graph: the rule sets "epilogue" and "prepack" rewrite into oneDNN ops,
   // which run on the host only, so they are left out of a plan moved to the GPU, and so are channels-last
   // plans (Note [Channels-last plans]), a layout decision measured for the CPU's oneDNN only.
-  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, {"epilogue", "prepack", "channels_last"},
-                             /*to_cuda=*/true);
+  std::set<std::string> skip = impl_->disable;
+  skip.insert({"epilogue", "prepack", "channels_last"});
+  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, skip, /*to_cuda=*/true);
   set_device(*inst->captured.graph, Device::kCUDA, 0);  // values the passes made (folded constants) too
   PlanTarget target;
   target.enable_fusion = impl_->enable_fusion;

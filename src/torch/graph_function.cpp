@@ -4,9 +4,12 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <fmt/ranges.h>
+
 #include <chrono>
 
 #include "driver/build_plan.h"
+#include "passes/passes.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
@@ -17,6 +20,23 @@ int specialization_limit(const CompileOptions& options) {
   int limit = options.specialization_limit.value_or(Options::get().specialization_limit);
   FJ_CHECK(limit >= 0, "the specialization limit must be >= 0, got {}", limit);
   return limit;
+}
+
+std::set<std::string> module_disable(const CompileOptions& options, const std::string& module) {
+  std::set<std::string> known;
+  for (const std::string& n : pipeline_names()) known.insert(n);
+  known.insert("channels_last");
+  std::set<std::string> out;
+  for (const std::string& name : options.disable) {
+    if (!known.count(name)) {
+      const bool process_wide = Options::disable_names().count(name) > 0;
+      FJ_CHECK(false, "{}: the disable option names '{}', {}; it takes: {}", module, name,
+               process_wide ? "a process-wide switch (set it in FUSION_JIT_DISABLE)" : "which is not a pass or rule",
+               fmt::join(known, ", "));
+    }
+    out.insert(name);
+  }
+  return out;
 }
 
 SignatureTable::SignatureTable(std::string name, int limit, WarningHandler warn)
@@ -162,9 +182,11 @@ void SignatureTable::clear() {
 
 struct GraphFunction::Impl {
   Impl(std::string name, const CompileOptions& o)
-      : table(std::move(name), specialization_limit(o), o.on_warning), options(o) {}
+      : table(std::move(name), specialization_limit(o), o.on_warning), options(o),
+        disable(module_disable(o, table.name())) {}
   SignatureTable table;
   CompileOptions options;
+  std::set<std::string> disable;  // CompileOptions::disable, checked
 
   static std::string signature(const std::vector<at::Tensor>& inputs, const std::string& key,
                                std::vector<c10::IValue>* boxed) {
@@ -201,7 +223,7 @@ struct GraphFunction::Impl {
                  "{}: fj::constant({}) is out of range: {} constants were given", name(), n->constant_index(),
                  constants.size());
     verify_graph(g);
-    optimize_captured(cap);
+    optimize_captured(cap, disable);
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
     inst->plan = build_plan(std::move(cap.graph), target);

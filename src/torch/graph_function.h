@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -80,5 +81,8 @@ class SignatureTable {
 
 // The limit of CompileOptions, or the FUSION_JIT_SPECIALIZATION_LIMIT option.
 int specialization_limit(const CompileOptions& options);
+// CompileOptions::disable as a set, checked: Error naming an unknown or process-wide name and the names
+// it takes. `module`: the module's name, for the message.
+std::set<std::string> module_disable(const CompileOptions& options, const std::string& module);
 
 }  // namespace fusion_jit

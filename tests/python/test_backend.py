@@ -172,7 +172,7 @@ def test_options_are_checked():
 
 
 def test_cpp_errors_are_value_and_type_errors():
-    fn = torch.classes.fusion_jit.GraphFunction("test graph", True, False, -1)
+    fn = torch.classes.fusion_jit.GraphFunction("test graph", True, False, -1, [])
     ir = "graph(%0 : f32[4]):\n  %1 : f32[4] = aten::relu(%0)\n  return (%1)\n"
     with pytest.raises(TypeError, match=r"input 0 is f64\[4\], the graph's input is f32\[4\]"):
         fn.add([torch.zeros(4, dtype=torch.float64)], "", ir, [])
@@ -195,6 +195,27 @@ def test_options_reach_the_plan(tmp_path):
     assert fusion_jit.stats()["kernels"] == 3  # one kernel per op without fusion
     assert torch.ops.fusion_jit.cache_dir() == str(tmp_path / "cache")
     assert any((tmp_path / "cache").rglob("*.fjk"))
+
+
+def test_disable_option_leaves_rules_out_for_one_model():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).eval()
+    x = torch.randn(8, 64)
+    quiet = open(os.devnull, "w")
+    with torch.no_grad():
+        expected = model(x)
+        default = fusion_jit.explain(model, x, freezing=True, file=quiet)
+        assert "mkl::_mkl_linear" in default  # the rule this test turns off fires without the option
+        for disable in ("prepack.linear_mkl", ["prepack"]):
+            text = fusion_jit.explain(model, x, freezing=True, disable=disable, file=quiet)
+            assert "mkl::_mkl_linear" not in text and "aten::addmm" in text, text
+            compiled = fusion_jit.compile(model, freezing=True, disable=disable)
+            torch.testing.assert_close(compiled(x), expected)
+        with pytest.raises(TypeError, match="'disable' must be"):
+            fusion_jit.compile(model, disable=[1])
+        with pytest.raises(Exception, match="'no_such_rule', which is not a pass or rule"):
+            fusion_jit.compile(model, disable="no_such_rule")(x)
+        with pytest.raises(Exception, match="'cache', a process-wide switch"):
+            fusion_jit.compile(model, disable="cache")(x)
 
 
 def test_explain_prints_plans_with_reasons(capsys):

@@ -39,6 +39,42 @@ TEST(ConvRules, ConvBatchNormReluIsOneOneDnnCallAndMatchesEager) {
   EXPECT_NE(ex.find("epilogue.conv_relu x1"), std::string::npos) << ex;
 }
 
+// CompileOptions::disable leaves rules out for one module, beside FUSION_JIT_DISABLE's process-wide names.
+TEST(ConvRules, DisableOptionLeavesRulesOutForOneModule) {
+  REQUIRE_ONEDNN_RULES();
+  auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat);
+  CompileOptions o;
+  o.disable = {"epilogue.conv_relu"};
+  auto r = run_and_compare(m, {input(at::kFloat)}, "conv + batch_norm + relu, epilogue.conv_relu disabled", o);
+  ASSERT_NE(r.plan, nullptr);
+  std::string ex = r.plan->explain();
+  EXPECT_NE(ex.find("fold.conv_bn x1"), std::string::npos) << ex;
+  EXPECT_EQ(ex.find("epilogue.conv_relu"), std::string::npos) << ex;
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << "relu in our kernel\n" << ex;
+  o.disable = {"fold", "epilogue", "prepack"};
+  r = run_and_compare(m, {input(at::kFloat)}, "conv + batch_norm + relu, three rule sets disabled", o);
+  ASSERT_NE(r.plan, nullptr);
+  ex = r.plan->explain();
+  EXPECT_EQ(ex.find("fold."), std::string::npos) << ex;
+  EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_convolution_pointwise"), 0u) << ex;
+  // The module compiled without the option still gets every rule.
+  r = run_and_compare(m, {input(at::kFloat)}, "conv + batch_norm + relu");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_NE(r.plan->explain().find("epilogue.conv_relu x1"), std::string::npos);
+  for (const char* bad : {"no_such_rule", "fusion"}) {
+    o.disable = {bad};
+    try {
+      compile(m, o);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("'") + bad + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("fold.conv_bn"), std::string::npos) << "lists the names it takes: " << msg;
+      if (std::string(bad) == "fusion") EXPECT_NE(msg.find("FUSION_JIT_DISABLE"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(ConvRules, EveryPostOpMatchesEagerInFloat32AndBFloat16) {
   REQUIRE_ONEDNN_RULES();
   const char* acts[] = {"torch.relu(y)",

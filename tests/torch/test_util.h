@@ -54,13 +54,13 @@ struct RunResult {
 // Compiles and runs `m` on `inputs` through fusion_jit's plan (not the capture run), and eagerly; checks
 // every output by the tolerance rule, and that the inputs are unchanged.
 inline RunResult run_and_compare(torch::jit::Module& m, const std::vector<c10::IValue>& inputs,
-                                 const std::string& what) {
+                                 const std::string& what, const CompileOptions& options = {}) {
   RunResult r;
   std::vector<at::Tensor> before;
   for (const auto& v : inputs)
     if (v.isTensor()) before.push_back(v.toTensor().clone());
   r.eager = flatten(m.forward(inputs));
-  r.compiled = std::make_shared<CompiledModule>(compile(m));
+  r.compiled = std::make_shared<CompiledModule>(compile(m, options));
   CompiledModule& fused = *r.compiled;
   r.plan = fused.plan_for(inputs);
   r.fused = flatten(fused(inputs));
