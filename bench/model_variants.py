@@ -1,13 +1,15 @@
 """One model of tests/python/models.py through fusion_jit in this process, eager measured beside it:
 
     FUSION_JIT_DISABLE=channels_last ./run python bench/model_variants.py resnet18 [--size 224] [--iters 20]
-        [--no-freezing] [--inductor]
+        [--no-freezing] [--inductor] [--disable RULES ...]
 
 prints one JSON line: eager and fusion_jit medians (ms, over `iters` calls each, timed in alternating rounds
 by bench/models.py's interleaved_many), kernels and ATen steps per call. With --inductor, Inductor in the
 same setting (torch._inductor.config.freezing as fusion_jit's freezing) is compiled in this process too and
 timed in the same rounds, so that fusion_jit / Inductor is taken under one machine state (the suite times
-each compiler in its own processes). Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
+each compiler in its own processes). Each --disable RULES (a comma list of FUSION_JIT_DISABLE's names)
+adds a fusion_jit variant compiled with the `disable` option, timed in the same rounds: a rule's worth
+measured within one process. Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
 run it once per variant, alternating, and compare the ratios eager / fusion_jit.
 """
 
@@ -37,6 +39,8 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-freezing", action="store_true")
     p.add_argument("--inductor", action="store_true", help="also time Inductor in the same rounds")
+    p.add_argument("--disable", action="append", default=[],
+                   help="also time fusion_jit with these rules left out (repeatable)")
     a = p.parse_args()
     import torch
     import fusion_jit
@@ -48,6 +52,8 @@ def main():
     model.eval()
     compiled = fusion_jit.compile(model, freezing=not a.no_freezing)
     fns = [lambda: model(*args), lambda: compiled(*args)]
+    variants = [fusion_jit.compile(model, freezing=not a.no_freezing, disable=d) for d in a.disable]
+    fns += [lambda v=v: v(*args) for v in variants]
     if a.inductor:
         torch._inductor.config.freezing = not a.no_freezing
         inductor = torch.compile(model)
@@ -58,9 +64,11 @@ def main():
         medians, _ = interleaved_many(fns, a.iters)
     s = fusion_jit.stats()
     row = {"model": a.model, "eager_ms": medians[0], "fusion_jit_ms": medians[1]}
+    for k, d in enumerate(a.disable):
+        row[f"disable {d} ms"] = medians[2 + k]
     if a.inductor:
-        row["inductor_ms"] = medians[2]
-        row["fusion_jit_over_inductor"] = medians[1] / medians[2]
+        row["inductor_ms"] = medians[-1]
+        row["fusion_jit_over_inductor"] = medians[1] / medians[-1]
     print(json.dumps({**row, "kernels": s["kernels"], "aten_steps": s["fallback_ops"]}))
 
 

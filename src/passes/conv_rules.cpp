@@ -41,7 +41,11 @@
 //   activation's input was. prepack.linear: any other such linear, with no post-op. CPU, float32 or
 //   bfloat16, a contiguous result, and from 2^21 multiply-adds on (kLinearMinMacs): below that oneDNN's
 //   call cost more than eager's GEMM plus our kernel on this project's machine. Every post-op was checked
-//   against eager (float32: at most 2.4e-6 absolute difference on values of order 1).
+//   against eager (float32: at most 2.4e-6 absolute difference on values of order 1). One exception, as
+//   Inductor's freezing makes it: a float32 gelu declines, so that its linear is MKL's packed GEMM
+//   (prepack.linear_mkl) and the gelu our kernel. Measured in one process against the post-op
+//   (bench/RESULTS.md): timm_deit_tiny 17.4 against 18.7 ms per call, vit_b_16 158 against 165 ms,
+//   convnext_tiny 75.2 against 75.2 ms.
 // - prepack.linear_mkl (before prepack.linear): a float32 linear left without post-op, of any size, is
 //   MKL's packed GEMM, mkl::_mkl_linear(x, mkl::_mkl_reorder_linear_weight(W, rows), W, b, rows), as
 //   Inductor's freezing does for float32. Measured on this project's machine (bench/RESULTS.md), on the
@@ -466,6 +470,10 @@ Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
     return {};
   std::string why;
   if (!onednn_linear(*l, in, &why)) return why.empty() ? Replacement{} : r.decline(why);
+  if (std::string(attr) == "gelu" && l->x->tensor_type().dtype == DType::kFloat32 &&
+      (!g_schema_probe || g_schema_probe("mkl::_mkl_linear")))
+    return r.decline("float32 gelu: MKL's packed GEMM (prepack.linear_mkl) and our kernel, faster than oneDNN's "
+                     "gelu post-op on this project's machine");
   auto post = post_op_args(act, attr);
   if (!post) return {};
   return {onednn_linear_call(r, *l, act->output(), std::move(*post))};
