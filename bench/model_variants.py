@@ -3,14 +3,14 @@
     FUSION_JIT_DISABLE=channels_last ./run python bench/model_variants.py resnet18 [--size 224] [--iters 20]
         [--no-freezing] [--inductor] [--disable RULES ...]
 
-prints one JSON line: eager and fusion_jit medians (ms, over `iters` calls each, timed in alternating rounds
-by bench/models.py's interleaved_many), kernels and ATen steps per call. With --inductor, Inductor in the
-same setting (torch._inductor.config.freezing as fusion_jit's freezing) is compiled in this process too and
-timed in the same rounds, so that fusion_jit / Inductor is taken under one machine state (the suite times
-each compiler in its own processes). Each --disable RULES (a comma list of FUSION_JIT_DISABLE's names)
-adds a fusion_jit variant compiled with the `disable` option, timed in the same rounds: a rule's worth
-measured within one process. Variants are chosen by the environment (FUSION_JIT_DISABLE, FUSION_JIT_ENABLE):
-run it once per variant, alternating, and compare the ratios eager / fusion_jit.
+prints one JSON line: eager and fusion_jit medians (ms, over `iters` calls each, timed in rotating rounds
+by bench/models.py's interleaved_many), kernels and ATen steps per call (summed over the fusion_jit
+variants). With --inductor, Inductor in the same setting (torch._inductor.config.freezing as fusion_jit's
+freezing) is compiled in this process too and timed in the same rounds, as the suite does. Each --disable
+RULES (a comma list of FUSION_JIT_DISABLE's pass and rule names) adds a fusion_jit variant compiled with the
+`disable` option, timed in the same rounds: a rule's worth measured within one process. Process-wide
+switches (FUSION_JIT_DISABLE=fusion, cat, ..., FUSION_JIT_ENABLE) are chosen by the environment: run it once
+per such variant, alternating, and compare the ratios eager / fusion_jit.
 """
 
 import argparse
