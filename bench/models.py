@@ -31,18 +31,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
-def interleaved_ms(eager, compiled, iters, rounds=5):
-    """Eager and the compiled model timed in alternating rounds (iters calls in all each), so that a drift
-    of the machine's speed during the run (other tenants, clocks) falls on both: the medians of all calls,
-    and eager's spread (slowest round's median over fastest's) to show how much the machine moved."""
-    medians, rounds_ms = interleaved_many([eager, compiled], iters, rounds)
-    return medians[0], medians[1], max(rounds_ms[0]) / min(rounds_ms[0])
-
-
 def interleaved_many(fns, iters, rounds=5):
     """Each of fns timed in rounds (iters calls in all each), the order rotated from round to round (so
-    that each goes first in turn and the machine's drift falls on all of them): the median of all calls per fn, and each fn's per-round
-    medians."""
+    that each goes first in turn and the machine's drift falls on all of them): the median of all calls
+    per fn, and each fn's per-round medians."""
     per = max(1, iters // rounds)
     all_ms = [[] for _ in fns]
     rounds_ms = [[] for _ in fns]
