@@ -143,6 +143,38 @@ def _():
             torch.testing.assert_close(g, r)
 
 
+class Residual(torch.nn.Module):
+    """A stem convolution, then a residual block whose residual (the stem's result) dies at its last conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem, self.c1, self.c2 = (torch.nn.Conv2d(8, 8, 3, padding=1) for _ in range(3))
+
+    def forward(self, x):
+        s = torch.relu(self.stem(x))
+        return torch.relu(self.c2(torch.relu(self.c1(s))) + s)
+
+
+@case("a dead residual takes its block's result, and FUSION_JIT_DISABLE=in_place leaves it out-of-place")
+def _():
+    model = os.path.join(TMP, "residual.pt")
+    torch.jit.script(Residual().eval()).save(model)
+    x = torch.randn(2, 8, 20, 20)
+    inputs = os.path.join(TMP, "in_residual.pt")
+    torch.save([x], inputs)
+    line = "results written into a dying argument's storage: 1 step\n"
+    for disable, present in (("", True), ("in_place", False)):
+        env = dict(os.environ, FUSION_JIT_DISABLE=disable)
+        p = subprocess.run([CLI, "explain", model, "--input", "f32[2,8,20,20]"], capture_output=True, text=True,
+                           env=env)
+        assert p.returncode == 0, p.stderr
+        assert "epilogue.conv_add_relu x1" in p.stdout, p.stdout
+        assert (line in p.stdout) == present, p.stdout
+        p = subprocess.run([CLI, "run", model, "--inputs", inputs, "--check"], capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+
+
 class Embed(torch.nn.Module):
     def __init__(self):
         super().__init__()

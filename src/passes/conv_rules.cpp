@@ -26,7 +26,9 @@
 // - epilogue.conv_add, epilogue.conv_add_relu: a convolution's output plus a tensor of the result's shape,
 //   dtype and layout (either operand order; add's alpha 1), then optionally relu, becomes
 //   mkldnn::_convolution_pointwise.binary with an "add" post-op (and relu): the residual block's tail.
-//   float32 only (ATen's add_relu post-op has no bfloat16 kernel).
+//   float32 only (ATen's add_relu post-op has no bfloat16 kernel). Where the residual dies there, the
+//   executor calls the op's in-place form, which adds into the residual's storage (torch/executor.cpp,
+//   Note [Results written into a dying argument]).
 // - prepack.conv (a set of its own, after the epilogues): any other such convolution, as the same call
 //   without a post-op.
 // - fold.linear_bn: as conv_bn, over a frozen linear (or addmm on t(W)) whose result is 2-d, where

@@ -20,7 +20,8 @@ struct Options {
   // FUSION_JIT_DISABLE: comma list of "fusion", "horizontal" (no side-by-side merging of independent
   // groups), "cat" (cat and stack run through ATen, not stored by their items' kernel), "gather" (embedding
   // runs through ATen, not read inside its consumers' kernel, Note [Gathered loads]), "arena" (every
-  // kernel output allocated alone, Note [Static memory plan]), "cache", and the names the pass pipeline registers: its
+  // kernel output allocated alone, Note [Static memory plan]), "in_place" (no result written into a dying
+  // argument's storage, Note [Results written into a dying argument]), "cache", and the names the pass pipeline registers: its
   // passes (decompose, dce, cse, constant_fold), rule sets (decompose) and rules (decompose.softmax, ...).
   std::set<std::string> disabled;
   // FUSION_JIT_ENABLE: comma list of the pipeline's opt-in rule sets (epilogue, prepack), off by default.

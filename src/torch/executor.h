@@ -41,6 +41,10 @@ struct AtenCall {
   // A view made at plan build that only kernels read (Note [Views folded into kernel loads]): never made;
   // the kernels read its root's data at the view's offset.
   bool folded = false;
+  // Note [Results written into a dying argument]: the op's in-place form, called instead where the
+  // argument at stack position in_place_slot is, at run time, the only reference to its tensor and storage.
+  const c10::OperatorHandle* in_place_op = nullptr;
+  int in_place_slot = -1;
 };
 
 // A kernel input read through folded views: the value whose data it reads and the byte offset.
@@ -64,6 +68,8 @@ struct MemoryPlan {
   int last_step = -1;                   // is written; its bytes are freed after the last one dies
   int values = 0;                       // intermediates placed
   int64_t value_bytes = 0;              // their bytes, before sharing
+  std::vector<int> in_place;            // by step: the value input whose storage the result takes (Note
+                                        // [Results written into a dying argument]), or -1
 };
 
 struct PlanInstance {

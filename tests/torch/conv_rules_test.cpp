@@ -175,6 +175,75 @@ TEST(ConvRules, ResidualAddAndReluAreTheConvsPostOps) {
   }
 }
 
+// Three residual blocks in a row (a = block(x, x), b = block(a, a), c = block(b, b), each block two
+// convolutions, the second with the residual added) and then `tail`.
+torch::jit::Module residual_chain(const std::string& tail) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m("ResidualChain");
+  for (const char* w : {"w1", "w2"}) m.register_parameter(w, at::randn({8, 8, 3, 3}) * 0.2, false);
+  m.register_parameter("b", at::randn({8}) * 0.1, false);
+  m.define(R"(
+def block(self, x, residual):
+    h = torch.relu(torch.conv2d(x, self.w1, self.b, [1, 1], [1, 1], [1, 1], 1))
+    return torch.relu(torch.conv2d(h, self.w2, self.b, [1, 1], [1, 1], [1, 1], 1) + residual)
+
+def forward(self, x):
+    a = self.block(x, x)
+    b = self.block(a, a)
+    c = self.block(b, b)
+)" + tail);
+  m.eval();
+  return m;
+}
+
+// The number in explain's "results written into a dying argument's storage: N step(s)" line, 0 without it.
+int steps_in_place(const std::string& explain) {
+  const std::string line = "results written into a dying argument's storage: ";
+  const auto at = explain.find(line);
+  return at == std::string::npos ? 0 : std::stoi(explain.substr(at + line.size()));
+}
+
+// Note [Results written into a dying argument]: a residual that dies at its block's last convolution takes
+// the block's result (the in-place form of the call). The input (the first block's residual) is never
+// written, nor a residual that is returned, read later, or reaches the call through an op that returns
+// its input. Each case against eager, the input checked unchanged.
+TEST(ConvRules, DeadResidualTakesTheBlocksResultAndNothingLiveIsWritten) {
+  REQUIRE_ONEDNN_RULES();
+  const at::Tensor x = input(at::kFloat).contiguous(at::MemoryFormat::ChannelsLast);
+  struct Case {
+    const char* tail;
+    int in_place;  // steps
+  } cases[] = {
+      {"    return c\n", 2},            // a and b die at their blocks: written in place; x is the input
+      {"    return c, a\n", 1},         // a is returned: only b is written
+      {"    return c * 2.0 + a\n", 1},  // a is read after its block: only b is written
+      {"    return c, b[:, :4]\n", 1},   // a view of b is returned: only a is written
+  };
+  for (const Case& k : cases) {
+    auto m = residual_chain(k.tail);
+    auto r = run_and_compare(m, {x}, k.tail);
+    ASSERT_NE(r.plan, nullptr) << k.tail;
+    const std::string ex = r.compiled->explain({x});
+    EXPECT_EQ(r.plan->aten_ops.at("mkldnn::_convolution_pointwise.binary"), 3) << k.tail << ex;
+    EXPECT_EQ(steps_in_place(ex), k.in_place) << k.tail << ex;
+    // A second call through the same plan: the writes left nothing behind that the next call reads.
+    auto again = flatten((*r.compiled)({x}));
+    ASSERT_EQ(again.size(), r.fused.size());
+    for (size_t i = 0; i < again.size(); ++i) EXPECT_TRUE(at::equal(again[i], r.fused[i])) << k.tail;
+  }
+  // The residual through an op that shares its input's storage although its schema has no alias annotation
+  // (_unsafe_view): to the plan a new value, so the step is planned in place; at run time it shares the
+  // caller's input, which the call must not write (the run-time check).
+  auto m = residual_chain("    return self.block(c, torch._unsafe_view(x, [2, 8, 20, 20]))\n");
+  const at::Tensor before = x.clone();
+  auto r = run_and_compare(m, {x}, "residual _unsafe_view(x)");
+  ASSERT_NE(r.plan, nullptr);
+  EXPECT_EQ(r.plan->aten_ops.at("aten::_unsafe_view"), 1) << r.plan->explain();
+  EXPECT_EQ(steps_in_place(r.compiled->explain({x})), 3) << r.compiled->explain({x});
+  EXPECT_TRUE(at::equal(x, before)) << "the input was written";
+}
+
 // A 1x1 spatial result (a squeeze-excite block's conv): oneDNN's channels-last [2,16,1,1] has strides
 // [16,1,16,16], and contiguous() keeps them (the tensor is contiguous), where the plan types [16,1,1,1].
 // The kernel after it reads it as it is (size-1 dims are never indexed); the executor's layout check
