@@ -1,7 +1,7 @@
 """One model of tests/python/models.py through fusion_jit in this process, eager measured beside it:
 
     FUSION_JIT_DISABLE=channels_last ./run python bench/model_variants.py resnet18 [--size 224] [--iters 20]
-        [--no-freezing] [--inductor] [--disable RULES ...]
+        [--no-freezing] [--inductor] [--disable RULES ...] [--paired N]
 
 prints one JSON line: eager and fusion_jit medians (ms, over `iters` calls each, timed in rotating rounds
 by bench/models.py's interleaved_many), kernels and ATen steps per call (summed over the fusion_jit
@@ -11,12 +11,18 @@ RULES (a comma list of FUSION_JIT_DISABLE's pass and rule names) adds a fusion_j
 `disable` option, timed in the same rounds: a rule's worth measured within one process. Process-wide
 switches (FUSION_JIT_DISABLE=fusion, cat, ..., FUSION_JIT_ENABLE) are chosen by the environment: run it once
 per such variant, alternating, and compare the ratios eager / fusion_jit.
+With --paired N the calls alternate one by one instead (N calls of each, the order reversed at every call),
+and the row adds each variant's median of per-call ratios to the last variant timed (Inductor with
+--inductor, else eager): this machine's speed drifts within seconds, and a call's neighbour meets the same
+machine.
 """
 
 import argparse
 import json
 import os
+import statistics
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
@@ -32,6 +38,21 @@ def _bench_models():
     return module
 
 
+def paired(fns, n):
+    """fns called one after another n times, the order reversed at every call: each fn's median (ms) and the
+    median over calls of its time / the last fn's time in the same pass."""
+    ts = [[] for _ in fns]
+    idx = list(range(len(fns)))
+    for i in range(n):
+        for k in (idx if i % 2 == 0 else idx[::-1]):
+            t0 = time.perf_counter()
+            fns[k]()
+            ts[k].append((time.perf_counter() - t0) * 1000.0)
+    medians = [statistics.median(t) for t in ts]
+    ratios = [statistics.median([a / b for a, b in zip(t, ts[-1])]) for t in ts[:-1]]
+    return medians, ratios
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
@@ -41,6 +62,8 @@ def main():
     p.add_argument("--inductor", action="store_true", help="also time Inductor in the same rounds")
     p.add_argument("--disable", action="append", default=[],
                    help="also time fusion_jit with these rules left out (repeatable)")
+    p.add_argument("--paired", type=int, default=0, metavar="N",
+                   help="alternate the variants call by call, N calls each, and report per-call ratios")
     a = p.parse_args()
     import torch
     import fusion_jit
@@ -61,7 +84,10 @@ def main():
     with torch.no_grad():
         for fn in fns:
             fn()
-        medians, _ = interleaved_many(fns, a.iters)
+        if a.paired:
+            medians, ratios = paired(fns, a.paired)
+        else:
+            medians, _ = interleaved_many(fns, a.iters)
     s = fusion_jit.stats()
     row = {"model": a.model, "eager_ms": medians[0], "fusion_jit_ms": medians[1]}
     for k, d in enumerate(a.disable):
@@ -69,6 +95,10 @@ def main():
     if a.inductor:
         row["inductor_ms"] = medians[-1]
         row["fusion_jit_over_inductor"] = medians[1] / medians[-1]
+    if a.paired:
+        names = ["eager", "fusion_jit"] + [f"disable {d}" for d in a.disable]
+        last = "inductor" if a.inductor else "eager"
+        row[f"median per-call ratio to {last}"] = {n: r for n, r in zip(names, ratios)}
     print(json.dumps({**row, "kernels": s["kernels"], "aten_steps": s["fallback_ops"]}))
 
 

@@ -49,11 +49,9 @@ struct CompileOptions {
   std::optional<bool> cuda_graphs;
   // Passes, rule sets and rules left out for this module, besides those FUSION_JIT_DISABLE names for the
   // process: the pipeline's names (README's FUSION_JIT_DISABLE row lists them, e.g. "prepack.linear_mkl" or
-  // "epilogue") and "channels_last". A name that is not one of them is an error, listing them, when the
-  // module is made; the
-  // plan-building switches ("fusion", "horizontal", "cat", "gather", "arena", "in_place", "cache") are
-  // process-wide
-  // (FUSION_JIT_DISABLE; enable_fusion above for this module's fusion).
+  // "epilogue"), "channels_last" and "in_place". A name that is not one of them is an error, listing
+  // them, when the module is made; the plan-building switches ("fusion", "horizontal", "cat", "gather",
+  // "arena", "cache") are process-wide (FUSION_JIT_DISABLE; enable_fusion above for this module's fusion).
   std::vector<std::string> disable;
   // Default: printed to stderr (filtered by FUSION_JIT_LOG_LEVEL).
   WarningHandler on_warning;

@@ -143,7 +143,7 @@ struct CompiledModule::Impl {
       target.enable_fusion = enable_fusion;
       inst->plan = build_plan(std::move(inst->captured.graph), target);
       inst->captured.graph = nullptr;
-      resolve_aten_steps(*inst);
+      resolve_aten_steps(*inst, !disable.count("in_place"));
       const ExecutablePlan& p = *inst->plan;
       {
         std::lock_guard<std::mutex> g(report_mu);

@@ -538,7 +538,7 @@ const char* in_place_form(const Node& n);
 
 }  // namespace
 
-void resolve_aten_steps(PlanInstance& inst) {
+void resolve_aten_steps(PlanInstance& inst, bool in_place) {
   const ExecutablePlan& plan = *inst.plan;
   inst.calls.assign(plan.steps.size(), AtenCall());
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -620,7 +620,7 @@ void resolve_aten_steps(PlanInstance& inst) {
       c.move.push_back(dies && std::count(c.ids.begin(), c.ids.end(), id) == 1);
     }
   }
-  inst.memory = plan_memory(plan);
+  inst.memory = plan_memory(plan, in_place);
   inst.peak_bytes = plan_peak_bytes(plan, &inst.memory);
   // Note [Results written into a dying argument]: the argument is moved into the stack (it dies there).
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -764,7 +764,7 @@ bool may_mutate(const Node& n) {
 //   unannotated included), is plain and does not need autograd. Otherwise the step calls the out-of-place
 //   form, whose result then has storage of its own (the plan's peak counted it as shared).
 // Inputs and frozen constants are never written: the caller and the plan hold references to them.
-// FUSION_JIT_DISABLE=in_place leaves every step out-of-place.
+// FUSION_JIT_DISABLE=in_place (or a module's disable option naming it) leaves every step out-of-place.
 const char* in_place_form(const Node& n) {
   if (n.schema() != "mkldnn::_convolution_pointwise.binary") return nullptr;
   const auto& a = n.args();
@@ -916,13 +916,13 @@ void place(const std::vector<StorageTracker::Storage>& storages, const std::vect
 
 }  // namespace
 
-MemoryPlan plan_memory(const ExecutablePlan& plan) {
+MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place) {
   MemoryPlan m;
   const Graph& g = *plan.graph;
   m.offset.assign(g.num_value_ids(), -1);
   m.check.assign(plan.steps.size(), false);
   m.in_place.assign(plan.steps.size(), -1);
-  const bool in_place = !Options::get().is_disabled("in_place");
+  in_place = in_place && !Options::get().is_disabled("in_place");
   std::vector<bool> mutated(g.num_value_ids(), false);
   for (const ExecStep& st : plan.steps)
     if (st.kernel < 0 && may_mutate(*st.node))

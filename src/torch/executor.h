@@ -109,15 +109,18 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
 // Resolves the ATen steps of `inst.plan` (Note [ATen steps resolved at plan build]), folds views into
 // kernel loads and plans memory; called once the plan is built, before the first run_plan. Throws
 // fusion_jit::Error naming a schema the dispatcher lacks.
-void resolve_aten_steps(PlanInstance& inst);
+// `in_place`: steps may write their result into a dying argument (Note [Results written into a dying
+// argument]); false where the module's disable option names "in_place".
+void resolve_aten_steps(PlanInstance& inst, bool in_place = true);
 // Note [Peak memory]: the bytes of results live at once at the worst point of a call, in the order of the
 // graph's nodes (eager: the graph as captured) or of the plan's steps.
 int64_t eager_peak_bytes(const Graph& g);
 // With a memory plan, the arena counts whole while it lives and its values not again.
 int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory = nullptr);
 // Note [Static memory plan]: places the plan's intermediates in one arena (none where FUSION_JIT_DISABLE
-// has "arena").
-MemoryPlan plan_memory(const ExecutablePlan& plan);
+// has "arena"), and picks the steps that write their result into a dying argument (Note [Results written
+// into a dying argument]; none where `in_place` is false or FUSION_JIT_DISABLE has "in_place").
+MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place = true);
 // explain's lines for what an instance decides: views made at plan build and folded into kernel loads,
 // and the peak memory against eager's with the arena.
 std::string instance_explain(const PlanInstance& inst);

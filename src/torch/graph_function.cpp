@@ -26,6 +26,7 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
   std::set<std::string> known;
   for (const std::string& n : pipeline_names()) known.insert(n);
   known.insert("channels_last");
+  known.insert("in_place");
   std::set<std::string> out;
   for (const std::string& name : options.disable) {
     if (!known.count(name)) {
@@ -227,7 +228,7 @@ struct GraphFunction::Impl {
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
     inst->plan = build_plan(std::move(cap.graph), target);
-    resolve_aten_steps(*inst);
+    resolve_aten_steps(*inst, !disable.count("in_place"));
     return inst;
   }
 };

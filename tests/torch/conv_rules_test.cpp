@@ -232,6 +232,14 @@ TEST(ConvRules, DeadResidualTakesTheBlocksResultAndNothingLiveIsWritten) {
     ASSERT_EQ(again.size(), r.fused.size());
     for (size_t i = 0; i < again.size(); ++i) EXPECT_TRUE(at::equal(again[i], r.fused[i])) << k.tail;
   }
+  {  // the disable option turns it off for one module
+    auto m = residual_chain(cases[0].tail);
+    CompileOptions o;
+    o.disable = {"in_place"};
+    auto r = run_and_compare(m, {x}, "in_place disabled", o);
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_EQ(steps_in_place(r.compiled->explain({x})), 0) << r.compiled->explain({x});
+  }
   // The residual through an op that shares its input's storage although its schema has no alias annotation
   // (_unsafe_view): to the plan a new value, so the step is planned in place; at run time it shares the
   // caller's input, which the call must not write (the run-time check).
