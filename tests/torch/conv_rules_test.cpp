@@ -218,7 +218,7 @@ TEST(ConvRules, DeadResidualTakesTheBlocksResultAndNothingLiveIsWritten) {
       {"    return c\n", 2},            // a and b die at their blocks: written in place; x is the input
       {"    return c, a\n", 1},         // a is returned: only b is written
       {"    return c * 2.0 + a\n", 1},  // a is read after its block: only b is written
-      {"    return c, b[:, :4]\n", 1},   // a view of b is returned: only a is written
+      {"    return c, b[:, :4]\n", 1},  // a view of b is returned: only a is written
   };
   for (const Case& k : cases) {
     auto m = residual_chain(k.tail);
