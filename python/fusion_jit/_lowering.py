@@ -175,7 +175,10 @@ def channels_last_weights(gm, frozen):
 # cannot keep a channels-last copy of it (Note [Channels-last plans] does with freezing). Its input can
 # still be made channels-last: oneDNN's convolution then writes its result channels-last, the ops after it
 # keep that layout up to the next convolution, and outputs get eager's layout back (as with channels-last
-# weights). Whether it pays is a cost estimate over the graph's CPU convolutions, from measurements on
+# weights). Its weight is copied to channels-last by a kernel of the plan (aten::clone with that layout),
+# as ATen's convolution would copy it inside each call otherwise (a weight must have its input's layout;
+# timm_regnetx_002: 15 such copies per call, 0.56 ms of aten::clone under torch.profiler); the input's
+# copy at the plan's edge is such a kernel too. Whether it pays is a cost estimate over the graph's CPU convolutions, from measurements on
 # this project's machine (2 threads; bench/RESULTS.md, "Channels-last activations"):
 # - gain: about 0.75 ns per element the convolutions write (efficientnet_b0 0.73x of the NCHW plan's time,
 #   mobilenet_v3_small and timm_regnetx_002 0.81x: 0.74-0.77 ns per written element);
@@ -370,9 +373,13 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
             if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
                 # Checked before running it: a graph given up on is run again eagerly from the start.
                 raise Unsupported(f"{what} mutates an argument")
-            swapped = None
+            swapped = []
             if node in channels_last_inputs:
-                swapped = _channels_last_input(node.args[0], env, ref, converted, emit, new_name)
+                # The input and, with default settings, the weight (Note [Channels-last activations]).
+                for x in node.args[:2]:
+                    s = _channels_last_input(x, env, ref, converted, emit, new_name)
+                    if s is not None:
+                        swapped.append((x, s))
             fargs = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
             fkwargs = map_aggregate(node.kwargs, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
             target = node.target
@@ -396,8 +403,8 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
                     raise Unsupported(f"{what}: indexing a tensor value")
             elif isinstance(target, torch._ops.OpOverload):
                 ref[node] = _lower_op(node, v, what, as_text, emit, new_name, target)
-                if swapped is not None:  # the input's other users read it as it was
-                    env[node.args[0]], ref[node.args[0]] = swapped
+                for x, s in swapped:  # the input's other users read it as it was
+                    env[x], ref[x] = s
             elif not isinstance(v, torch.Tensor) and not (
                     isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v)):
                 ref[node] = v  # arithmetic on sizes (operator.mul on SymInts, math.ceil, ...)
@@ -440,9 +447,9 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
 
 
 def _channels_last_input(x, env, ref, converted, emit, new_name):
-    """Gives the FX node `x` (a convolution's input) its channels-last copy for the convolution's lowering:
-    emits aten::contiguous(x, channels_last) once per node where `x` is not channels-last already. Returns
-    what to restore after the convolution (None when nothing was swapped)."""
+    """Gives the FX node `x` (a convolution's input or weight) its channels-last copy for the convolution's
+    lowering: emits aten::clone(x, channels_last), a kernel of the plan, once per node where `x` is not
+    channels-last already. Returns what to restore after the convolution (None when nothing was swapped)."""
     v = env.get(x)
     r = ref.get(x)
     if not isinstance(v, torch.Tensor) or not isinstance(r, _Ref) or v.dim() != 4:
@@ -452,7 +459,7 @@ def _channels_last_input(x, env, ref, converted, emit, new_name):
     if x not in converted:
         cv = v.contiguous(memory_format=torch.channels_last)
         cr = _Ref(new_name())
-        emit([(cr, tensor_type(cv, f"{x.name} made channels-last"))], "aten::contiguous",
+        emit([(cr, tensor_type(cv, f"{x.name} made channels-last"))], "aten::clone",
              [r.name, _literal(torch.channels_last, "")])
         converted[x] = (cr, cv)
     saved = (v, r)
