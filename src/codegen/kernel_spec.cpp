@@ -314,7 +314,14 @@ class Builder {
     ExprRef w = t[1] ? t[1] : Expr::lit(int64_t{1}, ct);
     ExprRef b = t[2] ? t[2] : Expr::lit(int64_t{0}, ct);
     const BatchNormForm form = target_.batch_norm_form(n);
-    if (form == BatchNormForm::kScaleShift) return Expr::call("fj_batch_norm", {t[0], w, b, t[3], t[4], eps});
+    if (form == BatchNormForm::kScaleShift) {
+      if (g_.reduction) return Expr::call("fj_batch_norm", {t[0], w, b, t[3], t[4], eps});
+      // In three statements: alpha and beta read only the per-channel operands (Note [Row-invariant values]).
+      const std::string id = fmt::format("t{}", n.output()->id());
+      body().push_back(Stmt::let(id + "_alpha", ct, Expr::call("fj_bn_alpha", {w, t[4], eps}), n.schema()));
+      body().push_back(Stmt::let(id + "_beta", ct, Expr::call("fj_bn_beta", {b, t[3], Expr::var(id + "_alpha")}), n.schema()));
+      return Expr::call("fj_bn_apply", {t[0], Expr::var(id + "_alpha"), Expr::var(id + "_beta")});
+    }
     ExprRef one = Expr::lit(int64_t{1}, ct);
     ExprRef invstd = Expr::call("fj_reciprocal", {Expr::call("fj_sqrt", {Expr::call("fj_add", {t[4], eps, one})})});
     ExprRef centered = Expr::call("fj_sub", {t[0], t[3], one});

@@ -1,10 +1,12 @@
 // Code generation without torch: kernels printed as text, compiled by the host compiler, run on plain
 // buffers, and compared with values computed here.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "driver/build_plan.h"
 #include "kernels_cache/kernels_cache.h"
@@ -169,6 +171,57 @@ TEST(Codegen, Float16RoundsLikeEager) {
   launch_cpu_kernel(fn, bufs, 4, 1 << 20, nullptr);
   EXPECT_EQ(out[0], 0x7c00);  // +inf
   EXPECT_EQ(out[2], 0x0000);
+}
+
+// Note [Row-invariant values]: batch_norm's alpha and beta read only the per-channel operands. Over an
+// NCHW tensor they are computed once per row (a row is one channel's plane), over a channels-last one once
+// per call into a table of the row's channels, and over rows longer than a table allows per element. Each
+// against the formula computed here, the kernel run over two ranges that split a row (as the thread pool
+// may); the element loop (after the last `omp simd`) computes alpha only in the last case.
+TEST(Codegen, BatchNormsPerChannelValuesAreComputedOutsideTheElementLoop) {
+  struct Case {
+    const char* what;
+    int64_t c, h;
+    bool channels_last;
+    bool table, in_loop;
+  } cases[] = {
+      {"NCHW", 3, 5, false, false, false},
+      {"channels-last", 3, 5, true, true, false},
+      {"channels-last, 5000 channels", 5000, 2, true, false, true},
+  };
+  for (const Case& k : cases) {
+    const int64_t n = 2, c = k.c, h = k.h, w = 2, numel = n * c * h * w;
+    const std::string shape = fmt::format("[{},{},{},{}]", n, c, h, w);
+    const std::string strides = k.channels_last ? fmt::format("{{{},1,{},{}}}", c * h * w, w * c, c) : "";
+    Built b = build(fmt::format(R"(graph(%0 : f32{0}{1}, %1 : f32[{2}], %2 : f32[{2}], %3 : f32[{2}], %4 : f32[{2}]):
+  %5 : f32{0}{1} = aten::batch_norm(%0, %1, %2, %3, %4, False, 0.1, 1e-05, False)
+  %6 : f32{0}{1} = aten::relu(%5)
+  return (%6)
+)", shape, strides, c));
+    const std::string loop = b.source.substr(b.source.rfind("#pragma omp simd"));
+    EXPECT_EQ(b.source.find("float h_t5_alpha[") != std::string::npos, k.table) << k.what << "\n" << b.source;
+    EXPECT_EQ(loop.find("fj_bn_alpha") != std::string::npos, k.in_loop) << k.what << "\n" << b.source;
+    auto lib = compile_cpu_source(b.source);
+    auto fn = reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"));
+    std::vector<float> x(numel), wt(c), bias(c), mean(c), var(c), out(numel);
+    for (int64_t i = 0; i < numel; ++i) x[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    for (int64_t j = 0; j < c; ++j) {
+      wt[j] = 0.5f + static_cast<float>(j % 7) * 0.25f;
+      bias[j] = static_cast<float>(j % 5) - 2.0f;
+      mean[j] = std::cos(static_cast<float>(j));
+      var[j] = 0.1f + static_cast<float>(j % 3);
+    }
+    void* bufs[] = {x.data(), wt.data(), bias.data(), mean.data(), var.data(), out.data()};
+    fn(bufs, 0, 7);  // splits a row
+    fn(bufs, 7, numel);
+    for (int64_t i = 0; i < numel; ++i) {
+      const int64_t ch = k.channels_last ? i % c : (i / (h * w)) % c;
+      const float alpha = 1.0f / std::sqrt(var[ch] + 1e-05f) * wt[ch];
+      const float scaled = x[i] * alpha, beta = bias[ch] - mean[ch] * alpha, y = scaled + beta;
+      // Contracted into fused multiply-adds or not, the kernel's rounding may differ from this one's.
+      EXPECT_NEAR(out[i], y < 0 ? 0.0f : y, 1e-6f * (std::fabs(scaled) + std::fabs(beta) + 1.0f)) << k.what << " element " << i;
+    }
+  }
 }
 
 // Two libraries loaded one after the other are two libraries: each is loaded through an in-memory file
