@@ -70,6 +70,9 @@ struct MemoryPlan {
   int64_t value_bytes = 0;              // their bytes, before sharing
   std::vector<int> in_place;            // by step: the value input whose storage the result takes (Note
                                         // [Results written into a dying argument]), or -1
+  // By step: a kernel's (output buffer, input buffer) pairs whose output takes the input's storage (Note
+  // [Kernel results written over a dying input]); empty for other steps.
+  std::vector<std::vector<std::pair<int, int>>> kernel_in_place;
 };
 
 struct PlanInstance {

@@ -551,13 +551,17 @@ def forward(self, x, mask):
 
 // Note [Static memory plan], on known values: x * 2 dies at the first mm and the mm's result * 3 is made
 // after it, so the two 1 KB intermediates share the arena's first kilobyte; the returned value has its own.
+// (Kernels writing over the mm's results, Note [Kernel results written over a dying input], would leave
+// one intermediate: turned off here.)
 TEST(MemoryPlan, IntermediatesWithDisjointLifetimesShareTheArena) {
   auto m = script("x, w", "    k = torch.mm(torch.mm(x * 2.0, w) * 3.0, w)\n    return k + 1.0");
   std::vector<c10::IValue> in{at::randn({16, 16}), at::randn({16, 16})};
-  auto r = run_and_compare(m, in, "chain");
+  CompileOptions o;
+  o.disable = {"in_place"};
+  auto r = run_and_compare(m, in, "chain", o);
   ASSERT_NE(r.plan, nullptr);
   ASSERT_EQ(r.plan->kernels.size(), 3u) << r.plan->explain();
-  MemoryPlan mp = plan_memory(*r.plan);
+  MemoryPlan mp = plan_memory(*r.plan, /*in_place=*/false);
   EXPECT_EQ(mp.arena_bytes, 1024);
   EXPECT_EQ(mp.values, 2);
   for (const Value* o : r.plan->graph->outputs()) EXPECT_EQ(mp.offset[o->id()], -1);
@@ -570,6 +574,57 @@ TEST(MemoryPlan, IntermediatesWithDisjointLifetimesShareTheArena) {
   at::Tensor second = fused(in2).toTensor();
   EXPECT_TRUE(check_close(first, r.eager[0]).ok);
   EXPECT_TRUE(check_close(second, m.forward(in2).toTensor()).ok);
+}
+
+// The number in explain's "kernels writing over a dying input: N" line, 0 without it.
+int kernels_in_place(const std::string& explain) {
+  const std::string line = "kernels writing over a dying input: ";
+  const auto at = explain.find(line);
+  return at == std::string::npos ? 0 : std::stoi(explain.substr(at + line.size()));
+}
+
+// Note [Kernel results written over a dying input]: a kernel reading an ATen result that dies there writes
+// its output over it, which takes one result off the peak. Never over an input, a result returned or read
+// later, one of another type (dtype, a broadcast); and one that reaches the kernel through an op returning
+// its argument unannotated (dropout with p = 0) is planned so, but the caller's input it is at run time
+// stays unwritten (the run-time check). Each against eager with the inputs checked unchanged
+// (run_and_compare), and called again through the same plan.
+TEST(MemoryPlan, KernelsWriteOverADyingAtenResultAndNothingLive) {
+  std::vector<c10::IValue> in{at::randn({16, 16}), at::randn({16, 16})};
+  struct Case {
+    const char* body;
+    int in_place;  // kernels
+  } cases[] = {
+      {"    y = torch.mm(x, w)\n    return torch.relu(y * 2.0 + 1.0)\n", 1},
+      {"    y = torch.mm(x, w)\n    return y, torch.relu(y)\n", 0},                        // y returned
+      {"    y = torch.mm(x, w)\n    a = torch.relu(y)\n    return torch.mm(a, y)\n", 0},    // y read later
+      {"    return torch.relu(x * 2.0)\n", 0},                                               // an input
+      {"    y = torch.mm(x, w)\n    return torch.relu(y).double()\n", 0},                      // another dtype
+      {"    y = torch.mm(x, w[:, :1])\n    return y * x\n", 0},                              // broadcast
+      {"    return torch.relu(torch.dropout(x, 0.0, True) * 2.0)\n", 1},                     // x at run time
+  };
+  for (const Case& k : cases) {
+    auto m = script("x, w", k.body);
+    auto r = run_and_compare(m, in, k.body);
+    ASSERT_NE(r.plan, nullptr) << k.body;
+    const std::string ex = r.compiled->explain(in);
+    EXPECT_EQ(kernels_in_place(ex), k.in_place) << k.body << ex;
+    auto again = flatten((*r.compiled)(in));
+    ASSERT_EQ(again.size(), r.fused.size());
+    for (size_t i = 0; i < again.size(); ++i) EXPECT_TRUE(at::equal(again[i], r.fused[i])) << k.body;
+  }
+  // The peak: y alone (1 KB) where the kernel writes over it, y and the result apart.
+  auto m = script("x, w", cases[0].body);
+  auto r = run_and_compare(m, in, "written over");
+  ASSERT_NE(r.plan, nullptr);
+  const MemoryPlan over = plan_memory(*r.plan), apart = plan_memory(*r.plan, /*in_place=*/false);
+  EXPECT_EQ(plan_peak_bytes(*r.plan, &over), 1024);
+  EXPECT_EQ(plan_peak_bytes(*r.plan, &apart), 2048);
+  // The disable option turns it off for one module.
+  CompileOptions o;
+  o.disable = {"in_place"};
+  auto off = run_and_compare(m, in, "in_place disabled", o);
+  EXPECT_EQ(kernels_in_place(off.compiled->explain(in)), 0) << off.compiled->explain(in);
 }
 
 // Results made after the arena is let go are the plan's own, whatever address their storage object gets
@@ -600,15 +655,17 @@ TEST(MemoryPlan, ResultsMadeAfterTheArenaIsGoneAreNotCopied) {
 // views.identity rule leaves to ATen since it draws from the generator in training) must not hand out
 // arena bytes as a value of its own: another intermediate placed there later would overwrite it.
 // In eval mode dropout is its input (views.identity): changed in place, it changes its input with it, as
-// eager's does.
+// eager's does. (Without kernels writing over the mm's results, which would keep them out of the arena.)
 TEST(MemoryPlan, OpsReturningTheirInputUnannotatedKeepTheirValue) {
   auto m = script("x, w", "    b = torch.dropout(x * 2.0, 0.0, True)\n    k = torch.mm(torch.mm(b, w) * 3.0, w)\n"
                           "    return k + b");
   std::vector<c10::IValue> in{at::randn({16, 16}), at::randn({16, 16})};
-  auto r = run_and_compare(m, in, "dropout's result read after the arena reused its bytes");
+  CompileOptions o;
+  o.disable = {"in_place"};
+  auto r = run_and_compare(m, in, "dropout's result read after the arena reused its bytes", o);
   ASSERT_NE(r.plan, nullptr);
   ASSERT_EQ(r.plan->aten_ops.count("aten::dropout"), 1u) << r.plan->explain();
-  MemoryPlan mp = plan_memory(*r.plan);
+  MemoryPlan mp = plan_memory(*r.plan, /*in_place=*/false);
   EXPECT_EQ(mp.values, 2);
   EXPECT_EQ(std::count(mp.check.begin(), mp.check.end(), true), 2);  // dropout and the first mm read the arena
   auto m2 = script("x", "    a = x * 2.0\n    b = torch.dropout(a, 0.5, False)\n    b.add_(1.0)\n    return a * 1.5, b.sum()");
