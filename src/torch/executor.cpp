@@ -92,7 +92,8 @@ at::Tensor allocate_arena(const MemoryPlan& m) {
                                    at::kByte, std::nullopt);
 }
 
-// A kernel output of type `t` at byte `offset` of the arena: a tensor of its own on the arena's storage.
+// A kernel output of type `t` at byte `offset` of the arena (or of a dying input's storage, Note [Kernel
+// results written over a dying input]): a tensor of its own on that storage.
 at::Tensor arena_tensor(const at::Tensor& arena, const TensorType& t, int64_t offset) {
   const auto dtype = static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype));
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.storage()), arena.key_set(),
@@ -1326,10 +1327,12 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
         } else if (const KernelBuffer* into = written_over(k.spec.buffers, p.memory.kernel_in_place.empty() ? nullptr
                                                                              : &p.memory.kernel_in_place[si], bi);
                    into && sole_reference(env[into->value->id()])) {
-          // Note [Kernel results written over a dying input]: the output is the input's tensor.
+          // Note [Kernel results written over a dying input]: the output is a tensor of its own on the
+          // input's storage, with the plan's strides (which may differ from the input's in size-1 dims:
+          // a [2,16,1,1] convolution result strided [16,1,16,16] where eager's output is [16,1,1,1]).
           const at::Tensor& in = env[into->value->id()].toTensor();
           ptrs.push_back(const_cast<void*>(in.const_data_ptr()));
-          env[b.value->id()] = in;
+          env[b.value->id()] = arena_tensor(in, t, in.storage_offset() * static_cast<int64_t>(in.element_size()));
         } else {
           const int64_t at = p.memory.arena_bytes > 0 ? p.memory.offset[b.value->id()] : -1;
           if (at >= 0 && !arena.defined()) {
