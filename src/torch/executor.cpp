@@ -11,6 +11,7 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -829,7 +830,7 @@ std::vector<std::pair<int, int>> kernel_in_place_buffers(const ExecStep& st, con
     const TensorType& y = out.value->tensor_type();
     for (size_t i = 0; i < k.buffers.size(); ++i) {
       const KernelBuffer& in = k.buffers[i];
-      if (in.is_output || taken[i] || in.strides != out.strides || in.dtype != out.dtype) continue;
+      if (in.is_output || taken[i] || in.strides != out.strides) continue;
       const Value* v = in.value;
       const TensorType& x = v->tensor_type();
       if (x.sizes != y.sizes || x.strides != y.strides || x.dtype != y.dtype || x.device != y.device) continue;
@@ -883,6 +884,19 @@ const KernelBuffer* written_over(const std::vector<KernelBuffer>& buffers, const
   return nullptr;
 }
 
+// A kernel step's outputs in `t`: each shares the storage of the input it is written over, or is fresh
+// (`alone(v)`: allocated on its own, counted in the live bytes; not an arena value).
+void track_kernel_outputs(StorageTracker& t, const std::vector<KernelBuffer>& buffers,
+                          const std::vector<std::pair<int, int>>* pairs, int step,
+                          const std::function<bool(const Value*)>& alone) {
+  for (size_t bi = 0; bi < buffers.size(); ++bi) {
+    const KernelBuffer& b = buffers[bi];
+    if (!b.is_output || b.offset != 0) continue;
+    if (const KernelBuffer* into = written_over(buffers, pairs, bi)) t.share(b.value, {into->value});
+    else t.fresh(b.value, step, true, alone(b.value));
+  }
+}
+
 // plan_peak_bytes, and the step where it is reached.
 std::pair<int64_t, int> plan_peak(const ExecutablePlan& plan, const MemoryPlan* memory) {
   StorageTracker t(plan.graph->num_value_ids());
@@ -892,14 +906,10 @@ std::pair<int64_t, int> plan_peak(const ExecutablePlan& plan, const MemoryPlan* 
     const int step = static_cast<int>(si);
     if (arena && step == memory->first_step) t.hold(memory->arena_bytes, step);
     if (st.kernel >= 0) {
-      const auto& buffers = plan.kernels[st.kernel].spec.buffers;
       const auto* pairs = memory && !memory->kernel_in_place.empty() ? &memory->kernel_in_place[si] : nullptr;
-      for (size_t bi = 0; bi < buffers.size(); ++bi) {
-        const KernelBuffer& b = buffers[bi];
-        if (!b.is_output || b.offset != 0) continue;
-        if (const KernelBuffer* into = written_over(buffers, pairs, bi)) t.share(b.value, {into->value});
-        else t.fresh(b.value, step, true, !memory || memory->arena_bytes == 0 || memory->offset[b.value->id()] < 0);
-      }
+      track_kernel_outputs(t, plan.kernels[st.kernel].spec.buffers, pairs, step, [&](const Value* v) {
+        return !memory || memory->arena_bytes == 0 || memory->offset[v->id()] < 0;
+      });
     } else if (memory && !memory->in_place.empty() && memory->in_place[si] >= 0) {
       t.share(st.node->output(), {st.node->value_inputs().at(memory->in_place[si])});
     } else {
@@ -999,12 +1009,7 @@ MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place) {
     if (st.kernel >= 0) {
       const KernelSpec& k = plan.kernels[st.kernel].spec;
       if (in_place) m.kernel_in_place[si] = kernel_in_place_buffers(st, k, t);
-      for (size_t bi = 0; bi < k.buffers.size(); ++bi) {
-        const KernelBuffer& b = k.buffers[bi];
-        if (!b.is_output || b.offset != 0) continue;
-        if (const KernelBuffer* into = written_over(k.buffers, &m.kernel_in_place[si], bi)) t.share(b.value, {into->value});
-        else t.fresh(b.value, step, true);
-      }
+      track_kernel_outputs(t, k.buffers, &m.kernel_in_place[si], step, [](const Value*) { return true; });
     } else if (!st.node->is_constant()) {
       const Node& n = *st.node;
       const bool mutates = may_mutate(n);

@@ -182,6 +182,16 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   // Row-invariant statements: once per row, before its loop (Note [Row-invariant values]).
   bool per_row = false;
   for (Reach r : reach) per_row = per_row || r == Reach::kRow || r == Reach::kConstant;
+  std::set<int> hoisted_only;  // buffers read only by statements hoisted out of the element loop
+  {
+    std::set<int> all, in_loop;
+    for (size_t i = 0; i < k.body.size(); ++i) {
+      buffers_read(*k.body[i].value, &all);
+      if (reach[i] == Reach::kElement) buffers_read(*k.body[i].value, &in_loop);
+    }
+    for (int b : all)
+      if (!in_loop.count(b)) hoisted_only.insert(b);
+  }
   // The loop over `n` elements of the row from the pointers `r<b>` (`s<b>` in a leaf piece's loop), running
   // leaf piece `leaf`'s code (-1: none) and the body.
   auto loop = [&](int leaf, const std::string& n, const std::string& ind) {
@@ -197,16 +207,6 @@ void print_kernel(const KernelSpec& k, std::string& s) {
                          k.body[i].name, k.body[i].name);
     s += "#pragma omp simd\n" + ind + fmt::format("for (I j = 0; j < {}; ++j) {{\n", n);
     auto ref = [&](size_t b) { return fmt::format("{}{}[{}]", r, b, index_expr("j", k.buffers[b].strides[nd - 1])); };
-    std::set<int> hoisted_only;  // buffers no statement of the loop reads
-    {
-      std::set<int> all, in_loop;
-      for (size_t i = 0; i < k.body.size(); ++i) {
-        buffers_read(*k.body[i].value, &all);
-        if (reach[i] == Reach::kElement) buffers_read(*k.body[i].value, &in_loop);
-      }
-      for (int b : all)
-        if (!in_loop.count(b)) hoisted_only.insert(b);
-    }
     for (size_t b = 0; b < first_out; ++b) {
       const auto& kb = k.buffers[b];
       if (kb.piece >= 0 && !piece_on_path(k, kb.piece, leaf)) continue;
