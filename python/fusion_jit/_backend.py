@@ -24,7 +24,7 @@ import weakref
 
 import torch
 
-from . import _native
+from . import _attention, _native
 from ._lowering import (LayoutMismatch, Unsupported, channels_last_activations, channels_last_weights, lower,
                         specialization_key)
 
@@ -52,7 +52,20 @@ def _env_bool(name, default):
 
 def _channels_last(opts):
     """Note [Channels-last plans] (src/torch/capture.h); the C++ side checks FUSION_JIT_DISABLE's names."""
-    return "channels_last" not in os.environ.get("FUSION_JIT_DISABLE", "").split(",") + opts.disable
+    return _enabled("channels_last", opts)
+
+
+def _enabled(rule, opts):
+    """Whether a rule applied on the Python side is on: neither it nor its rule set is named by
+    FUSION_JIT_DISABLE or the `disable` option."""
+    names = set(os.environ.get("FUSION_JIT_DISABLE", "").split(",")) | set(opts.disable)
+    return rule not in names and rule.split(".")[0] not in names
+
+
+def _differentiated(example_inputs):
+    """Whether AOT autograd will make a training graph (forward and backward) of this graph: grad mode
+    on and an input that requires grad (its own test)."""
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
 def _strict():
@@ -366,7 +379,10 @@ class _Backend:
             _native.ops.use_cache_dir(self.opts.cache_dir)
         aot = aot_autograd(fw_compiler=self._compiler("forward"), bw_compiler=self._compiler("backward"),
                            inference_compiler=self._compiler("inference"), decompositions=_decompositions)
-        return aot(_restore_addcdiv(gm), example_inputs)
+        gm = _restore_addcdiv(gm)
+        if _differentiated(example_inputs) and _enabled("attention.sdpa", self.opts):
+            _attention.rewrite(gm, self.record)
+        return aot(gm, example_inputs)
 
 
 def backend(gm, example_inputs, options=None, mode=None):

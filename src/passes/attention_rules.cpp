@@ -28,8 +28,9 @@
 //   - each added mask has the scores' dtype (no promotion) and broadcasts to [B, H, T, S];
 //   - softmax over the last dim in the scores' dtype (no dtype argument, no half-to-float).
 // Training graphs: the forward keeps the probabilities for softmax's backward, so the rule declines there
-// ("the probabilities are also used elsewhere"); mapping the backward too (SDPA's backward op) is not
-// built.
+// ("the probabilities are also used elsewhere"). The torch.compile backend matches the same pattern on
+// Dynamo's graph before AOT autograd instead, so that SDPA's backward is traced too (Note [Attention rule
+// in training graphs], python/fusion_jit/_attention.py).
 // What differs from eager's three ops, and how:
 //   - Rows the masks remove entirely (every entry -inf): eager's softmax gives NaN, SDPA's kernels 0. The
 //     rule computes those rows from the mask (amax over its last dim == -inf) and fills NaN there, so the
