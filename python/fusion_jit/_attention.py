@@ -6,33 +6,37 @@ The C++ rule rewrites inference graphs. In training, AOT autograd splits the mod
 which keeps the probabilities for softmax's backward, and a backward graph of bmm and softmax gradients;
 neither graph alone can become SDPA. So for a graph that will be differentiated (grad mode on and an
 input that requires grad) the same pattern is matched on Dynamo's torch-level graph, written as
-    torch.matmul(q, k.transpose(-2, -1))  [* c | / c]  [+ mask | .masked_fill(m, -inf)]*  softmax(-1)
-    [.to/.type(its own dtype)]  [dropout(p=0)]  torch.matmul(., v)
-and replaced by torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, 0.0, False, scale); AOT
-autograd then traces SDPA's forward and its backward (the fused CPU kernel's
-_scaled_dot_product_flash_attention_for_cpu and _backward where ATen picks it). Conditions as the C++
-rule's: q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] with the same batch dims, one floating dtype and
-device; every intermediate used once and not returned; the scale a number applied before the masks; each
-added mask of the scores' dtype and broadcasting to [B, H, T, S]; softmax over the last dim in the scores'
-dtype; no mask that requires grad (T5's learned position bias: ATen's SDPA would then run its math form,
-the ops as written, for its fused CPU kernel has no gradient for the mask); dropout only with p = 0
-(SDPA's dropout draws other random numbers than eager's). Several masks
-are summed into one; a boolean masked_fill(-inf) mask adds where(m, -inf, 0). Rows the masks remove
-entirely are NaN in eager's forward and 0 in SDPA's; the rewrite fills NaN there as the C++ rule does
-(their gradients are then 0 where eager's are NaN; such a row makes eager's loss NaN anyway).
-Where a candidate (a matmul fed by a softmax) does not match, the graph stays and explain says why.
-`FUSION_JIT_DISABLE=attention.sdpa` (or `attention`) and the `disable` option turn it off, as for the
-C++ rule.
+    matmul(q, k.transpose(-2, -1))  [* c | / c]  [+ mask | .masked_fill(m, -inf)]*  softmax(-1)
+    [.to/.type(its own dtype)]  [dropout(p=0)]  matmul(., v)
+(matmul: torch.matmul, the @ operator or bmm; the scale and adds also in place) and replaced by
+torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, 0.0, False, scale); AOT autograd then
+traces SDPA's forward and its backward (the fused CPU kernel's _scaled_dot_product_flash_attention_for_cpu
+and its _backward where ATen picks it). Conditions as the C++ rule's: q [B, H, T, D], k [B, H, S, D],
+v [B, H, S, Dv] with the same batch dims, one floating dtype and device, the scores [B, H, T, S] and the
+result of that dtype too (autocast's bfloat16 products around float32 scores decline); every
+intermediate used once and not returned, v not computed from them; the scale a number applied before
+the masks; each mask on q's device, broadcasting to [B, H, T, S], an added one of the scores' dtype and
+not an in-place target of the scores; softmax over the last dim in the scores' dtype. Two more: no
+mask that requires grad (T5's learned position bias: ATen's SDPA would then run its math form, the ops
+as written, for its fused CPU kernel has no gradient for the mask), and dropout only with p = 0 (SDPA's
+dropout draws other random numbers than eager's). Several masks are summed into one; a boolean
+masked_fill(-inf) mask adds where(m, -inf, 0); a mask of fewer than 2 dims is made 2-d (SDPA's kernel
+choice reads its size(-2)). SDPA's CPU result is a transposed view, so it is made contiguous as the
+product's result is. Rows the masks remove entirely are NaN in eager's forward and 0 in SDPA's; the
+rewrite fills NaN there as the C++ rule does (their gradients are then 0 where eager's are NaN; such a
+row makes eager's loss NaN anyway). Where a candidate (a matmul fed by a softmax over 4-d scores) does
+not match, the graph stays and explain says why. `FUSION_JIT_DISABLE=attention.sdpa` (or `attention`)
+and the `disable` option turn it off, as for the C++ rule.
 """
 
 import operator
 
 import torch
 
-_MATMUL = (torch.matmul, torch.bmm)
+_MATMUL = (torch.matmul, operator.matmul, torch.bmm)
 _ADD = (operator.add, torch.add, operator.iadd)
-_MUL = (operator.mul, torch.mul)
-_DIV = (operator.truediv, torch.div)
+_MUL = (operator.mul, torch.mul, operator.imul)
+_DIV = (operator.truediv, torch.div, operator.itruediv)
 _SOFTMAX = (torch.nn.functional.softmax, torch.softmax)
 _DROPOUT = (torch.nn.functional.dropout,)
 
@@ -55,6 +59,14 @@ def _arg(n, i, name, default=None):
     if len(n.args) > i:
         return n.args[i]
     return n.kwargs.get(name, default)
+
+
+def _input(n):
+    """The tensor operand of a call node, given by position or by keyword."""
+    x = n.args[0] if n.args else n.kwargs.get("input", n.kwargs.get("self"))
+    if not isinstance(x, torch.fx.Node):
+        raise _Decline(f"{n.name} has no tensor operand the rule can read")
+    return x
 
 
 def _used_once(n):
@@ -86,16 +98,17 @@ def _softmax_of(probs, nodes):
                 raise _Decline("a cast of the probabilities to another dtype")
         else:
             raise _Decline(f"{n.target} between the softmax and the product")
-        n = n.args[0]
+        n = _input(n)
 
 
-def _leads_to_product(x):
-    """Whether `x` is computed from a matmul through scale, add and masked_fill nodes."""
-    while isinstance(x, torch.fx.Node):
+def _leads_to_product(x, depth=8):
+    """Whether `x` is computed from a matmul through at most `depth` scale, add and masked_fill nodes."""
+    while isinstance(x, torch.fx.Node) and depth > 0:
+        depth -= 1
         if _is_fn(x, _MATMUL, "matmul"):
             return True
         if _is_fn(x, _ADD, "add") and len(x.args) == 2:
-            return any(_leads_to_product(a) for a in x.args)
+            return any(_leads_to_product(a, depth) for a in x.args)
         if _is_fn(x, _MUL + _DIV + (torch.masked_fill,)) or (
                 x.op == "call_method" and x.target in ("mul", "div", "masked_fill")):
             x = next((a for a in x.args[:2] if isinstance(a, torch.fx.Node)), None)
@@ -114,7 +127,7 @@ def _match(pv):
     probs, v = pv.args
     nodes = [pv]
     sm = _softmax_of(probs, nodes)
-    s = sm.args[0]
+    s = _input(sm)
     dim = _arg(sm, 1, "dim")
     dtype = _arg(sm, 3 if sm.target is torch.nn.functional.softmax else 2, "dtype")
     scores = _meta(s)
@@ -135,6 +148,8 @@ def _match(pv):
             la, lb = _leads_to_product(a), _leads_to_product(b)
             if la == lb:
                 raise _Decline("an addition whose operands cannot be told apart as scores and mask")
+            if n.target is operator.iadd and not la:
+                raise _Decline("an in-place addition of the scores into the mask")
             n, mask = (a, b) if la else (b, a)
             m = _meta(mask)
             if m is None or m.dtype != scores.dtype:
@@ -155,6 +170,13 @@ def _match(pv):
             m = _meta(n.args[1])
             if m is None or m.dtype != torch.bool or n.args[2] != float("-inf"):
                 raise _Decline("a masked_fill that is not a boolean mask filled with -inf")
+            try:
+                fits = torch.broadcast_shapes(m.shape, scores.shape) == scores.shape
+            except RuntimeError:
+                fits = False
+            if not fits:
+                raise _Decline(f"a mask of shape {list(m.shape)} that does not broadcast to the scores' "
+                               f"{list(scores.shape)}")
             bool_masks.append(n.args[1])
             n = n.args[0]
         else:
@@ -176,6 +198,8 @@ def _match(pv):
             raise _Decline("the scores are also used elsewhere")
         nodes.append(n)
         scale, n = 1.0 / float(n.args[1]), n.args[0]
+    if _is_fn(n, _ADD + (torch.masked_fill,), "add") or _is_fn(n, (), "masked_fill"):
+        raise _Decline("a mask under the scale (SDPA scales the product alone)")
     if not _is_fn(n, _MATMUL, "matmul") or len(n.args) != 2 or not _used_once(n):
         raise _Decline("the scores are not q @ k^T (under a scale, then the masks) used once")
     kt = n.args[1]
@@ -194,6 +218,14 @@ def _match(pv):
     if not (tq.shape[:2] == tk.shape[:2] == tv.shape[:2] and tk.shape[2] == tv.shape[2]
             and tq.shape[3] == tk.shape[3]):
         raise _Decline(f"shapes q {list(tq.shape)}, k {list(tk.shape)}, v {list(tv.shape)} are not SDPA's")
+    out = _meta(pv)
+    if scores.shape != (*tq.shape[:3], tk.shape[2]) or scores.dtype != tq.dtype or out is None or out.dtype != tq.dtype:
+        raise _Decline(f"scores {list(scores.shape)} {scores.dtype} or the result are not those of q and k "
+                       "(a broadcast, or a cast such as autocast's)")
+    if any(_meta(m).device != tq.device for m in masks + bool_masks):
+        raise _Decline("a mask on another device than q")
+    if v in nodes:
+        raise _Decline("v is computed from the probabilities")
     return q, k, v, scale, masks, bool_masks, nodes
 
 
@@ -213,6 +245,9 @@ def rewrite(gm, record=None):
             probs = probs.args[0] if probs.args else None
         if not _is_fn(probs, _SOFTMAX, "softmax"):
             continue
+        scores = _meta(probs.args[0] if probs.args else probs.kwargs.get("input"))
+        if scores is None or scores.dim() != 4:
+            continue  # not attention over [B, H, T, S] scores (a softmax-weighted sum of another kind)
         try:
             q, k, v, scale, masks, bool_masks, nodes = _match(pv)
         except _Decline as e:
@@ -221,12 +256,13 @@ def rewrite(gm, record=None):
         dtype = _meta(q).dtype
         with g.inserting_before(pv):
             mask = None
-            for m in masks:
+            for m in masks + bool_masks:
+                if m in bool_masks:
+                    m = g.call_method("to", (g.call_function(torch.where, (m, float("-inf"), 0.0)), dtype))
                 mask = m if mask is None else g.call_function(operator.add, (mask, m))
-            for b in bool_masks:
-                inf = g.call_function(torch.where, (b, float("-inf"), 0.0))
-                inf = g.call_method("to", (inf, dtype))
-                mask = inf if mask is None else g.call_function(operator.add, (mask, inf))
+            rank = max((_meta(m).dim() for m in masks + bool_masks), default=2)
+            if rank < 2:  # SDPA takes a mask of at least 2 dims (its kernel choice reads size(-2))
+                mask = g.call_function(torch.atleast_2d, (mask,))
             out = g.call_function(torch.nn.functional.scaled_dot_product_attention, (q, k, v),
                                   {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False, "scale": scale})
             # SDPA's CPU kernel returns a transposed view ([B, T, H, Dv] in memory); the product's result

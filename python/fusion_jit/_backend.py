@@ -431,7 +431,8 @@ def explain(model, *inputs, file=None, **options):
     record = []
     compiled = torch.compile(model, backend=_Backend(Options(options), record))
     compiled(*inputs)
-    parts = [f"fusion_jit: {len(record)} graph(s)"]
+    graphs = sum(1 for name, _ in record if not name.startswith("torch graph"))  # (Dynamo-level rewrites)
+    parts = [f"fusion_jit: {graphs} graph(s)"]
     for name, text in record:
         parts.append(f"== {name} ==\n{text}")
     text = "\n".join(parts)

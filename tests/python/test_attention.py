@@ -182,3 +182,73 @@ def test_training_spellings_match_eager(scale, mask, dtype):
         assert "rules: attention.sdpa x1" in "".join(t for _, t in records)
         assert torch.equal(got.isnan(), expected.isnan()) and got.isnan().any()
         torch.testing.assert_close(got.nan_to_num(), expected.nan_to_num(), rtol=2e-2, atol=2e-2)
+
+
+def _scores(q, k):
+    return torch.matmul(q, k.transpose(-2, -1))
+
+
+def _in_place_scale(q, k, v, m):
+    s = _scores(q, k)
+    s /= 3.0
+    return torch.softmax(s, -1) @ v
+
+
+def _into_the_mask(q, k, v, m):
+    t = m.expand(2, 2, 6, 6).clone()
+    t += _scores(q, k)
+    return torch.softmax(t, -1) @ v
+
+
+def _autocast(q, k, v, m):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return torch.matmul(torch.softmax(_scores(q, k) + m, -1), v)
+
+
+_SPELLINGS = {
+    # name: (function of q, k, v [2, 2, 6, 8] and a mask m, what explain must say)
+    "matmul_operator": (lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1)) * 0.3, -1) @ v,
+                        "rules: attention.sdpa x1"),
+    "in_place_scale": (_in_place_scale, "rules: attention.sdpa x1"),
+    "keyword_input": (lambda q, k, v, m: torch.matmul(torch.nn.functional.softmax(input=_scores(q, k) + m, dim=-1), v),
+                      "rules: attention.sdpa x1"),
+    "one_dim_mask": (lambda q, k, v, m: torch.matmul(torch.softmax(_scores(q, k) * 0.3 + m[0, 0, 0], -1), v),
+                     "rules: attention.sdpa x1"),
+    "mask_under_scale": (lambda q, k, v, m: torch.matmul(torch.softmax((_scores(q, k) + m) * 0.3, -1), v),
+                         "a mask under the scale"),
+    "probabilities_as_v": (lambda q, k, v, m: torch.matmul(p := torch.softmax(_scores(q, k), -1), p),
+                           "v is computed from the probabilities"),
+    "in_place_into_the_mask": (_into_the_mask, "an in-place addition of the scores into the mask"),
+    "autocast": (_autocast, "are not those of q and k"),
+}
+
+
+@pytest.mark.parametrize("case", list(_SPELLINGS))
+def test_training_spellings_and_near_misses(case):
+    """Spellings the rule takes (the @ operator, an in-place scale, softmax's input by keyword, a 1-d mask,
+    which SDPA needs made 2-d) and near misses it must leave as written (a mask under the scale, v
+    computed from the probabilities, the scores added in place into a mask, autocast's bfloat16 products
+    around float32 scores): each says so in explain,
+    none fails to compile, and forward and gradients are eager's."""
+    fn, says = _SPELLINGS[case]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8, requires_grad=True) for _ in range(3))
+    m = torch.randn(1, 1, 6, 6)
+    records = []
+    compiled = torch.compile(fn, backend=_Backend(fusion_jit.Options({}), records))
+    runs = []
+    for f, dtype in ((compiled, torch.float32), (fn, torch.float32), (fn, torch.float64)):
+        args = [t.detach().to(dtype).requires_grad_(t.requires_grad) for t in (q, k, v, m)]
+        out = f(*args)
+        (out * _weights(out)).sum().backward()
+        runs.append((out, [a.grad for a in args[:3]]))
+    text = "".join(t for _, t in records)
+    assert says in text, text
+    assert_close(runs[0][0], runs[1][0], runs[2][0], f"{case}: forward")
+    for i in range(3):
+        if runs[1][1][i] is None:  # an input the function does not read
+            assert runs[0][1][i] is None, case
+        else:
+            assert_close(runs[0][1][i], runs[1][1][i], runs[2][1][i], f"{case}: gradient of {'qkv'[i]}")
+    s = fusion_jit.stats()
+    assert s["eager_graphs"] == 0 and s["eager_calls"] == 0, s
