@@ -121,6 +121,16 @@ def _number(c):
     return isinstance(c, (int, float)) and not isinstance(c, bool)
 
 
+def _check_broadcast(mask, scores):
+    try:
+        fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise _Decline(f"a mask of shape {list(mask.shape)} that does not broadcast to the scores' "
+                       f"{list(scores.shape)}")
+
+
 def _match(pv):
     """For the second product `pv` = matmul(probs, v): (q, k, v, scale, added masks, boolean masks, the
     pattern's nodes from `pv` up)."""
@@ -154,13 +164,7 @@ def _match(pv):
             m = _meta(mask)
             if m is None or m.dtype != scores.dtype:
                 raise _Decline("an added mask that is not a tensor of the scores' dtype")
-            try:
-                fits = torch.broadcast_shapes(m.shape, scores.shape) == scores.shape
-            except RuntimeError:
-                fits = False
-            if not fits:
-                raise _Decline(f"a mask of shape {list(m.shape)} that does not broadcast to the scores' "
-                               f"{list(scores.shape)}")
+            _check_broadcast(m, scores)
             if m.requires_grad:
                 raise _Decline("an added mask that requires grad (a learned bias): ATen's SDPA would run its "
                                "math form, the same ops as written, since its fused CPU kernel has no gradient "
@@ -170,13 +174,7 @@ def _match(pv):
             m = _meta(n.args[1])
             if m is None or m.dtype != torch.bool or n.args[2] != float("-inf"):
                 raise _Decline("a masked_fill that is not a boolean mask filled with -inf")
-            try:
-                fits = torch.broadcast_shapes(m.shape, scores.shape) == scores.shape
-            except RuntimeError:
-                fits = False
-            if not fits:
-                raise _Decline(f"a mask of shape {list(m.shape)} that does not broadcast to the scores' "
-                               f"{list(scores.shape)}")
+            _check_broadcast(m, scores)
             bool_masks.append(n.args[1])
             n = n.args[0]
         else:
