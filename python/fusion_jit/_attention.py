@@ -30,6 +30,7 @@ and the `disable` option turn it off, as for the C++ rule.
 """
 
 import operator
+import os
 
 import torch
 
@@ -250,6 +251,11 @@ def rewrite(gm, record=None):
             q, k, v, scale, masks, bool_masks, nodes = _match(pv)
         except _Decline as e:
             lines.append(f"declined: attention.sdpa at {pv.name}: {e}")
+            continue
+        except Exception as e:  # a graph form the matcher did not foresee: leave it as written
+            if os.environ.get("FUSION_JIT_STRICT") == "1":
+                raise
+            lines.append(f"declined: attention.sdpa at {pv.name}: the matcher failed ({type(e).__name__}: {e})")
             continue
         dtype = _meta(q).dtype
         with g.inserting_before(pv):

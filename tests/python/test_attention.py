@@ -252,3 +252,22 @@ def test_training_spellings_and_near_misses(case):
             assert_close(runs[0][1][i], runs[1][1][i], runs[2][1][i], f"{case}: gradient of {'qkv'[i]}")
     s = fusion_jit.stats()
     assert s["eager_graphs"] == 0 and s["eager_calls"] == 0, s
+
+
+def test_a_matcher_failure_leaves_the_graph_as_written(monkeypatch):
+    """A graph form the matcher did not foresee (simulated: the matcher raises) must not fail the user's
+    compile: the attention stays as written, explain says why, and the result is eager's."""
+    from fusion_jit import _attention
+
+    def broken(pv):
+        raise IndexError("an unforeseen form")
+
+    monkeypatch.setattr(_attention, "_match", broken)
+    monkeypatch.delenv("FUSION_JIT_STRICT", raising=False)
+    fn, _ = _SPELLINGS["matmul_operator"]
+    q, k, v = (torch.randn(2, 2, 6, 8, requires_grad=True) for _ in range(3))
+    records = []
+    out = torch.compile(fn, backend=_Backend(fusion_jit.Options({}), records))(q, k, v, None)
+    text = "".join(t for _, t in records)
+    assert "the matcher failed (IndexError: an unforeseen form)" in text, text
+    torch.testing.assert_close(out, fn(q, k, v, None))
