@@ -25,7 +25,8 @@ choice reads its size(-2)). SDPA's CPU result is a transposed view, so it is mad
 product's result is. Rows the masks remove entirely are NaN in eager's forward and 0 in SDPA's; the
 rewrite fills NaN there as the C++ rule does (their gradients are then 0 where eager's are NaN; such a
 row makes eager's loss NaN anyway). Where a candidate (a matmul fed by a softmax over 4-d scores) does
-not match, the graph stays and explain says why. `FUSION_JIT_DISABLE=attention.sdpa` (or `attention`)
+not match, the graph stays and explain says why; so it does where the matcher itself fails on a form it
+did not foresee (FUSION_JIT_STRICT=1 raises instead). `FUSION_JIT_DISABLE=attention.sdpa` (or `attention`)
 and the `disable` option turn it off, as for the C++ rule.
 """
 
