@@ -31,7 +31,6 @@ and the `disable` option turn it off, as for the C++ rule.
 """
 
 import operator
-import os
 
 import torch
 
@@ -77,6 +76,10 @@ def _used_once(n):
 
 class _Decline(Exception):
     pass
+
+
+class _NotAttention(Exception):
+    """A softmax-weighted product that is not attention over [B, H, T, S] scores: skipped without a word."""
 
 
 def _softmax_of(probs, nodes):
@@ -144,7 +147,7 @@ def _match(pv):
     dtype = _arg(sm, 3 if sm.target is torch.nn.functional.softmax else 2, "dtype")
     scores = _meta(s)
     if scores is None or scores.dim() != 4:
-        raise _Decline("the scores are not 4-d")
+        raise _NotAttention()
     if dim not in (-1, 3):
         raise _Decline(f"softmax over dim {dim}, not the last")
     if dtype is not None and dtype != scores.dtype:
@@ -229,9 +232,10 @@ def _match(pv):
     return q, k, v, scale, masks, bool_masks, nodes
 
 
-def rewrite(gm, record=None):
+def rewrite(gm, record=None, strict=False):
     """Note [Attention rule in training graphs]: returns the number of attentions rewritten; `record`
-    (explain's list) gets a line for each rewrite and each declined candidate."""
+    (explain's list) gets a line for each rewrite and each declined candidate; `strict` raises where the
+    matcher itself fails."""
     g = gm.graph
     fired, lines = 0, []
     for pv in list(g.nodes):
@@ -245,16 +249,15 @@ def rewrite(gm, record=None):
             probs = probs.args[0] if probs.args else None
         if not _is_fn(probs, _SOFTMAX, "softmax"):
             continue
-        scores = _meta(probs.args[0] if probs.args else probs.kwargs.get("input"))
-        if scores is None or scores.dim() != 4:
-            continue  # not attention over [B, H, T, S] scores (a softmax-weighted sum of another kind)
         try:
             q, k, v, scale, masks, bool_masks, nodes = _match(pv)
+        except _NotAttention:
+            continue
         except _Decline as e:
             lines.append(f"declined: attention.sdpa at {pv.name}: {e}")
             continue
         except Exception as e:  # a graph form the matcher did not foresee: leave it as written
-            if os.environ.get("FUSION_JIT_STRICT") == "1":
+            if strict:
                 raise
             lines.append(f"declined: attention.sdpa at {pv.name}: the matcher failed ({type(e).__name__}: {e})")
             continue

@@ -381,7 +381,7 @@ class _Backend:
                            inference_compiler=self._compiler("inference"), decompositions=_decompositions)
         gm = _restore_addcdiv(gm)
         if _differentiated(example_inputs) and _enabled("attention.sdpa", self.opts):
-            _attention.rewrite(gm, self.record)
+            _attention.rewrite(gm, self.record, strict=_strict())
         return aot(gm, example_inputs)
 
 
