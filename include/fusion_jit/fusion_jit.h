@@ -42,6 +42,11 @@ using WarningHandler = std::function<void(const std::string& message)>;
 
 struct CompileOptions {
   std::optional<int> specialization_limit;  // default: the FUSION_JIT_SPECIALIZATION_LIMIT option
+  // "auto", "on" or "off" (default: the FUSION_JIT_DYNAMIC option, itself "auto"): whether CPU kernels
+  // read their sizes as arguments, so that signatures differing only in sizes share compiled kernels.
+  // auto: from the second compiled signature on. A signature that reuses the kernels of an earlier one
+  // does not count against the specialization limit.
+  std::optional<std::string> dynamic;
   bool enable_fusion = true;                // false: one kernel per fusible op
   // Replay each CUDA plan as a CUDA Graph (captured at the second call of a signature; see
   // CudaGraphReplay in torch/cuda_support.h for what replay does to inputs and outputs). Default: the

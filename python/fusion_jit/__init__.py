@@ -25,6 +25,9 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
                           this model (FUSION_JIT_DISABLE's names, e.g. "prepack.linear_mkl", and
                           "channels_last"), besides those FUSION_JIT_DISABLE names; an unknown or
                           process-wide name ("fusion", "cache", ...) is a ValueError; default none
+    dynamic_kernels       "auto", "on" or "off": whether CPU kernels read their sizes as arguments, so
+                          that a graph's signatures differing only in sizes share compiled kernels (auto:
+                          from each graph's second signature on); default FUSION_JIT_DYNAMIC or "auto"
 
 A graph that cannot be compiled (an op that mutates its input, a higher-order op, an unsupported dtype,
 a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STRICT=1 raises instead.

@@ -35,6 +35,7 @@ _OPTION_TYPES = {
     "enable_fusion": bool,
     "freezing": bool,
     "disable": (str, list, tuple),
+    "dynamic_kernels": str,
 }
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -86,6 +87,7 @@ class Options:
         self.enable_fusion = True
         self.freezing = _env_bool("FUSION_JIT_FREEZING", False)
         self.disable = []  # passes and rules left out for this model (checked by the C++ side)
+        self.dynamic_kernels = ""  # "": FUSION_JIT_DYNAMIC, read by the C++ side
         for name, value in (options or {}).items():
             if name not in _OPTION_TYPES:
                 raise ValueError(f"fusion_jit: unknown option {name!r} (known: {', '.join(_OPTION_TYPES)})")
@@ -99,6 +101,8 @@ class Options:
                 value = [v for v in value.split(",") if v] if isinstance(value, str) else list(value)
                 if not all(isinstance(v, str) for v in value):
                     raise TypeError("fusion_jit: option 'disable' must be a comma-separated str or a list of str")
+            if name == "dynamic_kernels" and value not in ("auto", "on", "off"):
+                raise ValueError(f"fusion_jit: option 'dynamic_kernels' must be 'auto', 'on' or 'off', not {value!r}")
             if name == "cache_dir":
                 value = os.fspath(value)
                 if not value:
@@ -153,7 +157,8 @@ class _CompiledGraph:
         self.name = name
         self.opts = opts
         limit = -1 if opts.specialization_limit is None else opts.specialization_limit
-        self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs, limit, opts.disable)
+        self.fn = _native.GraphFunction(name, opts.enable_fusion, opts.cuda_graphs, limit, opts.disable,
+                                        opts.dynamic_kernels)
         self.positions = None       # which arguments are tensor inputs of the plans (known after the first lowering)
         self.key_positions = []     # which are numbers the plans are specialized on
         self.all_tensors = False    # every argument is a tensor input: `args` is the input list

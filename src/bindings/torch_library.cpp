@@ -2,8 +2,10 @@
 // torch.ops.load_library. No Python headers: torch's own bindings carry the calls. It uses the public API
 // only (fusion_jit/fusion_jit.h, fusion_jit/cache.h) and the tolerance rule.
 //
-//   torch.classes.fusion_jit.GraphFunction(name, enable_fusion, cuda_graphs, specialization_limit, disable)
-//     specialization_limit < 0: the FUSION_JIT_SPECIALIZATION_LIMIT option; disable: CompileOptions::disable
+//   torch.classes.fusion_jit.GraphFunction(name, enable_fusion, cuda_graphs, specialization_limit, disable,
+//                                          dynamic)
+//     specialization_limit < 0: the FUSION_JIT_SPECIALIZATION_LIMIT option; disable: CompileOptions::disable;
+//     dynamic: CompileOptions::dynamic, "" for the FUSION_JIT_DYNAMIC option
 //     .run(tensors, key) -> (status, outputs)      status 0: ran, 1: no plan yet (add one), 2: runs eagerly
 //     .add(tensors, key, ir, constants) -> [compiled, kernels, fused_ops, aten_ops, compile_ms,
 //                                           from_plan_cache, added_here]
@@ -46,10 +48,11 @@ auto translate_errors(F&& f) -> decltype(f()) {
 
 struct PyGraphFunction : torch::CustomClassHolder {
   PyGraphFunction(const std::string& name, bool enable_fusion, bool cuda_graphs, int64_t limit,
-                  const std::vector<std::string>& disable)
+                  const std::vector<std::string>& disable, const std::string& dynamic)
       : fn(name, [&] {
           CompileOptions o;
           o.enable_fusion = enable_fusion;
+          if (!dynamic.empty()) o.dynamic = dynamic;
           o.disable = disable;
           o.cuda_graphs = cuda_graphs;
           if (limit >= 0) o.specialization_limit = static_cast<int>(limit);
@@ -145,11 +148,11 @@ TORCH_LIBRARY(fusion_jit, m) {
   using namespace fusion_jit;
   m.class_<PyGraphFunction>("GraphFunction")
       .def(torch::init([](const std::string& name, bool enable_fusion, bool cuda_graphs, int64_t limit,
-                          const std::vector<std::string>& disable) {
+                          const std::vector<std::string>& disable, const std::string& dynamic) {
         // The limit's default is read here, from FUSION_JIT_SPECIALIZATION_LIMIT: a bad value is a ValueError,
         // and so is a disable name that is not a pass or rule.
         return translate_errors([&] {
-          return c10::make_intrusive<PyGraphFunction>(name, enable_fusion, cuda_graphs, limit, disable);
+          return c10::make_intrusive<PyGraphFunction>(name, enable_fusion, cuda_graphs, limit, disable, dynamic);
         });
       }))
       .def("run", &run)

@@ -892,32 +892,40 @@ std::string reduction_identity(AccKind kind, DType type) {
   return "";
 }
 
-std::string reduction_summary(const KernelSpec& k) {
+std::string reduction_summary(const KernelSpec& k, bool sizes) {
   const size_t kd = static_cast<size_t>(k.kept_dims);
+  if (!sizes) return fmt::format("group {}: {} kept and {} reduced dims", k.group, kd, k.sizes.size() - kd);
   std::string s = fmt::format("group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
   for (size_t d = 0; d < k.sizes.size(); ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
   return s + "]";
 }
 
 std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const OffsetNames& n, const std::string& indent) {
+  auto num = [&](int64_t v) { return n.number && v != 0 && v != 1 ? n.number(v) : std::to_string(v); };
   std::string s;
   for (size_t d = hi; d-- > lo;) {
     bool used = false;
     for (const auto& b : k.buffers) used = used || b.strides[d] != 0;
-    if (d > lo && (used || !n.skip_unused_dims)) s += fmt::format("{0}{1} = {2} % {3}; {2} /= {3};\n", indent, n.coord, n.index, k.sizes[d]);
-    else if (d > lo) s += fmt::format("{}{} /= {};\n", indent, n.index, k.sizes[d]);
-    else if (used || !n.skip_unused_dims) s += fmt::format("{}{} = {};\n", indent, n.coord, n.index);
+    if (d > lo && (used || !n.skip_unused_dims)) {
+      const std::string size = num(k.sizes[d]);
+      s += fmt::format("{0}{1} = {2} % {3}; {2} /= {3};\n", indent, n.coord, n.index, size);
+    } else if (d > lo) {
+      s += fmt::format("{}{} /= {};\n", indent, n.index, num(k.sizes[d]));
+    } else if (used || !n.skip_unused_dims) {
+      s += fmt::format("{}{} = {};\n", indent, n.coord, n.index);
+    }
     for (size_t b = 0; b < k.buffers.size(); ++b) {
       const int64_t st = k.buffers[b].strides[d];
       if (st == 1 && n.short_unit_stride) s += fmt::format("{}{}{} += {};\n", indent, n.offset, b, n.coord);
-      else if (st != 0) s += fmt::format("{}{}{} += {} * {};\n", indent, n.offset, b, n.coord, st);
+      else if (st != 0) s += fmt::format("{}{}{} += {} * {};\n", indent, n.offset, b, n.coord, num(st));
     }
   }
   return s;
 }
 
-std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent) {
-  return offsets_code(k, 0, dims, {"r_", "c_", "roff"}, indent) + indent + "(void)c_;\n";
+std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent,
+                             const std::function<std::string(int64_t)>& number) {
+  return offsets_code(k, 0, dims, {"r_", "c_", "roff", false, false, number}, indent) + indent + "(void)c_;\n";
 }
 
 bool reduction_is_column(const KernelSpec& k) {

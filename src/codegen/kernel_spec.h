@@ -137,7 +137,25 @@ struct KernelSpec {
   // scratch row instead of computed again: variable, compute dtype. Rows too long for it recompute them.
   std::vector<std::pair<std::string, DType>> scratch;
   bool is_reduction() const { return !passes.empty(); }
+  // The numbers the printed code reads at run time rather than as literals, in the order it reads them
+  // (Note [Sizes as kernel arguments]): set by Target::print_source, empty for a target that prints
+  // every number.
+  std::vector<int64_t> args;
 };
+
+// Note [Sizes as kernel arguments]
+// A target may print a kernel's sizes, strides, row lengths and piece bounds as reads of an argument
+// array instead of literals: `Target::print_source` then records in `KernelSpec::args` the values it
+// put there, in order, and the launch passes them. The source of a plan is then the same for every
+// input signature whose kernels differ only in those numbers (the same dims after merging, the same
+// broadcast dims and unit strides, the same index width and the same schedule decisions), and the kernel
+// cache, keyed by the source, compiles it once: a new sequence length or batch size reuses the compiled
+// kernels. It is correct by construction: every decision a number takes part in (a stride of 0 or 1, a
+// table that fits, int32 offsets, a row that fits a scratch buffer) is printed into the text, so two
+// signatures share compiled code only when the printer wrote the same text for both, and each launch
+// passes the values its own signature's printing recorded. A plan keeps `args` with its kernels (the
+// plan cache stores them). The CPU target prints them when PlanTarget::size_args is set (the FUSION_JIT_DYNAMIC
+// option); the CUDA target prints literals.
 
 // Lowers `group` under the policy of `target`, the target of the group's device (targets/targets.h).
 KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target);
@@ -162,8 +180,9 @@ std::vector<Stmt> piece_statements(const KernelSpec& k, int leaf);
 // dim and strided along the (single) reduced dim. Both printers then walk tiles of neighbouring rows.
 bool reduction_is_column(const KernelSpec& k);
 
-// For the printers of reduction kernels: "group N: R rows of L elements as [kept | reduced]".
-std::string reduction_summary(const KernelSpec& k);
+// For the printers of reduction kernels: "group N: R rows of L elements as [kept | reduced]"; with
+// `sizes` false (a source whose numbers are arguments), "group N: K kept and R reduced dims".
+std::string reduction_summary(const KernelSpec& k, bool sizes = true);
 
 // Note [Offsets]
 // The one emitter of index arithmetic: statements that turn a flat index over the iteration dims
@@ -177,11 +196,15 @@ struct OffsetNames {
   std::string offset;  // per-buffer offset variables: <offset><b>
   bool short_unit_stride = false;  // `off += c` for stride 1 (else `off += c * 1`)
   bool skip_unused_dims = false;   // a dim no buffer moves along only divides the index
+  // How a size or a stride other than 0 and 1 is printed (Note [Sizes as kernel arguments]); null:
+  // as a literal.
+  std::function<std::string(int64_t)> number = nullptr;
 };
 std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const OffsetNames& names, const std::string& indent);
 // The statements that turn the row index in `r_` into per-buffer offsets `roff<b>` over the first `dims`
-// dims (`c_` is scratch).
-std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent);
+// dims (`c_` is scratch); `number` as in OffsetNames.
+std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent,
+                             const std::function<std::string(int64_t)>& number = nullptr);
 
 // The value an accumulator of `kind` accumulating in `type` starts from, as C text.
 std::string reduction_identity(AccKind kind, DType type);

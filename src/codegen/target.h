@@ -114,8 +114,10 @@ class Target {
   virtual DeviceDescription machine(int index) const = 0;
 
   // ---- Printing ----
-  // The kernels of one plan as one source for this target's compiler.
-  virtual std::string print_source(const std::vector<KernelSpec>& kernels) const = 0;
+  // The kernels of one plan as one source for this target's compiler. With `size_args`, a target that
+  // can prints sizes and strides as kernel arguments and records their values in each kernel's `args`
+  // (Note [Sizes as kernel arguments], kernel_spec.h); else it prints literals and leaves `args` empty.
+  virtual std::string print_source(std::vector<KernelSpec>& kernels, bool size_args) const = 0;
 
   // ---- Compiling ----
   // Whether device `index` can be asked for its architecture (a driver is there); `why` receives the

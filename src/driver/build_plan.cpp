@@ -31,6 +31,18 @@ std::map<Device, int> graph_devices(const Graph& g) {
   return devices;
 }
 
+// Note [Sizes as kernel arguments]: the plan's sources name its compiled code.
+std::string code_class_of(const std::vector<TargetCode>& code) {
+  std::string text;
+  for (const auto& c : code) text += fmt::format("{} {}\n", c.target->name(), c.source);
+  return text.empty() ? "" : fmt::format("{:016x}", std::hash<std::string>{}(text));
+}
+
+void check_admitted(const PlanTarget& target, const std::string& code_class) {
+  if (target.admit && !target.admit(code_class))
+    throw PlanRefused("its kernels differ from those of every signature compiled before");
+}
+
 }  // namespace
 
 std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target) {
@@ -62,6 +74,8 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     }
     plan_key = plan_cache_key(*plan->graph, target, where);
     if (auto cached = find_cached_plan(plan_key, &plan->graph)) {
+      cached->code_class = code_class_of(cached->code);
+      check_admitted(target, cached->code_class);
       cached->from_plan_cache = true;
       cached->fusion_ms = ms_since(t0);
       return cached;
@@ -94,11 +108,13 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     if (by_target[ti].empty()) continue;
     TargetCode c;
     c.target = targets[ti];
-    c.source = c.target->print_source(by_target[ti]);
+    c.source = c.target->print_source(by_target[ti], target.size_args);
     plan->code.push_back(std::move(c));
     specs.push_back(std::move(by_target[ti]));
   }
   plan->codegen_ms = ms_since(t0);
+  plan->code_class = code_class_of(plan->code);
+  check_admitted(target, plan->code_class);
   if (opt.dumps("source"))
     for (const auto& c : plan->code)
       std::fprintf(stderr, "== generated %s source ==\n%s", c.target->name(), c.source.c_str());

@@ -5,8 +5,10 @@
 // plans built here.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "ir/graph.h"
@@ -22,6 +24,20 @@ struct PlanTarget {
   // false: generate the sources only; the plan's kernels carry no binary and cannot run (for tests and
   // tools that compile many plans' kernels together).
   bool compile = true;
+  // Print sizes as kernel arguments where the target can (Note [Sizes as kernel arguments]), so that
+  // signatures differing only in sizes share compiled kernels.
+  bool size_args = false;
+  // Null: every plan is built. Else asked, once the plan's code is printed (or read from the plan cache),
+  // whether a plan of that code_class may be: when it says no, build_plan throws PlanRefused before
+  // any compiler runs (how a model past its specialization limit still serves signatures whose kernels
+  // it has compiled, torch/graph_function.h).
+  std::function<bool(const std::string& code_class)> admit;
+};
+
+// What build_plan throws when PlanTarget::admit refuses the plan's code.
+class PlanRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Builds the plan from a verified graph. Plans of the JIT path (compile, no given arch) are kept in the

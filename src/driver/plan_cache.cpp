@@ -41,9 +41,9 @@ bool load_cached_kernels(ExecutablePlan* p) {
 
 std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::string& devices) {
   const Options& opt = Options::get();
-  std::string flags = fmt::format("fusion={} horizontal={} cat={} gather={}",
+  std::string flags = fmt::format("fusion={} horizontal={} cat={} gather={} size_args={}",
                                   target.enable_fusion && !opt.is_disabled("fusion"), !opt.is_disabled("horizontal"),
-                                  !opt.is_disabled("cat"), !opt.is_disabled("gather"));
+                                  !opt.is_disabled("cat"), !opt.is_disabled("gather"), target.size_args);
   std::string where = fmt::format("cpu cores {} | {}", host_cpu_description().cores, devices);
   for (const Target* t : all_targets()) where += fmt::format(" | {} policy {}", t->name(), t->policy_key());
   return cache_key({"plan", print_graph(g), std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});

@@ -12,8 +12,19 @@ namespace {
 // The layout's version, written into every plan: a change of layout changes it, and a plan of another
 // format is never read (the plan cache counts it as a miss).
 // 3: kernels keep their shape, not their code (the source holds it). 4: sources per target. 5: pieces
-// (Note [Cats of unequal items]).
-constexpr int kPlanFormat = 5;
+// (Note [Cats of unequal items]). 6: kernels' size arguments (Note [Sizes as kernel arguments]).
+constexpr int kPlanFormat = 6;
+
+// How many of its arguments kernel `name` of `source` reads: the `z_[` in its function's text (each
+// printed once, Note [Sizes as kernel arguments]).
+size_t arguments_read(const std::string& source, const std::string& name) {
+  size_t at = source.find(" " + name + "(");
+  if (at == std::string::npos) return 0;
+  const size_t end = source.find("\nextern \"C\"", at);
+  size_t n = 0;
+  for (at = source.find("z_[", at); at < end; at = source.find("z_[", at + 1)) ++n;
+  return n;
+}
 
 }  // namespace
 
@@ -34,7 +45,8 @@ std::string serialize_plan(const ExecutablePlan& p) {
   for (const Node* n : p.graph->nodes()) position.emplace(n, static_cast<int>(position.size()));
   for (const auto& k : p.kernels) {
     nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group}, {"code", k.code},
-                      {"sizes", k.spec.sizes}, {"numel", k.spec.numel}, {"index32", k.spec.index32}};
+                      {"sizes", k.spec.sizes}, {"numel", k.spec.numel}, {"index32", k.spec.index32},
+                      {"args", k.spec.args}};
     if (k.spec.is_reduction()) {
       kj["kept_dims"] = k.spec.kept_dims;
       kj["rows"] = k.spec.rows;
@@ -92,6 +104,9 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
     k.spec.sizes = kj.at("sizes").get<std::vector<int64_t>>();
     k.spec.numel = kj.at("numel").get<int64_t>();
     k.spec.index32 = kj.at("index32").get<bool>();
+    k.spec.args = kj.at("args").get<std::vector<int64_t>>();
+    // The kernel reads exactly these: never past the end of its arguments.
+    if (k.spec.args.size() != arguments_read(c.source, k.spec.name)) return false;
     if (kj.contains("passes")) {
       k.spec.kept_dims = kj.at("kept_dims").get<int>();
       k.spec.rows = kj.at("rows").get<int64_t>();

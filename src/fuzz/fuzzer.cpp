@@ -1,4 +1,5 @@
 #include "fuzz/fuzzer.h"
+#include "support/options.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -1526,7 +1527,10 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
     } join{nvrtc, results, valid};
     PlanInstance inst;
     inst.captured.output_kind = OutputKind::kTuple;
-    inst.plan = build_plan(std::move(g));
+    PlanTarget target;
+    // FUSION_JIT_DYNAMIC=on: the batch's kernels read their sizes (Note [Sizes as kernel arguments]).
+    target.size_args = fusion_jit::Options::get().dynamic == DynamicSizes::kOn;
+    inst.plan = build_plan(std::move(g), target);
     resolve_aten_steps(inst);
     if (seeded) at::manual_seed(draw_seed(recipes[0].seed));
     c10::IValue out = run_plan(inst, all_inputs);

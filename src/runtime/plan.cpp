@@ -1,6 +1,7 @@
 #include "runtime/plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "support/error.h"
 
@@ -17,6 +18,15 @@ std::string ExecutablePlan::explain() const {
     const TargetCode& c = code.at(k.code);
     std::string line = c.target->explain_kernel(k.spec, c.artifact.get(), c.arch);
     if (!line.empty()) s += line + "\n";
+  }
+  // Note [Sizes as kernel arguments]: which kernels read their sizes, and the values this signature passes.
+  int with_args = 0;
+  for (const auto& k : kernels) with_args += !k.spec.args.empty();
+  if (with_args > 0) {
+    s += fmt::format("sizes as arguments ({} of {} kernels; code class {}):", with_args, kernels.size(), code_class);
+    for (const auto& k : kernels)
+      if (!k.spec.args.empty()) s += fmt::format(" {} [{}]", k.spec.name, fmt::join(k.spec.args, ","));
+    s += "\n";
   }
   s += fmt::format("{} kernel{}, {} fused op{}, {} ATen step{}; ", kernels.size(), kernels.size() == 1 ? "" : "s",
                    fused_ops, fused_ops == 1 ? "" : "s", steps.size() - kernels.size(),

@@ -64,6 +64,9 @@ struct ExecutablePlan {
   std::vector<int> group_ops;      // nodes per kernel, by kernel index
   std::string fusion_text;         // explain_plan of the fusion plan
   bool from_plan_cache = false;    // fusion and code generation were skipped (the plan cache had it)
+  // Names the plan's generated code (its targets' sources): plans with the same share their compiled
+  // kernels (Note [Sizes as kernel arguments]); "" when it has none.
+  std::string code_class;
   double codegen_ms = 0, compile_ms = 0, fusion_ms = 0;
 
   std::string explain() const;

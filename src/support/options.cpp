@@ -69,6 +69,18 @@ std::set<std::string>& registered_enable_names() {
   return names;
 }
 
+}  // namespace
+
+DynamicSizes parse_dynamic_sizes(const std::string& what, const std::string& value) {
+  if (value == "auto") return DynamicSizes::kAuto;
+  if (value == "on") return DynamicSizes::kOn;
+  if (value == "off") return DynamicSizes::kOff;
+  FJ_CHECK(false, "{}={}: expected auto, on or off", what, value);
+  return DynamicSizes::kAuto;
+}
+
+namespace {
+
 struct Entry {
   const char* name;
   std::function<void(Options&, const std::string&)> set;
@@ -104,6 +116,8 @@ const std::vector<Entry>& table() {
          o.specialization_limit = static_cast<int>(
              parse_int("FUSION_JIT_SPECIALIZATION_LIMIT", v, 0, std::numeric_limits<int>::max()));
        }},
+      {"FUSION_JIT_DYNAMIC",
+       [](Options& o, const std::string& v) { o.dynamic = parse_dynamic_sizes("FUSION_JIT_DYNAMIC", v); }},
       {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; }},
       {"FUSION_JIT_CACHE_MAX_MB",
        [](Options& o, const std::string& v) {

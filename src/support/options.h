@@ -13,6 +13,13 @@ namespace fusion_jit {
 
 enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
+// FUSION_JIT_DYNAMIC (Note [Sizes as kernel arguments], codegen/kernel_spec.h): whether CPU kernels read
+// their sizes as arguments. auto: from a model's second compiled signature on (its first is static);
+// on: always; off: never.
+enum class DynamicSizes { kAuto, kOn, kOff };
+// "auto", "on" or "off"; throws fusion_jit::Error naming `what` for anything else.
+DynamicSizes parse_dynamic_sizes(const std::string& what, const std::string& value);
+
 struct Options {
   LogLevel log_level = LogLevel::kWarn;
   // FUSION_JIT_DUMP: comma list of ir, plan, source, log (or all); written to stderr.
@@ -28,6 +35,7 @@ struct Options {
   std::set<std::string> enabled;
   // FUSION_JIT_SPECIALIZATION_LIMIT: compiled signatures kept per model; later ones run eagerly.
   int specialization_limit = 8;
+  DynamicSizes dynamic = DynamicSizes::kAuto;
   // FUSION_JIT_CACHE_DIR: the on-disk kernel cache ("" = $XDG_CACHE_HOME/fusion_jit, else
   // ~/.cache/fusion_jit). FUSION_JIT_DISABLE=cache turns it off.
   std::string cache_dir;

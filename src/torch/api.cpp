@@ -47,13 +47,14 @@ struct CompiledModule::Impl {
         table(name, specialization_limit(options), options.on_warning),
         enable_fusion(options.enable_fusion),
         cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)),
-        disable(module_disable(options, name)) {}
+        disable(module_disable(options, name)), dynamic(dynamic_sizes(options)) {}
 
   std::string name;
   SignatureTable table;  // one plan per signature (graph_function.h)
   bool enable_fusion = true;
   bool cuda_graphs = false;
   std::set<std::string> disable;  // CompileOptions::disable, checked
+  DynamicSizes dynamic;
   std::shared_ptr<tj::Graph> graph;
   bool skip_self = false;
   std::function<c10::IValue(const std::vector<c10::IValue>&)> eager;
@@ -134,13 +135,15 @@ struct CompiledModule::Impl {
   // (ours, torch's, the model's own on these inputs) makes the signature run eagerly, and eager's own
   // error, if any, reaches the caller from the eager run; FUSION_JIT_ASSERT_NO_COMPILE's error is thrown.
   std::unique_ptr<PlanInstance> compile(const std::vector<c10::IValue>& inputs, c10::IValue* first_result,
-                                        std::string* eager_reason) {
+                                        std::string* eager_reason, const SignatureTable::Admit& admit) {
     try {
       double capture_ms = 0, passes_ms = 0;
       c10::IValue result;
       auto inst = prepare(inputs, &result, &capture_ms, &passes_ms, disable);
       PlanTarget target;
       target.enable_fusion = enable_fusion;
+      target.size_args = plan_size_args(dynamic, table);
+      target.admit = admit;
       inst->plan = build_plan(std::move(inst->captured.graph), target);
       inst->captured.graph = nullptr;
       resolve_aten_steps(*inst, !disable.count("in_place"));
@@ -153,6 +156,8 @@ struct CompiledModule::Impl {
       }
       if (first_result) *first_result = std::move(result);
       return inst;
+    } catch (const PlanRefused&) {
+      throw;  // past the limit, with code of its own: the table records it as the limit's
     } catch (const std::exception& err) {
       auto* c10_error = dynamic_cast<const c10::Error*>(&err);
       *eager_reason = c10_error ? first_line(c10_error->what_without_backtrace()) : err.what();
@@ -170,7 +175,8 @@ struct CompiledModule::Impl {
     std::string sig = input_signature(inputs);
     sig += c10::GradMode::is_enabled() ? '\1' : '\0';
     return table.get_or_compile(
-        sig, [&](std::string* why) { return compile(inputs, first_result, why); }, eager_only_reason(inputs));
+        sig, [&](std::string* why, const SignatureTable::Admit& admit) { return compile(inputs, first_result, why, admit); },
+        eager_only_reason(inputs));
   }
 
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }

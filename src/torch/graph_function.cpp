@@ -16,6 +16,15 @@
 
 namespace fusion_jit {
 
+DynamicSizes dynamic_sizes(const CompileOptions& options) {
+  if (!options.dynamic) return Options::get().dynamic;
+  return parse_dynamic_sizes("CompileOptions::dynamic", *options.dynamic);
+}
+
+bool plan_size_args(DynamicSizes mode, const SignatureTable& table) {
+  return mode == DynamicSizes::kOn || (mode == DynamicSizes::kAuto && table.num_plans() > 0);
+}
+
 int specialization_limit(const CompileOptions& options) {
   int limit = options.specialization_limit.value_or(Options::get().specialization_limit);
   FJ_CHECK(limit >= 0, "the specialization limit must be >= 0, got {}", limit);
@@ -95,6 +104,7 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
   std::shared_ptr<Entry> e;
   int64_t generation = 0;
   bool eager_now = false;  // recorded as eager here, nothing to compile
+  bool admit_only = false;  // past the limit: admitted only with a known code class
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = entries_.find(sig);
@@ -108,9 +118,12 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
     if (!eager_reason.empty()) {
       e->eager_reason = eager_reason;
       e->ready = eager_now = true;
-    } else if (reserved_ >= limit_) {
+    } else if (reserved_ >= limit_ && !(size_args_ && limit_ > 0)) {
       e->eager_reason = fmt::format("specialization limit of {} signatures reached", limit_);
       e->ready = eager_now = true;
+    } else if (reserved_ >= limit_) {
+      admit_only = true;
+      generation = generation_;
     } else {
       reserved_++;
       generation = generation_;
@@ -128,8 +141,17 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
   std::unique_ptr<PlanInstance> instance;
   std::string reason;
   std::exception_ptr error;
+  const Admit admit = [this](const std::string& code_class) {
+    std::lock_guard<std::mutex> g(mu_);
+    return classes_.count(code_class) > 0;
+  };
   try {
-    instance = compile(&reason);
+    try {
+      instance = compile(&reason, admit_only ? admit : Admit());
+    } catch (const PlanRefused&) {
+      instance = nullptr;
+      reason = fmt::format("specialization limit of {} signatures reached", limit_);
+    }
     FJ_INTERNAL_ASSERT(instance || !reason.empty(), "{}: a compile gave neither a plan nor a reason", name_);
   } catch (...) {
     error = std::current_exception();
@@ -141,12 +163,19 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
     e->compile_ms = ms;
     if (current) compile_ms_ += ms;
     if (instance) {
+      if (current) {
+        plans_++;
+        const ExecutablePlan& p = *instance->plan;
+        // A signature whose code an earlier one brought does not count against the limit (one without
+        // kernels always counts: its plan, held per signature, is what the limit bounds then).
+        if (!p.code_class.empty() && !classes_.insert(p.code_class).second && !admit_only) reserved_--;
+        for (const auto& k : p.kernels) size_args_ = size_args_ || !k.spec.args.empty();
+      }
       e->instance = std::move(instance);
-      if (current) plans_++;
     } else {
       e->eager_reason = error ? "compiling it failed" : reason;
       if (current) {
-        reserved_--;
+        if (!admit_only) reserved_--;
         if (error) entries_.erase(sig);
       }
     }
@@ -155,7 +184,8 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
   ready_.notify_all();
   if (error) std::rethrow_exception(error);
   if (compiled_here) *compiled_here = true;
-  if (!e->instance) warn(fmt::format("{}: this input signature runs eagerly: {}", name_, e->eager_reason));
+  if (!e->instance && admit_only && !error) warn(limit_warning(e->eager_reason));
+  else if (!e->instance) warn(fmt::format("{}: this input signature runs eagerly: {}", name_, e->eager_reason));
   return e;
 }
 
@@ -174,6 +204,8 @@ void SignatureTable::clear() {
   // Entries being compiled stay valid for their waiters (they hold them); they are no longer found.
   entries_.clear();
   reserved_ = plans_ = 0;
+  classes_.clear();
+  size_args_ = false;
   compile_ms_ = 0;
   generation_++;
   warned_.clear();
@@ -184,10 +216,11 @@ void SignatureTable::clear() {
 struct GraphFunction::Impl {
   Impl(std::string name, const CompileOptions& o)
       : table(std::move(name), specialization_limit(o), o.on_warning), options(o),
-        disable(module_disable(o, table.name())) {}
+        disable(module_disable(o, table.name())), dynamic(dynamic_sizes(o)) {}
   SignatureTable table;
   CompileOptions options;
   std::set<std::string> disable;  // CompileOptions::disable, checked
+  DynamicSizes dynamic;
 
   static std::string signature(const std::vector<at::Tensor>& inputs, const std::string& key,
                                std::vector<c10::IValue>* boxed) {
@@ -198,7 +231,7 @@ struct GraphFunction::Impl {
 
   // Parses and compiles `ir` for these inputs (GraphFunction::add).
   std::unique_ptr<PlanInstance> compile(const std::vector<at::Tensor>& inputs, const std::string& ir,
-                                        const std::vector<at::Tensor>& constants) const {
+                                        const std::vector<at::Tensor>& constants, const SignatureTable::Admit& admit) const {
     auto inst = std::make_unique<PlanInstance>();
     CapturedGraph& cap = inst->captured;
     cap.graph = parse_graph(ir);
@@ -227,6 +260,8 @@ struct GraphFunction::Impl {
     optimize_captured(cap, disable);
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
+    target.size_args = plan_size_args(dynamic, table);
+    target.admit = admit;
     inst->plan = build_plan(std::move(cap.graph), target);
     resolve_aten_steps(*inst, !disable.count("in_place"));
     return inst;
@@ -257,7 +292,8 @@ GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const st
   GraphPlanInfo info;
   auto e = impl_->table.get_or_compile(
       Impl::signature(inputs, key, &boxed),
-      [&](std::string*) { return impl_->compile(inputs, ir, constants); }, "", &info.added_here);
+      [&](std::string*, const SignatureTable::Admit& admit) { return impl_->compile(inputs, ir, constants, admit); }, "",
+      &info.added_here);
   if (!e->instance) {
     info.eager_reason = e->eager_reason;
     return info;

@@ -11,6 +11,11 @@
 // - A new signature past the limit, or one the caller says must run eagerly (an input that requires grad
 //   under grad mode), is recorded as eager with its reason. Every distinct warning is given once per
 //   table, through CompileOptions::on_warning (by default the log, on stderr).
+// - The limit counts the signatures that brought code of their own (Note [Sizes as kernel arguments]):
+//   a compiled signature whose plan's code_class an earlier one has is given its reservation back. Past
+//   the limit, once the table holds a plan whose kernels read their sizes as arguments, a new signature is
+//   still captured and its plan built, admitted only if its code_class is one the table has (so no
+//   compiler runs); otherwise it runs eagerly, with the limit's warning.
 // - A compile either returns the plan, or returns null with the reason the signature runs eagerly from
 //   then on (a capture that failed), or throws: then nothing is recorded, the reservation is given back,
 //   and the exception reaches the caller (GraphFunction::add's errors, FUSION_JIT_ASSERT_NO_COMPILE).
@@ -26,6 +31,7 @@
 #include <unordered_set>
 
 #include "fusion_jit/fusion_jit.h"
+#include "support/options.h"
 #include "torch/executor.h"
 
 namespace fusion_jit {
@@ -38,8 +44,11 @@ class SignatureTable {
     double compile_ms = 0;
     bool ready = false;  // compiled (or found eager); guarded by the table's lock until then
   };
-  // Compiles the signature's plan; returns null with *eager_reason set when it must run eagerly.
-  using Compile = std::function<std::unique_ptr<PlanInstance>(std::string* eager_reason)>;
+  // Compiles the signature's plan; returns null with *eager_reason set when it must run eagerly. `admit`
+  // is for PlanTarget::admit: null under the limit; past it, it admits the code classes the table has
+  // (and build_plan's PlanRefused, caught by the table, makes the signature eager).
+  using Admit = std::function<bool(const std::string& code_class)>;
+  using Compile = std::function<std::unique_ptr<PlanInstance>(std::string* eager_reason, const Admit& admit)>;
 
   // `limit`: signatures compiled at most; `warn` null: the log's warning.
   SignatureTable(std::string name, int limit, WarningHandler warn);
@@ -73,6 +82,8 @@ class SignatureTable {
   std::condition_variable ready_;  // an entry became ready
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
   int reserved_ = 0;  // signatures compiled or being compiled (counted against the limit)
+  std::unordered_set<std::string> classes_;  // code classes of the compiled plans
+  bool size_args_ = false;  // a compiled plan has kernels that read their sizes as arguments
   int plans_ = 0;
   double compile_ms_ = 0;
   int64_t generation_ = 0;  // clear() starts a new one: compiles begun before it do not count after it
@@ -81,6 +92,11 @@ class SignatureTable {
 
 // The limit of CompileOptions, or the FUSION_JIT_SPECIALIZATION_LIMIT option.
 int specialization_limit(const CompileOptions& options);
+// CompileOptions::dynamic, or the FUSION_JIT_DYNAMIC option; Error naming a bad value.
+DynamicSizes dynamic_sizes(const CompileOptions& options);
+// Whether the next plan of `table` prints sizes as kernel arguments under `mode`: always for on, from
+// the table's second compiled plan for auto.
+bool plan_size_args(DynamicSizes mode, const SignatureTable& table);
 // CompileOptions::disable as a set, checked: Error naming an unknown or process-wide name and the names
 // it takes. `module`: the module's name, for the message.
 std::set<std::string> module_disable(const CompileOptions& options, const std::string& module);

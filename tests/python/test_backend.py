@@ -172,7 +172,7 @@ def test_options_are_checked():
 
 
 def test_cpp_errors_are_value_and_type_errors():
-    fn = torch.classes.fusion_jit.GraphFunction("test graph", True, False, -1, [])
+    fn = torch.classes.fusion_jit.GraphFunction("test graph", True, False, -1, [], "")
     ir = "graph(%0 : f32[4]):\n  %1 : f32[4] = aten::relu(%0)\n  return (%1)\n"
     with pytest.raises(TypeError, match=r"input 0 is f64\[4\], the graph's input is f32\[4\]"):
         fn.add([torch.zeros(4, dtype=torch.float64)], "", ir, [])

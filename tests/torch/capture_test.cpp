@@ -137,6 +137,7 @@ TEST(Capture, OneCompiledPlanPerSignatureUpToTheLimit) {
   auto m = script("x", "    return torch.sigmoid(x) * x");
   CompileOptions o;
   o.specialization_limit = 2;
+  o.dynamic = "off";  // each size its own kernels (the next test: sizes as arguments)
   auto fused = compile(m, o);
   for (int n : {3, 3, 4, 5, 6}) {
     at::Tensor x = at::randn({n});
@@ -149,6 +150,78 @@ TEST(Capture, OneCompiledPlanPerSignatureUpToTheLimit) {
   // Strides are part of the signature.
   at::Tensor t = at::randn({4, 3}).t();
   EXPECT_NE(fused.explain({t}).find("specialization limit of 2 signatures reached"), std::string::npos);
+}
+
+// Note [Sizes as kernel arguments]: under FUSION_JIT_DYNAMIC=auto (the default) the first signature is
+// compiled with literal sizes and the second with sizes as arguments; every later signature that differs
+// only in sizes reuses the second's kernels: no compiler runs, it does not count against the limit, and
+// past the limit it is still served. Sizes: primes, vector-width multiples and their neighbours, rows
+// longer than a chunk; then one row and an empty tensor (a size-1 dim broadcasts: another class, past
+// the limit it runs eagerly). Each against eager.
+TEST(DynamicSizes, SignaturesThatDifferInSizesShareKernels) {
+  auto m = script("x, y", "    a = torch.relu(x) * y + 1.0\n    return (torch.softmax(a, 1), a.sum(1))");
+  CompileOptions o;
+  o.specialization_limit = 2;
+  std::vector<std::string> warnings;
+  o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  auto fused = compile(m, o);
+  auto run = [&](int64_t rows, int64_t cols) {
+    const std::string what = fmt::format("[{},{}]", rows, cols);
+    std::vector<c10::IValue> in{at::randn({rows, cols}), at::randn({cols})};
+    auto eager = flatten(m.forward(in));
+    auto out = flatten(fused(in));
+    EXPECT_EQ(out.size(), eager.size()) << what;
+    for (size_t i = 0; i < out.size() && i < eager.size(); ++i) {
+      auto c = check_close(out[i], eager[i]);
+      EXPECT_TRUE(c.ok) << what << ": output " << i << ": " << c.message;
+    }
+    return fused.plan_for(in);
+  };
+  const int64_t compiles = counters().host_compiles;
+  const ExecutablePlan* first = run(4, 5);
+  ASSERT_NE(first, nullptr);
+  for (const auto& k : first->kernels) EXPECT_TRUE(k.spec.args.empty()) << "the first signature is static";
+  const ExecutablePlan* second = run(7, 17);
+  ASSERT_NE(second, nullptr);
+  ASSERT_FALSE(second->kernels.empty());
+  for (const auto& k : second->kernels) EXPECT_FALSE(k.spec.args.empty()) << "the second reads its sizes";
+  const int64_t after_two = counters().host_compiles;
+  EXPECT_LE(after_two - compiles, 2);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{13, 31}, {3, 15}, {64, 16}, {2, 33}, {129, 257}, {5, 1031}}) {
+    const ExecutablePlan* p = run(rows, cols);
+    ASSERT_NE(p, nullptr) << rows << "x" << cols << " ran eagerly: " << fused.explain({at::randn({rows, cols}), at::randn({cols})});
+    EXPECT_EQ(p->code_class, second->code_class) << rows << "x" << cols;
+  }
+  EXPECT_EQ(counters().host_compiles, after_two) << "sizes of the second signature's class compile nothing";
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(fused.stats().signatures, 8);
+  EXPECT_EQ(fused.stats().eager_calls, 0);
+  // A size-1 dim and an empty tensor: their results are eager's, whichever way they run.
+  run(1, 9);
+  run(0, 9);
+  EXPECT_EQ(counters().host_compiles, after_two) << "past the limit a new class is not compiled";
+}
+
+// dynamic="on" reads sizes from the first signature on; an unknown value names itself.
+TEST(DynamicSizes, OnFromTheFirstSignatureAndABadValueIsAnError) {
+  auto m = script("x", "    return torch.sigmoid(x) * x");
+  CompileOptions o;
+  o.dynamic = "on";
+  auto fused = compile(m, o);
+  at::Tensor x = at::randn({37});
+  const ExecutablePlan* p = fused.plan_for({x});
+  ASSERT_NE(p, nullptr);
+  ASSERT_FALSE(p->kernels.empty());
+  EXPECT_EQ(p->kernels[0].spec.args, std::vector<int64_t>({37}));
+  EXPECT_TRUE(at::allclose(fused({x}).toTensor(), at::sigmoid(x) * x));
+  o.dynamic = "sometimes";
+  try {
+    compile(m, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CompileOptions::dynamic=sometimes: expected auto, on or off"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Capture, WrongInputCountIsAUserError) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "driver/build_plan.h"
@@ -93,7 +94,7 @@ TEST(Codegen, KernelTextOfATransposedInput) {
 )");
   std::string src = b.source.substr(b.source.find("// group 0"));
   EXPECT_EQ(src, R"(// group 0: 12 elements as [4,3], int32_t offsets
-extern "C" void fj_kernel_0(void* const* buf, int64_t begin_, int64_t end_) {
+extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_, int64_t end_) {
   typedef int32_t I;
   const uint16_t* __restrict__ p0 = (const uint16_t*)buf[0];
   const float* __restrict__ p1 = (const float*)buf[1];
@@ -133,6 +134,77 @@ extern "C" void fj_kernel_0(void* const* buf, int64_t begin_, int64_t end_) {
 
 TEST(Codegen, SourceIsDeterministic) { EXPECT_EQ(build(kChain).source, build(kChain).source); }
 
+// Note [Sizes as kernel arguments]: printed with its sizes as arguments, a broadcast chain and a softmax
+// written out give one source for every size (the rows, the row length, the strides that follow), so
+// the host compiler runs once; each size runs that library with its own values and gives the formula's
+// results.
+TEST(Codegen, SizesAsArgumentsGiveOneSourceForEverySize) {
+  const char* graph = R"(graph(%0 : f32[{0},{1}], %1 : f32[{1}]):
+  %2 : f32[{0},{1}] = aten::add.Tensor(%0, %1, 1)
+  %3 : f32[{0},{1}] = aten::mul.Scalar(%2, 0.5)
+  %4 : f32[{0},{1}] = aten::maximum(%3, %0)
+  %5 : f32[{0},1] = aten::amax(%4, [1], True)
+  %6 : f32[{0},{1}] = aten::sub.Tensor(%4, %5, 1)
+  %7 : f32[{0},{1}] = aten::exp(%6)
+  %8 : f32[{0},1] = aten::sum.dim_IntList(%7, [1], True, None)
+  %9 : f32[{0},{1}] = aten::div.Tensor(%7, %8)
+  return (%4, %9)
+)";
+  std::string source;
+  std::shared_ptr<CompiledLibrary> lib;
+  const int64_t compiles = host_compile_stats().compiles;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 5}, {7, 5}, {2, 16}, {13, 17}, {5, 1000}}) {
+    const std::string what = fmt::format("[{},{}]", rows, cols);
+    Built b = build(fmt::format(fmt::runtime(graph), rows, cols));
+    b.source = print_cpu_source(b.specs, /*size_args=*/true);
+    if (source.empty()) {
+      source = b.source;
+      lib = compile_cpu_source(b.source);
+    }
+    EXPECT_EQ(b.source, source) << what << ": another size printed another source";
+    // Every value's elements, by value id: the inputs given, the kernels' outputs written.
+    std::map<int, std::vector<float>> data;
+    std::vector<float>& x = data[0];
+    std::vector<float>& bias = data[1];
+    x.resize(rows * cols);
+    bias.resize(cols);
+    for (int64_t i = 0; i < rows * cols; ++i) x[i] = std::sin(static_cast<float>(i)) * 4.0f;
+    for (int64_t j = 0; j < cols; ++j) bias[j] = static_cast<float>(j % 7) * 0.25f - 0.5f;
+    for (const KernelSpec& k : b.specs) {
+      EXPECT_FALSE(k.args.empty()) << what;
+      std::vector<void*> bufs;
+      for (const KernelBuffer& kb : k.buffers) {
+        std::vector<float>& v = data[kb.value->id()];
+        if (kb.is_output) v.resize(kb.value->tensor_type().numel());
+        bufs.push_back(v.data());
+      }
+      auto fn = reinterpret_cast<CpuKernelFn>(lib->symbol(k.name));
+      const int64_t n = k.is_reduction() ? k.rows : k.numel;
+      fn(bufs.data(), k.args.data(), 0, n / 2);  // two ranges, as the thread pool splits them
+      fn(bufs.data(), k.args.data(), n / 2, n);
+    }
+    const std::vector<float>& out = data[4];
+    const std::vector<float>& soft = data[9];
+    ASSERT_EQ(out.size(), static_cast<size_t>(rows * cols)) << what;
+    ASSERT_EQ(soft.size(), static_cast<size_t>(rows * cols)) << what;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> y(cols);
+      float m = -INFINITY;
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        y[c] = std::fmax((x[i] + bias[c]) * 0.5f, x[i]);
+        ASSERT_FLOAT_EQ(out[i], y[c]) << what << " element " << i;
+        m = std::fmax(m, y[c]);
+      }
+      for (int64_t c = 0; c < cols; ++c) sum += std::exp(y[c] - m);
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_NEAR(soft[r * cols + c], std::exp(y[c] - m) / sum, 1e-6) << what << " row " << r << " col " << c;
+    }
+  }
+  EXPECT_LE(host_compile_stats().compiles - compiles, 1) << "one compile for every size (none: the disk cache had it)";
+}
+
 TEST(Codegen, CompiledKernelComputesTheChain) {
   Built b = build(kChain);
   auto lib = compile_cpu_source(b.source);
@@ -143,8 +215,8 @@ TEST(Codegen, CompiledKernelComputesTheChain) {
   x[3] = std::numeric_limits<float>::quiet_NaN();
   void* bufs[] = {x, bias, out};
   // Two ranges, as the thread pool would split them.
-  fn(bufs, 0, 7);
-  fn(bufs, 7, 15);
+  fn(bufs, nullptr, 0, 7);
+  fn(bufs, nullptr, 7, 15);
   for (int i = 0; i < 15; ++i) {
     float e = std::fmax((x[i] + bias[i % 5]) * 0.5f, x[i]);
     if (std::isnan(x[i])) {
@@ -168,7 +240,7 @@ TEST(Codegen, Float16RoundsLikeEager) {
   // 1.0 * 1000 * 1000 overflows f16 (max 65504) to inf, as in eager; without rounding it would give 100.
   uint16_t in[4] = {0x3c00, 0x3c00, 0x0000, 0x3c00}, out[4];
   void* bufs[] = {in, out};
-  launch_cpu_kernel(fn, bufs, 4, 1 << 20, nullptr);
+  launch_cpu_kernel(fn, bufs, nullptr, 4, 1 << 20, nullptr);
   EXPECT_EQ(out[0], 0x7c00);  // +inf
   EXPECT_EQ(out[2], 0x0000);
 }
@@ -212,8 +284,8 @@ TEST(Codegen, BatchNormsPerChannelValuesAreComputedOutsideTheElementLoop) {
       var[j] = 0.1f + static_cast<float>(j % 3);
     }
     void* bufs[] = {x.data(), wt.data(), bias.data(), mean.data(), var.data(), out.data()};
-    fn(bufs, 0, 7);  // splits a row
-    fn(bufs, 7, numel);
+    fn(bufs, nullptr, 0, 7);  // splits a row
+    fn(bufs, nullptr, 7, numel);
     for (int64_t i = 0; i < numel; ++i) {
       const int64_t ch = k.channels_last ? i % c : (i / (h * w)) % c;
       const float alpha = 1.0f / std::sqrt(var[ch] + 1e-05f) * wt[ch];

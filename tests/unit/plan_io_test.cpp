@@ -55,11 +55,12 @@ const char* kGatherDimGraph = R"(graph(%0 : f32[10,8], %1 : i64[3,8], %2 : f32[3
   return (%4)
 )";
 
-std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda, const char* graph = kPlanGraph) {
+std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda, const char* graph = kPlanGraph, bool size_args = false) {
   auto g = parse_graph(graph);
   if (cuda) set_device(*g, Device::kCUDA, 0);
   PlanTarget target;
   target.compile = false;
+  target.size_args = size_args;
   return build_plan(std::move(g), target);
 }
 
@@ -107,6 +108,7 @@ void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
     EXPECT_EQ(x.spec.sizes, y.spec.sizes);
     EXPECT_EQ(x.spec.numel, y.spec.numel);
     EXPECT_EQ(x.spec.index32, y.spec.index32);
+    EXPECT_EQ(x.spec.args, y.spec.args);
     EXPECT_EQ(x.code, y.code);
     EXPECT_EQ(x.slot, y.slot);
     EXPECT_EQ(x.spec.is_reduction(), y.spec.is_reduction());
@@ -180,7 +182,7 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   auto refused = [&](const std::string& from, const std::string& to, const char* what) {
     expect_refused(text, from, to, what);
   };
-  refused("\"format\":5", "\"format\":3", "another format");
+  refused("\"format\":6", "\"format\":3", "another format");
   // A reduction kernel claiming more passes than any kernel has is refused, not allocated.
   refused("\"passes\":3", "\"passes\":1000000000000", "a trillion passes");
   refused("\"target\":\"cpu\"", "\"target\":\"tpu\"", "a target this build does not have");
@@ -194,6 +196,23 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   for (size_t at = f64.find("f32"); at != std::string::npos; at = f64.find("f32", at)) f64.replace(at, 3, "f64");
   p->graph = parse_graph(f64);
   EXPECT_FALSE(deserialize_plan(text, p.get()));
+}
+
+// Note [Sizes as kernel arguments]: a plan whose kernels read their sizes keeps their values; a kernel given
+// fewer or more values than its code reads is refused (it would read past them).
+TEST(PlanIo, SizeArgumentsAreReadBackAndTheirCountChecked) {
+  auto plan = sources_only_plan(/*cuda=*/false, kPlanGraph, /*size_args=*/true);
+  ASSERT_EQ(plan->kernels.size(), 2u) << plan->explain();
+  EXPECT_EQ(plan->kernels[0].spec.args, std::vector<int64_t>({16, 16, 16})) << plan->code[0].source;
+  EXPECT_FALSE(plan->kernels[1].spec.args.empty());
+  const std::string text = serialize_plan(*plan);
+  bool ok = false;
+  auto back = read_back(text, /*cuda=*/false, &ok);
+  ASSERT_TRUE(ok) << text;
+  expect_same_plan(*plan, *back);
+  expect_refused(text, "\"args\":[16,16,16]", "\"args\":[16,16]", "one value fewer than the kernel reads");
+  expect_refused(text, "\"args\":[16,16,16]", "\"args\":[16,16,16,16]", "one value more");
+  expect_refused(text, "\"args\":[16,16,16]", "\"args\":[16,\"x\",16]", "a value that is not a number");
 }
 
 TEST(PlanIo, ACatStoredAtOffsetsIsReadBackAndItsOffsetsChecked) {

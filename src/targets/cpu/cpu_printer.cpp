@@ -33,10 +33,44 @@ void print_buffer_pointers(const KernelSpec& k, std::string& s) {
   }
 }
 
-std::string index_expr(const std::string& j, int64_t stride) {
+// Note [Sizes as kernel arguments] (codegen/kernel_spec.h): the numbers of one kernel, printed as literals,
+// or as `z<i>`, locals the kernel sets from its `z_` argument, whose values are recorded in order. 0 and 1
+// stay literals either way: whether a stride is 0 or 1 decides what the code does.
+class Numbers {
+ public:
+  explicit Numbers(std::vector<int64_t>* args) : args_(args) {}
+  std::string operator()(int64_t v) const {
+    if (!args_ || v == 0 || v == 1) return std::to_string(v);
+    args_->push_back(v);
+    return fmt::format("z{}", args_->size() - 1);
+  }
+  bool arguments() const { return args_ != nullptr; }
+  std::function<std::string(int64_t)> fn() const {
+    return [this](int64_t v) { return (*this)(v); };
+  }
+  // The kernel's first statements: its z<i> from `z_`, in the offsets' type `I`.
+  std::string declarations() const {
+    std::string s;
+    for (size_t i = 0; args_ && i < args_->size(); ++i) s += fmt::format("  const I z{0} = (I)z_[{0}];\n", i);
+    return s;
+  }
+
+ private:
+  std::vector<int64_t>* args_;
+};
+
+// The signature every CPU kernel has (CpuKernelFn, cpu_launch.h), and the offsets' type `I`; the kernel's
+// z<i> are declared at `*decl_at` once its body is printed.
+void print_signature(const KernelSpec& k, std::string& s, size_t* decl_at) {
+  s += fmt::format("extern \"C\" void {}(void* const* buf, const int64_t* z_, int64_t begin_, int64_t end_) {{\n", k.name);
+  s += fmt::format("  typedef {} I;\n", k.index32 ? "int32_t" : "int64_t");
+  *decl_at = s.size();
+}
+
+std::string index_expr(const std::string& j, int64_t stride, const Numbers& z) {
   if (stride == 0) return "0";
   if (stride == 1) return j;
-  return fmt::format("{} * {}", j, stride);
+  return fmt::format("{} * {}", j, z(stride));
 }
 
 // Note [Row-invariant values]
@@ -98,7 +132,7 @@ bool computes(const Expr& e) {
   return false;
 }
 
-void print_kernel(const KernelSpec& k, std::string& s) {
+void print_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   size_t nd = k.sizes.size();
   int64_t inner = k.sizes[nd - 1];
@@ -128,11 +162,15 @@ void print_kernel(const KernelSpec& k, std::string& s) {
       if (reach[i] == Reach::kElement && k.body[i].kind == Stmt::kLet) in_loop.insert(k.body[i].name);
     }
   }
-  s += fmt::format("\n// group {}: {} elements as [", k.group, k.numel);
-  for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(k.sizes[d]);
-  s += fmt::format("], {} offsets\n", I);
-  s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
-  s += fmt::format("  typedef {} I;\n", I);
+  if (z.arguments()) {
+    s += fmt::format("\n// group {}: {} dims, {} offsets\n", k.group, nd, I);
+  } else {
+    s += fmt::format("\n// group {}: {} elements as [", k.group, k.numel);
+    for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(k.sizes[d]);
+    s += fmt::format("], {} offsets\n", I);
+  }
+  size_t decl_at = 0;
+  print_signature(k, s, &decl_at);
   print_buffer_pointers(k, s);
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
@@ -143,7 +181,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
       if (rs.count(reach[i])) buffers_read(*k.body[i].value, &used);
     for (int b : used)
       s += fmt::format("{}const {} b{} = {};\n", ind, compute_c_type(k.buffers[b].dtype), b,
-                       load_expr(k.buffers[b].dtype, fmt::format("{}{}[{}]", ptr, b, index_expr("j", k.buffers[b].strides[nd - 1]))));
+                       load_expr(k.buffers[b].dtype, fmt::format("{}{}[{}]", ptr, b, index_expr("j", k.buffers[b].strides[nd - 1], z))));
   };
   if (tables) {
     for (size_t i = 0; i < k.body.size(); ++i)
@@ -159,14 +197,15 @@ void print_kernel(const KernelSpec& k, std::string& s) {
     s += "  }\n";
   }
   s += "  I i = (I)begin_;\n  const I end = (I)end_;\n  while (i < end) {\n";
-  if (nd > 1) s += fmt::format("    const I row = i / {0}, col = i - row * {0};\n", inner);
+  const std::string row_len = z(inner);
+  if (nd > 1) s += fmt::format("    const I row = i / {0}, col = i - row * {0};\n", row_len);
   else s += "    const I row = 0, col = i;\n";
-  s += fmt::format("    I n = {} - col;\n    if (n > end - i) n = end - i;\n", inner);
+  s += fmt::format("    I n = {} - col;\n    if (n > end - i) n = end - i;\n", row_len);
   // Offsets of the row: decompose row over the outer dims, innermost first.
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I off{} = 0;\n", b);
   if (nd > 1) {
     s += "    {\n      I r = row, c;\n";
-    s += offsets_code(k, 0, nd - 1, {"r", "c", "off"}, "      ");
+    s += offsets_code(k, 0, nd - 1, {"r", "c", "off", false, false, z.fn()}, "      ");
     s += "    }\n";
   }
   // Row pointers of the buffers every element reads (a piece's own buffers are read in its loop).
@@ -177,7 +216,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
     int64_t st = kb.strides[nd - 1];
     std::string cst = kb.is_output ? "" : "const ";
     s += fmt::format("    {}{}* __restrict__ r{} = p{} + off{}{};\n", cst, ty, b, b, b,
-                     st == 0 ? "" : " + " + index_expr("col", st));
+                     st == 0 ? "" : " + " + index_expr("col", st, z));
   }
   // Row-invariant statements: once per row, before its loop (Note [Row-invariant values]).
   bool per_row = false;
@@ -206,7 +245,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
         s += fmt::format("{}const {}* __restrict__ hr_{} = h_{} + col;\n", ind, compute_c_type(k.body[i].type),
                          k.body[i].name, k.body[i].name);
     s += "#pragma omp simd\n" + ind + fmt::format("for (I j = 0; j < {}; ++j) {{\n", n);
-    auto ref = [&](size_t b) { return fmt::format("{}{}[{}]", r, b, index_expr("j", k.buffers[b].strides[nd - 1])); };
+    auto ref = [&](size_t b) { return fmt::format("{}{}[{}]", r, b, index_expr("j", k.buffers[b].strides[nd - 1], z)); };
     for (size_t b = 0; b < first_out; ++b) {
       const auto& kb = k.buffers[b];
       if (kb.piece >= 0 && !piece_on_path(k, kb.piece, leaf)) continue;
@@ -226,7 +265,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
     }
     for (size_t b = first_out; b < k.buffers.size(); ++b) {
       const auto& kb = k.buffers[b];
-      s += fmt::format("{}  {}{}[{}] = {};\n", ind, r, b, index_expr("j", kb.strides[nd - 1]),
+      s += fmt::format("{}  {}{}[{}] = {};\n", ind, r, b, index_expr("j", kb.strides[nd - 1], z),
                        store_expr(kb.dtype, fmt::format("o{}", b - first_out)));
     }
     s += ind + "}\n";
@@ -240,7 +279,7 @@ void print_kernel(const KernelSpec& k, std::string& s) {
     for (const auto& p : k.pieces)
       if (p.dim != static_cast<int>(nd) - 1) outer.insert(p.dim);
     for (int d : outer)
-      s += fmt::format("    const I pc{}_ = (row / {}) % {};\n", d, k.inner_elements(d) / inner, k.sizes[d]);
+      s += fmt::format("    const I pc{}_ = (row / {}) % {};\n", d, z(k.inner_elements(d) / inner), z(k.sizes[d]));
     for (int leaf : k.piece_leaves()) {
       s += "    {\n      I lo_ = 0, hi_ = n;\n";
       std::string cond;
@@ -248,9 +287,9 @@ void print_kernel(const KernelSpec& k, std::string& s) {
         const KernelPiece& pc = k.pieces[static_cast<size_t>(p)];
         if (pc.dim == static_cast<int>(nd) - 1)
           s += fmt::format("      if (lo_ < {0} - col) lo_ = {0} - col;\n      if (hi_ > {1} - col) hi_ = {1} - col;\n",
-                           pc.start, pc.end);
+                           z(pc.start), z(pc.end));
         else
-          cond += fmt::format("pc{0}_ >= {1} && pc{0}_ < {2} && ", pc.dim, pc.start, pc.end);
+          cond += fmt::format("pc{0}_ >= {1} && pc{0}_ < {2} && ", pc.dim, z(pc.start), z(pc.end));
       }
       s += fmt::format("      if ({}lo_ < hi_) {{\n", cond);
       // The leaf's buffers: their offsets along each piece dim count from the piece's start.
@@ -262,16 +301,17 @@ void print_kernel(const KernelSpec& k, std::string& s) {
         const int64_t st = kb.strides[nd - 1];
         const std::string cst = kb.is_output ? "" : "const ", ty = storage_type(kb.dtype);
         if (kb.piece < 0)
-          s += fmt::format("        {}{}* __restrict__ s{} = r{}{};\n", cst, ty, b, b, st == 0 ? "" : " + " + index_expr("lo_", st));
+          s += fmt::format("        {}{}* __restrict__ s{} = r{}{};\n", cst, ty, b, b, st == 0 ? "" : " + " + index_expr("lo_", st, z));
         else if (piece_on_path(k, kb.piece, leaf))
           s += fmt::format("        {}{}* __restrict__ s{} = p{} + (off{} + (col + lo_) * {} - {});\n", cst, ty, b, b, b,
-                           st, k.piece_shift(kb));
+                           z(st), z(k.piece_shift(kb)));
       }
       loop(leaf, "hi_ - lo_", "        ");
       s += "      }\n    }\n";
     }
   }
   s += "    i += n;\n  }\n}\n";
+  s.insert(decl_at, z.declarations());
 }
 
 // A reduction pass's per-lane accumulators (Note [CPU reduction schedule]), declared and set to their
@@ -342,21 +382,22 @@ std::string merge_lanes(const KernelPass& pass, int acc_base, int width) {
 // ("ksum"), a plain sum kept alongside for eager's inf and NaN. Integer sums and products restart per chunk of 1024 elements. Lanes
 // merge as a tree at the end (Welford's by Chan's formula). Elements past the last whole vector go to
 // lane 0.
-void print_reduction_kernel(const KernelSpec& k, std::string& s) {
+void print_reduction_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   size_t first_out = 0;
   while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
-  s += fmt::format("\n// {}, {} passes, {} offsets\n", reduction_summary(k), k.passes.size(), I);
-  s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
-  s += fmt::format("  typedef {} I;\n", I);
+  s += fmt::format("\n// {}, {} passes, {} offsets\n", reduction_summary(k, !z.arguments()), k.passes.size(), I);
+  size_t decl_at = 0;
+  print_signature(k, s, &decl_at);
   print_buffer_pointers(k, s);
+  const std::string row_len = z(k.row_len);
   for (const auto& [var, ty] : k.scratch)
-    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", compute_c_type(ty), var, k.row_len);
+    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", compute_c_type(ty), var, row_len);
   s += "  for (int64_t row_ = begin_; row_ < end_; ++row_) {\n";
   s += "    I r_ = (I)row_, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
-  s += row_offsets_code(k, kd, "    ");
+  s += row_offsets_code(k, kd, "    ", z.fn());
   // Row bases: indexing them by the loop variables keeps the accesses linear for the vectorizer
   // (`roff + j + l` in a wrapping int32 is not).
   for (size_t b = 0; b < k.buffers.size(); ++b)
@@ -375,7 +416,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     if (nd - kd == 1) return t;
     t += ind + "I q_ = e_, d_;\n";
     for (size_t b = 0; b < k.buffers.size(); ++b) t += fmt::format("{}I eoff{} = 0;\n", ind, b);
-    return t + offsets_code(k, kd, nd, {"q_", "d_", "eoff"}, ind);
+    return t + offsets_code(k, kd, nd, {"q_", "d_", "eoff", false, false, z.fn()}, ind);
   };
   // Element e of the row in buffer b: `ref(b)`; in the vector loop, lane l_ of the vector at j_ (whose
   // bases `v<b>` are set before the loop).
@@ -384,7 +425,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     if (nd - kd != 1) return fmt::format("q{0}[eoff{0}]", b);
     int64_t st = k.buffers[b].strides[nd - 1];
     if (st == 0) return fmt::format("q{}[0]", b);
-    return in_vector ? fmt::format("v{}[{}]", b, index_expr("l_", st)) : fmt::format("q{}[{}]", b, index_expr("e_", st));
+    return in_vector ? fmt::format("v{}[{}]", b, index_expr("l_", st, z)) : fmt::format("q{}[{}]", b, index_expr("e_", st, z));
   };
   int acc_base = 0;
   for (const auto& pass : k.passes) {
@@ -431,7 +472,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     };
     s += fmt::format("    // pass {}\n", &pass - &k.passes[0]);
     if (na == 0) {
-      s += fmt::format("#pragma omp simd\n    for (I e_ = 0; e_ < {}; ++e_) {{\n", k.row_len);
+      s += fmt::format("#pragma omp simd\n    for (I e_ = 0; e_ < {}; ++e_) {{\n", row_len);
       s += body("      ");
       s += "    }\n";
     } else {
@@ -446,8 +487,8 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       int chunk = 1024;
       for (const auto& a : pass.accs)
         if (a.kind == AccKind::kKahanSum) chunk = 16 * width;
-      s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += {1}) {{\n", k.row_len, chunk);
-      s += fmt::format("        const I je_ = {0} - j0_ < {1} ? {0} : j0_ + {1};\n", k.row_len, chunk);
+      s += fmt::format("      for (I j0_ = 0; j0_ < {0}; j0_ += {1}) {{\n", row_len, chunk);
+      s += fmt::format("        const I je_ = {0} - j0_ < {1} ? {0} : j0_ + {1};\n", row_len, chunk);
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
         if (is_sum(a.kind) || a.kind == AccKind::kProd)
@@ -462,7 +503,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
           if (k.buffers[b].strides[nd - 1] != 0)
             s += fmt::format("          {0}{1}* __restrict__ v{2} = q{2} + (int64_t)j_ * {3};\n",
                              k.buffers[b].is_output ? "" : "const ", storage_type(k.buffers[b].dtype), b,
-                             k.buffers[b].strides[nd - 1]);
+                             z(k.buffers[b].strides[nd - 1]));
       }
       for (const auto& var : pass.stash_in)
         s += fmt::format("          const {0}* __restrict__ sv_{1} = st_{1} + j_;\n", scratch_type(var), var);
@@ -502,6 +543,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
   s += "  }\n";
   for (const auto& sc : k.scratch) s += fmt::format("  free(st_{});\n", sc.first);
   s += "}\n";
+  s.insert(decl_at, z.declarations());
 }
 
 // The row values a reduction kernel defines (its prologue's and passes' `after` Lets), with their C types.
@@ -582,32 +624,34 @@ std::string tile_results(const KernelPass& pass, int acc_base) {
   return pre;
 }
 
-void print_column_kernel(const KernelSpec& k, std::string& s) {
+void print_column_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const int64_t kin = k.sizes[kd - 1], L = k.row_len;
   auto ctype = [](DType t) { return std::string(compute_c_type(t)); };
   const auto rows = row_value_decls(k);
   auto scratch_type = [&](const std::string& var) { return std::string(scratch_c_type(k, var)); };
-  s += fmt::format("\n// {}, {} passes, column tiles of {} rows, {} offsets\n", reduction_summary(k), k.passes.size(),
-                   kTile, I);
-  s += fmt::format("extern \"C\" void {}(void* const* buf, int64_t begin_, int64_t end_) {{\n", k.name);
-  s += fmt::format("  typedef {} I;\n", I);
+  s += fmt::format("\n// {}, {} passes, column tiles of {} rows, {} offsets\n", reduction_summary(k, !z.arguments()),
+                   k.passes.size(), kTile, I);
+  size_t decl_at = 0;
+  print_signature(k, s, &decl_at);
   print_buffer_pointers(k, s);
+  const std::string row_len = z(L), kept_inner = z(kin);
   for (const auto& [var, ty] : k.scratch)
-    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", compute_c_type(ty), var, L * kTile);
+    s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2} * {3});\n", compute_c_type(ty), var, row_len,
+                     kTile);
   s += "  for (int64_t row0_ = begin_; row0_ < end_;) {\n";
-  s += fmt::format("    const int64_t kin_ = row0_ % {0};\n    int64_t n_ = {0} - kin_;\n", kin);
+  s += fmt::format("    const int64_t kin_ = row0_ % {0};\n    int64_t n_ = {0} - kin_;\n", kept_inner);
   s += fmt::format("    if (n_ > {0}) n_ = {0};\n    if (n_ > end_ - row0_) n_ = end_ - row0_;\n", kTile);
-  s += fmt::format("    I r_ = (I)(row0_ / {}), c_;\n", kin);
+  s += fmt::format("    I r_ = (I)(row0_ / {}), c_;\n", kept_inner);
   for (size_t b = 0; b < k.buffers.size(); ++b)
-    s += fmt::format("    I roff{} = (I)kin_ * {};\n", b, k.buffers[b].strides[kd - 1]);
-  s += row_offsets_code(k, kd - 1, "    ");
+    s += fmt::format("    I roff{} = (I)kin_ * {};\n", b, z(k.buffers[b].strides[kd - 1]));
+  s += row_offsets_code(k, kd - 1, "    ", z.fn());
   for (size_t b = 0; b < k.buffers.size(); ++b)
     s += fmt::format("    {0}{1}* __restrict__ q{2} = p{2} + roff{2};\n", k.buffers[b].is_output ? "" : "const ",
                      storage_type(k.buffers[b].dtype), b);
   // Row buffers and row values: one per row of the tile.
-  auto row_ref = [&](size_t b) { return fmt::format("q{}[r_ * {}]", b, k.buffers[b].strides[kd - 1]); };
+  auto row_ref = [&](size_t b) { return fmt::format("q{}[r_ * {}]", b, z(k.buffers[b].strides[kd - 1])); };
   for (int b : k.row_loads)
     s += fmt::format("    {0} rb{1}[{2}];\n    for (int r_ = 0; r_ < n_; ++r_) rb{1}[r_] = {3};\n", ctype(k.buffers[b].dtype), b,
                      kTile, load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref)));
@@ -647,7 +691,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     reads.add(pass.body);
     for (const auto& a : pass.accs) reads.add(*a.input);
     for (const auto& st : pass.stores) reads.vars.insert(st.second);
-    s += fmt::format("    for (I j0_ = 0; j0_ < {0}; j0_ += 16) {{\n      const I je_ = {0} - j0_ < 16 ? {0} : j0_ + 16;\n", L);
+    s += fmt::format("    for (I j0_ = 0; j0_ < {0}; j0_ += 16) {{\n      const I je_ = {0} - j0_ < 16 ? {0} : j0_ + 16;\n", row_len);
     for (size_t i = 0; i < na; ++i)
       if (is_sum(pass.accs[i].kind) || pass.accs[i].kind == AccKind::kProd)
         s += fmt::format("      {0} s{1}[{2}];\n      for (int r_ = 0; r_ < {2}; ++r_) s{1}[r_] = {3};\n",
@@ -662,8 +706,8 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += row_inputs(reads, ind, "");
     auto ref = [&](int b) {
       const auto& st = k.buffers[b].strides;
-      std::string r = st[kd - 1] == 0 ? "" : st[kd - 1] == 1 ? "r_" : fmt::format("r_ * {}", st[kd - 1]);
-      std::string e = st[nd - 1] == 0 ? "" : fmt::format("(int64_t)e_ * {}", st[nd - 1]);
+      std::string r = st[kd - 1] == 0 ? "" : st[kd - 1] == 1 ? "r_" : fmt::format("r_ * {}", z(st[kd - 1]));
+      std::string e = st[nd - 1] == 0 ? "" : fmt::format("(int64_t)e_ * {}", z(st[nd - 1]));
       if (r.empty() && e.empty()) return fmt::format("q{}[0]", b);
       return fmt::format("q{}[{}{}{}]", b, r, !r.empty() && !e.empty() ? " + " : "", e);
     };
@@ -704,23 +748,26 @@ void print_column_kernel(const KernelSpec& k, std::string& s) {
     s += "    }\n";
   }
   for (const auto& [b, var] : k.row_stores)
-    s += fmt::format("    for (int r_ = 0; r_ < n_; ++r_) q{0}[r_ * {1}] = {2};\n", b, k.buffers[b].strides[kd - 1],
+    s += fmt::format("    for (int r_ = 0; r_ < n_; ++r_) q{0}[r_ * {1}] = {2};\n", b, z(k.buffers[b].strides[kd - 1]),
                      store_expr(k.buffers[b].dtype, fmt::format("rv_{}[r_]", var)));
   s += "    row0_ += n_;\n  }\n";
   for (const auto& sc : k.scratch) s += fmt::format("  free(st_{});\n", sc.first);
   s += "}\n";
+  s.insert(decl_at, z.declarations());
 }
 
 }  // namespace
 
-std::string print_cpu_source(const std::vector<KernelSpec>& kernels) {
+std::string print_cpu_source(std::vector<KernelSpec>& kernels, bool size_args) {
   std::string s = "// Generated by fusion_jit: CPU kernels of one plan.\n";
   s += kPrelude;
   s += kernel_hooks().prelude("cpu");  // empty but in tests (Note [Kernel hooks])
-  for (const auto& k : kernels) {
-    if (k.is_reduction() && reduction_is_column(k)) print_column_kernel(k, s);
-    else if (k.is_reduction()) print_reduction_kernel(k, s);
-    else print_kernel(k, s);
+  for (auto& k : kernels) {
+    k.args.clear();
+    const Numbers z(size_args ? &k.args : nullptr);
+    if (k.is_reduction() && reduction_is_column(k)) print_column_kernel(k, s, z);
+    else if (k.is_reduction()) print_reduction_kernel(k, s, z);
+    else print_kernel(k, s, z);
   }
   return s;
 }

@@ -50,19 +50,22 @@ class CpuKernels final : public LoadedKernels {
       // Elementwise kernels take element ranges; reductions take row ranges, about `grain` elements each.
       e.range = k->is_reduction() ? k->rows : k->numel;
       e.row_len = k->is_reduction() ? std::max<int64_t>(k->row_len, 1) : 1;
-      kernels_.push_back(e);
+      e.args = k->args;
+      kernels_.push_back(std::move(e));
     }
     keep_ = std::move(keep);
   }
   void launch(size_t i, void* const* buffers, const LaunchContext& ctx) const override {
     const Kernel& k = kernels_[i];
-    launch_cpu_kernel(k.fn, buffers, k.range, std::max<int64_t>(1, ctx.grain / k.row_len), ctx.parallel_for);
+    launch_cpu_kernel(k.fn, buffers, k.args.data(), k.range, std::max<int64_t>(1, ctx.grain / k.row_len),
+                      ctx.parallel_for);
   }
 
  private:
   struct Kernel {
     CpuKernelFn fn = nullptr;
     int64_t range = 0, row_len = 1;
+    std::vector<int64_t> args;  // Note [Sizes as kernel arguments]
   };
   std::shared_ptr<const Artifact> keep_;  // the library stays loaded while its functions may run
   std::vector<Kernel> kernels_;
@@ -136,7 +139,9 @@ class CpuTarget final : public Target {
 
   DeviceDescription machine(int) const override { return host_cpu_description(); }
 
-  std::string print_source(const std::vector<KernelSpec>& kernels) const override { return print_cpu_source(kernels); }
+  std::string print_source(std::vector<KernelSpec>& kernels, bool size_args) const override {
+    return print_cpu_source(kernels, size_args);
+  }
 
   // The host is always there, and it is its own architecture (the cache keys of compiled objects name
   // its ISA).

@@ -81,7 +81,11 @@ class CudaTarget final : public Target {
   // The SM count is not asked of the device: plans stay the same on every GPU of the class.
   DeviceDescription machine(int) const override { return cuda_gpu_description(); }
 
-  std::string print_source(const std::vector<KernelSpec>& kernels) const override { return print_cuda_source(kernels); }
+  // Sizes stay literals here (Note [Sizes as kernel arguments]): CUDA kernels are specialized per signature.
+  std::string print_source(std::vector<KernelSpec>& kernels, bool) const override {
+    for (auto& k : kernels) k.args.clear();
+    return print_cuda_source(kernels);
+  }
 
   bool device_present(std::string* why) const override { return cuda_driver_available(why); }
   std::string device_arch(int index) const override {

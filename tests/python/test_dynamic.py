@@ -1,0 +1,53 @@
+"""Dynamic sizes (Note [Sizes as kernel arguments]): a language model served at many sequence lengths and
+batch sizes. Dynamo turns the length into a symbol after its second value; each length is then a new input
+signature of the same FX graph, whose plan is built (milliseconds) but whose CPU kernels are those of the
+graph's second signature, so the compiler runs at most twice per graph. Every result is eager's."""
+
+import copy
+
+import pytest
+import torch
+
+import fusion_jit
+from models import main_output, make
+from test_backend import assert_close
+
+LENGTHS = [5, 7, 8, 9, 11, 13, 16, 17, 19, 23, 24, 25, 29, 31, 32, 33, 37, 41, 47, 64]
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    fusion_jit.reset()
+    yield
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny", "llama_tiny"])
+def test_twenty_lengths_and_three_batch_sizes_compile_at_most_twice_per_graph(name, tmp_path):
+    model, _ = make(name)
+    model.eval()
+    model64 = copy.deepcopy(model).double()
+    # An empty kernel cache: every compile is counted.
+    compiled = torch.compile(model, backend="fusion_jit", options={"cache_dir": str(tmp_path)})
+    shapes = [(2, n) for n in LENGTHS] + [(1, 19), (3, 19), (4, 33)]
+    with torch.no_grad():
+        for batch, length in shapes:
+            ids = torch.randint(0, 1000, (batch, length), generator=torch.Generator().manual_seed(length))
+            expected, reference = main_output(model(ids)), main_output(model64(ids))
+            assert_close(main_output(compiled(ids)), expected, reference, f"{name} [{batch},{length}]")
+    s = fusion_jit.stats()
+    assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
+    assert s["plans"] >= len(shapes), s  # every signature ran a plan
+    assert 0 < s["compiles"] <= 2 * s["graphs"], s
+
+
+def test_dynamic_kernels_option_is_checked_and_on_serves_the_first_signature_with_sizes_as_arguments():
+    with pytest.raises(ValueError, match="'dynamic_kernels' must be 'auto', 'on' or 'off', not 'sometimes'"):
+        fusion_jit.compile(torch.nn.ReLU(), dynamic_kernels="sometimes")
+    records = []
+    f = torch.compile(lambda x: torch.tanh(x) * x + 1.0,
+                      backend=fusion_jit._backend._Backend(fusion_jit.Options({"dynamic_kernels": "on"}), records))
+    x = torch.randn(7, 13)
+    torch.testing.assert_close(f(x), torch.tanh(x) * x + 1.0)
+    text = "".join(t for _, t in records)
+    assert "sizes as arguments (1 of 1 kernels" in text and "fj_kernel_0 [91]" in text, text
