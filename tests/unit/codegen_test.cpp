@@ -1,8 +1,10 @@
 // Code generation without torch: kernels printed as text, compiled by the host compiler, run on plain
 // buffers, and compared with values computed here.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -138,6 +140,25 @@ TEST(Codegen, SourceIsDeterministic) { EXPECT_EQ(build(kChain).source, build(kCh
 // written out give one source for every size (the rows, the row length, the strides that follow), so
 // the host compiler runs once; each size runs that library with its own values and gives the formula's
 // results.
+// A size whose offsets no longer fit int32 is another variant of the same kernel: int64 offsets, its own
+// source (compiled once more), the stride read as an argument like any other.
+TEST(Codegen, SizesAsArgumentsPastTheInt32LimitAreAnotherVariant) {
+  const char* graph = R"(graph(%0 : f32[2,3]{{{},1}}):
+  %1 : f32[2,3] = aten::neg(%0)
+  return (%1)
+)";
+  Built small = build(fmt::format(fmt::runtime(graph), 5)), huge = build(fmt::format(fmt::runtime(graph), 3000000000));
+  small.source = print_cpu_source(small.specs, /*size_args=*/true);
+  huge.source = print_cpu_source(huge.specs, /*size_args=*/true);
+  EXPECT_TRUE(small.specs[0].index32);
+  EXPECT_FALSE(huge.specs[0].index32);
+  EXPECT_NE(small.source, huge.source);
+  EXPECT_NE(huge.source.find("typedef int64_t I;"), std::string::npos);
+  const auto& args = huge.specs[0].args;
+  EXPECT_NE(std::find(args.begin(), args.end(), 3000000000), args.end()) << fmt::format("{}", fmt::join(args, ","));
+  EXPECT_EQ(huge.source.find("3000000000"), std::string::npos) << "the stride is an argument, not a literal";
+}
+
 TEST(Codegen, SizesAsArgumentsGiveOneSourceForEverySize) {
   const char* graph = R"(graph(%0 : f32[{0},{1}], %1 : f32[{1}]):
   %2 : f32[{0},{1}] = aten::add.Tensor(%0, %1, 1)

@@ -1,0 +1,138 @@
+"""Dynamic sizes (Note [Sizes as kernel arguments]): what a kernel that reads its sizes costs per call, and
+what a served model's run over many sequence lengths costs in all, compiles included.
+
+    ./run python bench/dynamic_sizes.py percall      per-call time of the same graph at the same size with
+                                                     kernels that read their sizes (dynamic_kernels="on")
+                                                     and with literal sizes ("off"), both compiled in this
+                                                     process, 600 pairs of calls back to back in alternating
+                                                     order (median of the pairs' ratios); eager alongside
+    ./run python bench/dynamic_sizes.py lengths      20 sequence lengths (batch 2) of each tiny language model,
+                                                     each backend in a fresh process with an empty cache:
+                                                     total time to run them all, compiles included, and the
+                                                     compiler runs; eager, fusion_jit (auto, the default),
+                                                     fusion_jit with dynamic_kernels="off", Inductor (dynamic=None)
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+LENGTHS = [5, 7, 8, 9, 11, 13, 16, 17, 19, 23, 24, 25, 29, 31, 32, 33, 37, 41, 47, 64]
+MODELS = ["bert_tiny", "gpt2_tiny", "llama_tiny"]
+
+
+def percall():
+    import torch
+    import fusion_jit  # noqa: F401
+    from models import make, main_output
+
+    def chain(x):
+        return torch.tanh(x * 0.5 + 1.0) * torch.sigmoid(x) - x
+
+    def softmax(x):
+        return torch.softmax(x * 0.125, -1)
+
+    def layer_norm(x):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:]) * 2.0 + 1.0
+
+    cases = [("chain [512,1000]", chain, (torch.randn(512, 1000),)),
+             ("softmax [256,1031]", softmax, (torch.randn(256, 1031),)),
+             ("layer_norm [2048,257]", layer_norm, (torch.randn(2048, 257),))]
+    for name in MODELS:
+        model, _ = make(name)
+        model.eval()
+        ids = torch.randint(0, 1000, (2, 61))
+        cases.append((f"{name} [2,61]", lambda i, m=model: main_output(m(i)), (ids,)))
+    print(f"{'case':24} {'eager ms':>9} {'static ms':>10} {'dynamic ms':>11} {'dynamic/static':>15}")
+    with torch.no_grad():
+        for label, f, args in cases:
+            torch._dynamo.reset()
+            fns = {"eager": f}
+            for kind, setting in (("static", "off"), ("dynamic", "on")):
+                fns[kind] = torch.compile(f, backend="fusion_jit", dynamic=False,
+                                          options={"dynamic_kernels": setting})
+                fns[kind](*args)
+            # Paired: each round times one static and one dynamic call back to back, in alternating order,
+            # so the machine's drift hits both alike; the ratio is the median of the rounds' ratios.
+            for g in fns.values():
+                for _ in range(20):
+                    g(*args)
+            ratios, ms = [], {k: [] for k in fns}
+            for i in range(600):
+                order = ("static", "dynamic") if i % 2 == 0 else ("dynamic", "static")
+                t = {}
+                for k in order + ("eager",):
+                    t0 = time.perf_counter()
+                    fns[k](*args)
+                    t[k] = time.perf_counter() - t0
+                    ms[k].append(t[k] * 1e3)
+                ratios.append(t["dynamic"] / t["static"])
+            m = {k: statistics.median(v) for k, v in ms.items()}
+            print(f"{label:24} {m['eager']:9.3f} {m['static']:10.3f} {m['dynamic']:11.3f} "
+                  f"{statistics.median(ratios):15.3f}", flush=True)
+
+
+def lengths_child(name, backend):
+    import torch
+    import fusion_jit
+    from models import make, main_output
+
+    model, _ = make(name)
+    model.eval()
+    inputs = [torch.randint(0, 1000, (2, n), generator=torch.Generator().manual_seed(n)) for n in LENGTHS]
+    if backend == "eager":
+        f = model
+    elif backend == "inductor":
+        f = torch.compile(model)
+    else:
+        f = torch.compile(model, backend="fusion_jit", options={"dynamic_kernels": backend.split(":")[1]})
+    fusion_jit.reset()
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        for ids in inputs:
+            main_output(f(ids))
+        total = time.perf_counter() - t0
+        # The steady state: each length once more, now compiled.
+        t0 = time.perf_counter()
+        for ids in inputs:
+            main_output(f(ids))
+        again = time.perf_counter() - t0
+    s = fusion_jit.stats()
+    print(json.dumps({"total_s": total, "second_pass_s": again, "compiles": s["compiles"], "graphs": s["graphs"],
+                      "plans": s["plans"]}))
+
+
+def lengths():
+    backends = ["eager", "fusion_jit:auto", "fusion_jit:off", "inductor"]
+    print(f"{'model':12} {'backend':16} {'20 lengths s':>13} {'again s':>8} {'compiles':>9} {'graphs':>7} {'plans':>6}")
+    for name in MODELS:
+        for b in backends:
+            with tempfile.TemporaryDirectory() as d:
+                env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(d, "fj"),
+                           TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"), PYTHONUNBUFFERED="1")
+                out = subprocess.run([sys.executable, __file__, "child", name, b], env=env, capture_output=True,
+                                     text=True, check=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            compiles = r["compiles"] if b.startswith("fusion_jit") else "-"
+            print(f"{name:12} {b:16} {r['total_s']:13.2f} {r['second_pass_s']:8.3f} {compiles!s:>9} "
+                  f"{r['graphs'] if b.startswith('fusion_jit') else '-'!s:>7} "
+                  f"{r['plans'] if b.startswith('fusion_jit') else '-'!s:>6}", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "percall":
+        percall()
+    elif len(sys.argv) >= 2 and sys.argv[1] == "lengths":
+        lengths()
+    elif len(sys.argv) == 4 and sys.argv[1] == "child":
+        lengths_child(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)
