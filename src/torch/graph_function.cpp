@@ -141,6 +141,7 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
   std::unique_ptr<PlanInstance> instance;
   std::string reason;
   std::exception_ptr error;
+  bool refused = false;  // past the limit with code of its own
   const Admit admit = [this](const std::string& code_class) {
     std::lock_guard<std::mutex> g(mu_);
     return classes_.count(code_class) > 0;
@@ -150,6 +151,7 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
       instance = compile(&reason, admit_only ? admit : Admit());
     } catch (const PlanRefused&) {
       instance = nullptr;
+      refused = true;
       reason = fmt::format("specialization limit of {} signatures reached", limit_);
     }
     FJ_INTERNAL_ASSERT(instance || !reason.empty(), "{}: a compile gave neither a plan nor a reason", name_);
@@ -184,7 +186,7 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
   ready_.notify_all();
   if (error) std::rethrow_exception(error);
   if (compiled_here) *compiled_here = true;
-  if (!e->instance && admit_only && !error) warn(limit_warning(e->eager_reason));
+  if (refused) warn(limit_warning(e->eager_reason));
   else if (!e->instance) warn(fmt::format("{}: this input signature runs eagerly: {}", name_, e->eager_reason));
   return e;
 }

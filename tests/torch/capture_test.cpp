@@ -200,6 +200,8 @@ TEST(DynamicSizes, SignaturesThatDifferInSizesShareKernels) {
   run(1, 9);
   run(0, 9);
   EXPECT_EQ(counters().host_compiles, after_two) << "past the limit a new class is not compiled";
+  EXPECT_LE(warnings.size(), 1u) << "the limit warns once";
+  for (const auto& w : warnings) EXPECT_NE(w.find("specialization limit of 2 signatures reached"), std::string::npos) << w;
 }
 
 // dynamic="on" reads sizes from the first signature on; an unknown value names itself.
