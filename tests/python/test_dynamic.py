@@ -51,3 +51,28 @@ def test_dynamic_kernels_option_is_checked_and_on_serves_the_first_signature_wit
     torch.testing.assert_close(f(x), torch.tanh(x) * x + 1.0)
     text = "".join(t for _, t in records)
     assert "sizes as arguments (1 of 1 kernels" in text and "fj_kernel_0 [91]" in text, text
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "llama_tiny"])
+def test_five_lengths_in_training_compile_at_most_twice_per_graph(name, tmp_path):
+    """Training steps at five lengths: the forward and backward graphs of each length's signature, output
+    and every parameter's gradient against eager by the accuracy rule."""
+    model, _ = make(name)
+    model.train()
+    ref, ref64 = copy.deepcopy(model), copy.deepcopy(model).double()
+    compiled = torch.compile(model, backend="fusion_jit", options={"cache_dir": str(tmp_path)})
+    for length in (8, 11, 16, 23, 32):
+        ids = torch.randint(0, 1000, (2, length), generator=torch.Generator().manual_seed(length))
+        outs = []
+        for m in (compiled, ref, ref64):
+            m.zero_grad(set_to_none=True)
+            out = main_output(m(ids))
+            (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+            outs.append(out)
+        assert_close(outs[0], outs[1], outs[2], f"{name} [2,{length}] forward")
+        for (pname, p), p0, p64 in zip(model.named_parameters(), ref.parameters(), ref64.parameters()):
+            if p0.grad is not None:
+                assert_close(p.grad, p0.grad, p64.grad, f"{name} [2,{length}] gradient of {pname}")
+    s = fusion_jit.stats()
+    assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
+    assert 0 < s["compiles"] <= 2 * s["graphs"], s
