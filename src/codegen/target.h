@@ -131,6 +131,8 @@ class Target {
   // Compiles `source` for `arch` (or finds it in the caches). Throws fusion_jit::Error with the compiler's
   // log when that fails, and when FUSION_JIT_ASSERT_NO_COMPILE is set and a compile would be needed.
   virtual std::shared_ptr<const Artifact> compile(const std::string& source, const std::string& arch) const = 0;
+  // Whether compile(source, arch) would find it in the caches rather than run the compiler.
+  virtual bool compiled(const std::string& source, const std::string& arch) const { return false; }
 
   // ---- Launching ----
   // Loads `kernels` (specs whose code `artifact` holds) for device `index`; what it returns keeps the

@@ -108,9 +108,21 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     if (by_target[ti].empty()) continue;
     TargetCode c;
     c.target = targets[ti];
-    c.source = c.target->print_source(by_target[ti], target.size_args);
+    c.source = c.target->print_source(by_target[ti], target.size_args || target.size_args_if_compiled);
     plan->code.push_back(std::move(c));
     specs.push_back(std::move(by_target[ti]));
+  }
+  if (!target.size_args && target.size_args_if_compiled && target.compile) {
+    bool all = true;
+    for (auto& c : plan->code) {
+      try {
+        all = all && c.target->compiled(c.source, arch_of(*c.target));
+      } catch (const Error&) {
+        all = false;  // a device that cannot be asked: compiling will say so
+      }
+    }
+    if (!all)  // printed again with literal sizes: what this plan would have been
+      for (size_t ci = 0; ci < plan->code.size(); ++ci) plan->code[ci].source = plan->code[ci].target->print_source(specs[ci], false);
   }
   plan->codegen_ms = ms_since(t0);
   plan->code_class = code_class_of(plan->code);

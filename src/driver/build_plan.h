@@ -27,6 +27,10 @@ struct PlanTarget {
   // Print sizes as kernel arguments where the target can (Note [Sizes as kernel arguments]), so that
   // signatures differing only in sizes share compiled kernels.
   bool size_args = false;
+  // With size_args false: still print sizes as arguments where every target finds that code compiled
+  // already (a restarted process whose first signature is a new size of a class an earlier process
+  // compiled), so that no compiler runs.
+  bool size_args_if_compiled = false;
   // Null: every plan is built. Else asked, once the plan's code is printed (or read from the plan cache),
   // whether a plan of that code_class may be: when it says no, build_plan throws PlanRefused before
   // any compiler runs (how a model past its specialization limit still serves signatures whose kernels

@@ -326,6 +326,12 @@ std::optional<std::string> KernelsCache::get(const std::string& key) { return lo
 
 std::string KernelsCache::shard_of(const std::string& key) const { return root_ + "/" + key.substr(0, 2); }
 
+bool KernelsCache::contains(const std::string& key) const {
+  if (root_.empty() || !usable(shard_of(key))) return false;
+  struct stat st{};
+  return ::lstat(entry_path(key).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 std::optional<std::string> KernelsCache::lookup(const std::string& key, bool count_miss) {
   std::optional<std::string> data, payload;
   struct stat st{};

@@ -77,6 +77,9 @@ class KernelsCache {
 
   // The payload stored under `key`, or nothing (a miss; a bad file is counted, removed and a miss).
   std::optional<std::string> get(const std::string& key);
+  // Whether an entry is stored under `key` (a regular file at its path, in a usable shard; not read, so
+  // not checked: get() may still find it corrupt). Counts nothing.
+  bool contains(const std::string& key) const;
   // Stores the payload (best effort: an I/O failure is counted and warned about once, never thrown).
   void put(const std::string& key, const std::string& payload);
   // The entry for `key`, made by `make` under the key's lock when no process has it. `made` says whether

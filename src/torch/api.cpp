@@ -142,7 +142,7 @@ struct CompiledModule::Impl {
       auto inst = prepare(inputs, &result, &capture_ms, &passes_ms, disable);
       PlanTarget target;
       target.enable_fusion = enable_fusion;
-      target.size_args = plan_size_args(dynamic, table);
+      set_plan_size_args(dynamic, table, &target);
       target.admit = admit;
       inst->plan = build_plan(std::move(inst->captured.graph), target);
       inst->captured.graph = nullptr;

@@ -21,8 +21,10 @@ DynamicSizes dynamic_sizes(const CompileOptions& options) {
   return parse_dynamic_sizes("CompileOptions::dynamic", *options.dynamic);
 }
 
-bool plan_size_args(DynamicSizes mode, const SignatureTable& table) {
-  return mode == DynamicSizes::kOn || (mode == DynamicSizes::kAuto && table.num_plans() > 0);
+void set_plan_size_args(DynamicSizes mode, const SignatureTable& table, PlanTarget* target) {
+  const bool later = table.num_plans() > 0;
+  target->size_args = mode == DynamicSizes::kOn || (mode == DynamicSizes::kAuto && later);
+  target->size_args_if_compiled = mode == DynamicSizes::kAuto && !later;
 }
 
 int specialization_limit(const CompileOptions& options) {
@@ -262,7 +264,7 @@ struct GraphFunction::Impl {
     optimize_captured(cap, disable);
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
-    target.size_args = plan_size_args(dynamic, table);
+    set_plan_size_args(dynamic, table, &target);
     target.admit = admit;
     inst->plan = build_plan(std::move(cap.graph), target);
     resolve_aten_steps(*inst, !disable.count("in_place"));

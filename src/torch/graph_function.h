@@ -94,9 +94,10 @@ class SignatureTable {
 int specialization_limit(const CompileOptions& options);
 // CompileOptions::dynamic, or the FUSION_JIT_DYNAMIC option; Error naming a bad value.
 DynamicSizes dynamic_sizes(const CompileOptions& options);
-// Whether the next plan of `table` prints sizes as kernel arguments under `mode`: always for on, from
-// the table's second compiled plan for auto.
-bool plan_size_args(DynamicSizes mode, const SignatureTable& table);
+// Sets `target`'s size_args under `mode` for the next plan of `table`: always for on, from the table's
+// second compiled plan for auto; auto's first plan reads its sizes only where that code is compiled
+// already (PlanTarget::size_args_if_compiled).
+void set_plan_size_args(DynamicSizes mode, const SignatureTable& table, PlanTarget* target);
 // CompileOptions::disable as a set, checked: Error naming an unknown or process-wide name and the names
 // it takes. `module`: the module's name, for the message.
 std::set<std::string> module_disable(const CompileOptions& options, const std::string& module);

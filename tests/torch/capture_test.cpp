@@ -204,6 +204,33 @@ TEST(DynamicSizes, SignaturesThatDifferInSizesShareKernels) {
   for (const auto& w : warnings) EXPECT_NE(w.find("specialization limit of 2 signatures reached"), std::string::npos) << w;
 }
 
+// A model compiled again (a restarted process, here a second module with a table of its own) whose first
+// signature is a new size of a class compiled before: under auto its first plan reads its sizes, because
+// that code is compiled already, and no compiler runs.
+TEST(DynamicSizes, AFirstSignatureTakesSizeArgumentsWhenThatCodeIsCompiled) {
+  auto m = script("x", "    return torch.softmax(torch.tanh(x) * 2.0, 1)");
+  auto first = compile(m);
+  first({at::randn({3, 6})});
+  at::Tensor x = at::randn({5, 11});
+  const ExecutablePlan* dynamic = first.plan_for({x});
+  ASSERT_NE(dynamic, nullptr);
+  ASSERT_FALSE(dynamic->kernels.empty());
+  ASSERT_FALSE(dynamic->kernels[0].spec.args.empty());
+  const int64_t compiles = counters().host_compiles;
+  auto again = compile(m);
+  at::Tensor y = at::randn({9, 23});
+  EXPECT_TRUE(at::allclose(again({y}).toTensor(), at::softmax(at::tanh(y) * 2.0, 1), 1e-6, 1e-6));
+  const ExecutablePlan* p = again.plan_for({y});
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->code_class, dynamic->code_class);
+  EXPECT_EQ(counters().host_compiles, compiles);
+  // A size whose code nobody compiled: the first plan keeps literal sizes, as before.
+  auto third = compile(script("x", "    return torch.sigmoid(x) - 1.5"));
+  const ExecutablePlan* q = third.plan_for({at::randn({4, 4})});
+  ASSERT_NE(q, nullptr);
+  for (const auto& k : q->kernels) EXPECT_TRUE(k.spec.args.empty());
+}
+
 // dynamic="on" reads sizes from the first signature on; an unknown value names itself.
 TEST(DynamicSizes, OnFromTheFirstSignatureAndABadValueIsAnError) {
   auto m = script("x", "    return torch.sigmoid(x) * x");

@@ -155,6 +155,10 @@ class CpuTarget final : public Target {
     return std::make_shared<CpuArtifact>(compile_cpu_source(source));
   }
 
+  bool compiled(const std::string& source, const std::string& arch) const override {
+    return arch.empty() && cpu_source_compiled(source);
+  }
+
   std::unique_ptr<LoadedKernels> load(const std::shared_ptr<const Artifact>& artifact, const std::vector<const KernelSpec*>& kernels,
                                       int) const override {
     return std::make_unique<CpuKernels>(artifact, kernels);

@@ -219,6 +219,16 @@ std::string cpu_source_cache_key(const std::string& source, const std::string& c
 
 std::string cpu_source_cache_key(const std::string& source) { return cpu_source_cache_key(source, Options::get().cxx); }
 
+bool cpu_source_compiled(const std::string& source) {
+  const std::string key = cpu_source_cache_key(source);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = library_cache().find(key);
+    if (it != library_cache().end() && !it->second.expired()) return true;
+  }
+  return !Options::get().is_disabled("cache") && KernelsCache::instance().contains(key);
+}
+
 std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
   const Options& opt = Options::get();
   const std::string key = cpu_source_cache_key(source);

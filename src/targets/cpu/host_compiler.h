@@ -52,6 +52,9 @@ struct HostCompileStats {
 // FUSION_JIT_ASSERT_NO_COMPILE is set and a compile would be needed.
 std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source);
 HostCompileStats host_compile_stats();
+// Whether compile_cpu_source(source) would find it compiled (loaded in this process, or in the kernel
+// cache) rather than run the compiler.
+bool cpu_source_compiled(const std::string& source);
 // The flags used, for display and cache keys.
 std::string host_compile_flags();
 // The identity of the host compiler command `cxx` (FUSION_JIT_CXX: it may be several words, such as
