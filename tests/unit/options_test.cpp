@@ -10,13 +10,14 @@ TEST(Options, Defaults) {
   const char* env[] = {"PATH=/bin", nullptr};
   Options o = Options::parse(env);
   EXPECT_EQ(o.specialization_limit, 8);
+  EXPECT_EQ(o.dynamic, DynamicSizes::kAuto);
   EXPECT_FALSE(o.assert_no_compile);
   EXPECT_TRUE(o.dump.empty());
 }
 
 TEST(Options, ParsesKnownVariables) {
   const char* env[] = {"FUSION_JIT_DUMP=ir,plan", "FUSION_JIT_SPECIALIZATION_LIMIT=3", "FUSION_JIT_DISABLE=cse",
-                       "FUSION_JIT_ASSERT_NO_COMPILE=1", "FUSION_JIT_LOG_LEVEL=debug", nullptr};
+                       "FUSION_JIT_ASSERT_NO_COMPILE=1", "FUSION_JIT_LOG_LEVEL=debug", "FUSION_JIT_DYNAMIC=off", nullptr};
   Options o = Options::parse(env);
   EXPECT_TRUE(o.dumps("ir"));
   EXPECT_TRUE(o.dumps("plan"));
@@ -25,6 +26,7 @@ TEST(Options, ParsesKnownVariables) {
   EXPECT_TRUE(o.is_disabled("cse"));
   EXPECT_TRUE(o.assert_no_compile);
   EXPECT_EQ(o.log_level, LogLevel::kDebug);
+  EXPECT_EQ(o.dynamic, DynamicSizes::kOff);
 }
 
 void expect_error(const char* var, const char* fragment) {
@@ -42,6 +44,7 @@ TEST(Options, RejectsUnknownAndMalformed) {
   expect_error("FUSION_JIT_DUMP=kernels", "unknown item 'kernels'");
   expect_error("FUSION_JIT_SPECIALIZATION_LIMIT=many", "FUSION_JIT_SPECIALIZATION_LIMIT=many");
   expect_error("FUSION_JIT_LOG_LEVEL=loud", "expected error, warn, info or debug");
+  expect_error("FUSION_JIT_DYNAMIC=yes", "FUSION_JIT_DYNAMIC=yes: expected auto, on or off");
   expect_error("FUSION_JIT_ASSERT_NO_COMPILE=maybe", "expected 0 or 1");
 }
 
