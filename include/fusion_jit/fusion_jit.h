@@ -143,8 +143,12 @@ class GraphFunction {
   // plan of this signature; `fj::constant(i)` in it is constants[i]. Throws fusion_jit::Error (TypeError
   // when an input does not match) naming what is wrong; nothing is added then. Past the specialization
   // limit nothing is compiled (GraphPlanInfo::compiled is false; the first time, a warning).
+  // With `outputs`: a graph whose types were derived (a symbolic graph's instance at these sizes) rather
+  // than seen at run time. The new plan is run once on `inputs` before it is added, each ATen step's
+  // results checked against the graph's types (a mismatch throws, and nothing is added), and its results
+  // are put in *outputs (left empty when another thread added the plan: run() it then).
   GraphPlanInfo add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
-                    const std::vector<at::Tensor>& constants);
+                    const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs = nullptr);
   // The plan of this signature as text (explain_plan), or "" when there is none.
   std::string explain(const std::vector<at::Tensor>& inputs, const std::string& key) const;
   int num_plans() const;

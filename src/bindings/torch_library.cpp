@@ -9,6 +9,9 @@
 //     .run(tensors, key) -> (status, outputs)      status 0: ran, 1: no plan yet (add one), 2: runs eagerly
 //     .add(tensors, key, ir, constants) -> [compiled, kernels, fused_ops, aten_ops, compile_ms,
 //                                           from_plan_cache, added_here]
+//     .add_run(tensors, key, ir, constants) -> (add's list, outputs)   add, and the new plan run once on
+//                                           the tensors with its ATen steps' results checked against the
+//                                           graph's types (outputs empty: another thread added it)
 //     .take_warnings() -> [str]                    warnings since the last call (each given once)
 //     .explain(tensors, key) -> str, .num_plans() -> int, .clear()
 //   torch.ops.fusion_jit.counters() -> [cache hits, cache misses, host compiles, NVRTC compiles]
@@ -87,13 +90,23 @@ std::tuple<int64_t, std::vector<at::Tensor>> run(const Self& self, const std::ve
   });
 }
 
+std::vector<double> info_list(const GraphPlanInfo& i) {
+  return {i.compiled ? 1.0 : 0.0, static_cast<double>(i.kernels), static_cast<double>(i.fused_ops),
+          static_cast<double>(i.aten_ops), i.compile_ms, i.from_plan_cache ? 1.0 : 0.0, i.added_here ? 1.0 : 0.0};
+}
+
 std::vector<double> add(const Self& self, const std::vector<at::Tensor>& inputs, const std::string& key,
                         const std::string& ir, const std::vector<at::Tensor>& constants) {
+  return translate_errors([&] { return info_list(self->fn.add(inputs, key, ir, constants)); });
+}
+
+std::tuple<std::vector<double>, std::vector<at::Tensor>> add_run(const Self& self, const std::vector<at::Tensor>& inputs,
+                                                                  const std::string& key, const std::string& ir,
+                                                                  const std::vector<at::Tensor>& constants) {
   return translate_errors([&] {
-    GraphPlanInfo i = self->fn.add(inputs, key, ir, constants);
-    return std::vector<double>{i.compiled ? 1.0 : 0.0, static_cast<double>(i.kernels),
-                               static_cast<double>(i.fused_ops), static_cast<double>(i.aten_ops), i.compile_ms,
-                               i.from_plan_cache ? 1.0 : 0.0, i.added_here ? 1.0 : 0.0};
+    std::vector<at::Tensor> outs;
+    GraphPlanInfo i = self->fn.add(inputs, key, ir, constants, &outs);
+    return std::make_tuple(info_list(i), std::move(outs));
   });
 }
 
@@ -157,6 +170,7 @@ TORCH_LIBRARY(fusion_jit, m) {
       }))
       .def("run", &run)
       .def("add", &add)
+      .def("add_run", &add_run)
       .def("take_warnings", &take_warnings)
       .def("explain",
            [](const Self& self, const std::vector<at::Tensor>& inputs, const std::string& key) {

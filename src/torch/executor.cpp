@@ -126,6 +126,24 @@ bool same_layout(const at::Tensor& in, const TensorType& t) {
   return true;
 }
 
+// run_plan's check_layouts: an ATen step's tensor results against their types in the graph.
+void check_step_layouts(const Node& n, const std::vector<c10::IValue>& results) {
+  for (size_t i = 0; i < results.size() && i < n.outputs().size(); ++i) {
+    const Value* v = n.output(i);
+    if (!v->is_tensor() || !results[i].isTensor()) continue;
+    const at::Tensor& r = results[i].toTensor();
+    const TensorType& t = v->tensor_type();
+    const bool ok = r.defined() && r.scalar_type() == static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype)) &&
+                    (same_layout(r, t) || (r.numel() == 0 && r.sizes().equals(t.sizes)));
+    FJ_CHECK(ok, "{}: {} {} is {} at run time; the graph's type is {}", n.schema(),
+             n.outputs().size() > 1 ? fmt::format("result {}", i) : std::string("its result"), v->name(),
+             r.defined() ? fmt::format("{} sizes {} strides {}", c10::toString(r.scalar_type()), c10::str(r.sizes()),
+                                       c10::str(r.strides()))
+                         : std::string("undefined"),
+             t.str());
+  }
+}
+
 // The first index of `t` at `p` (walked in t's logical order by its sizes and strides) outside [0, rows),
 // or nullopt.
 template <class T>
@@ -1280,7 +1298,7 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
   return inst.cuda_graph->replay(inputs);
 }
 
-c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs) {
+c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts) {
   const ExecutablePlan& plan = *p.plan;
   const Graph& g = *plan.graph;
   std::vector<c10::IValue> env(g.num_value_ids());
@@ -1364,6 +1382,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
         for (size_t j = 0; j < c.slots.size(); ++j)
           stack[c.slots[j]] = c.move[j] ? std::move(env[c.ids[j]]) : env[c.ids[j]];
         run_call(c, n, stack);
+        if (check_layouts) check_step_layouts(n, stack);
         if (p.memory.check[si]) copy_out_of_arena(stack, arena_bytes);
         for (size_t i = 0; i < stack.size(); ++i) env[n.output(i)->id()] = std::move(stack[i]);
       }

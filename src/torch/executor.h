@@ -128,7 +128,11 @@ MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place = true);
 // and the peak memory against eager's with the arena.
 std::string instance_explain(const PlanInstance& inst);
 // Runs the plan; returns the result in the shape the model returns (a value, tuple or list).
-c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs);
+// `check_layouts`: each ATen step's tensor results are checked against their types in the graph (sizes,
+// dtype, and strides but for size-1 dims and empty tensors), and a mismatch throws fusion_jit::Error
+// naming the step; for a graph whose types were derived rather than seen at run time (Note [Symbolic
+// graphs], python/fusion_jit/_symbolic.py), on its first run.
+c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts = false);
 // `t` without its stride-0 dims (narrowed to one element): its distinct elements, so that copy_ can
 // write it.
 at::Tensor distinct_view(at::Tensor t);

@@ -38,6 +38,7 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
   for (const std::string& n : pipeline_names()) known.insert(n);
   known.insert("channels_last");
   known.insert("in_place");
+  known.insert("symbolic");
   std::set<std::string> out;
   for (const std::string& name : options.disable) {
     if (!known.count(name)) {
@@ -291,13 +292,22 @@ GraphFunction::Status GraphFunction::run(const std::vector<at::Tensor>& inputs, 
 }
 
 GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
-                                 const std::vector<at::Tensor>& constants) {
+                                 const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs) {
   std::vector<c10::IValue> boxed;
   GraphPlanInfo info;
+  if (outputs) outputs->clear();
   auto e = impl_->table.get_or_compile(
       Impl::signature(inputs, key, &boxed),
-      [&](std::string*, const SignatureTable::Admit& admit) { return impl_->compile(inputs, ir, constants, admit); }, "",
-      &info.added_here);
+      [&](std::string*, const SignatureTable::Admit& admit) {
+        auto inst = impl_->compile(inputs, ir, constants, admit);
+        if (outputs) {
+          // Run before the plan is published: a step whose results differ from the types throws here.
+          c10::IValue out = run_plan(*inst, boxed, /*check_layouts=*/true);
+          for (const c10::IValue& v : out.toListRef()) outputs->push_back(v.toTensor());
+        }
+        return inst;
+      },
+      "", &info.added_here);
   if (!e->instance) {
     info.eager_reason = e->eager_reason;
     return info;
