@@ -27,7 +27,9 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
                           process-wide name ("fusion", "cache", ...) is a ValueError; default none
     dynamic_kernels       "auto", "on" or "off": whether CPU kernels read their sizes as arguments, so
                           that a graph's signatures differing only in sizes share compiled kernels (auto:
-                          from each graph's second signature on); default FUSION_JIT_DYNAMIC or "auto"
+                          from each graph's second signature on); default FUSION_JIT_DYNAMIC or "auto";
+                          "off" also lowers a symbolic graph again for each signature (Note [Symbolic
+                          graphs]: otherwise its later signatures fill in the template of its first lowering)
 
 A graph that cannot be compiled (an op that mutates its input, a higher-order op, an unsupported dtype,
 a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STRICT=1 raises instead.

@@ -24,7 +24,7 @@ import weakref
 
 import torch
 
-from . import _attention, _native
+from . import _attention, _native, _symbolic
 from ._lowering import (LayoutMismatch, Unsupported, channels_last_activations, channels_last_weights, lower,
                         specialization_key)
 
@@ -71,6 +71,11 @@ def _differentiated(example_inputs):
 
 def _strict():
     return _env_bool("FUSION_JIT_STRICT", False)
+
+
+def _dynamic_setting(opts):
+    """dynamic_kernels, or FUSION_JIT_DYNAMIC where the option is not given ("auto" by default)."""
+    return opts.dynamic_kernels or os.environ.get("FUSION_JIT_DYNAMIC", "").strip().lower() or "auto"
 
 
 class Options:
@@ -125,6 +130,8 @@ class _Stats:
         self.eager_graphs = 0
         self.eager_calls = 0
         self.frozen_inputs = 0
+        self.lowerings = 0
+        self.symbolic_plans = 0
         self.baseline = list(_native.ops.counters())
 
 
@@ -171,6 +178,12 @@ class _CompiledGraph:
                                     # tensors, their versions and data pointers, and checks them at each call)
         self.changes = {}           # position -> times its frozen tensor was found changed
         self.lock = threading.Lock()
+        # Note [Symbolic graphs]: a graph with symbolic sizes is lowered once; its later signatures are
+        # instances of that lowering's template.
+        self.symbolic = (_symbolic.is_symbolic(gm) and _dynamic_setting(opts) != "off"
+                         and _enabled("symbolic", opts))
+        self.template = None
+        self.no_template = None     # why a symbolic graph has none (debugging)
         with _stats.lock:
             _stats.graphs += 1
         _graphs.add(self)
@@ -234,6 +247,10 @@ class _CompiledGraph:
     def _compile_and_run(self, args):
         if self.eager_reason is not None:
             return self._eager(args)
+        if self.template is not None:
+            results = self._from_template(args)
+            if results is not None:
+                return results
         t0 = time.perf_counter()
         freeze = {i for i in self.freeze if isinstance(args[i], torch.Tensor)}
         try:
@@ -244,7 +261,7 @@ class _CompiledGraph:
                 # the backward graph was traced with.)
                 acts, layout = channels_last_activations(self.gm)
             try:
-                low = lower(self.gm, args, freeze, cl, acts)
+                low = lower(self.gm, args, freeze, cl, acts, symbolic=self.symbolic and self.template is None)
             except ((LayoutMismatch, RuntimeError) if cl or acts else ()) as e:
                 # Channels-last weights or activations are an optimization: where an op of the graph
                 # refuses the layout (a view of a channels-last tensor that only a copy could give), lower
@@ -254,6 +271,8 @@ class _CompiledGraph:
                 low = lower(self.gm, args, freeze)
         except Unsupported as e:
             return self._give_up(str(e), args)
+        with _stats.lock:
+            _stats.lowerings += 1
         tensors = [args[i] for i in low.tensor_positions]
         try:
             compiled, kernels, fused, aten, _, _, added_here = self.fn.add(tensors, low.key, low.ir, low.constants)
@@ -272,6 +291,8 @@ class _CompiledGraph:
                 _stats.eager_calls += 1
             return list(low.results)
         self.outputs[low.key] = low.outputs
+        if low.template is not None or low.no_template is not None:
+            self.template, self.no_template = low.template, low.no_template
         if added_here:
             with _stats.lock:
                 _stats.plans += 1
@@ -286,8 +307,53 @@ class _CompiledGraph:
                 self.record.append((self.name, head + self.fn.explain(tensors, low.key)))
         return list(low.results)
 
+    def _from_template(self, args):
+        """Note [Symbolic graphs]: this call's signature from the graph's template, its plan built and run
+        on `args` with its types checked. None where the call is to be lowered instead: outside the
+        template's class (kept), or a failure (the template dropped)."""
+        t0 = time.perf_counter()
+        got = self.template.instantiate(args)
+        if got is None:
+            return None
+        ir, spec, values = got
+        tensors = [args[i] for i in self.positions]
+        key = specialization_key(args, self.key_positions)
+        try:
+            info, outs = self.fn.add_run(tensors, key, ir, self.template.constants)
+        except TypeError:
+            return None  # an input laid out otherwise than the template's (a view): lowered
+        except (ValueError, RuntimeError) as e:
+            self.template, self.no_template = None, f"dropped at {self.template.describe(values)}: {e}"
+            if _strict():
+                raise
+            return None
+        compiled, kernels, fused, aten, _, _, added_here = info
+        if not compiled:  # past the specialization limit
+            self._report_warnings()
+            return self._eager(args)
+        self.outputs[key] = spec
+        if not outs:  # another thread added it
+            status, outs = self.fn.run(tensors, key)
+            if status != _RAN:
+                return None
+        if added_here:
+            with _stats.lock:
+                _stats.plans += 1
+                _stats.symbolic_plans += 1
+                _stats.kernels += int(kernels)
+                _stats.fused_ops += int(fused)
+                _stats.fallback_ops += int(aten)
+                _stats.compile_ms += (time.perf_counter() - t0) * 1000.0
+                _stats.frozen_inputs += len(self.frozen)
+            if self.record is not None:
+                self.record.append((self.name, f"symbolic graph: the plan of {self.template.describe(values)}, "
+                                               f"from the template of its first lowering\n"
+                                    + self.fn.explain(tensors, key)))
+        return [outs[v] if kind == "ir" else v for kind, v in spec]
+
     def clear(self):
         self.fn.clear()
+        self.template = None
         self.outputs.clear()
         self.positions = None
         self.frozen = []
@@ -407,7 +473,9 @@ def stats():
     fallback_ops (IR nodes run through ATen per call of each plan), compile_ms (lowering and compiling,
     all plans), cache_hits and cache_misses (the on-disk kernel and plan cache), compiles (compiler
     invocations), eager_graphs (graphs given up on), eager_calls (calls run eagerly), frozen_inputs
-    (parameters and buffers made constants of plans by the freezing option, summed over plans)."""
+    (parameters and buffers made constants of plans by the freezing option, summed over plans), lowerings
+    (graphs run node by node and written as IR for a new signature), symbolic_plans (plans built from a
+    symbolic graph's template instead: Note [Symbolic graphs])."""
     c = _native.ops.counters()
     b = _stats.baseline
     with _stats.lock:
@@ -417,6 +485,7 @@ def stats():
             "compile_ms": _stats.compile_ms, "cache_hits": c[0] - b[0], "cache_misses": c[1] - b[1],
             "compiles": (c[2] - b[2]) + (c[3] - b[3]), "eager_graphs": _stats.eager_graphs,
             "eager_calls": _stats.eager_calls, "frozen_inputs": _stats.frozen_inputs,
+            "lowerings": _stats.lowerings, "symbolic_plans": _stats.symbolic_plans,
         }
 
 

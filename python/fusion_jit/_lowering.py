@@ -26,6 +26,8 @@ import operator
 import torch
 from torch.fx.node import map_aggregate
 
+from . import _symbolic
+
 _DTYPE_NAMES = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
@@ -49,7 +51,8 @@ class Unsupported(Exception):
     """The graph cannot be lowered; the message names the node and why."""
 
 
-def tensor_type(t, what):
+def tensor_type(t, what, numbers=None):
+    """The IR type of tensor `t`; `numbers`: its sizes and strides as text (with holes, _symbolic.Marks)."""
     name = _DTYPE_NAMES.get(t.dtype)
     if name is None:
         raise Unsupported(f"{what}: dtype {t.dtype} is not supported")
@@ -61,8 +64,11 @@ def tensor_type(t, what):
         device = f"@cuda:{t.device.index or 0}"
     else:
         raise Unsupported(f"{what}: device {t.device} is not supported")
-    sizes = ",".join(str(s) for s in t.shape)
-    strides = ",".join(str(s) for s in t.stride())
+    if numbers is not None:
+        sizes, strides = numbers
+    else:
+        sizes = ",".join(str(s) for s in t.shape)
+        strides = ",".join(str(s) for s in t.stride())
     return f"{name}[{sizes}]{{{strides}}}{device}"
 
 
@@ -123,6 +129,8 @@ class Lowered:
         self.key = ""                # those arguments' values (specialization_key)
         self.outputs = []            # per graph output: ("ir", k) the k-th IR output, or ("const", value)
         self.results = []            # the graph's outputs of the lowering run
+        self.template = None         # _symbolic.Template: the same lowering for any size of the graph's symbols
+        self.no_template = None      # why there is none, for a symbolic graph
 
 
 def specialization_key(args, key_positions):
@@ -258,13 +266,15 @@ def _memory_format_of(t):
     return None
 
 
-def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
+def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbolic=False):
     """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR. The tensor arguments at the
     positions in `frozen` become constants of the plan instead of inputs; those in `channels_last` (frozen
     convolution weights) are made channels-last first, as is the input of each convolution node in
     `channels_last_inputs` (Note [Channels-last activations]); with either, every output is given eager's
-    layout back."""
+    layout back. `symbolic`: also write the template of Note [Symbolic graphs] (low.template), unless the
+    layout changes."""
     relayout = bool(channels_last) or bool(channels_last_inputs)
+    marks = _symbolic.Marks() if symbolic and not relayout else None
     low = Lowered()
     graph = gm.graph
     nodes = list(graph.nodes)
@@ -284,6 +294,20 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
         counter[0] += 1
         return f"%{counter[0] - 1}"
 
+    def ttype(t, what, meta):
+        """tensor_type, with holes for the symbolic numbers of `meta` (t's FX value)."""
+        return tensor_type(t, what, marks.type_numbers(t, meta, what) if marks is not None else None)
+
+    def number(x, r, arg_type, what):
+        """The value `r` of FX node `x` (a number computed from sizes) as a literal, a hole if symbolic."""
+        meta = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if marks is not None and isinstance(meta, (torch.SymInt, torch.SymFloat)) and meta.node.expr.free_symbols:
+            kind = arg_type.kind() if arg_type is not None else ""
+            if isinstance(meta, torch.SymInt) and isinstance(r, int) and not isinstance(r, bool) and kind != "FloatType":
+                return marks.num(r, meta)
+            marks.fail(f"{what}: {meta} is written as a {type(r).__name__}")
+        return _literal_for(r, arg_type, what)
+
     def emit(outs, schema, arg_texts):
         lhs = ", ".join(f"{r.name} : {t}" for r, t in outs)
         lines.append(f"  {lhs} = {schema}({', '.join(arg_texts)})")
@@ -296,7 +320,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
                 return r.name
             if isinstance(r, (tuple, list)):
                 raise Unsupported(f"{what}: a tuple value used whole")
-            return _literal_for(r, arg_type, what)
+            return number(v, r, arg_type, what)
         if isinstance(v, (list, tuple)) and any(
                 isinstance(x, torch.fx.Node) and isinstance(ref[x], _Ref) for x in v):
             optional = "Optional[Tensor]" in str(arg_type) or any(x is None for x in v)
@@ -312,6 +336,9 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
             emit([(r, "Tensor?[]" if optional else "Tensor[]")], "prim::ListConstruct", items)
             return r.name
         if isinstance(v, (list, tuple)):
+            if marks is not None and any(isinstance(x, torch.fx.Node) for x in v) and all(
+                    isinstance(_resolve(x), int) and not isinstance(_resolve(x), bool) for x in v):
+                return "[" + ", ".join(number(x, _resolve(x), None, what) for x in v) + "]"
             return _literal([_resolve(x) for x in v], what)
         if isinstance(v, torch.Tensor):
             raise Unsupported(f"{what}: a tensor argument that is not a graph value")
@@ -346,12 +373,13 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
                     v = v.contiguous(memory_format=torch.channels_last)
                     env[node] = v
                 r = _Ref(new_name())
-                emit([(r, tensor_type(v, 'input ' + node.name))], "fj::constant", [str(len(low.constants))])
+                emit([(r, ttype(v, 'input ' + node.name, node.meta.get("val")))], "fj::constant",
+                     [str(len(low.constants))])
                 low.constants.append(v)
                 ref[node] = r
             elif isinstance(v, torch.Tensor):
                 r = _Ref(new_name())
-                inputs.append(f"{r.name} : {tensor_type(v, 'input ' + node.name)}")
+                inputs.append(f"{r.name} : {ttype(v, 'input ' + node.name, node.meta.get('val'))}")
                 low.tensor_positions.append(position)
                 ref[node] = r
             elif v is None or isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat)):
@@ -402,7 +430,8 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
                 else:
                     raise Unsupported(f"{what}: indexing a tensor value")
             elif isinstance(target, torch._ops.OpOverload):
-                ref[node] = _lower_op(node, v, what, as_text, emit, new_name, target)
+                ref[node] = _lower_op(node, v, what, as_text, emit, new_name, target, ttype,
+                                      lambda x: ref.get(x) if isinstance(x, torch.fx.Node) else x)
                 for x, s in swapped:  # the input's other users read it as it was
                     env[x], ref[x] = s
             elif not isinstance(v, torch.Tensor) and not (
@@ -430,6 +459,9 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
                     elif isinstance(r, (tuple, list)):
                         raise Unsupported(f"output {o.name}: a tuple value")
                     else:
+                        meta = o.meta.get("val")
+                        if marks is not None and isinstance(meta, torch.SymInt) and meta.node.expr.free_symbols:
+                            marks.outputs[len(low.outputs)] = meta.node.expr
                         low.outputs.append(("const", r))
                 else:
                     low.outputs.append(("const", o))
@@ -443,6 +475,12 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=()):
                 env.pop(inp, None)
     low.ir = "graph(" + ", ".join(inputs) + "):\n" + "\n".join(lines) + "\n"
     low.key = specialization_key(args, low.key_positions)
+    if marks is not None:
+        text, low.ir = low.ir, marks.render(low.ir)
+        try:
+            low.template = _symbolic.make_template(gm, args, low, text, marks, frozen)
+        except _symbolic.NoTemplate as e:
+            low.no_template = str(e)
     return low
 
 
@@ -540,12 +578,14 @@ def _only_read(node):
                for u in node.users)
 
 
-def _lower_op(node, v, what, as_text, emit, new_name, op):
+def _lower_op(node, v, what, as_text, emit, new_name, op, ttype, value):
     schema = op._schema
     name0 = schema.name + ("." + schema.overload_name if schema.overload_name else "")
     args = _bound_args(schema, node, f"{node.name} ({name0})")
-    if any(str(a.type) == "Tensor" and _is_number(x) for a, x in zip(schema.arguments, args)):
-        op = _scalar_overload(op, args)
+    # A number there: a literal, or a FX node computing one from sizes (x + x.shape[1]).
+    numbers = [x if _is_number(x) else value(x) for x in args]
+    if any(str(a.type) == "Tensor" and _is_number(x) for a, x in zip(schema.arguments, numbers)):
+        op = _scalar_overload(op, numbers)
         if op is None:
             raise Unsupported(f"{node.name} ({name0}): a number where the schema wants a Tensor")
         schema = op._schema
@@ -558,22 +598,25 @@ def _lower_op(node, v, what, as_text, emit, new_name, op):
         raise Unsupported(f"{what} returns a {type(v).__name__} computed from tensor data")
     texts = [as_text(x, a.type, f"{what}, argument {a.name}") for a, x in zip(schema.arguments, args)]
     returns_list = len(schema.returns) == 1 and str(schema.returns[0].type) in ("List[Tensor]", "Tensor[]")
+    meta = node.meta.get("val")
     if isinstance(v, torch.Tensor):
         r = _Ref(new_name())
-        emit([(r, tensor_type(v, what))], name, texts)
+        emit([(r, ttype(v, what, meta))], name, texts)
         return r
     if returns_list:
         lst = _Ref(new_name())
         emit([(lst, "Tensor[]")], name, texts)
         refs = [_Ref(new_name()) for _ in v]
-        emit([(r, tensor_type(t, what)) for r, t in zip(refs, v)], "prim::ListUnpack", [lst.name])
+        metas = meta if isinstance(meta, (list, tuple)) and len(meta) == len(v) else [None] * len(v)
+        emit([(r, ttype(t, what, m)) for r, t, m in zip(refs, v, metas)], "prim::ListUnpack", [lst.name])
         return list(refs)
     outs = []
     refs = []
-    for t in v:
+    metas = meta if isinstance(meta, (list, tuple)) and len(meta) == len(v) else [None] * len(v)
+    for t, m in zip(v, metas):
         r = _Ref(new_name())
         if isinstance(t, torch.Tensor):
-            outs.append((r, tensor_type(t, what)))
+            outs.append((r, ttype(t, what, m)))
             refs.append(r)
         elif t is None:
             outs.append((r, "None"))

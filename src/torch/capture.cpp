@@ -108,8 +108,9 @@ bool any_node(const tj::Block* b, const std::function<bool(const tj::Node*)>& pr
   return false;
 }
 
-// FUSION_JIT_DISABLE=channels_last (Note [Channels-last plans]).
-[[maybe_unused]] const bool kChannelsLastName = (Options::register_disable_names({"channels_last"}), true);
+// FUSION_JIT_DISABLE=channels_last (Note [Channels-last plans]); =symbolic, read by the Python package
+// (Note [Symbolic graphs], python/fusion_jit/_symbolic.py).
+[[maybe_unused]] const bool kChannelsLastName = (Options::register_disable_names({"channels_last", "symbolic"}), true);
 
 class Importer {
  public:

@@ -1,7 +1,8 @@
 """Dynamic sizes (Note [Sizes as kernel arguments]): a language model served at many sequence lengths and
 batch sizes. Dynamo turns the length into a symbol after its second value; each length is then a new input
-signature of the same FX graph, whose plan is built (milliseconds) but whose CPU kernels are those of the
-graph's second signature, so the compiler runs at most twice per graph. Every result is eager's."""
+signature of the same FX graph, whose plan is built (milliseconds, from the template of the graph's one
+lowering: Note [Symbolic graphs]) but whose CPU kernels are those of the graph's second signature, so the
+compiler runs at most twice per graph. Every result is eager's."""
 
 import copy
 
@@ -39,6 +40,8 @@ def test_twenty_lengths_and_three_batch_sizes_compile_at_most_twice_per_graph(na
     assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
     assert s["plans"] >= len(shapes), s  # every signature ran a plan
     assert 0 < s["compiles"] <= 2 * s["graphs"], s
+    # Note [Symbolic graphs]: each graph is lowered once; every other signature is its template's.
+    assert s["lowerings"] == s["graphs"] and s["symbolic_plans"] == s["plans"] - s["graphs"], s
 
 
 def test_dynamic_kernels_option_is_checked_and_on_serves_the_first_signature_with_sizes_as_arguments():
@@ -76,3 +79,4 @@ def test_five_lengths_in_training_compile_at_most_twice_per_graph(name, tmp_path
     s = fusion_jit.stats()
     assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
     assert 0 < s["compiles"] <= 2 * s["graphs"], s
+    assert s["lowerings"] == s["graphs"] and s["symbolic_plans"] == s["plans"] - s["graphs"], s

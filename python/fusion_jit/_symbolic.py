@@ -1,0 +1,223 @@
+"""Symbolic graphs: one lowering of a dynamic FX graph serves every size Dynamo routes to it.
+
+Note [Symbolic graphs]
+Dynamo makes a dimension symbolic once it has taken a second value (or when asked: dynamic=True,
+mark_dynamic); the graph it then hands over is called with every size of that dimension. Lowering
+(_lowering.lower) runs the graph node by node on the call's inputs and writes IR text with numbers only,
+about 15 ms for a 110-node language model: each new size paid it again, and ran the graph eagerly besides.
+
+Every number of that text is also known symbolically: the FX nodes carry their values as fake tensors
+whose sizes and strides, and the SymInts computed from them, are expressions over the graph's symbols
+(s0, s1, ...). So one lowering also writes a template: the same text with each number that is such an
+expression left as a hole (`Marks`), and the expressions compiled into one Python function. A later call
+binds the symbols from its inputs (a SymInt argument, or a tensor's size whose expression is the bare
+symbol), evaluates the function and fills the holes: the IR text of that call, as lowering would have
+written it, in well under a millisecond. The plans stay specialized (the C++ side sees numbers only); with
+sizes as kernel arguments (Note [Sizes as kernel arguments]) their kernels are the compiled ones.
+
+Exactness:
+- The template is kept only where every number the lowering run wrote in a tensor type equals its
+  expression evaluated at that call (static ones included), but for the strides of size-1 dims, which
+  ATen leaves as it likes and no kernel reads; the literals computed from SymInts likewise. A number with
+  an expression the evaluator does not know (anything but integers, symbols, +, *, integer powers, floor
+  division, modulo, min, max), a SymFloat, or a symbol no input gives, and there is no template: each
+  signature is lowered as before (the reason at debug level).
+- The types of an instance are derived, not observed: its plan is run once before it is added, each ATen
+  step's results checked against the types (GraphFunction::add with outputs, run_plan's check_layouts);
+  a mismatch drops the template and that call is lowered. The inputs' types are checked by add as for any
+  graph: an input laid out otherwise than the template says (a transposed view) is lowered, the template
+  kept.
+- Graphs whose lowering changes layouts (channels-last) keep no template, nor do graphs under
+  dynamic_kernels="off" or with "symbolic" among the disable option's or FUSION_JIT_DISABLE's names.
+"""
+
+import torch
+
+_MARK = "\x00"
+
+
+class NoTemplate(Exception):
+    """The graph's lowering cannot be a template; the message says why."""
+
+
+def _symint_expr(s):
+    """The sympy expression of a SymInt, or None when it is a plain number."""
+    if isinstance(s, torch.SymInt):
+        e = s.node.expr
+        return e if e.free_symbols else None
+    return None
+
+
+class Marks:
+    """The holes of one lowering: each a number written in the text, its expression, and whether the run's
+    number must equal the expression's value (`loose`: the stride of a size-1 dim). A number that cannot be
+    a hole sets `failed` (the lowering goes on: its text has numbers where holes would be)."""
+
+    def __init__(self):
+        self.values = []   # the run's numbers
+        self.exprs = []    # sympy expressions
+        self.loose = []
+        self.outputs = {}  # index into the lowering's outputs -> expression (a size the graph returns)
+        self.failed = None
+
+    def fail(self, why):
+        if self.failed is None:
+            self.failed = why
+
+    def num(self, concrete, meta, loose=False):
+        """The int `concrete` as text: a hole when `meta` (its FX value) is a symbolic SymInt."""
+        concrete = int(concrete)
+        e = _symint_expr(meta)
+        if e is None:
+            if meta is not None and not loose and isinstance(meta, (int, torch.SymInt)) and int(meta) != concrete:
+                self.fail(f"the run's {concrete} is {int(meta)} in the graph's fake values")
+            return str(concrete)
+        self.values.append(concrete)
+        self.exprs.append(e)
+        self.loose.append(loose)
+        return f"{_MARK}{len(self.values) - 1}{_MARK}"
+
+    def type_numbers(self, t, meta, what):
+        """(sizes, strides) of tensor `t` as text, holes where `meta` (its fake value) is symbolic."""
+        if not isinstance(meta, torch.Tensor) or meta.dim() != t.dim():
+            self.fail(f"{what}: no fake value of rank {t.dim()}")
+            return None
+        sizes = [self.num(s, m) for s, m in zip(t.shape, meta.shape)]
+        strides = [self.num(s, m, loose=(n == 1 or t.numel() == 0))
+                   for s, m, n in zip(t.stride(), meta.stride(), t.shape)]
+        return ",".join(sizes), ",".join(strides)
+
+    def render(self, text):
+        """`text` with each hole filled with the run's number."""
+        parts = text.split(_MARK)
+        parts[1::2] = [str(self.values[int(i)]) for i in parts[1::2]]
+        return "".join(parts)
+
+
+def _source(e, index):
+    """Python source computing sympy expression `e`, symbols read from the tuple `v` by `index`."""
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Number:
+        raise NoTemplate(f"{e} is not an integer")
+    if e.is_Symbol:
+        if e not in index:
+            raise NoTemplate(f"symbol {e} is given by no input")
+        return f"v[{index[e]}]"
+    name = type(e).__name__
+    args = [_source(a, index) for a in e.args]
+    if name == "Add":
+        return "(" + " + ".join(args) + ")"
+    if name == "Mul":
+        return "(" + " * ".join(args) + ")"
+    if name == "Pow" and e.args[1].is_Integer and int(e.args[1]) >= 0:
+        return f"({args[0]} ** {args[1]})"
+    if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
+        return f"({args[0]} // {args[1]})"
+    if name in ("Mod", "PythonMod") and len(args) == 2:
+        return f"({args[0]} % {args[1]})"
+    if name == "ModularIndexing" and len(args) == 3:
+        return f"(({args[0]} // {args[1]}) % {args[2]})"
+    if name in ("Max", "Min"):
+        return f"{name.lower()}({', '.join(args)})"
+    raise NoTemplate(f"expression {e} ({name}) is not evaluated")
+
+
+class Template:
+    """The IR text of a graph with holes for its symbolic numbers (Note [Symbolic graphs])."""
+
+    def __init__(self, text, marks, sources, outputs, constants, positions):
+        self.parts = text.split(_MARK)          # text, hole index, text, hole index, ..., text
+        self.order = [int(i) for i in self.parts[1::2]]
+        self.sources = sources                  # symbol -> [("arg", i) | ("size", i, d)]
+        self.symbols = list(sources)
+        index = {s: k for k, s in enumerate(self.symbols)}
+        self.holes = len(marks.exprs)
+        exprs = marks.exprs + [marks.outputs[k] for k in sorted(marks.outputs)]
+        code = "lambda v: (" + "".join(_source(e, index) + ", " for e in exprs) + ")"
+        self.evaluate = eval(code, {"max": max, "min": min})  # noqa: S307 - built from sympy nodes above
+        self.outputs = outputs                  # the lowering's output spec; ("sym", k): the k-th value after the holes
+        self.output_exprs = sorted(marks.outputs)
+        self.constants = constants
+        self.positions = positions
+
+    def bind(self, args):
+        """The symbols' values at this call, or None where two inputs give one symbol two values."""
+        values = []
+        for s in self.symbols:
+            got = None
+            for src in self.sources[s]:
+                x = int(args[src[1]]) if src[0] == "arg" else int(args[src[1]].shape[src[2]])
+                if got is not None and x != got:
+                    return None
+                got = x
+            values.append(got)
+        return tuple(values)
+
+    def instantiate(self, args):
+        """(IR text, output spec, {symbol: value}) at this call's sizes; None outside the template's class."""
+        v = self.bind(args)
+        if v is None:
+            return None
+        nums = self.evaluate(v)
+        parts = list(self.parts)
+        parts[1::2] = [str(nums[i]) for i in self.order]
+        spec = [("const", nums[self.holes + k[1]]) if k[0] == "sym" else k for k in self.outputs]
+        return "".join(parts), spec, dict(zip(self.symbols, v))
+
+    def describe(self, values):
+        return ", ".join(f"{s}={x}" for s, x in values.items())
+
+
+def symbol_sources(gm, frozen):
+    """symbol -> where a call gives its value: SymInt inputs and input tensors' sizes whose expression is
+    that symbol alone."""
+    sources = {}
+    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.SymInt):
+            e = _symint_expr(meta)
+            if e is not None and e.is_Symbol:
+                sources.setdefault(e, []).append(("arg", i))
+        elif isinstance(meta, torch.Tensor) and i not in frozen:
+            for d, s in enumerate(meta.shape):
+                e = _symint_expr(s)
+                if e is not None and e.is_Symbol:
+                    sources.setdefault(e, []).append(("size", i, d))
+    return sources
+
+
+def is_symbolic(gm):
+    """Whether a placeholder of the graph has a symbolic size or is a symbolic number."""
+    for node in gm.graph.find_nodes(op="placeholder"):
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.SymInt) and _symint_expr(meta) is not None:
+            return True
+        if isinstance(meta, torch.Tensor) and any(_symint_expr(s) is not None for s in meta.shape):
+            return True
+    return False
+
+
+def make_template(gm, args, low, text, marks, frozen):
+    """The template of lowering `low` (its text written with `marks`'s holes), checked against the run:
+    every hole's expression, evaluated at the symbols this call binds, is the number the run wrote."""
+    if marks.failed:
+        raise NoTemplate(marks.failed)
+    sources = symbol_sources(gm, frozen)
+    outputs = []
+    for k, o in enumerate(low.outputs):
+        outputs.append(("sym", sum(1 for x in outputs if x[0] == "sym")) if k in marks.outputs else o)
+    t = Template(text, marks, sources, outputs, list(low.constants), list(low.tensor_positions))
+    got = t.bind(args)
+    if got is None:
+        raise NoTemplate("the inputs give one symbol two values")
+    nums = t.evaluate(got)
+    for k, (want, loose) in enumerate(zip(marks.values, marks.loose)):
+        if not loose and nums[k] != want:
+            raise NoTemplate(f"{marks.exprs[k]} is {nums[k]} at {t.describe(dict(zip(t.symbols, got)))}, but the "
+                             f"run wrote {want}")
+    for k, i in enumerate(t.output_exprs):
+        if nums[t.holes + k] != low.outputs[i][1]:
+            raise NoTemplate(f"output {i}: {marks.outputs[i]} is {nums[t.holes + k]}, the run returned "
+                             f"{low.outputs[i][1]}")
+    return t

@@ -1,0 +1,96 @@
+"""Symbolic graphs (Note [Symbolic graphs], python/fusion_jit/_symbolic.py): a dynamic FX graph is lowered
+once; its later signatures are built from that lowering's template, each plan checked on its first run."""
+
+import pytest
+import sympy
+import torch
+
+import fusion_jit
+from fusion_jit import _native, _symbolic
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing, PythonMod
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    fusion_jit.reset()
+    yield
+
+
+def _evaluate(e, symbols, values):
+    index = {s: k for k, s in enumerate(symbols)}
+    return eval("lambda v: " + _symbolic._source(e, index))(values)  # noqa: S307
+
+
+def test_expressions_evaluate_as_python_integers_do():
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    cases = [
+        (2 * s0 * s1 + 3, lambda a, b: 2 * a * b + 3),
+        (FloorDiv(s0 * s1, 4), lambda a, b: a * b // 4),
+        (PythonMod(s0, 3), lambda a, b: a % 3),
+        (ModularIndexing(s1, 2, 5), lambda a, b: (b // 2) % 5),
+        (sympy.Max(1, s0 - s1), lambda a, b: max(1, a - b)),
+        (sympy.Min(s0, 64) * s1, lambda a, b: min(a, 64) * b),
+        (s0 ** 2, lambda a, b: a * a),
+    ]
+    for e, want in cases:
+        for a, b in [(2, 3), (7, 13), (64, 5), (97, 100)]:
+            assert _evaluate(e, [s0, s1], (a, b)) == want(a, b), (e, a, b)
+
+
+def test_expressions_the_evaluator_does_not_know_give_no_template():
+    s0, s2 = sympy.symbols("s0 s2", integer=True, positive=True)
+    for e, why in [(sympy.Rational(1, 2) * s0, "1/2 is not an integer"), (sympy.sin(s0), "is not evaluated"),
+                   (s0 + s2, "symbol s2 is given by no input")]:
+        with pytest.raises(_symbolic.NoTemplate, match=why):
+            _symbolic._source(e, {s0: 0})
+
+
+def _f(x):
+    # Sizes computed from the symbols: the reshape's size, a size added to a tensor, a size returned.
+    y = x.reshape(x.shape[0] * x.shape[1] // 2, -1) * 2
+    return torch.tanh(y).sum(-1) + x.shape[1], x.shape[0] + 1
+
+
+def test_sizes_computed_from_symbols_are_filled_in_at_each_call():
+    compiled = torch.compile(_f, backend="fusion_jit", dynamic=True)
+    for shape in [(4, 6), (6, 10), (2, 14), (8, 3), (3, 22)]:
+        x = torch.randn(shape)
+        got, expected = compiled(x), _f(x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+    s = fusion_jit.stats()
+    assert s["graphs"] == 1 and s["lowerings"] == 1 and s["symbolic_plans"] == 4 and s["eager_calls"] == 0, s
+
+
+def test_off_lowers_every_signature():
+    compiled = torch.compile(_f, backend="fusion_jit", dynamic=True, options={"dynamic_kernels": "off"})
+    for shape in [(4, 6), (6, 10), (2, 14)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x)[0], _f(x)[0])
+    s = fusion_jit.stats()
+    assert s["lowerings"] == 3 and s["symbolic_plans"] == 0, s
+
+
+_MM_RELU = """graph(%0 : f32[3,3]{{3,1}}):
+  %1 : f32[3,3]{{{strides}}} = aten::mm(%0, %0)
+  %2 : f32[3,3]{{3,1}} = aten::relu(%1)
+  return (%2)
+"""
+
+
+def test_a_derived_type_that_aten_does_not_give_is_refused_before_the_plan_is_added():
+    """add_run checks each ATen step's results against the graph's types: a kernel reading mm's result as
+    column-major would read its transpose."""
+    fn = _native.GraphFunction("derived", True, False, -1, [], "")
+    x = torch.randn(3, 3)
+    with pytest.raises(ValueError, match=r"aten::mm: its result %1 is Float sizes \[3, 3\] strides \[3, 1\] "
+                                         r"at run time; the graph's type is f32\[3,3\]\{1,3\}"):
+        fn.add_run([x], "", _MM_RELU.format(strides="1,3"), [])
+    assert fn.run([x], "")[0] == 1 and fn.num_plans() == 0  # nothing was added
+    info, outs = fn.add_run([x], "", _MM_RELU.format(strides="3,1"), [])
+    assert info[0] == 1 and info[6] == 1
+    torch.testing.assert_close(outs[0], torch.relu(x @ x))
+    status, again = fn.run([x], "")
+    assert status == 0
+    torch.testing.assert_close(again[0], torch.relu(x @ x))
