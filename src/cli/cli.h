@@ -42,6 +42,7 @@ int run_cache(const std::string& command, const std::string& max_size);
 struct FuzzArgs {
   std::string program;  // argv[0], for the repro files' command lines
   std::string graphs, minutes, seed, batch, out, nvrtc, graph_seeds, device;
+  bool second_size = false;
 };
 int run_fuzz(const FuzzArgs& a);
 

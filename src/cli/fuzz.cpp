@@ -27,6 +27,7 @@ int run(const FuzzArgs& a) {
   if (!a.batch.empty()) opt.batch = static_cast<int>(parse_int("--batch", a.batch, 1, std::numeric_limits<int>::max()));
   opt.repro_dir = a.out;
   opt.check.nvrtc_arch = a.nvrtc;
+  opt.second_size = a.second_size;
   if (!a.graph_seeds.empty()) {
     const std::string& list = a.graph_seeds;
     size_t start = 0;
@@ -71,6 +72,9 @@ int run(const FuzzArgs& a) {
               static_cast<long long>(rep.graphs), static_cast<long long>(rep.ops), rep.seconds,
               rep.graphs ? 1e3 * rep.seconds / static_cast<double>(rep.graphs) : 0.0, rep.failures.size(),
               rep.failures.empty() ? "" : (", repros in " + opt.repro_dir).c_str());
+  if (opt.second_size)
+    std::printf("second sizes: %lld batches, %lld of them run by the first size's compiled library\n",
+                static_cast<long long>(rep.second_batches), static_cast<long long>(rep.second_shared));
   for (const auto& f : rep.failures) std::printf("%s\n", f.c_str());
   if (rep.nvrtc_kernels > 0)
     std::printf("NVRTC (%s): %lld kernels compiled in %.1f s\n", opt.check.nvrtc_arch.c_str(),

@@ -7,7 +7,7 @@
 //   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--dump-source]
 //   fusion-jit compile MODEL.pt (--input SPEC ... | --inputs FILE) --device cuda [--arch sm_90] --out DIR
 //   fusion-jit fuzz [--graphs N] [--minutes M] [--seed S] [--batch B] [--out DIR] [--device cpu|cuda]
-//                   [--nvrtc ARCH] [--graph-seeds S1,S2,...]
+//                   [--nvrtc ARCH] [--graph-seeds S1,S2,...] [--second-size]
 //   fusion-jit cache stats | ls | verify | clear | prune [--max-size SIZE]
 //
 // Values are taken as text by CLI11 and checked by the subcommands, so that every rejected input gets one
@@ -116,6 +116,9 @@ int dispatch(int argc, char** argv) {
       ->type_name("ARCH");
   fz->add_option("--graph-seeds", fuzz.graph_seeds, "check only these graphs (as failures name them)")
       ->type_name("S1,S2,...");
+  fz->add_flag("--second-size", fuzz.second_size,
+               "check each graph again at other extents (with FUSION_JIT_DYNAMIC=on: through the first size's "
+               "compiled kernels where their source is the same)");
   fz->allow_extras();
 
   CLI::App* cache = app.add_subcommand("cache", "the on-disk cache of compiled kernels and plans");

@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 
+#include "fusion_jit/cache.h"
 #include "fusion_jit/fusion_jit.h"
 #include "ir/op_table.h"
 #include "passes/passes.h"
@@ -1444,6 +1445,30 @@ bool has_ragged_cats(const Recipe& r) {
   return false;
 }
 
+Recipe resized(const Recipe& r) {
+  std::map<int64_t, int64_t> to;
+  auto map = [&](int64_t e) {
+    if (e < 2) return e;
+    auto [it, added] = to.emplace(e, 0);
+    if (added) it->second = e + 1 + static_cast<int64_t>(mix(r.seed, static_cast<uint64_t>(e)) % 5);
+    return it->second;
+  };
+  for (const auto& in : r.inputs)
+    if (in.layout == Layout::kHugeStride) to[2] = 2;  // its two rows (make_input)
+  Recipe out = r;
+  for (auto& in : out.inputs)
+    for (auto& s : in.sizes) s = map(s);
+  for (auto& op : out.ops) {
+    const bool sizes = op.schema.rfind("aten::view", 0) == 0 || op.schema.rfind("aten::reshape", 0) == 0 ||
+                       op.schema.rfind("aten::expand", 0) == 0;
+    if (!sizes) continue;
+    for (auto& a : op.args)
+      if (auto* list = std::get_if<std::vector<int64_t>>(&a.literal))
+        for (auto& s : *list) s = map(s);
+  }
+  return out;
+}
+
 std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const CheckOptions& co) {
   std::vector<CaseResult> results(recipes.size());
   // Recipes with an in-place op go through capture; recipes with random ops run alone, the generator
@@ -1743,7 +1768,23 @@ Report run(const Options& opt, const std::function<void(const std::string&)>& lo
     }
     int64_t n = opt.graph_seeds.empty() ? std::min<int64_t>(opt.batch, opt.max_graphs - rep.graphs) : 0;
     for (int64_t i = 0; i < n; ++i) batch.push_back(generate(mix(opt.seed, index++), opt.gen));
-    auto results = check_batch(batch, opt.check);
+    std::vector<CaseResult> results;
+    if (!opt.second_size) results = check_batch(batch, opt.check);
+    if (opt.second_size) {
+      // The same graphs at other extents: a failure there is the graph's, replayed at those extents.
+      std::vector<Recipe> second;
+      for (const Recipe& r : batch) second.push_back(resized(r));
+      results = check_batch(batch, opt.check);
+      const int64_t compiles0 = counters().compiles();
+      auto again = check_batch(second, opt.check);
+      rep.second_batches++;
+      if (counters().compiles() == compiles0) rep.second_shared++;
+      for (size_t k = 0; k < batch.size(); ++k)
+        if (results[k].ok && !again[k].ok) {
+          batch[k] = second[k];
+          results[k] = {false, "at its second size: " + again[k].message};
+        }
+    }
     for (size_t k = 0; k < batch.size(); ++k) {
       rep.graphs++;
       rep.ops += static_cast<int64_t>(batch[k].ops.size());

@@ -51,6 +51,12 @@ struct Recipe {
 // and offset (Tensor::to would make expanded and sliced inputs contiguous).
 at::Tensor to_device_same_layout(const at::Tensor& t, const at::Device& device);
 
+// The recipe at other extents: each input extent e >= 2 becomes e + 1..5 (one choice per distinct extent,
+// from the recipe's seed, so inputs that broadcast together still do), and so do the sizes a view,
+// reshape or expand names; 0 and 1 stay, and so does 2 where a huge-stride input has two rows. The ops are the same; a recipe eager rejects at the new
+// extents (a literal slice bound, a reshape of a product) is skipped by check_batch as any other.
+Recipe resized(const Recipe& r);
+
 // Makes the input tensors of a recipe (deterministic from the specs).
 std::vector<at::Tensor> make_inputs(const Recipe& r);
 // What a recipe's ops are drawn from besides the elementwise ops of the op table: per op, the chance of
@@ -121,6 +127,9 @@ struct Options {
   // of the campaign options are ignored. For re-checking a campaign's findings after a fix.
   std::vector<uint64_t> graph_seeds;
   GenOptions gen;
+  // Each batch is checked again at a second size (resized()): a graph failing there fails, shrunk and
+  // replayed at that size.
+  bool second_size = false;
 };
 
 struct Report {
@@ -129,6 +138,8 @@ struct Report {
   int64_t nvrtc_kernels = 0;      // kernels compiled with NVRTC (CheckOptions::nvrtc_arch)
   double nvrtc_seconds = 0;
   double seconds = 0;
+  int64_t second_batches = 0;     // Options::second_size: batches checked at their second size
+  int64_t second_shared = 0;      // of them, those that ran no compiler (the first size's code served)
   std::vector<std::string> failures;  // message and, where written, the repro command
 };
 
