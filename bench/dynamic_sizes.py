@@ -11,6 +11,11 @@ what a served model's run over many sequence lengths costs in all, compiles incl
                                                      total time to run them all, compiles included, and the
                                                      compiler runs; eager, fusion_jit (auto, the default),
                                                      fusion_jit with dynamic_kernels="off", Inductor (dynamic=None)
+    ./run python bench/dynamic_sizes.py newsize      the first call of each new length once the graph is
+                                                     symbolic (lengths 3-20 of LENGTHS, batch 2): its plan built
+                                                     from the graph's template (Note [Symbolic graphs], the
+                                                     default) against the graph lowered again for each length
+                                                     (disable="symbolic"), and the call once planned; median ms
 """
 
 import json
@@ -110,6 +115,38 @@ def lengths_child(name, backend):
                       "plans": s["plans"]}))
 
 
+def newsize():
+    import torch
+    import fusion_jit
+    from models import make, main_output
+
+    print(f"{'model':12} {'template: first call ms':>24} {'lowered: first call ms':>23} {'planned call ms':>16} "
+          f"{'lowerings':>10}")
+    for name in MODELS:
+        model, _ = make(name)
+        model.eval()
+        inputs = [torch.randint(0, 1000, (2, n), generator=torch.Generator().manual_seed(n)) for n in LENGTHS]
+        row = {}
+        for kind, options in (("template", {}), ("lowered", {"disable": "symbolic"})):
+            torch._dynamo.reset()
+            fusion_jit.reset()
+            f = torch.compile(model, backend="fusion_jit", options=options)
+            first, again = [], []
+            with torch.no_grad():
+                for k, ids in enumerate(inputs):
+                    t0 = time.perf_counter()
+                    main_output(f(ids))
+                    t1 = time.perf_counter()
+                    main_output(f(ids))
+                    t2 = time.perf_counter()
+                    if k >= 2:  # the static graph's length and the symbolic graph's first are lowered by both
+                        first.append((t1 - t0) * 1e3)
+                        again.append((t2 - t1) * 1e3)
+            row[kind] = (statistics.median(first), statistics.median(again), fusion_jit.stats()["lowerings"])
+        print(f"{name:12} {row['template'][0]:24.2f} {row['lowered'][0]:23.2f} {row['template'][1]:16.3f} "
+              f"{row['template'][2]:>4} / {row['lowered'][2]:<4}", flush=True)
+
+
 def lengths():
     backends = ["eager", "fusion_jit:auto", "fusion_jit:off", "inductor"]
     print(f"{'model':12} {'backend':16} {'20 lengths s':>13} {'again s':>8} {'compiles':>9} {'graphs':>7} {'plans':>6}")
@@ -132,6 +169,8 @@ if __name__ == "__main__":
         percall()
     elif len(sys.argv) >= 2 and sys.argv[1] == "lengths":
         lengths()
+    elif len(sys.argv) >= 2 and sys.argv[1] == "newsize":
+        newsize()
     elif len(sys.argv) == 4 and sys.argv[1] == "child":
         lengths_child(sys.argv[2], sys.argv[3])
     else:
