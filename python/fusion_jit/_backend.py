@@ -247,8 +247,9 @@ class _CompiledGraph:
     def _compile_and_run(self, args):
         if self.eager_reason is not None:
             return self._eager(args)
-        if self.template is not None:
-            results = self._from_template(args)
+        template = self.template  # (another thread may drop it meanwhile)
+        if template is not None:
+            results = self._from_template(template, args)
             if results is not None:
                 return results
         t0 = time.perf_counter()
@@ -291,8 +292,10 @@ class _CompiledGraph:
                 _stats.eager_calls += 1
             return list(low.results)
         self.outputs[low.key] = low.outputs
-        if low.template is not None or low.no_template is not None:
-            self.template, self.no_template = low.template, low.no_template
+        if low.template is not None:
+            self.template = low.template
+        elif low.no_template is not None:  # not tried again: each signature is lowered
+            self.symbolic, self.no_template = False, low.no_template
         if added_here:
             with _stats.lock:
                 _stats.plans += 1
@@ -307,23 +310,25 @@ class _CompiledGraph:
                 self.record.append((self.name, head + self.fn.explain(tensors, low.key)))
         return list(low.results)
 
-    def _from_template(self, args):
+    def _from_template(self, template, args):
         """Note [Symbolic graphs]: this call's signature from the graph's template, its plan built and run
         on `args` with its types checked. None where the call is to be lowered instead: outside the
         template's class (kept), or a failure (the template dropped)."""
         t0 = time.perf_counter()
-        got = self.template.instantiate(args)
+        got = template.instantiate(args)
         if got is None:
             return None
         ir, spec, values = got
         tensors = [args[i] for i in self.positions]
         key = specialization_key(args, self.key_positions)
         try:
-            info, outs = self.fn.add_run(tensors, key, ir, self.template.constants)
+            info, outs = self.fn.add_run(tensors, key, ir, template.constants)
         except TypeError:
             return None  # an input laid out otherwise than the template's (a view): lowered
         except (ValueError, RuntimeError) as e:
-            self.template, self.no_template = None, f"dropped at {self.template.describe(values)}: {e}"
+            # Not made again: from now on each signature is lowered.
+            self.template, self.symbolic = None, False
+            self.no_template = f"dropped at {template.describe(values)}: {e}"
             if _strict():
                 raise
             return None
@@ -346,7 +351,7 @@ class _CompiledGraph:
                 _stats.compile_ms += (time.perf_counter() - t0) * 1000.0
                 _stats.frozen_inputs += len(self.frozen)
             if self.record is not None:
-                self.record.append((self.name, f"symbolic graph: the plan of {self.template.describe(values)}, "
+                self.record.append((self.name, f"symbolic graph: the plan of {template.describe(values)}, "
                                                f"from the template of its first lowering\n"
                                     + self.fn.explain(tensors, key)))
         return [outs[v] if kind == "ir" else v for kind, v in spec]

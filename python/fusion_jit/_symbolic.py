@@ -24,7 +24,7 @@ Exactness:
   signature is lowered as before (the reason at debug level).
 - The types of an instance are derived, not observed: its plan is run once before it is added, each ATen
   step's results checked against the types (GraphFunction::add with outputs, run_plan's check_layouts);
-  a mismatch drops the template and that call is lowered. The inputs' types are checked by add as for any
+  a mismatch drops the template, and that call and every later new signature of the graph are lowered. The inputs' types are checked by add as for any
   graph: an input laid out otherwise than the template says (a transposed view) is lowered, the template
   kept.
 - Graphs whose lowering changes layouts (channels-last) keep no template, nor do graphs under

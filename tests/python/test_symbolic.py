@@ -94,3 +94,29 @@ def test_a_derived_type_that_aten_does_not_give_is_refused_before_the_plan_is_ad
     status, again = fn.run([x], "")
     assert status == 0
     torch.testing.assert_close(again[0], torch.relu(x @ x))
+
+
+def test_a_template_whose_plan_fails_its_check_is_dropped_and_each_signature_lowered():
+    from fusion_jit import _backend
+    compiled = torch.compile(_f, backend="fusion_jit", dynamic=True)
+    x = torch.randn(4, 6)
+    compiled(x)
+    (g,) = [g for g in _backend._graphs if g.template is not None]
+
+    class Failing:  # the native GraphFunction, but add_run's check fails
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getattr__(self, name):
+            return getattr(self.fn, name)
+
+        def add_run(self, *args):
+            raise ValueError("aten::mm: its result %1 is ... at run time; the graph's type is ...")
+
+    g.fn = Failing(g.fn)
+    for shape in [(6, 10), (2, 14)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x)[0], _f(x)[0])
+    assert g.template is None and not g.symbolic and "dropped at s" in g.no_template, g.no_template
+    s = fusion_jit.stats()
+    assert s["lowerings"] == 3 and s["symbolic_plans"] == 0 and s["eager_calls"] == 0, s
