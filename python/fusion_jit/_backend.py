@@ -307,6 +307,11 @@ class _CompiledGraph:
             if self.record is not None:
                 head = (f"freezing: {len(freeze)} parameter(s) and buffer(s) are constants of the plan\n"
                         if freeze else "") + (layout or "")
+                if low.template is not None:
+                    head += (f"symbolic graph: {low.template.describe_sources()}; its later signatures fill in "
+                             f"this lowering's template ({low.template.holes} numbers)\n")
+                elif low.no_template is not None:
+                    head += f"symbolic graph: no template ({low.no_template}); each signature is lowered\n"
                 self.record.append((self.name, head + self.fn.explain(tensors, low.key)))
         return list(low.results)
 

@@ -165,6 +165,12 @@ class Template:
         spec = [("const", nums[self.holes + k[1]]) if k[0] == "sym" else k for k in self.outputs]
         return "".join(parts), spec, dict(zip(self.symbols, v))
 
+    def describe_sources(self):
+        """Where each symbol comes from: "s0 = input 1 dim 1"."""
+        def where(src):
+            return f"argument {src[1]}" if src[0] == "arg" else f"argument {src[1]} dim {src[2]}"
+        return ", ".join(f"{s} = " + " = ".join(where(src) for src in self.sources[s]) for s in self.symbols)
+
     def describe(self, values):
         return ", ".join(f"{s}={x}" for s, x in values.items())
 

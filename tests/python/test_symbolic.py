@@ -120,3 +120,14 @@ def test_a_template_whose_plan_fails_its_check_is_dropped_and_each_signature_low
     assert g.template is None and not g.symbolic and "dropped at s" in g.no_template, g.no_template
     s = fusion_jit.stats()
     assert s["lowerings"] == 3 and s["symbolic_plans"] == 0 and s["eager_calls"] == 0, s
+
+
+def test_explain_names_the_symbols_and_each_plan_from_the_template():
+    from fusion_jit import _backend
+    records = []
+    f = torch.compile(_f, dynamic=True, backend=_backend._Backend(fusion_jit.Options({}), records))
+    for shape in [(4, 6), (6, 10)]:
+        f(torch.randn(shape))
+    text = "".join(t for _, t in records)
+    assert "symbolic graph: s" in text and "= argument 2 dim 0" in text and "later signatures fill in" in text, text
+    assert "symbolic graph: the plan of s" in text and "=6, s" in text and "=10, from the template" in text, text
