@@ -1768,13 +1768,11 @@ Report run(const Options& opt, const std::function<void(const std::string&)>& lo
     }
     int64_t n = opt.graph_seeds.empty() ? std::min<int64_t>(opt.batch, opt.max_graphs - rep.graphs) : 0;
     for (int64_t i = 0; i < n; ++i) batch.push_back(generate(mix(opt.seed, index++), opt.gen));
-    std::vector<CaseResult> results;
-    if (!opt.second_size) results = check_batch(batch, opt.check);
+    auto results = check_batch(batch, opt.check);
     if (opt.second_size) {
       // The same graphs at other extents: a failure there is the graph's, replayed at those extents.
       std::vector<Recipe> second;
       for (const Recipe& r : batch) second.push_back(resized(r));
-      results = check_batch(batch, opt.check);
       const int64_t compiles0 = counters().compiles();
       auto again = check_batch(second, opt.check);
       rep.second_batches++;

@@ -110,7 +110,7 @@ bool any_node(const tj::Block* b, const std::function<bool(const tj::Node*)>& pr
 
 // FUSION_JIT_DISABLE=channels_last (Note [Channels-last plans]); =symbolic, read by the Python package
 // (Note [Symbolic graphs], python/fusion_jit/_symbolic.py).
-[[maybe_unused]] const bool kChannelsLastName = (Options::register_disable_names({"channels_last", "symbolic"}), true);
+[[maybe_unused]] const bool kDisableNames = (Options::register_disable_names({"channels_last", "symbolic"}), true);
 
 class Importer {
  public:
