@@ -390,7 +390,7 @@ class Builder {
       e = Expr::call("fj_div" + suffix, {tensors[0], b});
     } else if (fn == "gelu") {
       std::string mode = std::get<std::string>(lits.at(0));
-      e = Expr::call(mode == "tanh" ? "fj_gelu_tanh" : "fj_" + target_.math_fn(fn, out_t), {tensors[0]});
+      e = Expr::call(mode == "tanh" ? "fj_gelu_tanh" : "fj_" + target_.gelu_fn(n, out_t), {tensors[0]});
     } else if (fn == "pow" && tensors.size() == 1) {
       e = pow_scalar(tensors[0], lits.at(0), ct, !target_.pow_uses_sqrt(out_t));
     } else if (fn == "clamp") {

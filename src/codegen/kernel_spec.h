@@ -216,14 +216,19 @@ Device group_device(const FusionGroup& group);
 // capability): asked once, at first use, of the probe the torch adapter registers (without one, as in
 // the torch-free unit tests, the defaults).
 struct EagerCpuMath {
-  // float16 gelu goes through the vectorized float polynomial (NaN at +-inf); else through the plain
-  // formula 0.5 * x * (1 + erf(x / sqrt 2)) (gelu(+inf) = +inf, gelu(-inf) = NaN). Seen: AVX512 on AMD
-  // EPYC takes the formula, AVX512 on Intel Xeon (with FP16) the polynomial; bfloat16 and float32 take
-  // the polynomial everywhere we looked. Asked of a 64-element tensor: a one-element float16 tensor takes
-  // eager's scalar loop (+inf at +inf) even where longer ones take the polynomial, which our kernels then
-  // follow for every length.
-  bool half_gelu_polynomial = true;
-  std::string key() const { return half_gelu_polynomial ? "hgp1" : "hgp0"; }  // for plan cache keys
+  // Whether eager's gelu (erf form) of a float32, bfloat16 or float16 tensor that is contiguous and has
+  // more than one element goes through oneDNN, whose gelu is NaN at +-inf. Other tensors (strided,
+  // channels-last, one element) and dtypes oneDNN does not take on this CPU go through ATen's own loop:
+  // 0.5 * x * (1 + erf(x / sqrt 2)), +inf at +inf and NaN at -inf. Seen: float32 always; bfloat16 with
+  // AVX512-BF16; float16 on Intel Xeon with AVX512-FP16, not on AMD EPYC. Target::gelu_fn picks by the
+  // input's layout.
+  bool gelu_onednn_f32 = true, gelu_onednn_bf16 = true, gelu_onednn_f16 = true;
+  bool gelu_onednn(DType t) const {
+    return t == DType::kFloat32 ? gelu_onednn_f32 : t == DType::kBFloat16 ? gelu_onednn_bf16 : t == DType::kFloat16 && gelu_onednn_f16;
+  }
+  std::string key() const {  // for plan cache keys
+    return std::string("gelu-onednn") + "01"[gelu_onednn_f32] + "01"[gelu_onednn_bf16] + "01"[gelu_onednn_f16];
+  }
 };
 const EagerCpuMath& eager_cpu_math();
 void set_eager_cpu_math_probe(EagerCpuMath (*probe)());

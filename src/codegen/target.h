@@ -92,6 +92,9 @@ class Target {
   // The prelude function family that computes `fn` (the op table's kernel function) for a result of dtype
   // `out`: `fn` itself, or a variant that follows this device's eager ("erf_as", "gelu_erf", ...).
   virtual std::string math_fn(const std::string& fn, DType out) const = 0;
+  // The prelude function family that computes gelu node `n` (erf form) for a result of dtype `out`: on
+  // the CPU it depends on the input's layout (EagerCpuMath).
+  virtual std::string gelu_fn(const Node& n, DType out) const = 0;
   // Whether pow with a literal exponent of 0.5 or -0.5 becomes sqrt / rsqrt for a result of dtype `out`.
   virtual bool pow_uses_sqrt(DType out) const = 0;
   // Which formula this device's eager uses for inference batch_norm node `n` (Note [batch_norm's

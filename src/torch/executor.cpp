@@ -199,10 +199,11 @@ namespace {
 EagerCpuMath probe_eager_cpu_math() {
   EagerCpuMath m;
   const double inf = std::numeric_limits<double>::infinity();
-  // 64 elements: eager's vectorized loop (a one-element tensor takes its scalar loop, which gives +inf
-  // on CPUs whose vectorized loop gives NaN: AVX512 with FP16 on Intel Xeon).
-  at::Tensor g = at::gelu(at::full({64}, inf, at::TensorOptions().dtype(at::kHalf)));
-  m.half_gelu_polynomial = g.isnan().all().item<bool>();
+  // A contiguous tensor of 64 elements: through oneDNN (NaN at +inf) where eager takes it for the dtype.
+  auto onednn = [&](at::ScalarType t) { return at::gelu(at::full({64}, inf, at::TensorOptions().dtype(t))).isnan().all().item<bool>(); };
+  m.gelu_onednn_f32 = onednn(at::kFloat);
+  m.gelu_onednn_bf16 = onednn(at::kBFloat16);
+  m.gelu_onednn_f16 = onednn(at::kHalf);
   return m;
 }
 

@@ -101,6 +101,32 @@ TEST(IntegerDivision, ADivisorThatCouldRaiseRunsThroughATenAndRaisesAsEager) {
   EXPECT_NE(text.find("integer remainder by a tensor runs through ATen"), std::string::npos) << text;
 }
 
+// Eager's CPU gelu of a contiguous tensor of more than one element goes through oneDNN (NaN at +-inf, for
+// float32 and, where the CPU has the instructions, float16 and bfloat16); every other tensor through
+// ATen's own loop (+inf at +inf). The kernels choose by the input's layout (Target::gelu_fn): transposed,
+// sliced, channels-last, expanded and one-element inputs, and gelu of a contiguous intermediate.
+TEST(Gelu, InfinitiesFollowEagersPathForEachLayout) {
+  const double inf = std::numeric_limits<double>::infinity();
+  auto m = script("a, b, c, d, e, f", "    return (torch.gelu(a), torch.gelu(b), torch.gelu(c), torch.gelu(d), torch.gelu(e),"
+                                      " torch.gelu(f * 2.0))");
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    auto specials = [&](std::vector<int64_t> sizes) {
+      at::Tensor x = at::randn(sizes, at::kDouble);
+      x.view(-1)[0] = inf;
+      x.view(-1)[1] = -inf;
+      return x.to(t);
+    };
+    at::Tensor cl = at::empty({2, 3, 4, 5}, t).contiguous(at::MemoryFormat::ChannelsLast);
+    cl.copy_(specials({2, 3, 4, 5}));
+    std::vector<c10::IValue> in{specials({6, 5}).t(), specials({4, 9}).slice(1, 0, 8), cl,
+                                specials({1, 7}).expand({3, 7}), at::full({1}, inf, t), specials({4, 8})};
+    auto r = run_and_compare(m, in, std::string("gelu ") + c10::toString(t));
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_FALSE(r.plan->kernels.empty());
+    EXPECT_TRUE(std::isinf(r.eager[0][0][0].item<double>())) << "eager's loop gives +inf at +inf";
+  }
+}
+
 torch::jit::Module batch_norm_module() {
   return script("x, w, b, mean, var",
                 "    y = torch.batch_norm(x, w, b, mean, var, False, 0.1, 1e-5, False)\n    return torch.relu(y)");

@@ -95,13 +95,18 @@ class CpuTarget final : public Target {
     // Eager's CPU erf of float16/bfloat16 computes in float through Vectorized<float>::erf, an
     // Abramowitz-Stegun polynomial (1.5e-7 absolute error; tiny inputs give 0), not libm's erff.
     if (fn == "erf" && is_reduced_float(out)) return "erf_as";
-    // So does its float32 GELU (the vectorized part of GeluKernel.cpp), which libmvec's erff makes three
-    // times slower here; float16 takes the plain formula on some CPUs (EagerCpuMath).
-    if (fn == "gelu" && compute_dtype(out) == DType::kFloat32) {
-      if (out == DType::kFloat16 && !eager_cpu_math().half_gelu_polynomial) return "gelu_erf";
-      return "gelu_as";
-    }
     return fn;
+  }
+
+  // float32, float16 and bfloat16 gelu: eager's oneDNN call for a contiguous input of more than one
+  // element where it takes the dtype (NaN at +-inf), its own loop otherwise (+inf at +inf), EagerCpuMath.
+  // Both through the polynomial erf of ATen's vectorized loop, which libmvec's erff would make three
+  // times slower here. float64: the plain formula.
+  std::string gelu_fn(const Node& n, DType out) const override {
+    if (compute_dtype(out) != DType::kFloat32) return "gelu";
+    const TensorType& in = n.args().at(0).value->tensor_type();
+    const bool onednn = eager_cpu_math().gelu_onednn(in.dtype) && in.is_contiguous() && in.numel() > 1;
+    return onednn ? "gelu_as" : "gelu_poly";
   }
 
   // ATen's CPU kernel skips the sqrt/rsqrt special cases for float16 (pow(-inf, 0.5) is +inf there,

@@ -68,6 +68,7 @@ class CudaTarget final : public Target {
     return promoting;
   }
   std::string math_fn(const std::string& fn, DType) const override { return fn; }
+  std::string gelu_fn(const Node&, DType) const override { return "gelu"; }
   bool pow_uses_sqrt(DType) const override { return true; }
   // Eager's CUDA batch_norm normalizes in float for every layout (Normalization.cuh,
   // batch_norm_elementwise); its contiguous kernel multiplies by w before invstd (rounding only).
