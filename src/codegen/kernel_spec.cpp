@@ -499,14 +499,13 @@ class Builder {
     if (a.kind == AccKind::kDoubleSum) a.type = DType::kFloat64;
     a.input = Expr::cast(a.type, x);
     acc_of_[out] = a;
-    const int64_t len = g_.reduction->row_len;
     const std::string kind = info->kind;
     const Literal correction = Literal(info->correction);
     std::string name = fmt::format("t{}", out->id());
     std::string schema = n.schema();
     finish_[out] = [=](ExprRef acc) {
       ExprRef r = acc;
-      if (kind == "mean") r = Expr::div(acc, Expr::lit(Literal(len), acc_t));
+      if (kind == "mean") r = Expr::div(acc, Expr::cast(acc_t, Expr::var(kRowLength)));
       else if (kind == "var") r = Expr::call("fj_welford_var", {acc, Expr::lit(correction, acc_t)});
       ExprRef value = Expr::convert(out_t, r);
       if (is_reduced_float(out_t)) value = Expr::round(out_t, value);

@@ -157,6 +157,10 @@ struct KernelSpec {
 // plan cache stores them). The CPU target prints them when PlanTarget::size_args is set (the FUSION_JIT_DYNAMIC
 // option); the CUDA target prints literals.
 
+// The variable every reduction kernel declares as its row length (the elements each row reduces), which
+// its statements may read (mean's divisor): a literal or a size argument, as the printer prints sizes.
+inline constexpr const char* kRowLength = "L_";
+
 // Lowers `group` under the policy of `target`, the target of the group's device (targets/targets.h).
 KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target);
 

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -235,6 +236,17 @@ inline std::vector<Layout> layouts() {
   };
 }
 
+// `expr` with the one-letter variable `var` (not a letter of a longer name) replaced by `name`.
+inline std::string rename_var(const std::string& expr, char var, const std::string& name) {
+  auto ident = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+  std::string out;
+  for (size_t i = 0; i < expr.size(); ++i) {
+    bool alone = (i == 0 || !ident(expr[i - 1])) && (i + 1 == expr.size() || !ident(expr[i + 1]));
+    out += expr[i] == var && alone ? name : std::string(1, expr[i]);
+  }
+  return out;
+}
+
 // The module applying the op to every layout: forward(x0, y0, x1, y1, ...) returns one result per layout.
 inline torch::jit::Module corpus_module(const OpCase& c) {
   auto ls = layouts();
@@ -242,17 +254,9 @@ inline torch::jit::Module corpus_module(const OpCase& c) {
   for (size_t l = 0; l < ls.size(); ++l) {
     std::string e = c.expr;
     for (int a = 0; a < c.arity; ++a) {
-      std::string var = std::string(1, "xyz"[a]);
-      std::string name = var + std::to_string(l);
+      std::string name = std::string(1, "xyz"[a]) + std::to_string(l);
       args += (args.empty() ? "" : ", ") + name;
-      std::string out;
-      for (size_t i = 0; i < e.size(); ++i) {
-        bool ident_before = i > 0 && (std::isalnum(static_cast<unsigned char>(e[i - 1])) || e[i - 1] == '_');
-        bool ident_after = i + 1 < e.size() && (std::isalnum(static_cast<unsigned char>(e[i + 1])) || e[i + 1] == '_');
-        if (e[i] == var[0] && !ident_before && !ident_after) out += name;
-        else out += e[i];
-      }
-      e = out;
+      e = rename_var(e, "xyz"[a], name);
     }
     body += e + ", ";
   }

@@ -46,22 +46,20 @@ inline std::vector<at::Tensor> reference64(const torch::jit::Module& m, const st
 }
 
 struct RunResult {
-  std::shared_ptr<CompiledModule> compiled;  // owns the plan
+  std::shared_ptr<CompiledModule> compiled;  // owns the plan (run_and_compare)
   const ExecutablePlan* plan = nullptr;
   std::vector<at::Tensor> fused, eager;
 };
 
-// Compiles and runs `m` on `inputs` through fusion_jit's plan (not the capture run), and eagerly; checks
-// every output by the tolerance rule, and that the inputs are unchanged.
-inline RunResult run_and_compare(torch::jit::Module& m, const std::vector<c10::IValue>& inputs,
-                                 const std::string& what, const CompileOptions& options = {}) {
+// Runs `m` on `inputs` through `fused`'s plan (not the capture run: the plan is made first), and eagerly;
+// checks every output by the tolerance rule, and that the inputs are unchanged. r.compiled stays unset.
+inline RunResult compare_with_eager(CompiledModule& fused, torch::jit::Module& m, const std::vector<c10::IValue>& inputs,
+                                    const std::string& what) {
   RunResult r;
   std::vector<at::Tensor> before;
   for (const auto& v : inputs)
     if (v.isTensor()) before.push_back(v.toTensor().clone());
   r.eager = flatten(m.forward(inputs));
-  r.compiled = std::make_shared<CompiledModule>(compile(m, options));
-  CompiledModule& fused = *r.compiled;
   r.plan = fused.plan_for(inputs);
   r.fused = flatten(fused(inputs));
   EXPECT_EQ(r.fused.size(), r.eager.size()) << what;
@@ -81,6 +79,15 @@ inline RunResult run_and_compare(torch::jit::Module& m, const std::vector<c10::I
     if (v.isTensor()) {
       EXPECT_TRUE(same_values(v.toTensor(), before[k++])) << what << ": an input was modified";
     }
+  return r;
+}
+
+// compare_with_eager on a module compiled for this call alone.
+inline RunResult run_and_compare(torch::jit::Module& m, const std::vector<c10::IValue>& inputs,
+                                 const std::string& what, const CompileOptions& options = {}) {
+  auto compiled = std::make_shared<CompiledModule>(compile(m, options));
+  RunResult r = compare_with_eager(*compiled, m, inputs, what);
+  r.compiled = std::move(compiled);
   return r;
 }
 

@@ -184,10 +184,13 @@ void print_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
                        load_expr(k.buffers[b].dtype, fmt::format("{}{}[{}]", ptr, b, index_expr("j", k.buffers[b].strides[nd - 1], z))));
   };
   if (tables) {
+    // With sizes as arguments the tables are sized by the row length read at run time (a variable-length
+    // array, which GCC takes in C++), so that every row length that fits shares the text.
+    const std::string table_len = z(inner);
     for (size_t i = 0; i < k.body.size(); ++i)
       if (reach[i] == Reach::kColumn)
-        s += fmt::format("  {} h_{}[{}];\n", compute_c_type(k.body[i].type), k.body[i].name, inner);
-    s += "#pragma omp simd\n" + fmt::format("  for (I j = 0; j < {}; ++j) {{\n", inner);
+        s += fmt::format("  {} h_{}[{}];\n", compute_c_type(k.body[i].type), k.body[i].name, table_len);
+    s += "#pragma omp simd\n" + fmt::format("  for (I j = 0; j < {}; ++j) {{\n", table_len);
     print_loads({Reach::kColumn, Reach::kConstant}, "p", "    ");
     for (size_t i = 0; i < k.body.size(); ++i)
       if (reach[i] == Reach::kColumn || reach[i] == Reach::kConstant) {
@@ -392,6 +395,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const Numbers& 
   print_signature(k, s, &decl_at);
   print_buffer_pointers(k, s);
   const std::string row_len = z(k.row_len);
+  s += fmt::format("  [[maybe_unused]] const I {} = {};\n", kRowLength, row_len);
   for (const auto& [var, ty] : k.scratch)
     s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2});\n", compute_c_type(ty), var, row_len);
   s += "  for (int64_t row_ = begin_; row_ < end_; ++row_) {\n";
@@ -637,6 +641,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const Numbers& z) 
   print_signature(k, s, &decl_at);
   print_buffer_pointers(k, s);
   const std::string row_len = z(L), kept_inner = z(kin);
+  s += fmt::format("  [[maybe_unused]] const I {} = {};\n", kRowLength, row_len);
   for (const auto& [var, ty] : k.scratch)
     s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2} * {3});\n", compute_c_type(ty), var, row_len,
                      kTile);

@@ -252,6 +252,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
                    regs ? fmt::format("{} elements per thread in registers", K) : std::string("rows read per pass"));
   s += kernel_signature(k);
   s += fmt::format("  typedef {} I;\n", I);
+  s += fmt::format("  [[maybe_unused]] const I {} = {};\n", kRowLength, k.row_len);
   if (column)  // neighbouring threads take neighbouring rows: coalesced along the kept dim
     s += fmt::format("  const int sub_ = threadIdx.x % {0}, lane_ = threadIdx.x / {0};\n", rb);
   else

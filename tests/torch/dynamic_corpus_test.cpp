@@ -1,0 +1,167 @@
+// The op corpus and the reduction corpus with sizes as kernel arguments (Note [Sizes as kernel
+// arguments]): per dtype, one module applies every case that accepts it, compiled once with
+// CompileOptions::dynamic = "on" and run at the sizes of its class (a prime, a vector-width multiple,
+// and its neighbours) with no further compile, then at the sizes that are classes of their own, each
+// compiled once: 0, 1, and rows further apart than int32 offsets reach (the int64 variant). Every
+// result against eager by the tolerance rule, every input unchanged.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fusion_jit/cache.h"
+#include "op_corpus.h"
+#include "reduction_corpus.h"
+#include "test_util.h"
+
+namespace fusion_jit::testing {
+namespace {
+
+constexpr int64_t kFar = int64_t{1} << 31;  // a dim-0 stride past the int32 index limit
+
+// `v` copied into a view of the same sizes whose dim-0 stride is kFar elements (the others contiguous):
+// its last elements lie past offset 2^31 - 1. The storage is allocated but only the view's elements are
+// written, so its pages beyond them are never touched.
+at::Tensor far_apart(const at::Tensor& v) {
+  std::vector<int64_t> strides(v.dim(), 1);
+  for (int64_t d = v.dim() - 2; d > 0; --d) strides[d] = strides[d + 1] * v.size(d + 1);
+  strides[0] = kFar;
+  const int64_t inner = v.numel() / v.size(0);
+  at::Tensor storage = at::empty({(v.size(0) - 1) * kFar + inner}, v.options());
+  at::Tensor out = storage.as_strided(v.sizes(), strides);
+  out.copy_(v);
+  return out;
+}
+
+struct Size {
+  int64_t n;
+  bool far = false;
+  std::string what() const { return far ? fmt::format("{} with rows 2^31 apart", n) : std::to_string(n); }
+};
+
+// The sizes of one class (a prime, a multiple of the float32 vector width minus and plus one, a multiple),
+// then three of classes of their own, as Dynamo specializes 0 and 1: an empty tensor (the kernels' loops
+// are printed with their bound 0), a dim of 1 (it broadcasts: stride 0) and rows 2^31 elements apart.
+const std::vector<Size> kClassSizes = {{13}, {15}, {17}, {64}};
+const std::vector<Size> kOtherClasses = {{0}, {1}, {9, true}};
+
+// Runs `m` at every size (inputs(size) makes its inputs) through one CompiledModule with sizes as
+// arguments, each against eager: the sizes of kClassSizes share the first one's compiled code and
+// compile nothing more; the others compile at most once each, the far one with int64 offsets. Size 0
+// only `with_empty`.
+void run_at_every_size(torch::jit::Module& m, const std::function<std::vector<c10::IValue>(const Size&)>& inputs,
+                       const std::string& what, bool with_empty = true) {
+  CompileOptions o;
+  o.dynamic = "on";
+  CompiledModule fused = compile(m, o);
+  const int64_t before = counters().host_compiles;
+  std::string code_class;
+  int64_t first_compiles = 0;
+  for (const Size& s : kClassSizes) {
+    const std::string at = what + " at " + s.what();
+    RunResult r = compare_with_eager(fused, m, inputs(s), at);
+    ASSERT_NE(r.plan, nullptr) << at << " ran eagerly";
+    if (code_class.empty()) {
+      ASSERT_FALSE(r.plan->kernels.empty()) << at << ": no kernel\n" << r.plan->explain();
+      for (const auto& k : r.plan->kernels) EXPECT_FALSE(k.spec.args.empty()) << at << ": " << k.spec.name << " has literal sizes";
+      code_class = r.plan->code_class;
+      first_compiles = counters().host_compiles - before;
+      EXPECT_EQ(first_compiles, 1) << at << ": one library for the plan's kernels";
+    } else {
+      EXPECT_EQ(r.plan->code_class, code_class) << at << ": not the first size's code\n" << r.plan->explain();
+    }
+  }
+  EXPECT_EQ(counters().host_compiles - before, first_compiles) << what << ": a size of the class compiled";
+  for (const Size& s : kOtherClasses) {
+    if (s.n == 0 && !with_empty) continue;
+    const std::string at = what + " at " + s.what();
+    const int64_t compiles = counters().host_compiles;
+    RunResult r = compare_with_eager(fused, m, inputs(s), at);
+    ASSERT_NE(r.plan, nullptr) << at << " ran eagerly";
+    EXPECT_LE(counters().host_compiles - compiles, 1) << at;
+    if (s.far) {
+      bool int64 = false;
+      for (const auto& k : r.plan->kernels) int64 |= !k.spec.index32;
+      EXPECT_TRUE(int64) << at << ": no kernel with int64 offsets\n" << r.plan->explain();
+    }
+  }
+}
+
+std::vector<at::ScalarType> op_dtypes() { return {at::kFloat, at::kBFloat16, at::kInt, at::kBool}; }
+
+class DynamicOpCorpus : public ::testing::TestWithParam<at::ScalarType> {};
+
+// Every op case of the dtype over x [2, n], y [n] (broadcast) and z [n, 2]^T (transposed), with NaN, +-Inf
+// and +-0 among float values; cases that take no special values read u, v, w (the same without them).
+TEST_P(DynamicOpCorpus, EveryOpAtEverySizeOfItsClassThroughOneCompile) {
+  const at::ScalarType t = GetParam();
+  std::string body = "    return (";
+  int cases = 0;
+  for (const OpCase& c : kCases) {
+    auto ds = dtypes_of(c.dtypes);
+    if (std::find(ds.begin(), ds.end(), t) == ds.end()) continue;
+    std::string e = c.expr;
+    for (int a = 0; a < c.arity; ++a) e = rename_var(e, "xyz"[a], std::string(1, (c.specials ? "xyz" : "uvw")[a]));
+    body += e + ", ";
+    ++cases;
+  }
+  ASSERT_GT(cases, 10);
+  auto m = script("x, y, z, u, v, w", body + ")");
+  const bool nz = at::isIntegralType(t, false);  // integer division by 0 raises in eager
+  auto inputs = [&](const Size& s) {
+    std::vector<c10::IValue> in;
+    for (int sp = 1; sp >= 0; --sp) {
+      at::Tensor x = values({2, s.n}, t, sp, 3 * sp, nz);
+      in.emplace_back(s.far ? far_apart(x) : x);
+      in.emplace_back(values({s.n}, t, sp, 3 * sp + 1, nz));
+      in.emplace_back(values({s.n, 2}, t, sp, 3 * sp + 2, nz).t());
+    }
+    return in;
+  };
+  run_at_every_size(m, inputs, fmt::format("{} op cases in {}", cases, c10::toString(t)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DynamicOpCorpus, ::testing::ValuesIn(op_dtypes()),
+                         [](const ::testing::TestParamInfo<at::ScalarType>& i) { return std::string(c10::toString(i.param)); });
+
+class DynamicReductionCorpus : public ::testing::TestWithParam<at::ScalarType> {};
+
+// Every reduction case of the dtype over x [2, 3, n] (NaN and +-inf among float values); the cases that
+// eager refuses on an empty reduced dim in a module of their own that skips size 0.
+TEST_P(DynamicReductionCorpus, EveryReductionAtEverySizeOfItsClassThroughOneCompile) {
+  const at::ScalarType t = GetParam();
+  for (bool empty_ok : {true, false}) {
+    std::string body = "    return (";
+    int cases = 0;
+    for (const ReductionCase& c : kReductionCases) {
+      auto ds = reduction_dtypes(c.dtypes);
+      if (c.empty_ok != empty_ok || std::find(ds.begin(), ds.end(), t) == ds.end()) continue;
+      std::string e = c.expr;
+      for (size_t p = e.find('$'); p != std::string::npos; p = e.find('$', p)) e.replace(p, 1, "x");
+      body += e + ", ";
+      ++cases;
+    }
+    if (cases == 0) continue;
+    auto m = script("x", body + ")");
+    auto inputs = [&](const Size& s) {
+      at::manual_seed(7);
+      at::Tensor x = make_reduction_input({{2, 3, s.n}, 0, s.n == 0}, t, 1);
+      return std::vector<c10::IValue>{s.far ? far_apart(x) : x};
+    };
+    const std::string what = fmt::format("{} reduction cases in {}", cases, c10::toString(t));
+    // Eager refuses an empty reduced dim for the cases of the second module ("Expected reduction dim ...
+    // to have non-zero size"): no size 0 there.
+    run_at_every_size(m, inputs, what, empty_ok);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DynamicReductionCorpus, ::testing::Values(at::kFloat, at::kBFloat16, at::kInt),
+                         [](const ::testing::TestParamInfo<at::ScalarType>& i) { return std::string(c10::toString(i.param)); });
+
+}  // namespace
+}  // namespace fusion_jit::testing
