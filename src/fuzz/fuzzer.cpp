@@ -1445,26 +1445,31 @@ bool has_ragged_cats(const Recipe& r) {
   return false;
 }
 
-Recipe resized(const Recipe& r) {
+std::vector<Recipe> resized(const std::vector<Recipe>& batch) {
+  if (batch.empty()) return {};
   std::map<int64_t, int64_t> to;
+  const uint64_t seed = batch.front().seed;
   auto map = [&](int64_t e) {
     if (e < 2) return e;
     auto [it, added] = to.emplace(e, 0);
-    if (added) it->second = e + 1 + static_cast<int64_t>(mix(r.seed, static_cast<uint64_t>(e)) % 5);
+    if (added) it->second = e + 1 + static_cast<int64_t>(mix(seed, static_cast<uint64_t>(e)) % 5);
     return it->second;
   };
-  for (const auto& in : r.inputs)
-    if (in.layout == Layout::kHugeStride) to[2] = 2;  // its two rows (make_input)
-  Recipe out = r;
-  for (auto& in : out.inputs)
-    for (auto& s : in.sizes) s = map(s);
-  for (auto& op : out.ops) {
-    const bool sizes = op.schema.rfind("aten::view", 0) == 0 || op.schema.rfind("aten::reshape", 0) == 0 ||
-                       op.schema.rfind("aten::expand", 0) == 0;
-    if (!sizes) continue;
-    for (auto& a : op.args)
-      if (auto* list = std::get_if<std::vector<int64_t>>(&a.literal))
-        for (auto& s : *list) s = map(s);
+  for (const Recipe& r : batch)
+    for (const auto& in : r.inputs)
+      if (in.layout == Layout::kHugeStride) to[2] = 2;  // its two rows (make_input)
+  std::vector<Recipe> out = batch;
+  for (Recipe& r : out) {
+    for (auto& in : r.inputs)
+      for (auto& s : in.sizes) s = map(s);
+    for (auto& op : r.ops) {
+      const bool sizes = op.schema.rfind("aten::view", 0) == 0 || op.schema.rfind("aten::reshape", 0) == 0 ||
+                         op.schema.rfind("aten::expand", 0) == 0;
+      if (!sizes) continue;
+      for (auto& a : op.args)
+        if (auto* list = std::get_if<std::vector<int64_t>>(&a.literal))
+          for (auto& s : *list) s = map(s);
+    }
   }
   return out;
 }
@@ -1771,8 +1776,7 @@ Report run(const Options& opt, const std::function<void(const std::string&)>& lo
     auto results = check_batch(batch, opt.check);
     if (opt.second_size) {
       // The same graphs at other extents: a failure there is the graph's, replayed at those extents.
-      std::vector<Recipe> second;
-      for (const Recipe& r : batch) second.push_back(resized(r));
+      std::vector<Recipe> second = resized(batch);
       const int64_t compiles0 = counters().compiles();
       auto again = check_batch(second, opt.check);
       rep.second_batches++;

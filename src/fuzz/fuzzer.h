@@ -51,12 +51,13 @@ struct Recipe {
 // and offset (Tensor::to would make expanded and sliced inputs contiguous).
 at::Tensor to_device_same_layout(const at::Tensor& t, const at::Device& device);
 
-// The recipe at other extents: each input extent e >= 2 becomes e + 1..5 (one choice per distinct extent,
-// from the recipe's seed, so inputs that broadcast together still do), and so do the sizes a view,
-// reshape or expand names; 0 and 1 stay, and so does 2 where a huge-stride input has two rows. The ops
-// are the same; a recipe eager rejects at the new extents (a literal slice bound, a reshape of a
-// product) is skipped by check_batch as any other.
-Recipe resized(const Recipe& r);
+// The recipes at other extents: each input extent e >= 2 becomes e + 1..5 (one choice per distinct extent
+// for the whole batch, from the first recipe's seed, so inputs that broadcast together still do, and
+// graphs whose groups run over one iteration space, merged side by side in the batch's plan, still do),
+// and so do the sizes a view, reshape or expand names; 0 and 1 stay, and so does 2 where a huge-stride
+// input has two rows. The ops are the same; a recipe eager rejects at the new extents (a literal slice
+// bound, a reshape of a product) is skipped by check_batch as any other.
+std::vector<Recipe> resized(const std::vector<Recipe>& batch);
 
 // Makes the input tensors of a recipe (deterministic from the specs).
 std::vector<at::Tensor> make_inputs(const Recipe& r);
