@@ -835,13 +835,15 @@ std::string load_expr(DType t, const std::string& ref) {
   return ref;
 }
 
-std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref) {
+std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref,
+                     const std::function<std::string(int64_t)>& number) {
   const KernelBuffer& kb = k.buffers.at(b);
   std::string r = ref(b);
   if (kb.gather < 0) return r;
   FJ_INTERNAL_ASSERT(!r.empty() && r.back() == ']', "{}: buffer {} is read as {}", k.name, b, r);
-  return fmt::format("{} + fj_gather_row((long long)({}), {}LL) * {}LL]", r.substr(0, r.size() - 1),
-                     ref(static_cast<size_t>(kb.gather)), kb.gather_rows, kb.gather_stride);
+  auto n = [&](int64_t v) { return number ? "(long long)" + number(v) : std::to_string(v) + "LL"; };
+  return fmt::format("{} + fj_gather_row((long long)({}), {}) * {}]", r.substr(0, r.size() - 1),
+                     ref(static_cast<size_t>(kb.gather)), n(kb.gather_rows), n(kb.gather_stride));
 }
 
 bool has_gathers(const KernelSpec& k) {

@@ -170,8 +170,10 @@ std::string load_expr(DType t, const std::string& ref);
 std::string store_expr(DType t, const std::string& v);
 // For the printers: the element of buffer b the loop is at, `ref(b)` (`P[INDEX]`), moved to the row its
 // gather picks, the index being `ref(gather)`, the same element of the index buffer (Note [Gathered
-// loads]); `ref(b)` itself for other buffers. Every load of every printer goes through it.
-std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref);
+// loads]); `ref(b)` itself for other buffers. Every load of every printer goes through it. The table's
+// row count and row stride are printed by `number` where given (Note [Sizes as kernel arguments]).
+std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref,
+                     const std::function<std::string(int64_t)>& number = nullptr);
 // Whether any buffer of the kernel is gathered.
 bool has_gathers(const KernelSpec& k);
 // Note [Cats of unequal items], for the printers: whether `piece` is leaf `leaf` or one it lies in, and

@@ -163,5 +163,26 @@ TEST_P(DynamicReductionCorpus, EveryReductionAtEverySizeOfItsClassThroughOneComp
 INSTANTIATE_TEST_SUITE_P(Dtypes, DynamicReductionCorpus, ::testing::Values(at::kFloat, at::kBFloat16, at::kInt),
                          [](const ::testing::TestParamInfo<at::ScalarType>& i) { return std::string(c10::toString(i.param)); });
 
+// Note [Gathered loads] with sizes as arguments: a table whose row count changes with the call (an
+// activation, not a weight) is read through the same compiled code at every row count.
+TEST(DynamicGather, TablesOfEveryRowCountShareOneCompile) {
+  auto m = script("x, idx, idx2", "    return (torch.embedding(x, idx) * 2.0, torch.gather(x, 0, idx2) - 1.0)");
+  CompileOptions o;
+  o.dynamic = "on";
+  CompiledModule fused = compile(m, o);
+  const int64_t before = counters().host_compiles;
+  std::string code_class;
+  for (int64_t n : {13, 15, 17, 64}) {
+    at::manual_seed(n);
+    std::vector<c10::IValue> in{at::randn({n, 8}), at::randint(0, n, {5, 3}), at::randint(0, n, {4, 8})};
+    RunResult r = compare_with_eager(fused, m, in, fmt::format("{} rows", n));
+    ASSERT_NE(r.plan, nullptr);
+    ASSERT_EQ(r.plan->kernels.size(), 2u) << r.plan->explain();  // each gather inside its consumer's kernel
+    if (code_class.empty()) code_class = r.plan->code_class;
+    EXPECT_EQ(r.plan->code_class, code_class) << n << " rows\n" << r.plan->explain();
+  }
+  EXPECT_EQ(counters().host_compiles - before, 1);
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing

@@ -48,6 +48,8 @@ class Numbers {
   std::function<std::string(int64_t)> fn() const {
     return [this](int64_t v) { return (*this)(v); };
   }
+  // fn() where the numbers are arguments, null where they are literals.
+  std::function<std::string(int64_t)> args_fn() const { return args_ ? fn() : nullptr; }
   // The kernel's first statements: its z<i> from `z_`, in the offsets' type `I`.
   std::string declarations() const {
     std::string s;
@@ -253,7 +255,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
       const auto& kb = k.buffers[b];
       if (kb.piece >= 0 && !piece_on_path(k, kb.piece, leaf)) continue;
       if (hoisted_only.count(static_cast<int>(b))) continue;
-      s += fmt::format("{}  const {} b{} = {};\n", ind, compute_c_type(kb.dtype), b, load_expr(kb.dtype, load_ref(k, b, ref)));
+      s += fmt::format("{}  const {} b{} = {};\n", ind, compute_c_type(kb.dtype), b, load_expr(kb.dtype, load_ref(k, b, ref, z.args_fn())));
     }
     for (size_t b = first_out; b < k.buffers.size(); ++b)
       s += fmt::format("{}  {} o{};\n", ind, compute_c_type(k.buffers[b].dtype), b - first_out);
@@ -412,7 +414,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const Numbers& 
   auto row_ref = [](size_t b) { return fmt::format("q{}[0]", b); };
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", ctype(k.buffers[b].dtype), b,
-                     load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref)));
+                     load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref, z.args_fn())));
   for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
   // Offsets of element e_ of the row, per buffer: `eoff<b>`.
   auto element_offsets = [&](const std::string& ind) {
@@ -445,7 +447,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const Numbers& 
       std::string t = element_offsets(ind);
       for (int b : pass.loads)
         t += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b,
-                         load_expr(k.buffers[b].dtype, load_ref(k, b, ref)));
+                         load_expr(k.buffers[b].dtype, load_ref(k, b, ref, z.args_fn())));
       auto scratch = [&](const std::string& var) {
         return in_vector ? fmt::format("sv_{}[l_]", var) : fmt::format("st_{}[e_]", var);
       };
@@ -659,7 +661,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const Numbers& z) 
   auto row_ref = [&](size_t b) { return fmt::format("q{}[r_ * {}]", b, z(k.buffers[b].strides[kd - 1])); };
   for (int b : k.row_loads)
     s += fmt::format("    {0} rb{1}[{2}];\n    for (int r_ = 0; r_ < n_; ++r_) rb{1}[r_] = {3};\n", ctype(k.buffers[b].dtype), b,
-                     kTile, load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref)));
+                     kTile, load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref, z.args_fn())));
   for (const auto& [name, ty] : rows) s += fmt::format("    {} rv_{}[{}];\n", ty, name, kTile);
   // Declarations, inside a per-row loop, of the row buffers and row values that `reads` name.
   auto row_inputs = [&](const Reads& reads, const std::string& ind, const std::string& skip_from) {
@@ -718,7 +720,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const Numbers& z) 
     };
     for (int b : pass.loads)
       s += fmt::format("{}const {} b{} = {};\n", ind, ctype(k.buffers[b].dtype), b,
-                       load_expr(k.buffers[b].dtype, load_ref(k, b, ref)));
+                       load_expr(k.buffers[b].dtype, load_ref(k, b, ref, z.args_fn())));
     for (const auto& var : pass.stash_in)
       s += fmt::format("{0}const {3} {1} = st_{1}[(int64_t)e_ * {2} + r_];\n", ind, var, kTile, scratch_type(var));
     for (const auto& st : pass.body) s += ind + print_stmt(st) + "\n";
