@@ -1,11 +1,12 @@
 """Dynamic sizes (Note [Sizes as kernel arguments]): what a kernel that reads its sizes costs per call, and
 what a served model's run over many sequence lengths costs in all, compiles included.
 
-    ./run python bench/dynamic_sizes.py percall      per-call time of the same graph at the same size with
+    ./run python bench/dynamic_sizes.py percall [S]  per-call time of the same graph at the same size with
                                                      kernels that read their sizes (dynamic_kernels="on")
                                                      and with literal sizes ("off"), both compiled in this
                                                      process, 600 pairs of calls back to back in alternating
-                                                     order (median of the pairs' ratios); eager alongside
+                                                     order (median of the pairs' ratios); eager alongside;
+                                                     S: only the cases whose name contains S
     ./run python bench/dynamic_sizes.py lengths      20 sequence lengths (batch 2) of each tiny language model,
                                                      each backend in a fresh process with an empty cache:
                                                      total time to run them all, compiles included, and the
@@ -34,7 +35,7 @@ LENGTHS = [5, 7, 8, 9, 11, 13, 16, 17, 19, 23, 24, 25, 29, 31, 32, 33, 37, 41, 4
 MODELS = ["bert_tiny", "gpt2_tiny", "llama_tiny"]
 
 
-def percall():
+def percall(only=None):
     import torch
     import fusion_jit  # noqa: F401
     from models import make, main_output
@@ -48,15 +49,24 @@ def percall():
     def layer_norm(x):
         return torch.nn.functional.layer_norm(x, x.shape[-1:]) * 2.0 + 1.0
 
+    def batch_norm(x, w, b, mean, var):
+        return torch.relu(torch.nn.functional.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5))
+
+    channels_last = torch.randn(8, 64, 28, 28).contiguous(memory_format=torch.channels_last)
     cases = [("chain [512,1000]", chain, (torch.randn(512, 1000),)),
              ("softmax [256,1031]", softmax, (torch.randn(256, 1031),)),
-             ("layer_norm [2048,257]", layer_norm, (torch.randn(2048, 257),))]
+             ("layer_norm [2048,257]", layer_norm, (torch.randn(2048, 257),)),
+             # Per channel values in a per-call table (Note [Row-invariant values]).
+             ("bn_relu NHWC [8,64,28,28]", batch_norm,
+              (channels_last, torch.rand(64) + 0.5, torch.randn(64), torch.randn(64), torch.rand(64) + 0.5))]
     for name in MODELS:
         model, _ = make(name)
         model.eval()
         ids = torch.randint(0, 1000, (2, 61))
         cases.append((f"{name} [2,61]", lambda i, m=model: main_output(m(i)), (ids,)))
-    print(f"{'case':24} {'eager ms':>9} {'static ms':>10} {'dynamic ms':>11} {'dynamic/static':>15}")
+    if only:
+        cases = [c for c in cases if only in c[0]]
+    print(f"{'case':26} {'eager ms':>9} {'static ms':>10} {'dynamic ms':>11} {'dynamic/static':>15}")
     with torch.no_grad():
         for label, f, args in cases:
             torch._dynamo.reset()
@@ -81,7 +91,7 @@ def percall():
                     ms[k].append(t[k] * 1e3)
                 ratios.append(t["dynamic"] / t["static"])
             m = {k: statistics.median(v) for k, v in ms.items()}
-            print(f"{label:24} {m['eager']:9.3f} {m['static']:10.3f} {m['dynamic']:11.3f} "
+            print(f"{label:26} {m['eager']:9.3f} {m['static']:10.3f} {m['dynamic']:11.3f} "
                   f"{statistics.median(ratios):15.3f}", flush=True)
 
 
@@ -166,7 +176,7 @@ def lengths():
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "percall":
-        percall()
+        percall(sys.argv[2] if len(sys.argv) > 2 else None)
     elif len(sys.argv) >= 2 and sys.argv[1] == "lengths":
         lengths()
     elif len(sys.argv) >= 2 and sys.argv[1] == "newsize":
