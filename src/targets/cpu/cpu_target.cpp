@@ -101,11 +101,13 @@ class CpuTarget final : public Target {
   // float32, float16 and bfloat16 gelu: eager's oneDNN call for a contiguous input of more than one
   // element where it takes the dtype (NaN at +-inf), its own loop otherwise (+inf at +inf), EagerCpuMath.
   // Both through the polynomial erf of ATen's vectorized loop, which libmvec's erff would make three
-  // times slower here. float64: the plain formula.
+  // times slower here. float64: the plain formula. A channels-last input counts as contiguous: in a
+  // channels-last plan (Note [Channels-last plans]) it is NCHW in the model eager runs. (A model given
+  // channels-last inputs by its caller therefore gets NaN at +inf where eager gives +inf.)
   std::string gelu_fn(const Node& n, DType out) const override {
     if (compute_dtype(out) != DType::kFloat32) return "gelu";
     const TensorType& in = n.args().at(0).value->tensor_type();
-    const bool onednn = eager_cpu_math().gelu_onednn(in.dtype) && in.is_contiguous() && in.numel() > 1;
+    const bool onednn = eager_cpu_math().gelu_onednn(in.dtype) && contiguous_in_some_format(in) && in.numel() > 1;
     return onednn ? "gelu_as" : "gelu_poly";
   }
 
