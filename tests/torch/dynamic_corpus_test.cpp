@@ -71,7 +71,8 @@ void run_at_every_size(torch::jit::Module& m, const std::function<std::vector<c1
       for (const auto& k : r.plan->kernels) EXPECT_FALSE(k.spec.args.empty()) << at << ": " << k.spec.name << " has literal sizes";
       code_class = r.plan->code_class;
       first_compiles = counters().host_compiles - before;
-      EXPECT_EQ(first_compiles, 1) << at << ": one library for the plan's kernels";
+      // One library for the plan's kernels (none where the kernel cache holds it from an earlier run).
+      EXPECT_LE(first_compiles, 1) << at;
     } else {
       EXPECT_EQ(r.plan->code_class, code_class) << at << ": not the first size's code\n" << r.plan->explain();
     }
@@ -181,7 +182,7 @@ TEST(DynamicGather, TablesOfEveryRowCountShareOneCompile) {
     if (code_class.empty()) code_class = r.plan->code_class;
     EXPECT_EQ(r.plan->code_class, code_class) << n << " rows\n" << r.plan->explain();
   }
-  EXPECT_EQ(counters().host_compiles - before, 1);
+  EXPECT_LE(counters().host_compiles - before, 1);
 }
 
 }  // namespace
