@@ -142,9 +142,7 @@ TEST_P(DynamicReductionCorpus, EveryReductionAtEverySizeOfItsClassThroughOneComp
     for (const ReductionCase& c : kReductionCases) {
       auto ds = reduction_dtypes(c.dtypes);
       if (c.empty_ok != empty_ok || std::find(ds.begin(), ds.end(), t) == ds.end()) continue;
-      std::string e = c.expr;
-      for (size_t p = e.find('$'); p != std::string::npos; p = e.find('$', p)) e.replace(p, 1, "x");
-      body += e + ", ";
+      body += reduction_expr(c, "x") + ", ";
       ++cases;
     }
     if (cases == 0) continue;

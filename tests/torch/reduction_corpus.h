@@ -133,14 +133,19 @@ inline std::vector<c10::IValue> reduction_case_inputs(const std::vector<Reductio
   return inputs;
 }
 
+// The case's expression applied to the input named `name`.
+inline std::string reduction_expr(const ReductionCase& c, const std::string& name) {
+  std::string e = c.expr;
+  for (size_t p = e.find('$'); p != std::string::npos; p = e.find('$', p)) e.replace(p, 1, name);
+  return e;
+}
+
 // One module applying the case's expression to N inputs: forward(self, x0, ..., xN-1) -> tuple.
 inline torch::jit::Module reduction_module(const ReductionCase& c, size_t n) {
   std::string args, body, rets;
   for (size_t i = 0; i < n; ++i) {
     args += (i ? ", " : "") + std::string("x") + std::to_string(i);
-    std::string e = c.expr;
-    for (size_t p = e.find('$'); p != std::string::npos; p = e.find('$', p)) e.replace(p, 1, "x" + std::to_string(i));
-    body += "    r" + std::to_string(i) + " = " + e + "\n";
+    body += "    r" + std::to_string(i) + " = " + reduction_expr(c, "x" + std::to_string(i)) + "\n";
     rets += (i ? ", " : "") + std::string("r") + std::to_string(i);
   }
   return script(args, body + "    return (" + rets + ",)");
