@@ -17,6 +17,11 @@ what a served model's run over many sequence lengths costs in all, compiles incl
                                                      from the graph's template (Note [Symbolic graphs], the
                                                      default) against the graph lowered again for each length
                                                      (disable="symbolic"), and the call once planned; median ms
+    ./run python bench/dynamic_sizes.py manylengths  every sequence length 2-128 at batch sizes 1-4 (508 signatures)
+                                                     of gpt2_tiny and bert_tiny, once each, in a fresh process per
+                                                     setting: the process's resident memory after the first
+                                                     signature and after all, the plans dropped, the total time;
+                                                     FUSION_JIT_SHARED_PLANS at 16, its default (64) and unbounded
 """
 
 import json
@@ -157,6 +162,49 @@ def newsize():
               f"{row['template'][2]:>4} / {row['lowered'][2]:<4}", flush=True)
 
 
+def manylengths_child(name):
+    import torch
+    import fusion_jit
+    from models import make, main_output
+
+    def rss_mb():
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+        return float("nan")
+
+    model, _ = make(name)
+    model.eval()
+    f = torch.compile(model, backend="fusion_jit")
+    shapes = [(b, n) for b in range(1, 5) for n in range(2, 129)]
+    with torch.no_grad():
+        main_output(f(torch.randint(0, 1000, shapes[0])))
+        first = rss_mb()
+        t0 = time.perf_counter()
+        for shape in shapes[1:]:
+            main_output(f(torch.randint(0, 1000, shape)))
+        total = time.perf_counter() - t0
+    s = fusion_jit.stats()
+    print(json.dumps({"first_mb": first, "last_mb": rss_mb(), "total_s": total, "signatures": len(shapes),
+                      "plans": s["plans"], "dropped": s["plans_dropped"], "compiles": s["compiles"]}))
+
+
+def manylengths():
+    print(f"{'model':12} {'FUSION_JIT_SHARED_PLANS':>24} {'signatures':>10} {'RSS first MB':>13} {'RSS last MB':>12} "
+          f"{'plans built':>12} {'dropped':>8} {'compiles':>9} {'total s':>8}")
+    for name in ["gpt2_tiny", "bert_tiny"]:
+        for kept in ["16", "64", "1000000"]:
+            with tempfile.TemporaryDirectory() as d:
+                env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(d, "fj"), FUSION_JIT_SHARED_PLANS=kept,
+                           PYTHONUNBUFFERED="1")
+                out = subprocess.run([sys.executable, __file__, "manychild", name], env=env, capture_output=True,
+                                     text=True, check=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            print(f"{name:12} {kept:>24} {r['signatures']:>10} {r['first_mb']:13.1f} {r['last_mb']:12.1f} "
+                  f"{r['plans']:>12} {r['dropped']:>8} {r['compiles']:>9} {r['total_s']:8.2f}", flush=True)
+
+
 def lengths():
     backends = ["eager", "fusion_jit:auto", "fusion_jit:off", "inductor"]
     print(f"{'model':12} {'backend':16} {'20 lengths s':>13} {'again s':>8} {'compiles':>9} {'graphs':>7} {'plans':>6}")
@@ -181,6 +229,10 @@ if __name__ == "__main__":
         lengths()
     elif len(sys.argv) >= 2 and sys.argv[1] == "newsize":
         newsize()
+    elif len(sys.argv) >= 2 and sys.argv[1] == "manylengths":
+        manylengths()
+    elif len(sys.argv) == 3 and sys.argv[1] == "manychild":
+        manylengths_child(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "child":
         lengths_child(sys.argv[2], sys.argv[3])
     else:

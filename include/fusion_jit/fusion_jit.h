@@ -42,6 +42,10 @@ using WarningHandler = std::function<void(const std::string& message)>;
 
 struct CompileOptions {
   std::optional<int> specialization_limit;  // default: the FUSION_JIT_SPECIALIZATION_LIMIT option
+  // Plans kept for signatures that reuse an earlier signature's kernels (and signatures recorded as
+  // eager); past it the least recently called is dropped and built again (no compiler) if it comes back.
+  // At least 1; default: the FUSION_JIT_SHARED_PLANS option, itself 64.
+  std::optional<int> shared_plans;
   // "auto", "on" or "off" (default: the FUSION_JIT_DYNAMIC option, itself "auto"): whether CPU kernels
   // read their sizes as arguments, so that signatures differing only in sizes share compiled kernels.
   // auto: from the second compiled signature on. A signature that reuses the kernels of an earlier one
@@ -67,6 +71,8 @@ struct ModuleStats {
   int64_t signatures = 0;     // signatures with a compiled plan
   int64_t eager_calls = 0;    // calls run eagerly (past the limit, or not capturable)
   int64_t graph_replays = 0;  // calls served by a CUDA Graph replay
+  int64_t plans_kept = 0;     // signatures held now (plans and eager ones)
+  int64_t plans_dropped = 0;  // shared plans dropped past CompileOptions::shared_plans
   double compile_ms = 0;      // capture + passes + fusion + codegen + compile, all signatures
 };
 
@@ -75,7 +81,8 @@ class CompiledModule {
   c10::IValue operator()(const std::vector<c10::IValue>& inputs);
   c10::IValue forward(const std::vector<c10::IValue>& inputs) { return (*this)(inputs); }
   // The plan for these inputs' signature, compiling it if needed (which runs the model once); nullptr
-  // when the signature runs eagerly.
+  // when the signature runs eagerly. It lives while the module keeps it: a plan that reuses an earlier
+  // signature's kernels may be dropped once CompileOptions::shared_plans later signatures came.
   const ExecutablePlan* plan_for(const std::vector<c10::IValue>& inputs);
   // The plan as text, or why the signature runs eagerly.
   std::string explain(const std::vector<c10::IValue>& inputs);
@@ -152,6 +159,8 @@ class GraphFunction {
   // The plan of this signature as text (explain_plan), or "" when there is none.
   std::string explain(const std::vector<at::Tensor>& inputs, const std::string& key) const;
   int num_plans() const;
+  // Plans dropped past CompileOptions::shared_plans (Note [Shared plans are kept by recency]).
+  int plans_dropped() const;
   // Drops every plan and eager signature (the next call of each signature must add it again).
   void clear();
 

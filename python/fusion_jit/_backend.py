@@ -485,8 +485,11 @@ def stats():
     invocations), eager_graphs (graphs given up on), eager_calls (calls run eagerly), frozen_inputs
     (parameters and buffers made constants of plans by the freezing option, summed over plans), lowerings
     (graphs run node by node and written as IR for a new signature), symbolic_plans (plans built from a
-    symbolic graph's template instead: Note [Symbolic graphs])."""
+    symbolic graph's template instead: Note [Symbolic graphs]), plans_dropped (plans of signatures that
+    reused another's kernels, dropped past FUSION_JIT_SHARED_PLANS per graph and built again if their
+    signature came back; over the graphs alive now)."""
     c = _native.ops.counters()
+    dropped = sum(g.fn.plans_dropped() for g in list(_graphs))
     b = _stats.baseline
     with _stats.lock:
         return {
@@ -496,6 +499,7 @@ def stats():
             "compiles": (c[2] - b[2]) + (c[3] - b[3]), "eager_graphs": _stats.eager_graphs,
             "eager_calls": _stats.eager_calls, "frozen_inputs": _stats.frozen_inputs,
             "lowerings": _stats.lowerings, "symbolic_plans": _stats.symbolic_plans,
+            "plans_dropped": dropped,
         }
 
 

@@ -13,7 +13,7 @@
 //                                           the tensors with its ATen steps' results checked against the
 //                                           graph's types (outputs empty: another thread added it)
 //     .take_warnings() -> [str]                    warnings since the last call (each given once)
-//     .explain(tensors, key) -> str, .num_plans() -> int, .clear()
+//     .explain(tensors, key) -> str, .num_plans() -> int, .plans_dropped() -> int, .clear()
 //   torch.ops.fusion_jit.counters() -> [cache hits, cache misses, host compiles, NVRTC compiles]
 //   torch.ops.fusion_jit.use_cache_dir(dir), torch.ops.fusion_jit.cache_dir() -> str
 //   torch.ops.fusion_jit.check_close(actual, expected, reference64?) -> (ok, max error, why not)
@@ -179,6 +179,7 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("set_frozen", &set_frozen)
       .def("frozen_changed", &frozen_changed)
       .def("num_plans", [](const Self& self) { return static_cast<int64_t>(self->fn.num_plans()); })
+      .def("plans_dropped", [](const Self& self) { return static_cast<int64_t>(self->fn.plans_dropped()); })
       .def("clear", [](const Self& self) { self->fn.clear(); });
   m.def("counters", &counter_list);
   m.def("profile_enable", [](bool on) {

@@ -116,6 +116,10 @@ const std::vector<Entry>& table() {
          o.specialization_limit = static_cast<int>(
              parse_int("FUSION_JIT_SPECIALIZATION_LIMIT", v, 0, std::numeric_limits<int>::max()));
        }},
+      {"FUSION_JIT_SHARED_PLANS",
+       [](Options& o, const std::string& v) {
+         o.shared_plans = static_cast<int>(parse_int("FUSION_JIT_SHARED_PLANS", v, 1, std::numeric_limits<int>::max()));
+       }},
       {"FUSION_JIT_DYNAMIC",
        [](Options& o, const std::string& v) { o.dynamic = parse_dynamic_sizes("FUSION_JIT_DYNAMIC", v); }},
       {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; }},

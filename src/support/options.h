@@ -35,6 +35,10 @@ struct Options {
   std::set<std::string> enabled;
   // FUSION_JIT_SPECIALIZATION_LIMIT: compiled signatures kept per model; later ones run eagerly.
   int specialization_limit = 8;
+  // FUSION_JIT_SHARED_PLANS: plans kept per model for signatures the limit does not bound (those whose
+  // kernels an earlier signature brought) and signatures recorded as eager; the least recently called are
+  // dropped past it (Note [Shared plans are kept by recency], torch/graph_function.h).
+  int shared_plans = 64;
   DynamicSizes dynamic = DynamicSizes::kAuto;
   // FUSION_JIT_CACHE_DIR: the on-disk kernel cache ("" = $XDG_CACHE_HOME/fusion_jit, else
   // ~/.cache/fusion_jit). FUSION_JIT_DISABLE=cache turns it off.

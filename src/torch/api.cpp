@@ -44,7 +44,7 @@ std::vector<c10::IValue> graph_constant_tensors(const tj::Graph& g) {
 struct CompiledModule::Impl {
   Impl(std::string module_name, const CompileOptions& options)
       : name(std::move(module_name)),
-        table(name, specialization_limit(options), options.on_warning),
+        table(name, specialization_limit(options), shared_plans(options), options.on_warning),
         enable_fusion(options.enable_fusion),
         cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)),
         disable(module_disable(options, name)), dynamic(dynamic_sizes(options)) {}
@@ -222,6 +222,8 @@ ModuleStats CompiledModule::stats() const {
   s.calls = impl_->calls.load();
   s.signatures = impl_->table.num_plans();
   s.eager_calls = impl_->eager_calls.load();
+  s.plans_kept = impl_->table.num_entries();
+  s.plans_dropped = impl_->table.num_dropped();
   s.graph_replays = impl_->graph_replays.load();
   s.compile_ms = impl_->table.compile_ms();
   return s;

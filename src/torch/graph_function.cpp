@@ -27,6 +27,12 @@ void set_plan_size_args(DynamicSizes mode, const SignatureTable& table, PlanTarg
   target->size_args_if_compiled = mode == DynamicSizes::kAuto && !later;
 }
 
+int shared_plans(const CompileOptions& options) {
+  int kept = options.shared_plans.value_or(Options::get().shared_plans);
+  FJ_CHECK(kept >= 1, "shared_plans must be >= 1, got {}", kept);
+  return kept;
+}
+
 int specialization_limit(const CompileOptions& options) {
   int limit = options.specialization_limit.value_or(Options::get().specialization_limit);
   FJ_CHECK(limit >= 0, "the specialization limit must be >= 0, got {}", limit);
@@ -52,8 +58,26 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
   return out;
 }
 
-SignatureTable::SignatureTable(std::string name, int limit, WarningHandler warn)
-    : name_(std::move(name)), limit_(limit), warn_(std::move(warn)) {}
+SignatureTable::SignatureTable(std::string name, int limit, int shared, WarningHandler warn)
+    : name_(std::move(name)), limit_(limit), shared_limit_(shared), warn_(std::move(warn)) {}
+
+void SignatureTable::add_shared_locked(const std::shared_ptr<Entry>& e) {
+  if (e->shared) return;
+  e->shared = true;
+  e->last_use = ++clock_;
+  shared_++;
+  while (shared_ > shared_limit_) {
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second->shared && it->second->ready && it->second != e &&
+          (oldest == entries_.end() || it->second->last_use < oldest->second->last_use))
+        oldest = it;
+    if (oldest == entries_.end()) break;
+    entries_.erase(oldest);
+    shared_--;
+    dropped_++;
+  }
+}
 
 void SignatureTable::warn(const std::string& message) {
   {
@@ -77,6 +101,7 @@ std::shared_ptr<SignatureTable::Entry> SignatureTable::find_locked(std::unique_l
   if (it != entries_.end()) {
     std::shared_ptr<Entry> e = it->second;
     ready_.wait(lock, [&] { return e->ready; });
+    e->last_use = ++clock_;
     return e;
   }
   if (reserved_ < limit_ || !record) return nullptr;
@@ -84,6 +109,7 @@ std::shared_ptr<SignatureTable::Entry> SignatureTable::find_locked(std::unique_l
   e->eager_reason = fmt::format("specialization limit of {} signatures reached", limit_);
   e->ready = true;
   entries_.emplace(sig, e);
+  add_shared_locked(e);
   *past_limit = true;
   return e;
 }
@@ -114,6 +140,7 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
     if (it != entries_.end()) {
       e = it->second;
       ready_.wait(lock, [&] { return e->ready; });
+      e->last_use = ++clock_;
       return e;
     }
     e = std::make_shared<Entry>();
@@ -121,9 +148,11 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
     if (!eager_reason.empty()) {
       e->eager_reason = eager_reason;
       e->ready = eager_now = true;
+      add_shared_locked(e);
     } else if (reserved_ >= limit_ && !(size_args_ && limit_ > 0)) {
       e->eager_reason = fmt::format("specialization limit of {} signatures reached", limit_);
       e->ready = eager_now = true;
+      add_shared_locked(e);
     } else if (reserved_ >= limit_) {
       admit_only = true;
       generation = generation_;
@@ -168,20 +197,25 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
     e->compile_ms = ms;
     if (current) compile_ms_ += ms;
     if (instance) {
+      e->instance = std::move(instance);
       if (current) {
         plans_++;
-        const ExecutablePlan& p = *instance->plan;
+        const ExecutablePlan& p = *e->instance->plan;
         // A signature whose code an earlier one brought does not count against the limit (one without
         // kernels always counts: its plan, held per signature, is what the limit bounds then).
-        if (!p.code_class.empty() && !classes_.insert(p.code_class).second && !admit_only) reserved_--;
+        const bool shared = admit_only || (!p.code_class.empty() && !classes_.insert(p.code_class).second);
+        if (shared && !admit_only) reserved_--;
         for (const auto& k : p.kernels) size_args_ = size_args_ || !k.spec.args.empty();
+        e->ready = true;
+        if (shared) add_shared_locked(e);
       }
-      e->instance = std::move(instance);
     } else {
       e->eager_reason = error ? "compiling it failed" : reason;
       if (current) {
         if (!admit_only) reserved_--;
+        e->ready = true;
         if (error) entries_.erase(sig);
+        else add_shared_locked(e);
       }
     }
     e->ready = true;
@@ -199,6 +233,16 @@ int SignatureTable::num_plans() const {
   return plans_;
 }
 
+int SignatureTable::num_dropped() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return dropped_;
+}
+
+int SignatureTable::num_entries() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return static_cast<int>(entries_.size());
+}
+
 double SignatureTable::compile_ms() const {
   std::lock_guard<std::mutex> g(mu_);
   return compile_ms_;
@@ -208,7 +252,7 @@ void SignatureTable::clear() {
   std::lock_guard<std::mutex> g(mu_);
   // Entries being compiled stay valid for their waiters (they hold them); they are no longer found.
   entries_.clear();
-  reserved_ = plans_ = 0;
+  reserved_ = plans_ = shared_ = 0;
   classes_.clear();
   size_args_ = false;
   compile_ms_ = 0;
@@ -220,7 +264,7 @@ void SignatureTable::clear() {
 
 struct GraphFunction::Impl {
   Impl(std::string name, const CompileOptions& o)
-      : table(std::move(name), specialization_limit(o), o.on_warning), options(o),
+      : table(std::move(name), specialization_limit(o), shared_plans(o), o.on_warning), options(o),
         disable(module_disable(o, table.name())), dynamic(dynamic_sizes(o)) {}
   SignatureTable table;
   CompileOptions options;
@@ -329,6 +373,7 @@ std::string GraphFunction::explain(const std::vector<at::Tensor>& inputs, const 
 }
 
 int GraphFunction::num_plans() const { return impl_->table.num_plans(); }
+int GraphFunction::plans_dropped() const { return impl_->table.num_dropped(); }
 
 void GraphFunction::clear() { impl_->table.clear(); }
 

@@ -16,6 +16,13 @@
 //   the limit, once the table holds a plan whose kernels read their sizes as arguments, a new signature is
 //   still captured and its plan built, admitted only if its code_class is one the table has (so no
 //   compiler runs); otherwise it runs eagerly, with the limit's warning.
+// - Note [Shared plans are kept by recency]: the entries that the limit does not bound (plans whose code an
+//   earlier signature brought, and signatures recorded as eager) are kept up to a bound per table
+//   (CompileOptions::shared_plans, FUSION_JIT_SHARED_PLANS); past it the least recently called of them is
+//   dropped, and, should its signature come again, built again (capture, passes and code generation:
+//   milliseconds, no compiler, since the plan that brought its code is kept) or recorded as eager again.
+//   A served model that sees a new sequence length in every request thus holds a bounded number of
+//   plans. A call holds its entry (a shared_ptr): dropping one that runs is safe.
 // - A compile either returns the plan, or returns null with the reason the signature runs eagerly from
 //   then on (a capture that failed), or throws: then nothing is recorded, the reservation is given back,
 //   and the exception reaches the caller (GraphFunction::add's errors, FUSION_JIT_ASSERT_NO_COMPILE).
@@ -43,6 +50,10 @@ class SignatureTable {
     std::string eager_reason;
     double compile_ms = 0;
     bool ready = false;  // compiled (or found eager); guarded by the table's lock until then
+    // Guarded by the table's lock: whether the limit does not bound it (Note [Shared plans are kept by
+    // recency]) and when it was last found.
+    bool shared = false;
+    int64_t last_use = 0;
   };
   // Compiles the signature's plan; returns null with *eager_reason set when it must run eagerly. `admit`
   // is for PlanTarget::admit: null under the limit; past it, it admits the code classes the table has
@@ -50,8 +61,9 @@ class SignatureTable {
   using Admit = std::function<bool(const std::string& code_class)>;
   using Compile = std::function<std::unique_ptr<PlanInstance>(std::string* eager_reason, const Admit& admit)>;
 
-  // `limit`: signatures compiled at most; `warn` null: the log's warning.
-  SignatureTable(std::string name, int limit, WarningHandler warn);
+  // `limit`: signatures compiled at most; `shared`: shared entries kept at most (Note [Shared plans are kept
+  // by recency]); `warn` null: the log's warning.
+  SignatureTable(std::string name, int limit, int shared, WarningHandler warn);
 
   // The entry of `sig`, waiting while another thread compiles it; null when there is none and the limit
   // still allows one. Past the limit an eager entry is recorded and returned (with `record`; else null).
@@ -67,6 +79,8 @@ class SignatureTable {
   const std::string& name() const { return name_; }
   int limit() const { return limit_; }
   int num_plans() const;
+  int num_dropped() const;    // shared entries dropped past the bound (Note [Shared plans are kept by recency])
+  int num_entries() const;    // signatures held now, plans and eager ones
   double compile_ms() const;  // all compiles, failed ones included
   void clear();
 
@@ -74,9 +88,12 @@ class SignatureTable {
   std::shared_ptr<Entry> find_locked(std::unique_lock<std::mutex>& lock, const std::string& sig, bool record,
                                      bool* past_limit);
   std::string limit_warning(const std::string& reason) const;
+  // Marks `e` shared and drops the least recently found ready shared entries past the bound.
+  void add_shared_locked(const std::shared_ptr<Entry>& e);
 
   const std::string name_;
   const int limit_;
+  const int shared_limit_;
   const WarningHandler warn_;
   mutable std::mutex mu_;
   std::condition_variable ready_;  // an entry became ready
@@ -85,6 +102,9 @@ class SignatureTable {
   std::unordered_set<std::string> classes_;  // code classes of the compiled plans
   bool size_args_ = false;  // a compiled plan has kernels that read their sizes as arguments
   int plans_ = 0;
+  int shared_ = 0;    // entries marked shared
+  int dropped_ = 0;
+  int64_t clock_ = 0;  // last_use stamps
   double compile_ms_ = 0;
   int64_t generation_ = 0;  // clear() starts a new one: compiles begun before it do not count after it
   std::unordered_set<std::string> warned_;
@@ -92,6 +112,8 @@ class SignatureTable {
 
 // The limit of CompileOptions, or the FUSION_JIT_SPECIALIZATION_LIMIT option.
 int specialization_limit(const CompileOptions& options);
+// CompileOptions::shared_plans, or the FUSION_JIT_SHARED_PLANS option.
+int shared_plans(const CompileOptions& options);
 // CompileOptions::dynamic, or the FUSION_JIT_DYNAMIC option; Error naming a bad value.
 DynamicSizes dynamic_sizes(const CompileOptions& options);
 // Sets `target`'s size_args under `mode` for the next plan of `table`: always for on, from the table's

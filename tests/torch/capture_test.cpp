@@ -204,6 +204,53 @@ TEST(DynamicSizes, SignaturesThatDifferInSizesShareKernels) {
   for (const auto& w : warnings) EXPECT_NE(w.find("specialization limit of 2 signatures reached"), std::string::npos) << w;
 }
 
+// Note [Shared plans are kept by recency]: a served model that sees a new size in every call holds a
+// bounded number of plans. Past CompileOptions::shared_plans, the least recently called plan that reuses
+// another's kernels is dropped; its signature, should it come back, is built again without a compiler.
+// Signatures recorded as eager past the limit are bounded the same way. Each result against eager.
+TEST(DynamicSizes, SharedPlansAreKeptByRecency) {
+  auto m = script("x", "    return torch.softmax(torch.relu(x) * 2.0, 1)");
+  CompileOptions o;
+  o.specialization_limit = 2;
+  o.shared_plans = 3;
+  o.on_warning = [](const std::string&) {};
+  auto fused = compile(m, o);
+  auto run = [&](int64_t rows, int64_t cols) {
+    at::Tensor x = at::randn({rows, cols});
+    auto c = check_close(fused({x}).toTensor(), m.forward({x}).toTensor());
+    EXPECT_TRUE(c.ok) << rows << "x" << cols << ": " << c.message;
+  };
+  run(4, 5);  // static
+  run(6, 7);  // sizes as arguments: brings the code the later ones reuse
+  const int64_t compiles = counters().host_compiles;
+  for (int64_t n = 8; n < 20; ++n) {
+    run(n, n + 3);
+    EXPECT_LE(fused.stats().plans_kept, 2 + 3) << n;
+  }
+  EXPECT_EQ(fused.stats().plans_dropped, 12 - 3);
+  EXPECT_EQ(fused.stats().signatures, 14);
+  // The most recent three are kept; an older one is built again, and nothing is compiled.
+  run(19, 22);
+  EXPECT_EQ(fused.stats().signatures, 14);
+  run(8, 11);
+  EXPECT_EQ(fused.stats().signatures, 15);
+  EXPECT_EQ(fused.stats().plans_dropped, 10);
+  // A call refreshes its plan: 8x11 was called last, so the next drop is another one.
+  run(8, 11);
+  run(30, 31);
+  run(8, 11);
+  EXPECT_EQ(fused.stats().signatures, 16);
+  EXPECT_EQ(counters().host_compiles, compiles) << "a plan built again reuses the kept kernels";
+  // The two signatures the limit counts are never dropped.
+  run(4, 5);
+  run(6, 7);
+  EXPECT_EQ(fused.stats().signatures, 16);
+  // Eager records past the limit (a dim of 1 is another class, not compiled past it) are bounded too.
+  for (int64_t n = 2; n < 12; ++n) run(1, n);
+  EXPECT_LE(fused.stats().plans_kept, 2 + 3);
+  EXPECT_EQ(fused.stats().eager_calls, 10);
+}
+
 // A model compiled again (a restarted process, here a second module with a table of its own) whose first
 // signature is a new size of a class compiled before: under auto its first plan reads its sizes, because
 // that code is compiled already, and no compiler runs.

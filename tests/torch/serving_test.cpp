@@ -230,6 +230,38 @@ TEST(Serving, ManyThreadsGetEagersResults) {
   EXPECT_EQ(fused.stats().calls, 8 * 40);
 }
 
+// Threads calling more sizes than the table keeps (Note [Shared plans are kept by recency]): plans are
+// dropped and built again while other threads run them; every result is eager's.
+TEST(Serving, ThreadsCyclingSizesPastTheSharedBound) {
+  auto m = script("x, y", "    a = torch.relu(x) * y + 1.0\n    return (a.sum(1), torch.softmax(a, 1))");
+  CompileOptions o;
+  o.shared_plans = 2;
+  auto fused = compile(m, o);
+  std::vector<std::vector<c10::IValue>> inputs;
+  std::vector<std::vector<at::Tensor>> expected;
+  for (int64_t n = 3; n < 13; ++n) {
+    inputs.push_back({at::randn({n, 16}), at::randn({n, 16})});
+    expected.push_back(flatten(m.forward(inputs.back())));
+  }
+  fused(inputs[0]);
+  fused(inputs[1]);  // the code every later size reuses
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 30; ++i) {
+        size_t k = static_cast<size_t>(t * 3 + i) % inputs.size();
+        auto got = flatten(fused(inputs[k]));
+        for (size_t j = 0; j < got.size(); ++j) bad += !check_close(got[j], expected[k][j]).ok;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(fused.stats().plans_dropped, 0);
+  EXPECT_LE(fused.stats().plans_kept, 2 + 2);
+  EXPECT_EQ(fused.stats().eager_calls, 0);
+}
+
 // The specialization limit and its warning (one, whatever the number of signatures past it), the same
 // for a TorchScript module and for a graph handed over as IR text: both keep their plans in one table.
 TEST(Serving, TheLimitWarnsOnceForModulesAndGraphFunctions) {

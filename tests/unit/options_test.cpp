@@ -10,6 +10,7 @@ TEST(Options, Defaults) {
   const char* env[] = {"PATH=/bin", nullptr};
   Options o = Options::parse(env);
   EXPECT_EQ(o.specialization_limit, 8);
+  EXPECT_EQ(o.shared_plans, 64);
   EXPECT_EQ(o.dynamic, DynamicSizes::kAuto);
   EXPECT_FALSE(o.assert_no_compile);
   EXPECT_TRUE(o.dump.empty());
@@ -17,7 +18,8 @@ TEST(Options, Defaults) {
 
 TEST(Options, ParsesKnownVariables) {
   const char* env[] = {"FUSION_JIT_DUMP=ir,plan", "FUSION_JIT_SPECIALIZATION_LIMIT=3", "FUSION_JIT_DISABLE=cse",
-                       "FUSION_JIT_ASSERT_NO_COMPILE=1", "FUSION_JIT_LOG_LEVEL=debug", "FUSION_JIT_DYNAMIC=off", nullptr};
+                       "FUSION_JIT_ASSERT_NO_COMPILE=1", "FUSION_JIT_LOG_LEVEL=debug", "FUSION_JIT_DYNAMIC=off",
+                       "FUSION_JIT_SHARED_PLANS=7", nullptr};
   Options o = Options::parse(env);
   EXPECT_TRUE(o.dumps("ir"));
   EXPECT_TRUE(o.dumps("plan"));
@@ -27,6 +29,7 @@ TEST(Options, ParsesKnownVariables) {
   EXPECT_TRUE(o.assert_no_compile);
   EXPECT_EQ(o.log_level, LogLevel::kDebug);
   EXPECT_EQ(o.dynamic, DynamicSizes::kOff);
+  EXPECT_EQ(o.shared_plans, 7);
 }
 
 void expect_error(const char* var, const char* fragment) {
@@ -46,6 +49,7 @@ TEST(Options, RejectsUnknownAndMalformed) {
   expect_error("FUSION_JIT_LOG_LEVEL=loud", "expected error, warn, info or debug");
   expect_error("FUSION_JIT_DYNAMIC=yes", "FUSION_JIT_DYNAMIC=yes: expected auto, on or off");
   expect_error("FUSION_JIT_ASSERT_NO_COMPILE=maybe", "expected 0 or 1");
+  expect_error("FUSION_JIT_SHARED_PLANS=0", "FUSION_JIT_SHARED_PLANS=0: expected an integer >= 1");
 }
 
 // Issue 13 item 14: a megabyte count whose bytes (MB << 20) overflow int64_t was accepted and wrapped the
