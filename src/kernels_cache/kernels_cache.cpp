@@ -216,7 +216,9 @@ KernelsCache* g_instance = nullptr;
 
 KernelsCache& KernelsCache::instance() {
   std::lock_guard<std::mutex> g(g_instance_mu);
-  if (!g_instance) g_instance = new KernelsCache(default_dir(), Options::get().cache_max_mb << 20);
+  if (!g_instance)
+    g_instance = new KernelsCache(default_dir(), Options::get().cache_max_mb << 20,
+                                  std::shared_ptr<RemoteCache>(RemoteCache::from_options(Options::get())));
   return *g_instance;
 }
 
@@ -224,16 +226,29 @@ void KernelsCache::use_dir(const std::string& dir) {
   FJ_CHECK(!dir.empty(), "the kernel cache directory must not be empty");
   KernelsCache& old = instance();
   if (old.dir() == dir) return;
-  auto* next = new KernelsCache(dir, old.max_bytes());
+  auto* next = new KernelsCache(dir, old.max_bytes(), old.remote_);
+  next->stats_ = old.stats();
+  {
+    // The tier carries over with its own counts: only the earlier tiers' go into the base.
+    std::lock_guard<std::mutex> g(old.mu_);
+    next->stats_.remote = old.stats_.remote;
+  }
+  std::lock_guard<std::mutex> g(g_instance_mu);
+  g_instance = next;  // the previous instance stays alive: callers may hold a reference to it
+}
+
+void KernelsCache::use_remote(std::shared_ptr<RemoteCache> remote) {
+  KernelsCache& old = instance();
+  auto* next = new KernelsCache(old.dir(), old.max_bytes(), std::move(remote));
   next->stats_ = old.stats();
   std::lock_guard<std::mutex> g(g_instance_mu);
   g_instance = next;  // the previous instance stays alive: callers may hold a reference to it
 }
 
-KernelsCache::KernelsCache(std::string dir, int64_t max_bytes)
+KernelsCache::KernelsCache(std::string dir, int64_t max_bytes, std::shared_ptr<RemoteCache> remote)
     : dir_(strip_slashes(std::move(dir))),
       root_(dir_.empty() ? "" : dir_ + "/v" + std::to_string(kCacheFormatVersion)),
-      max_bytes_(max_bytes) {}
+      max_bytes_(max_bytes), remote_(std::move(remote)) {}
 
 std::string KernelsCache::entry_path(const std::string& key) const {
   return root_ + "/" + key.substr(0, 2) + "/" + key + ".fjk";
@@ -322,14 +337,25 @@ bool KernelsCache::writable() const {
   return writable_;
 }
 
-std::optional<std::string> KernelsCache::get(const std::string& key) { return lookup(key, true); }
+std::optional<std::string> KernelsCache::get(const std::string& key) {
+  if (auto p = lookup(key, true)) return p;
+  return remote_get(key);
+}
+
+std::optional<std::string> KernelsCache::remote_get(const std::string& key) {
+  if (!remote_) return std::nullopt;
+  auto p = remote_->get(key);
+  if (p) put_local(key, *p);
+  return p;
+}
 
 std::string KernelsCache::shard_of(const std::string& key) const { return root_ + "/" + key.substr(0, 2); }
 
 bool KernelsCache::contains(const std::string& key) const {
-  if (root_.empty() || !usable(shard_of(key))) return false;
   struct stat st{};
-  return ::lstat(entry_path(key).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (!root_.empty() && usable(shard_of(key)) && ::lstat(entry_path(key).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    return true;
+  return remote_ && remote_->contains(key);
 }
 
 std::optional<std::string> KernelsCache::lookup(const std::string& key, bool count_miss) {
@@ -370,6 +396,11 @@ bool KernelsCache::make_shard(const std::string& shard) {
 }
 
 void KernelsCache::put(const std::string& key, const std::string& payload) {
+  put_local(key, payload);
+  if (remote_) remote_->put(key, payload);
+}
+
+void KernelsCache::put_local(const std::string& key, const std::string& payload) {
   if (!writable()) return;
   const std::string shard = shard_of(key);
   if (!make_shard(shard)) return;
@@ -405,9 +436,59 @@ void KernelsCache::erase(const std::string& key) {
   }
 }
 
+// Note [One compile per key across the fleet]
+// Before a process makes an entry the remote tier misses, it takes a lease on the key in Redis (SET NX
+// with a TTL of kLeaseSeconds): the machines that find it held poll the tier for the entry instead of
+// compiling, up to kLeaseWaitSeconds, then compile themselves. The holder looks in the tier once more
+// after taking it (another may have stored the entry and released its lease since this process missed)
+// and releases it once the entry is stored, or when making it fails (the destructor). Without a tier, or
+// when Redis fails, nothing waits.
+class KernelsCache::RemoteLease {
+ public:
+  static constexpr int64_t kLeaseSeconds = 120;
+  static constexpr double kLeaseWaitSeconds = 120;
+  RemoteLease(RemoteCache* remote, const std::string& key) : remote_(remote), key_(key) {}
+  ~RemoteLease() {
+    if (held_) remote_->release_lease(key_, token_);
+  }
+  // The entry, when another machine stored it meanwhile; nothing when this process is to make it.
+  std::optional<std::string> wait() {
+    if (!remote_) return std::nullopt;
+    static std::atomic<uint64_t> counter{0};
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    token_ = fmt::format("{}:{}:{}", host, ::getpid(), counter++);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto sleep_ms = std::chrono::milliseconds(20);
+    while (true) {
+      const RemoteCache::Lease l = remote_->try_lease(key_, token_, kLeaseSeconds * 1000);
+      if (l == RemoteCache::Lease::kUnavailable) return std::nullopt;
+      if (l == RemoteCache::Lease::kAcquired) {
+        held_ = true;
+        return remote_->get(key_, /*count_miss=*/false);
+      }
+      if (auto p = remote_->get(key_, /*count_miss=*/false)) return p;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > kLeaseWaitSeconds) {
+        log_warn("remote cache: another machine holds the lease on {} for over {:.0f} s; compiling here", key_,
+                 kLeaseWaitSeconds);
+        return std::nullopt;
+      }
+      std::this_thread::sleep_for(sleep_ms);
+      sleep_ms = std::min(sleep_ms * 2, std::chrono::milliseconds(200));
+    }
+  }
+
+ private:
+  RemoteCache* remote_;
+  std::string key_, token_;
+  bool held_ = false;
+};
+
 std::string KernelsCache::get_or_make(const std::string& key, const std::function<std::string()>& make, bool* made) {
   if (made) *made = false;
   if (auto p = lookup(key, false)) return *p;
+  // The remote tier is asked before the key's lock is taken: it never holds a lock other callers need.
+  if (auto p = remote_get(key)) return *p;
   // One producer per key: the key's lock, held while making; waiters poll it, then read the entry.
   const std::string path = entry_path(key);
   const std::string lock_path = path.substr(0, path.size() - 4) + ".lock";
@@ -457,10 +538,6 @@ std::string KernelsCache::get_or_make(const std::string& key, const std::functio
       }
     }
   }
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    stats_.misses++;
-  }
   struct Unlock {
     int fd;
     ~Unlock() {
@@ -470,6 +547,15 @@ std::string KernelsCache::get_or_make(const std::string& key, const std::functio
       }
     }
   } unlock{fd};
+  RemoteLease lease(remote_.get(), key);
+  if (auto p = lease.wait()) {
+    put_local(key, *p);
+    return *p;
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stats_.misses++;
+  }
   std::string payload = make();
   if (made) *made = true;
   put(key, payload);
@@ -477,8 +563,13 @@ std::string KernelsCache::get_or_make(const std::string& key, const std::functio
 }
 
 CacheStats KernelsCache::stats() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return stats_;
+  CacheStats s;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    s = stats_;
+  }
+  if (remote_) s.remote += remote_->stats();
+  return s;
 }
 
 void KernelsCache::scan(const std::function<void(const ShardFile&)>& fn) const {

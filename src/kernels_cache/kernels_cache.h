@@ -1,4 +1,5 @@
-// kernels_cache: the on-disk cache of compiled kernels, shared by processes (no torch, no CUDA).
+// kernels_cache: the on-disk cache of compiled kernels, shared by processes (no torch, no CUDA), with an
+// optional second tier on Redis shared by machines (remote_cache.h, Note [The remote tier]).
 //
 // Layout: DIR/v1/<first two hex digits of the key>/<key>.fjk, one framed file per entry:
 //   "FJKC" | u32 format version | u32 key length | key | u64 payload length | payload | SHA-256 of all before
@@ -31,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels_cache/remote_cache.h"
+
 namespace fusion_jit {
 
 constexpr uint32_t kCacheFormatVersion = 1;
@@ -49,6 +52,7 @@ std::string cache_key(const CacheKeyParts& parts);
 struct CacheStats {
   int64_t hits = 0, misses = 0, corrupt = 0, evictions = 0, writes = 0, write_failures = 0;
   int64_t bytes_read = 0, bytes_written = 0;
+  RemoteCacheStats remote;  // the remote tiers' (zeros without one; counts of earlier tiers included)
 };
 
 struct CacheEntryInfo {
@@ -69,18 +73,27 @@ class KernelsCache {
   // Makes `dir` the process's cache from now on (the Python backend's cache_dir option); the counters
   // carry over.
   static void use_dir(const std::string& dir);
+  // Makes `remote` the process's remote tier from now on (null: none); the counters carry over.
+  static void use_remote(std::shared_ptr<RemoteCache> remote);
 
-  // `dir` "": no directory; nothing is kept on disk.
-  KernelsCache(std::string dir, int64_t max_bytes);
+  // `dir` "": no directory; nothing is kept on disk. `remote`: the second tier (Note [The remote tier]),
+  // or null.
+  KernelsCache(std::string dir, int64_t max_bytes, std::shared_ptr<RemoteCache> remote = nullptr);
+  RemoteCache* remote() const { return remote_.get(); }
   const std::string& dir() const { return dir_; }
   int64_t max_bytes() const { return max_bytes_; }
 
-  // The payload stored under `key`, or nothing (a miss; a bad file is counted, removed and a miss).
+  // The payload stored under `key`, or nothing (a miss; a bad file is counted, removed and a miss). A
+  // local miss asks the remote tier, whose hit is written to the directory.
   std::optional<std::string> get(const std::string& key);
-  // Whether an entry is stored under `key` (a regular file at its path, in a usable shard; not read, so
-  // not checked: get() may still find it corrupt). Counts nothing.
+  // get() from the directory only (counted as get() counts).
+  std::optional<std::string> get_local(const std::string& key) { return lookup(key, true); }
+  // Whether an entry is stored under `key` (a regular file at its path, in a usable shard, or a key in the
+  // remote tier; not read, so not checked: get() may still find it corrupt or refuse it). Counts nothing
+  // but the remote tier's time.
   bool contains(const std::string& key) const;
-  // Stores the payload (best effort: an I/O failure is counted and warned about once, never thrown).
+  // Stores the payload, in the directory and the remote tier (best effort: an I/O failure is counted and
+  // warned about once, never thrown).
   void put(const std::string& key, const std::string& payload);
   // The entry for `key`, made by `make` under the key's lock when no process has it. `made` says whether
   // this call ran `make`. Errors of `make` propagate and store nothing.
@@ -119,8 +132,15 @@ class KernelsCache {
   void note_write_failure(const std::string& what);
   void maybe_evict(int64_t added);
 
+  class RemoteLease;
+  // A local miss's remote hit, written to the directory; nothing without a remote tier.
+  std::optional<std::string> remote_get(const std::string& key);
+  // put() to the directory only.
+  void put_local(const std::string& key, const std::string& payload);
+
   std::string dir_, root_;
   int64_t max_bytes_;
+  std::shared_ptr<RemoteCache> remote_;
   mutable std::mutex mu_;
   CacheStats stats_;
   bool writable_ = true, warned_ = false;

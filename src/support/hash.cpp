@@ -1,6 +1,8 @@
 #include "support/hash.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "support/error.h"
 
@@ -21,6 +23,18 @@ std::string sha256_hex(std::string_view data) {
     out += hex[c & 15];
   }
   return out;
+}
+
+std::string hmac_sha256(std::string_view key, std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  FJ_INTERNAL_ASSERT(HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+                          reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &len) != nullptr);
+  return std::string(reinterpret_cast<const char*>(md), len);
+}
+
+bool equal_in_constant_time(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace fusion_jit

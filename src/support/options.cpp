@@ -127,6 +127,21 @@ const std::vector<Entry>& table() {
        [](Options& o, const std::string& v) {
          o.cache_max_mb = parse_int("FUSION_JIT_CACHE_MAX_MB", v, 1, kMaxMegabytes, " MB");
        }},
+      {"FUSION_JIT_REMOTE_CACHE",
+       [](Options& o, const std::string& v) { o.remote_cache = parse_remote_cache_url("FUSION_JIT_REMOTE_CACHE", v); }},
+      {"FUSION_JIT_REMOTE_CACHE_KEY_FILE", [](Options& o, const std::string& v) { o.remote_cache_key_file = v; }},
+      {"FUSION_JIT_REMOTE_CACHE_TTL",
+       [](Options& o, const std::string& v) {
+         o.remote_cache_ttl = parse_int("FUSION_JIT_REMOTE_CACHE_TTL", v, 0, std::numeric_limits<int32_t>::max(), " s");
+       }},
+      {"FUSION_JIT_REMOTE_CACHE_TIMEOUT_MS",
+       [](Options& o, const std::string& v) {
+         o.remote_cache_timeout_ms = static_cast<int>(parse_int("FUSION_JIT_REMOTE_CACHE_TIMEOUT_MS", v, 1, 600000, " ms"));
+       }},
+      {"FUSION_JIT_REMOTE_CACHE_MAX_MB",
+       [](Options& o, const std::string& v) {
+         o.remote_cache_max_mb = parse_int("FUSION_JIT_REMOTE_CACHE_MAX_MB", v, 1, 512, " MB");
+       }},
       {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }},
       {"FUSION_JIT_ASSERT_NO_COMPILE",
        [](Options& o, const std::string& v) {
@@ -153,6 +168,73 @@ const std::vector<Entry>& table() {
 }
 
 }  // namespace
+
+RemoteCacheUrl parse_remote_cache_url(const std::string& what, const std::string& value) {
+  RemoteCacheUrl u;
+  u.text = value;
+  if (value.empty()) return u;
+  // The value as shown in errors: the password hidden.
+  std::string shown = value;
+  const size_t at = value.rfind('@');
+  const size_t scheme_end = value.find("://");
+  if (at != std::string::npos && scheme_end != std::string::npos && at > scheme_end) {
+    const size_t colon = value.find(':', scheme_end + 3);
+    if (colon != std::string::npos && colon < at) shown = value.substr(0, colon + 1) + "***" + value.substr(at);
+  }
+  auto bad = [&](const std::string& why) {
+    FJ_CHECK(false, "{}={}: {} (expected redis://[user:password@]host[:port][/db] or unix:///path/to.sock[?db=N])",
+             what, shown, why);
+  };
+  auto parse_db = [&](const std::string& d) {
+    int64_t db = -1;
+    if (d.empty() || parse_int64(d, &db) != ParseStatus::kOk || db < 0 || db > 1000000) bad("bad database number '" + d + "'");
+    u.db = static_cast<int>(db);
+  };
+  if (value.rfind("unix://", 0) == 0) {
+    u.unix_socket = true;
+    std::string rest = value.substr(7);
+    const size_t q = rest.find('?');
+    if (q != std::string::npos) {
+      if (rest.compare(q + 1, 3, "db=") != 0) bad("unknown parameter '" + rest.substr(q + 1) + "'");
+      parse_db(rest.substr(q + 4));
+      rest = rest.substr(0, q);
+    }
+    if (rest.empty() || rest[0] != '/') bad("the socket path must be absolute");
+    u.host = rest;
+    return u;
+  }
+  if (value.rfind("redis://", 0) != 0) bad("unknown scheme");
+  std::string rest = value.substr(8);
+  const size_t cred = rest.rfind('@');
+  if (cred != std::string::npos) {
+    const std::string userinfo = rest.substr(0, cred);
+    rest = rest.substr(cred + 1);
+    const size_t colon = userinfo.find(':');
+    if (colon == std::string::npos) {
+      u.password = userinfo;  // redis://password@host, as redis-cli -u takes it
+    } else {
+      u.user = userinfo.substr(0, colon);
+      u.password = userinfo.substr(colon + 1);
+    }
+  }
+  const size_t slash = rest.find('/');
+  if (slash != std::string::npos) {
+    parse_db(rest.substr(slash + 1));
+    rest = rest.substr(0, slash);
+  }
+  if (!rest.empty() && rest[0] == '[') bad("IPv6 addresses are not supported; use a host name");
+  const size_t colon = rest.rfind(':');
+  if (colon != std::string::npos) {
+    int64_t port = -1;
+    const std::string p = rest.substr(colon + 1);
+    if (parse_int64(p, &port) != ParseStatus::kOk || port < 1 || port > 65535) bad("bad port '" + p + "'");
+    u.port = static_cast<int>(port);
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty()) bad("no host");
+  u.host = rest;
+  return u;
+}
 
 Options Options::parse(const char* const* envp) {
   Options o;

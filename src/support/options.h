@@ -20,6 +20,19 @@ enum class DynamicSizes { kAuto, kOn, kOff };
 // "auto", "on" or "off"; throws fusion_jit::Error naming `what` for anything else.
 DynamicSizes parse_dynamic_sizes(const std::string& what, const std::string& value);
 
+// FUSION_JIT_REMOTE_CACHE (Note [The remote tier], kernels_cache/remote_cache.h):
+// redis://[user:password@]host[:port][/db] or unix:///path/to.sock[?db=N].
+struct RemoteCacheUrl {
+  std::string text;  // as given; "" = no remote tier
+  bool unix_socket = false;
+  std::string host;  // or the socket's path
+  int port = 6379;
+  int db = 0;
+  std::string user, password;
+};
+// Throws fusion_jit::Error naming `what` and the value (its password hidden) for a malformed URL.
+RemoteCacheUrl parse_remote_cache_url(const std::string& what, const std::string& value);
+
 struct Options {
   LogLevel log_level = LogLevel::kWarn;
   // FUSION_JIT_DUMP: comma list of ir, plan, source, log (or all); written to stderr.
@@ -45,6 +58,13 @@ struct Options {
   std::string cache_dir;
   // FUSION_JIT_CACHE_MAX_MB: the cache's size cap; least recently used entries are evicted past it.
   int64_t cache_max_mb = 1024;
+  // FUSION_JIT_REMOTE_CACHE, _KEY_FILE, _TTL (seconds, 0: none), _TIMEOUT_MS (connect and each
+  // operation), _MAX_MB (largest entry sent): the remote tier (kernels_cache/remote_cache.h).
+  RemoteCacheUrl remote_cache;
+  std::string remote_cache_key_file;
+  int64_t remote_cache_ttl = 0;
+  int remote_cache_timeout_ms = 300;
+  int64_t remote_cache_max_mb = 64;
   // FUSION_JIT_CXX (else CXX, else g++): the host compiler for CPU kernels.
   std::string cxx;
   // FUSION_JIT_ASSERT_NO_COMPILE=1: any compiler invocation is an error.

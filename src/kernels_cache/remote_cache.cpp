@@ -1,0 +1,395 @@
+#include "kernels_cache/remote_cache.h"
+
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "support/error.h"
+#include "support/hash.h"
+#include "support/log.h"
+
+namespace fusion_jit {
+
+namespace {
+
+constexpr char kMagic[4] = {'F', 'J', 'R', 'C'};
+constexpr uint32_t kFrameVersion = 1;
+constexpr size_t kMac = 32;
+constexpr int64_t kMaxKeyFileBytes = 4096;
+
+timeval to_timeval(int ms) {
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  return tv;
+}
+
+struct Reply {
+  redisReply* r;
+  ~Reply() {
+    if (r) freeReplyObject(r);
+  }
+};
+
+}  // namespace
+
+struct RemoteCache::Conn {
+  redisContext* ctx = nullptr;
+  bool reused = false;
+  ~Conn() {
+    if (ctx) redisFree(ctx);
+  }
+  // A command given as binary-safe arguments; null with the context's error when the connection failed.
+  redisReply* command(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    return static_cast<redisReply*>(redisCommandArgv(ctx, static_cast<int>(args.size()), argv.data(), lens.data()));
+  }
+  std::string error() const { return ctx && ctx->err ? ctx->errstr : "no reply"; }
+};
+
+RemoteCacheStats& RemoteCacheStats::operator+=(const RemoteCacheStats& o) {
+  hits += o.hits;
+  misses += o.misses;
+  refused += o.refused;
+  errors += o.errors;
+  skipped += o.skipped;
+  writes += o.writes;
+  too_large += o.too_large;
+  leases += o.leases;
+  lease_polls += o.lease_polls;
+  bytes_in += o.bytes_in;
+  bytes_out += o.bytes_out;
+  ms += o.ms;
+  return *this;
+}
+
+std::string RemoteCache::frame(const std::string& secret, const std::string& key, const std::string& payload) {
+  std::string f(kMagic, 4);
+  auto put32 = [&](uint32_t v) { f.append(reinterpret_cast<const char*>(&v), 4); };
+  put32(kFrameVersion);
+  put32(static_cast<uint32_t>(key.size()));
+  f += key;
+  const uint64_t n = payload.size();
+  f.append(reinterpret_cast<const char*>(&n), 8);
+  f += payload;
+  f += hmac_sha256(secret, f);
+  return f;
+}
+
+std::optional<std::string> RemoteCache::unframe(const std::string& secret, const std::string& key,
+                                                const std::string& f) {
+  const size_t head = 4 + 4 + 4 + key.size() + 8;
+  if (f.size() < head + kMac || std::memcmp(f.data(), kMagic, 4) != 0) return std::nullopt;
+  uint32_t version = 0, key_len = 0;
+  uint64_t len = 0;
+  std::memcpy(&version, f.data() + 4, 4);
+  std::memcpy(&key_len, f.data() + 8, 4);
+  if (version != kFrameVersion || key_len != key.size() || f.compare(12, key.size(), key) != 0) return std::nullopt;
+  std::memcpy(&len, f.data() + 12 + key.size(), 8);
+  if (len != f.size() - head - kMac) return std::nullopt;
+  const std::string_view signed_part(f.data(), f.size() - kMac);
+  if (!equal_in_constant_time(hmac_sha256(secret, signed_part), std::string_view(f).substr(f.size() - kMac)))
+    return std::nullopt;
+  return f.substr(head, len);
+}
+
+std::optional<std::string> RemoteCache::read_key_file(const std::string& path, std::string* why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    *why = fmt::format("cannot open it ({})", std::strerror(errno));
+    return std::nullopt;
+  }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *why = "it is not a regular file";
+    return std::nullopt;
+  }
+  if (st.st_uid != ::geteuid()) {
+    *why = fmt::format("it is owned by uid {}, not by this process's ({}); chown it", st.st_uid, ::geteuid());
+    return std::nullopt;
+  }
+  if (st.st_mode & 077) {
+    *why = fmt::format("group or others may read or write it (mode {:o}); chmod 600 it", st.st_mode & 0777);
+    return std::nullopt;
+  }
+  if (st.st_size > kMaxKeyFileBytes) {
+    *why = fmt::format("it holds {} bytes, more than {}", st.st_size, kMaxKeyFileBytes);
+    return std::nullopt;
+  }
+  std::string key(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < key.size()) {
+    const ssize_t n = ::read(fd, key.data() + got, key.size() - got);
+    if (n <= 0) {
+      *why = "reading it failed";
+      return std::nullopt;
+    }
+    got += static_cast<size_t>(n);
+  }
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  if (key.size() < 16) {
+    *why = fmt::format("it holds {} bytes; a key needs at least 16 (openssl rand -hex 32 > FILE)", key.size());
+    return std::nullopt;
+  }
+  return key;
+}
+
+std::unique_ptr<RemoteCache> RemoteCache::from_options(const Options& o) {
+  if (o.remote_cache.text.empty()) return nullptr;
+  Config c;
+  c.url = o.remote_cache;
+  const std::string addr = RemoteCache(c).address();
+  if (o.remote_cache_key_file.empty()) {
+    log_warn("remote cache {}: FUSION_JIT_REMOTE_CACHE_KEY_FILE is not set, so the remote tier is off (its entries "
+             "are code, signed with that key: create one with `openssl rand -hex 32 > FILE; chmod 600 FILE` and "
+             "give every machine the same)", addr);
+    return nullptr;
+  }
+  std::string why;
+  auto secret = read_key_file(o.remote_cache_key_file, &why);
+  if (!secret) {
+    log_warn("remote cache {}: the key file {} is not used: {}; the remote tier is off", addr,
+             o.remote_cache_key_file, why);
+    return nullptr;
+  }
+  c.secret = *secret;
+  c.ttl_s = o.remote_cache_ttl;
+  c.connect_timeout_ms = c.op_timeout_ms = o.remote_cache_timeout_ms;
+  c.max_entry_bytes = o.remote_cache_max_mb << 20;
+  return std::make_unique<RemoteCache>(std::move(c));
+}
+
+RemoteCache::RemoteCache(Config config) : config_(std::move(config)) {}
+RemoteCache::~RemoteCache() = default;
+
+std::string RemoteCache::address() const {
+  const RemoteCacheUrl& u = config_.url;
+  if (u.unix_socket) return u.db ? fmt::format("unix://{}?db={}", u.host, u.db) : "unix://" + u.host;
+  return fmt::format("redis://{}:{}/{}", u.host, u.port, u.db);
+}
+
+RemoteCacheStats RemoteCache::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+void RemoteCache::add_ms(std::chrono::steady_clock::time_point t0) {
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.ms += ms;
+}
+
+void RemoteCache::failed(const std::string& what) {
+  bool opened = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stats_.errors++;
+    if (++failures_ >= kBreakerFailures) {
+      opened = true;
+      open_until_ = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(config_.breaker_seconds));
+    }
+  }
+  // One warning per process (a Redis that stays down would otherwise warn every breaker period).
+  static std::atomic<bool> warned{false};
+  if (opened && !warned.exchange(true))
+    log_warn("remote cache {}: {}; {} failures in a row, so it is skipped for {:g} s at a time (kernels are "
+             "compiled or read from the local cache meanwhile)", address(), what, kBreakerFailures,
+             config_.breaker_seconds);
+  else
+    log_info("remote cache {}: {}", address(), what);
+}
+
+void RemoteCache::succeeded() {
+  std::lock_guard<std::mutex> g(mu_);
+  failures_ = 0;
+}
+
+std::unique_ptr<RemoteCache::Conn> RemoteCache::take() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (failures_ >= kBreakerFailures && std::chrono::steady_clock::now() < open_until_) {
+      stats_.skipped++;
+      return nullptr;
+    }
+    if (!idle_.empty()) {
+      auto c = std::move(idle_.back());
+      idle_.pop_back();
+      c->reused = true;
+      return c;
+    }
+  }
+  auto c = std::make_unique<Conn>();
+  const RemoteCacheUrl& u = config_.url;
+  const timeval connect_tv = to_timeval(config_.connect_timeout_ms);
+  c->ctx = u.unix_socket ? redisConnectUnixWithTimeout(u.host.c_str(), connect_tv)
+                         : redisConnectWithTimeout(u.host.c_str(), u.port, connect_tv);
+  if (!c->ctx || c->ctx->err) {
+    failed("cannot connect: " + c->error());
+    return nullptr;
+  }
+  if (redisSetTimeout(c->ctx, to_timeval(config_.op_timeout_ms)) != REDIS_OK) {
+    failed("cannot set its timeout: " + c->error());
+    return nullptr;
+  }
+  auto setup = [&](const std::vector<std::string>& cmd, const char* what) {
+    Reply r{c->command(cmd)};
+    if (!r.r) {
+      failed(fmt::format("{}: {}", what, c->error()));
+      return false;
+    }
+    if (r.r->type == REDIS_REPLY_ERROR) {
+      failed(fmt::format("{} refused: {}", what, std::string(r.r->str, r.r->len)));
+      return false;
+    }
+    return true;
+  };
+  if (!u.password.empty()) {
+    std::vector<std::string> auth = {"AUTH"};
+    if (!u.user.empty()) auth.push_back(u.user);
+    auth.push_back(u.password);
+    if (!setup(auth, "AUTH")) return nullptr;
+  }
+  if (u.db != 0 && !setup({"SELECT", std::to_string(u.db)}, "SELECT")) return nullptr;
+  return c;
+}
+
+void RemoteCache::give_back(std::unique_ptr<Conn> c) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (idle_.size() < 8) idle_.push_back(std::move(c));
+}
+
+RemoteCache::ReplyPtr RemoteCache::run(const std::vector<std::string>& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ReplyPtr out(nullptr, freeReplyObject);
+  for (int attempt = 0; attempt < 2 && !out; ++attempt) {
+    auto c = take();
+    if (!c) break;
+    out.reset(c->command(cmd));
+    if (!out) {
+      // A pooled connection may have died with a restarted server: one more try on a new one.
+      const bool retry = c->reused;
+      failed(cmd[0] + ": " + c->error());
+      if (retry) continue;
+      break;
+    }
+    if (out->type == REDIS_REPLY_ERROR) failed(cmd[0] + " refused: " + std::string(out->str, out->len));
+    else succeeded();
+    give_back(std::move(c));
+  }
+  add_ms(t0);
+  return out;
+}
+
+std::optional<std::string> RemoteCache::get(const std::string& key, bool count_miss) {
+  const std::string rkey = kNamespace + key;
+  ReplyPtr r = run({"GET", rkey});
+  std::optional<std::string> out;
+  bool refused = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (r && r->type == REDIS_REPLY_STRING) {
+      out = unframe(config_.secret, key, std::string(r->str, r->len));
+      stats_.bytes_in += static_cast<int64_t>(r->len);
+      refused = !out;
+      stats_.refused += refused;
+    }
+    if (out) stats_.hits++;
+    else stats_.misses += count_miss;
+    if (refused && !warned_refused_) warned_refused_ = true;
+    else refused = false;  // warned already
+  }
+  if (refused)
+    log_warn("remote cache {}: refused entry {} (its frame, key or signature is wrong: tampered with, or signed "
+             "with another key); it will be overwritten by the next compile", address(), rkey);
+  return out;
+}
+
+bool RemoteCache::contains(const std::string& key) {
+  ReplyPtr r = run({"EXISTS", kNamespace + key});
+  return r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+}
+
+bool RemoteCache::put(const std::string& key, const std::string& payload) {
+  const std::string f = frame(config_.secret, key, payload);
+  if (static_cast<int64_t>(f.size()) > config_.max_entry_bytes) {
+    std::lock_guard<std::mutex> g(mu_);
+    stats_.too_large++;
+    return false;
+  }
+  std::vector<std::string> cmd = {"SET", kNamespace + key, f};
+  if (config_.ttl_s > 0) cmd.insert(cmd.end(), {"EX", std::to_string(config_.ttl_s)});
+  ReplyPtr r = run(cmd);
+  const bool stored = r && r->type != REDIS_REPLY_ERROR;
+  if (stored) {
+    std::lock_guard<std::mutex> g(mu_);
+    stats_.writes++;
+    stats_.bytes_out += static_cast<int64_t>(f.size());
+  }
+  return stored;
+}
+
+RemoteCache::Lease RemoteCache::try_lease(const std::string& key, const std::string& token, int64_t ttl_ms) {
+  ReplyPtr r = run({"SET", std::string(kNamespace) + "lease:" + key, token, "NX", "PX", std::to_string(ttl_ms)});
+  if (!r || r->type == REDIS_REPLY_ERROR) return Lease::kUnavailable;
+  const bool acquired = r->type == REDIS_REPLY_STATUS;  // OK; nil when another holds it
+  std::lock_guard<std::mutex> g(mu_);
+  (acquired ? stats_.leases : stats_.lease_polls)++;
+  return acquired ? Lease::kAcquired : Lease::kHeld;
+}
+
+void RemoteCache::release_lease(const std::string& key, const std::string& token) {
+  // Deleted only while it is still ours (it may have expired and gone to another).
+  static const char* kScript = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+  run({"EVAL", kScript, "1", std::string(kNamespace) + "lease:" + key, token});
+}
+
+RemotePing RemoteCache::ping() {
+  RemotePing p;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = take();
+  if (!c) {
+    p.error = "cannot connect (or skipped after failures)";
+    return p;
+  }
+  Reply r{c->command({"PING"})};
+  if (!r.r || r.r->type == REDIS_REPLY_ERROR) {
+    p.error = r.r ? std::string(r.r->str, r.r->len) : c->error();
+    failed("PING: " + p.error);
+    return p;
+  }
+  p.latency_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  p.ok = true;
+  // Counts our keys (SCAN, bounded: at most 1000 rounds).
+  std::string cursor = "0";
+  int64_t n = 0;
+  for (int round = 0; round < 1000; ++round) {
+    Reply s{c->command({"SCAN", cursor, "MATCH", std::string(kNamespace) + "*", "COUNT", "1000"})};
+    if (!s.r || s.r->type != REDIS_REPLY_ARRAY || s.r->elements != 2) {
+      n = -1;
+      break;
+    }
+    cursor.assign(s.r->element[0]->str, s.r->element[0]->len);
+    n += static_cast<int64_t>(s.r->element[1]->elements);
+    if (cursor == "0") break;
+  }
+  p.entries = cursor == "0" ? n : -1;
+  if (p.entries >= 0) give_back(std::move(c));
+  succeeded();
+  return p;
+}
+
+}  // namespace fusion_jit
