@@ -1,10 +1,16 @@
 """Time to first result of each demo model: cold (empty kernel cache), warm from disk in a fresh process,
-and eager's first call, measured in the same processes.
+warm from Redis (a new machine: empty local cache, the remote tier on localhost), and eager's first call,
+measured in the same processes.
 
-    ./run python bench/warm_start.py build/fusion-jit [--rounds 3]
+    ./run python bench/warm_start.py build/fusion-jit [--rounds 3] [--no-redis] [--python-models a,b]
 
-Each round: `fusion-jit run MODEL --json` with an emptied cache (cold), then again in a fresh process
-(warm, with FUSION_JIT_ASSERT_NO_COMPILE=1: no compiler may run). eager_first_ms is the model's first
+Each round: `fusion-jit run MODEL --json` with an emptied cache (cold; with the remote tier, which it writes
+through to), then again in a fresh process (warm, with FUSION_JIT_ASSERT_NO_COMPILE=1: no compiler may
+run), then in a fresh process with another, empty, local cache and the same Redis (warm from Redis, no
+compiler either; tests/redis_server.py starts redis-server). "in Redis" is the time the process spent in
+the remote tier's operations (connect included). --python-models (default gpt2_tiny,resnet18): the same
+for models of tests/python/models.py through torch.compile(backend="fusion_jit") in inference, each
+process timing eager's first call, then the compiled model's first call. eager_first_ms is the model's first
 eager call in each process; first_call_ms is the fused first call (capture, passes, plan, kernels
 compiled or loaded, run). Medians over the rounds.
 """
@@ -16,8 +22,11 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from models import MODELS, make_models  # noqa: E402
+import redis_server  # noqa: E402
 
 
 def run(cli, model, specs, env):
@@ -27,27 +36,90 @@ def run(cli, model, specs, env):
     return json.loads(p.stdout)
 
 
+def python_child(name):
+    """One process of the --python-models rows: eager's first call, then the compiled first call (ms)."""
+    import time
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+    sys.modules.pop("models", None)  # examples/models.py, imported at the top
+    import torch
+    import fusion_jit
+    from models import main_output, make
+    model, args = make(name)
+    model.eval()
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        main_output(model(*args))
+        eager = (time.perf_counter() - t0) * 1e3
+        compiled = torch.compile(model, backend="fusion_jit")
+        t0 = time.perf_counter()
+        main_output(compiled(*args))
+        first = (time.perf_counter() - t0) * 1e3
+    s = fusion_jit.stats()
+    print(json.dumps({"eager_first_ms": eager, "first_call_ms": first, "compiler_invocations": s["compiles"],
+                      "remote_hits": s["remote_hits"]}))
+
+
+def run_python(name, env):
+    p = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"{name}: {p.stderr.strip()}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cli")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--python-models", default="gpt2_tiny,resnet18")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="fj-warm-")
     paths = make_models(os.path.join(tmp, "models"))
-    print(f"{'model':<18} {'eager first':>12} {'cold first':>11} {'warm first':>11} {'warm - eager':>13} {'compilers (warm)':>17}")
+    redis = None if args.no_redis or not redis_server.available() else redis_server.RedisServer(tmp)
+    print(f"{'model':<18} {'eager first':>12} {'cold first':>11} {'warm first':>11} {'warm - eager':>13} "
+          f"{'from Redis':>11} {'Redis - disk':>13} {'in Redis':>9} {'compilers (warm)':>17}")
     for name, (_, specs) in MODELS.items():
         rows = []
         for r in range(args.rounds):
             cache = os.path.join(tmp, f"cache-{name}-{r}")
-            env = dict(os.environ, FUSION_JIT_CACHE_DIR=cache)
+            env = redis.env(cache) if redis else dict(os.environ, FUSION_JIT_CACHE_DIR=cache)
+            if redis:
+                redis.flush()  # cold: nothing in either tier
             cold = run(args.cli, paths[name], specs, env)
             warm = run(args.cli, paths[name], specs, dict(env, FUSION_JIT_ASSERT_NO_COMPILE="1"))
+            remote = (run(args.cli, paths[name], specs,
+                          redis.env(os.path.join(tmp, f"new-machine-{name}-{r}"), FUSION_JIT_ASSERT_NO_COMPILE="1"))
+                      if redis else None)
             rows.append((warm["eager_first_ms"], cold["first_call_ms"], warm["first_call_ms"],
-                         warm["compiler_invocations"]))
-        med = [statistics.median(r[i] for r in rows) for i in range(3)]
+                         remote["first_call_ms"] if remote else float("nan"),
+                         remote["cache"]["remote"]["ms"] if remote else float("nan"),
+                         warm["compiler_invocations"] + (remote["compiler_invocations"] if remote else 0)))
+        med = [statistics.median(r[i] for r in rows) for i in range(5)]
         print(f"{name:<18} {med[0]:>10.1f}ms {med[1]:>9.1f}ms {med[2]:>9.1f}ms {med[2] - med[0]:>11.1f}ms "
-              f"{max(r[3] for r in rows):>17}")
+              f"{med[3]:>9.1f}ms {med[3] - med[2]:>11.1f}ms {med[4]:>7.1f}ms {max(r[5] for r in rows):>17}", flush=True)
+    for name in [m for m in args.python_models.split(",") if m]:
+        rows = []
+        for r in range(args.rounds):
+            cache = os.path.join(tmp, f"py-cache-{name}-{r}")
+            env = redis.env(cache) if redis else dict(os.environ, FUSION_JIT_CACHE_DIR=cache)
+            if redis:
+                redis.flush()
+            cold = run_python(name, env)
+            warm = run_python(name, dict(env, FUSION_JIT_ASSERT_NO_COMPILE="1"))
+            remote = (run_python(name, redis.env(os.path.join(tmp, f"py-new-{name}-{r}"), FUSION_JIT_ASSERT_NO_COMPILE="1"))
+                      if redis else None)
+            rows.append((warm["eager_first_ms"], cold["first_call_ms"], warm["first_call_ms"],
+                         remote["first_call_ms"] if remote else float("nan"), float("nan"),
+                         warm["compiler_invocations"] + (remote["compiler_invocations"] if remote else 0)))
+        med = [statistics.median(r[i] for r in rows) for i in range(4)]
+        print(f"{name + ' (py)':<18} {med[0]:>10.1f}ms {med[1]:>9.1f}ms {med[2]:>9.1f}ms {med[2] - med[0]:>11.1f}ms "
+              f"{med[3]:>9.1f}ms {med[3] - med[2]:>11.1f}ms {'-':>9} {max(r[5] for r in rows):>17}", flush=True)
+    if redis:
+        redis.stop()
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        python_child(sys.argv[2])
+    else:
+        main()

@@ -644,6 +644,121 @@ def _():
     assert not missing, f"README's FUSION_JIT_DISABLE row does not name {missing}"
 
 
+# The remote tier (issue 18): a real redis-server (tests/redis_server.py), stopped when the cases are done;
+# "machines" are processes with local cache directories of their own.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from redis_server import RedisServer  # noqa: E402
+
+
+def Redis():
+    return RedisServer(TMP)
+
+
+def run_json(model, specs, env, saved=None):
+    args = [CLI, "run", model, "--input", *specs, "--check", "--json"] + (["--save-outputs", saved] if saved else [])
+    p = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), p.stderr
+
+
+REDIS = None
+
+
+@case("remote tier: a second machine runs each demo model from a shared Redis with no compiler, bit-identical; cache stats pings it (issue 18)")
+def _():
+    global REDIS
+    REDIS = Redis()
+    for name, (_, specs) in MODELS.items():
+        out_a, out_b = os.path.join(TMP, name + "-a.pt"), os.path.join(TMP, name + "-b.pt")
+        a, _ = run_json(DEMO[name], specs, REDIS.env(os.path.join(TMP, "machine-a")), out_a)
+        assert a["check"] == "pass" and a["cache"]["remote"]["writes"] >= (2 if a["kernels"] else 1), (name, a)
+        b, _ = run_json(DEMO[name], specs, REDIS.env(os.path.join(TMP, "machine-b"), FUSION_JIT_ASSERT_NO_COMPILE="1"),
+                        out_b)
+        assert b["check"] == "pass" and b["compiler_invocations"] == 0, (name, b)
+        assert b["cache"]["remote"]["hits"] >= (2 if a["kernels"] else 1), (name, b)  # the plan and its kernels
+        assert b["cache"]["remote"]["refused"] == 0 and b["cache"]["remote"]["errors"] == 0, (name, b)
+        x, y = torch.load(out_a), torch.load(out_b)
+        assert all(torch.equal(u, v) for u, v in zip(x, y)), f"{name}: results differ between the machines"
+    p = subprocess.run([CLI, "cache", "stats"], capture_output=True, text=True, env=REDIS.env(os.path.join(TMP, "machine-b")))
+    assert p.returncode == 0 and re.search(rf"remote: redis://127.0.0.1:{REDIS.port}/0, ping [0-9.]+ ms, \d+ entries", p.stdout), p.stdout
+
+
+@case("remote tier: a build machine's cache pushed; a fleet machine pulls one model's entries, then compiles nothing (issue 18)")
+def _():
+    _, specs = MODELS["mlp_block"]
+    build = os.path.join(TMP, "build-machine")
+    j, _ = run_json(DEMO["mlp_block"], specs, dict(os.environ, FUSION_JIT_CACHE_DIR=build))
+    assert j["compiler_invocations"] == 1, j
+    fresh = Redis()
+    try:
+        p = subprocess.run([CLI, "cache", "push"], capture_output=True, text=True, env=fresh.env(build))
+        assert p.returncode == 0 and re.search(r"pushed (\d+) of \1 entries", p.stdout), (p.stdout, p.stderr)
+        j, _ = run_json(DEMO["mlp_block"], specs, fresh.env(os.path.join(TMP, "fleet-machine"), FUSION_JIT_ASSERT_NO_COMPILE="1"))
+        assert j["compiler_invocations"] == 0 and j["cache"]["remote"]["hits"] >= 2, j
+        # pull: the plan and kernels of one model land in the local cache; the run then needs no Redis.
+        pulled = os.path.join(TMP, "pulled-machine")
+        p = subprocess.run([CLI, "cache", "pull", DEMO["mlp_block"], "--input", *specs], capture_output=True, text=True,
+                           env=fresh.env(pulled))
+        assert p.returncode == 0 and re.search(r"pulled [2-9] entries", p.stdout), (p.stdout, p.stderr)
+        j, _ = run_json(DEMO["mlp_block"], specs, dict(os.environ, FUSION_JIT_CACHE_DIR=pulled,
+                                                       FUSION_JIT_ASSERT_NO_COMPILE="1"))
+        assert j["compiler_invocations"] == 0 and j["cache"]["misses"] == 0, j
+        # What the remote tier lacks is not compiled by pull: exit 1, naming it.
+        _, other = MODELS["activation_block"]
+        p = subprocess.run([CLI, "cache", "pull", DEMO["activation_block"], "--input", *other], capture_output=True,
+                           text=True, env=fresh.env(os.path.join(TMP, "pull-missing")))
+        assert p.returncode == 1 and "lacks what" in p.stderr and "nothing was compiled" in p.stderr, p.stderr
+    finally:
+        fresh.stop()
+    expect_error(["cache", "push"], "cache push: no remote tier")
+
+
+@case("remote tier: 8 machines cold-starting one model at once compile it once (the lease) (issue 18)")
+def _():
+    name = "activation_block"
+    _, specs = MODELS[name]
+    fresh = Redis()
+    try:
+        procs = [subprocess.Popen([CLI, "run", DEMO[name], "--input", *specs, "--check", "--json"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=fresh.env(os.path.join(TMP, f"cold-{i}")))
+                 for i in range(8)]
+        outs = [p.communicate() for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+        js = [json.loads(o) for o, _ in outs]
+        assert all(j["check"] == "pass" for j in js), js
+        compiles = sum(j["compiler_invocations"] for j in js)
+        print(f"    8 cold starts of {name} against one Redis: {compiles} compile(s)")
+        assert compiles == 1, [j["compiler_invocations"] for j in js]
+    finally:
+        fresh.stop()
+
+
+@case("remote tier: no key file, a key file others can read, a Redis that is down: results correct, one warning each (issue 18)")
+def _():
+    _, specs = MODELS["mlp_block"]
+    env = REDIS.env(os.path.join(TMP, "machine-nokey"))
+    del env["FUSION_JIT_REMOTE_CACHE_KEY_FILE"]
+    j, err = run_json(DEMO["mlp_block"], specs, env)
+    assert j["check"] == "pass" and err.count("FUSION_JIT_REMOTE_CACHE_KEY_FILE is not set") == 1, err
+    loose = os.path.join(TMP, "loose.key")
+    with open(loose, "w") as f:
+        f.write("fleet-secret-0123456789abcdef0123456789\n")
+    os.chmod(loose, 0o644)
+    j, err = run_json(DEMO["mlp_block"], specs, REDIS.env(os.path.join(TMP, "machine-loose"),
+                                                          FUSION_JIT_REMOTE_CACHE_KEY_FILE=loose))
+    assert j["check"] == "pass" and "chmod 600" in err and j["cache"]["remote"]["hits"] == 0, err
+    REDIS.stop()
+    import time
+    t0 = time.perf_counter()
+    j, err = run_json(DEMO["transformer_block"], MODELS["transformer_block"][1], REDIS.env(os.path.join(TMP, "machine-down")))
+    assert j["check"] == "pass" and j["cache"]["remote"]["errors"] >= 1, j
+    assert err.count("remote cache") == 1 and "failures in a row" in err, err
+    print(f"    a run with Redis down: {time.perf_counter() - t0:.2f} s, remote {j['cache']['remote']}")
+    REDIS.start()
+
+
+if REDIS is not None:
+    REDIS.stop()
 failed = [(n, e) for n, e in results if e]
 for n, e in results:
     print(("FAIL " if e else "ok   ") + n + (f": {e}" if e else ""))

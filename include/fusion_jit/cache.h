@@ -6,6 +6,8 @@
 //   fusion_jit::cache::dir()             the cache directory (FUSION_JIT_CACHE_DIR, else
 //                                        $XDG_CACHE_HOME/fusion_jit, else ~/.cache/fusion_jit; "" for none)
 //   fusion_jit::cache::list(verify)      its entries; stats(), prune(max_bytes), clear()
+//   fusion_jit::cache::remote()          the remote tier on Redis (FUSION_JIT_REMOTE_CACHE), pinged;
+//                                        use_remote(url, key_file) sets it
 //   fusion_jit::cuda_status()            NVRTC, the driver and the devices torch sees
 //
 // The cache's format and its trust rule are described in docs/ARCHITECTURE.md ("The kernel cache").
@@ -22,6 +24,12 @@ struct Counters {
   // The on-disk cache (kernels and plans): entries found, not found, found damaged (a miss), evicted.
   int64_t cache_hits = 0, cache_misses = 0, cache_corrupt = 0, cache_evictions = 0;
   int64_t cache_bytes_read = 0, cache_bytes_written = 0;
+  // The remote tier (FUSION_JIT_REMOTE_CACHE): entries found, not found, refused (frame, key or signature
+  // wrong), failed operations (timeouts included), operations skipped while it was failing, entries
+  // written, bytes, and milliseconds spent in it.
+  int64_t remote_hits = 0, remote_misses = 0, remote_refused = 0, remote_errors = 0, remote_skipped = 0;
+  int64_t remote_writes = 0, remote_bytes_in = 0, remote_bytes_out = 0;
+  double remote_ms = 0;
   int64_t host_compiles = 0;   // runs of the host compiler (CPU kernels)
   int64_t nvrtc_compiles = 0;  // runs of NVRTC (CUDA kernels)
   int64_t compiles() const { return host_compiles + nvrtc_compiles; }
@@ -58,6 +66,27 @@ std::vector<Entry> list(bool verify = false);
 int64_t prune(int64_t max_bytes);
 // Removes every entry; returns how many there were.
 int64_t clear();
+
+// The remote tier (Note [The remote tier], docs/ARCHITECTURE.md): a Redis shared by a fleet.
+struct Remote {
+  std::string address;     // "" when there is none (FUSION_JIT_REMOTE_CACHE unset, or no usable key file)
+  bool reachable = false;  // a PING answered
+  std::string error;       // why not
+  double latency_ms = 0;   // of that PING
+  int64_t entries = -1;    // keys under fusion_jit's namespace (-1: not counted)
+};
+// The process's remote tier, pinged.
+Remote remote();
+struct PushResult {
+  int64_t entries = 0, pushed = 0, failed = 0, bytes = 0;
+};
+// Uploads every valid entry of the directory to the remote tier (a fleet warmed from a build machine).
+// Throws fusion_jit::Error when there is no remote tier.
+PushResult push();
+// Uses the Redis at `url` (redis://[user:password@]host[:port][/db] or unix:///path[?db=N]) as the remote
+// tier from now on, its entries signed with the key in `key_file` (a file only its owner may read).
+// Throws fusion_jit::Error naming a malformed URL or an unusable key file.
+void use_remote(const std::string& url, const std::string& key_file);
 
 }  // namespace cache
 

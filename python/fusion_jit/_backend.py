@@ -36,6 +36,8 @@ _OPTION_TYPES = {
     "freezing": bool,
     "disable": (str, list, tuple),
     "dynamic_kernels": str,
+    "remote_cache": str,
+    "remote_cache_key_file": (str, os.PathLike),
 }
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -93,6 +95,8 @@ class Options:
         self.freezing = _env_bool("FUSION_JIT_FREEZING", False)
         self.disable = []  # passes and rules left out for this model (checked by the C++ side)
         self.dynamic_kernels = ""  # "": FUSION_JIT_DYNAMIC, read by the C++ side
+        self.remote_cache = None   # None: FUSION_JIT_REMOTE_CACHE, read by the C++ side
+        self.remote_cache_key_file = None
         for name, value in (options or {}).items():
             if name not in _OPTION_TYPES:
                 raise ValueError(f"fusion_jit: unknown option {name!r} (known: {', '.join(_OPTION_TYPES)})")
@@ -112,7 +116,12 @@ class Options:
                 value = os.fspath(value)
                 if not value:
                     raise ValueError("fusion_jit: option 'cache_dir' must not be empty")
+            if name == "remote_cache_key_file":
+                value = os.fspath(value)
             setattr(self, name, value)
+        if (self.remote_cache is None) != (self.remote_cache_key_file is None):
+            raise ValueError("fusion_jit: options 'remote_cache' and 'remote_cache_key_file' go together (entries "
+                             "are code, signed with the key file's key)")
 
 
 class _Stats:
@@ -458,6 +467,8 @@ class _Backend:
         from torch._dynamo.backends.common import aot_autograd
         if self.opts.cache_dir is not None:
             _native.ops.use_cache_dir(self.opts.cache_dir)
+        if self.opts.remote_cache is not None:
+            _native.ops.use_remote_cache(self.opts.remote_cache, self.opts.remote_cache_key_file)
         aot = aot_autograd(fw_compiler=self._compiler("forward"), bw_compiler=self._compiler("backward"),
                            inference_compiler=self._compiler("inference"), decompositions=_decompositions)
         gm = _restore_addcdiv(gm)
@@ -487,7 +498,8 @@ def stats():
     (graphs run node by node and written as IR for a new signature), symbolic_plans (plans built from a
     symbolic graph's template instead: Note [Symbolic graphs]), plans_dropped (plans of signatures that
     reused another's kernels, dropped past FUSION_JIT_SHARED_PLANS per graph and built again if their
-    signature came back; over the graphs alive now)."""
+    signature came back; over the graphs alive now), remote_hits, remote_misses, remote_refused and
+    remote_errors (the cache's remote tier on Redis: FUSION_JIT_REMOTE_CACHE)."""
     c = _native.ops.counters()
     dropped = sum(g.fn.plans_dropped() for g in list(_graphs))
     b = _stats.baseline
@@ -499,7 +511,8 @@ def stats():
             "compiles": (c[2] - b[2]) + (c[3] - b[3]), "eager_graphs": _stats.eager_graphs,
             "eager_calls": _stats.eager_calls, "frozen_inputs": _stats.frozen_inputs,
             "lowerings": _stats.lowerings, "symbolic_plans": _stats.symbolic_plans,
-            "plans_dropped": dropped,
+            "plans_dropped": dropped, "remote_hits": c[4] - b[4], "remote_misses": c[5] - b[5],
+            "remote_refused": c[6] - b[6], "remote_errors": c[7] - b[7],
         }
 
 

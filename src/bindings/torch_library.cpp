@@ -117,7 +117,8 @@ std::vector<std::string> take_warnings(const Self& self) {
 
 std::vector<int64_t> counter_list() {
   Counters c = fusion_jit::counters();
-  return {c.cache_hits, c.cache_misses, c.host_compiles, c.nvrtc_compiles};
+  return {c.cache_hits,  c.cache_misses,  c.host_compiles,  c.nvrtc_compiles,
+          c.remote_hits, c.remote_misses, c.remote_refused, c.remote_errors};
 }
 
 void set_frozen(const Self& self, const std::vector<at::Tensor>& tensors) {
@@ -189,6 +190,9 @@ TORCH_LIBRARY(fusion_jit, m) {
   m.def("profile_read", &profile_list);
   m.def("use_cache_dir", [](const std::string& dir) { translate_errors([&] { cache::use_dir(dir); }); });
   m.def("cache_dir", []() { return cache::dir(); });
+  m.def("use_remote_cache", [](const std::string& url, const std::string& key_file) {
+    translate_errors([&] { cache::use_remote(url, key_file); });
+  });
   m.def("check_close", [](const at::Tensor& actual, const at::Tensor& expected, const std::optional<at::Tensor>& ref64) {
     CheckResult r = check_close(actual, expected, ref64);
     return std::make_tuple(r.ok, r.max_abs_err, r.message);

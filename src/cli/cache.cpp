@@ -35,6 +35,16 @@ int run_cache(const std::string& command, const std::string& max_size) {
       std::printf("status: not used (%s); compiled kernels are kept in memory only\n", s.unusable_reason.c_str());
     std::printf("entries: %lld\nsize: %s of %s\n", static_cast<long long>(s.entries), format_bytes(s.bytes).c_str(),
                 format_bytes(s.max_bytes).c_str());
+    const cache::Remote r = cache::remote();
+    if (r.address.empty()) {
+      std::printf("remote: none (FUSION_JIT_REMOTE_CACHE)\n");
+    } else if (!r.reachable) {
+      std::printf("remote: %s, unreachable: %s\n", r.address.c_str(), r.error.c_str());
+    } else {
+      std::printf("remote: %s, ping %.2f ms, ", r.address.c_str(), r.latency_ms);
+      if (r.entries >= 0) std::printf("%lld entries of fusion_jit\n", static_cast<long long>(r.entries));
+      else std::printf("entries not counted\n");
+    }
     return 0;
   }
   if (command == "ls") {
@@ -54,6 +64,17 @@ int run_cache(const std::string& command, const std::string& max_size) {
       }
     std::printf("%zu entries checked, %d bad\n", entries.size(), bad);
     return bad ? 1 : 0;
+  }
+  if (command == "push") {
+    const cache::Remote r = cache::remote();
+    if (r.address.empty())
+      usage_error("cache push: no remote tier (set FUSION_JIT_REMOTE_CACHE and FUSION_JIT_REMOTE_CACHE_KEY_FILE)");
+    if (!r.reachable) usage_error("cache push: " + r.address + " is unreachable: " + r.error);
+    const cache::PushResult p = cache::push();
+    const std::string failed = p.failed ? "; " + std::to_string(p.failed) + " failed" : "";
+    std::printf("pushed %lld of %lld entries (%s) to %s%s\n", static_cast<long long>(p.pushed),
+                static_cast<long long>(p.entries), format_bytes(p.bytes).c_str(), r.address.c_str(), failed.c_str());
+    return p.failed ? 1 : 0;
   }
   if (command == "clear") {
     const int64_t n = cache::clear();

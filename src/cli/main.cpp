@@ -50,7 +50,7 @@ const char* kSpecHelp =
     "Exit codes: 0 success, 1 a --check mismatch, 2 a rejected input (one line on stderr).";
 
 const char* kCommands = "run, explain, compile, fuzz or cache";
-const char* kCacheCommands = "stats, ls, verify, clear or prune";
+const char* kCacheCommands = "stats, ls, verify, clear, prune, push or pull";
 
 // What CLI11 leaves over (extras are allowed, to be reported in our words): an unknown option or an
 // argument too many.
@@ -127,6 +127,12 @@ int dispatch(int argc, char** argv) {
   cache->add_subcommand("ls", "each entry: key, bytes, age")->allow_extras();
   cache->add_subcommand("verify", "read and check every entry; exit 1 when one is bad")->allow_extras();
   cache->add_subcommand("clear", "remove every entry")->allow_extras();
+  cache->add_subcommand("push", "upload every entry to the remote tier (FUSION_JIT_REMOTE_CACHE): a fleet's cache "
+                                "warmed from a build machine")->allow_extras();
+  CLI::App* pull = cache->add_subcommand(
+      "pull", "fetch what one model needs for these inputs (its plan and kernels) from the remote tier into the "
+              "local cache; compiles nothing");
+  add_model_options(pull, model);
   CLI::App* prune = cache->add_subcommand("prune", "remove the least recently used entries down to a size");
   prune->add_option("--max-size", cache_max_size, "the size to keep, such as 512M or 2G (default: the cap)")
       ->type_name("SIZE");
@@ -145,8 +151,10 @@ int dispatch(int argc, char** argv) {
   if (command == "cache") {
     if (argc < 3) usage_error(std::string("cache: missing command (") + kCacheCommands + ")");
     const std::string sub = argv[2];
-    if (sub.rfind("-", 0) != 0 && !known(sub, {"stats", "ls", "verify", "clear", "prune"}))
+    if (sub.rfind("-", 0) != 0 && !known(sub, {"stats", "ls", "verify", "clear", "prune", "push", "pull"}))
       usage_error("cache: unknown command '" + sub + "' (" + kCacheCommands + ")");
+    // pull compiles nothing: set before any option is read (the first use of the cache reads them).
+    if (sub == "pull") ::setenv("FUSION_JIT_ASSERT_NO_COMPILE", "1", 1);
   }
 
   try {
@@ -159,8 +167,8 @@ int dispatch(int argc, char** argv) {
     usage_error(first_line(e.what()));
   }
 
-  if (run->parsed() || explain->parsed() || compile->parsed()) {
-    CLI::App* sub = run->parsed() ? run : explain->parsed() ? explain : compile;
+  if (run->parsed() || explain->parsed() || compile->parsed() || pull->parsed()) {
+    CLI::App* sub = run->parsed() ? run : explain->parsed() ? explain : compile->parsed() ? compile : pull;
     model.command = sub->get_name();
     reject_extras(*sub, model.command);
     return run_model(model);

@@ -257,6 +257,34 @@ int compile_cuda(const Args& a, torch::jit::Module& module, const std::vector<c1
 }
 
 // Checks what the options allow only together, and the device.
+// cache pull: the model's plan and kernels for these inputs through the cache's tiers, under
+// FUSION_JIT_ASSERT_NO_COMPILE (main sets it): what the remote tier has lands in the local directory.
+int pull(const Args& a, torch::jit::Module& module, const std::vector<c10::IValue>& inputs) {
+  const cache::Remote r = cache::remote();
+  if (r.address.empty())
+    usage_error("cache pull: no remote tier (set FUSION_JIT_REMOTE_CACHE and FUSION_JIT_REMOTE_CACHE_KEY_FILE)");
+  if (!r.reachable) usage_error("cache pull: " + r.address + " is unreachable: " + r.error);
+  const Counters before = counters();
+  module.eval();
+  auto fused = fj::compile(module);
+  const fj::ExecutablePlan* plan = nullptr;
+  try {
+    plan = fused.plan_for(inputs);
+  } catch (const fj::Error& e) {
+    std::fprintf(stderr, "fusion-jit: cache pull: %s lacks what %s needs for %s (nothing was compiled): %s\n",
+                 r.address.c_str(), a.model.c_str(), describe_inputs(inputs).c_str(), first_line(e.what()).c_str());
+    return 1;
+  }
+  const Counters after = counters();
+  std::printf("pulled %lld entries (%lld bytes) from %s into %s; %s\n",
+              static_cast<long long>(after.remote_hits - before.remote_hits),
+              static_cast<long long>(after.remote_bytes_in - before.remote_bytes_in), r.address.c_str(),
+              cache::dir().c_str(),
+              plan ? "the model's plan for these inputs runs with no compiler"
+                   : ("these inputs run eagerly: " + first_line(fused.explain(inputs))).c_str());
+  return 0;
+}
+
 void check_args(const Args& a) {
   if (a.model.empty()) usage_error("missing MODEL.pt");
   if (a.specs.empty() == a.inputs_file.empty())
@@ -294,6 +322,7 @@ int run(const Args& a) {
     usage_error(a.model + " takes " + std::to_string(expected) + " input" + (expected == 1 ? "" : "s") + ", " +
                 std::to_string(inputs.size()) + " given");
   if (a.command == "compile") return compile_cuda(a, module, inputs);
+  if (a.command == "pull") return pull(a, module, inputs);
   if (a.device != "cpu") {
     const at::Device dev(a.device);
     module.to(dev);
@@ -414,7 +443,11 @@ int run(const Args& a) {
     j["compiler_invocations"] = cs.compiles();
     j["cache"] = {{"hits", cs.cache_hits}, {"misses", cs.cache_misses}, {"corrupt", cs.cache_corrupt},
                   {"evictions", cs.cache_evictions}, {"bytes_read", cs.cache_bytes_read},
-                  {"bytes_written", cs.cache_bytes_written}};
+                  {"bytes_written", cs.cache_bytes_written},
+                  {"remote", {{"hits", cs.remote_hits}, {"misses", cs.remote_misses}, {"refused", cs.remote_refused},
+                              {"errors", cs.remote_errors}, {"skipped", cs.remote_skipped}, {"writes", cs.remote_writes},
+                              {"bytes_in", cs.remote_bytes_in}, {"bytes_out", cs.remote_bytes_out},
+                              {"ms", cs.remote_ms}}}};
     j["eager_fallback"] = plan ? nlohmann::json(nullptr) : nlohmann::json(first_line(fused.explain(inputs)));
     std::cout << j.dump() << "\n";
   } else {

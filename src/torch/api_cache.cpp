@@ -5,6 +5,7 @@
 
 #include "kernels_cache/kernels_cache.h"
 #include "support/error.h"
+#include "support/options.h"
 #include "targets/cpu/host_compiler.h"
 #include "targets/cuda/cuda_driver.h"
 #include "targets/cuda/nvrtc.h"
@@ -21,6 +22,15 @@ Counters counters() {
   out.cache_evictions = c.evictions;
   out.cache_bytes_read = c.bytes_read;
   out.cache_bytes_written = c.bytes_written;
+  out.remote_hits = c.remote.hits;
+  out.remote_misses = c.remote.misses;
+  out.remote_refused = c.remote.refused;
+  out.remote_errors = c.remote.errors;
+  out.remote_skipped = c.remote.skipped;
+  out.remote_writes = c.remote.writes;
+  out.remote_bytes_in = c.remote.bytes_in;
+  out.remote_bytes_out = c.remote.bytes_out;
+  out.remote_ms = c.remote.ms;
   out.host_compiles = host_compile_stats().compiles;
   out.nvrtc_compiles = nvrtc_stats().compiles;
   return out;
@@ -69,6 +79,47 @@ int64_t clear() {
   const auto n = static_cast<int64_t>(c.list().size());
   c.clear();
   return n;
+}
+
+Remote remote() {
+  Remote r;
+  RemoteCache* tier = KernelsCache::instance().remote();
+  if (!tier) return r;
+  r.address = tier->address();
+  const RemotePing p = tier->ping();
+  r.reachable = p.ok;
+  r.error = p.error;
+  r.latency_ms = p.latency_ms;
+  r.entries = p.entries;
+  return r;
+}
+
+PushResult push() {
+  KernelsCache& c = KernelsCache::instance();
+  RemoteCache* tier = c.remote();
+  FJ_CHECK(tier, "cache push: there is no remote tier (FUSION_JIT_REMOTE_CACHE and FUSION_JIT_REMOTE_CACHE_KEY_FILE)");
+  PushResult r;
+  for (const CacheEntryInfo& e : c.list()) {
+    r.entries++;
+    auto payload = c.get_local(e.key);
+    if (payload && tier->put(e.key, *payload)) {
+      r.pushed++;
+      r.bytes += static_cast<int64_t>(payload->size());
+    } else {
+      r.failed++;
+    }
+  }
+  return r;
+}
+
+void use_remote(const std::string& url, const std::string& key_file) {
+  Options o = Options::get();
+  o.remote_cache = parse_remote_cache_url("remote_cache", url);
+  FJ_CHECK(!key_file.empty(), "remote_cache: a key file is required (its entries are code, signed with that key)");
+  std::string why;
+  FJ_CHECK(RemoteCache::read_key_file(key_file, &why), "remote_cache: the key file {} is not used: {}", key_file, why);
+  o.remote_cache_key_file = key_file;
+  KernelsCache::use_remote(RemoteCache::from_options(o));
 }
 
 }  // namespace cache

@@ -1,18 +1,34 @@
 """Compiles and runs one model of models.py in this process and prints the backend's counters (used by
-test_backend.py to show that a second process with a warm cache compiles nothing)."""
+test_backend.py to show that a second process with a warm cache compiles nothing, and by
+test_remote_cache.py for a second machine sharing a Redis).
 
-import sys
+    python warm_start.py MODEL [--save FILE] [--remote URL KEY_FILE]
+
+--save: the compiled model's main output, written with torch.save; --remote: the backend's remote_cache and
+remote_cache_key_file options."""
+
+import argparse
 
 import torch
 
 import fusion_jit
 from models import main_output, make
 
-model, args = make(sys.argv[1])
+ap = argparse.ArgumentParser()
+ap.add_argument("model")
+ap.add_argument("--save")
+ap.add_argument("--remote", nargs=2)
+a = ap.parse_args()
+options = {"remote_cache": a.remote[0], "remote_cache_key_file": a.remote[1]} if a.remote else None
+model, args = make(a.model)
 model.eval()
 with torch.no_grad():
-    compiled = torch.compile(model, backend="fusion_jit")
+    compiled = torch.compile(model, backend="fusion_jit", options=options)
     compiled(*args)
-    torch.testing.assert_close(main_output(compiled(*args)), main_output(model(*args)), rtol=1e-4, atol=1e-4)
+    out = main_output(compiled(*args))
+    torch.testing.assert_close(out, main_output(model(*args)), rtol=1e-4, atol=1e-4)
+if a.save:
+    torch.save(out, a.save)
 s = fusion_jit.stats()
-print(f"plans={s['plans']} compiles={s['compiles']} cache_misses={s['cache_misses']} eager_graphs={s['eager_graphs']}")
+print(f"plans={s['plans']} compiles={s['compiles']} cache_misses={s['cache_misses']} eager_graphs={s['eager_graphs']} "
+      f"remote_hits={s['remote_hits']} remote_refused={s['remote_refused']} remote_errors={s['remote_errors']}")

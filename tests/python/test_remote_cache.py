@@ -1,0 +1,70 @@
+"""The cache's remote tier on Redis (issue 18): two "machines" (processes with local cache directories of
+their own) share one redis-server, started here on a free localhost port with its own data directory.
+The second machine runs each model with no compiler and no fallback, its result bit-identical to the
+first's. The first sets the tier through the environment, the second through the backend's options."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import redis_server  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory):
+    if not redis_server.available():
+        pytest.skip("redis-server is not installed (./run installs Debian's redis-server)")
+    r = redis_server.RedisServer(str(tmp_path_factory.mktemp("redis")))
+    yield r.url, r.key_file
+    r.stop()
+
+
+def counters(stdout):
+    return dict(item.split("=") for item in stdout.split())
+
+
+@pytest.mark.parametrize("model", ["gpt2_tiny", "bert_tiny", "resnet18"])
+def test_second_machine_compiles_nothing(redis, tmp_path, model):
+    url, key = redis
+    script = os.path.join(HERE, "warm_start.py")
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=str(tmp_path / "machine-a"), FUSION_JIT_REMOTE_CACHE=url,
+               FUSION_JIT_REMOTE_CACHE_KEY_FILE=key)
+    first = subprocess.run([sys.executable, script, model, "--save", str(tmp_path / "a.pt")], env=env,
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert counters(first.stdout)["compiles"] != "0", first.stdout
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=str(tmp_path / "machine-b"), FUSION_JIT_ASSERT_NO_COMPILE="1",
+               FUSION_JIT_STRICT="1")
+    env.pop("FUSION_JIT_REMOTE_CACHE", None)
+    second = subprocess.run([sys.executable, script, model, "--save", str(tmp_path / "b.pt"), "--remote", url, key],
+                            env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    c = counters(second.stdout)
+    assert c["compiles"] == "0" and c["eager_graphs"] == "0", second.stdout
+    assert int(c["remote_hits"]) > 0 and c["remote_refused"] == "0" and c["remote_errors"] == "0", second.stdout
+    assert torch.equal(torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "b.pt")), "the machines' results differ"
+
+
+def test_remote_cache_options_are_checked():
+    import fusion_jit._backend as b
+    with pytest.raises(ValueError, match="go together"):
+        b.Options({"remote_cache": "redis://localhost"})
+    with pytest.raises(TypeError):
+        b.Options({"remote_cache": 6379, "remote_cache_key_file": "k"})
+
+
+def test_bad_remote_cache_url_or_key_file_is_a_value_error(tmp_path):
+    from fusion_jit import _native
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef0123\n")
+    os.chmod(key, 0o600)
+    with pytest.raises(ValueError, match="unknown scheme"):
+        _native.ops.use_remote_cache("http://cache:6379", str(key))
+    os.chmod(key, 0o644)
+    with pytest.raises(ValueError, match="chmod 600"):
+        _native.ops.use_remote_cache("redis://cache:6379", str(key))
