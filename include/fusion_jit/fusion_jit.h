@@ -46,6 +46,11 @@ struct CompileOptions {
   // eager); past it the least recently called is dropped and built again (no compiler) if it comes back.
   // At least 1; default: the FUSION_JIT_SHARED_PLANS option, itself 64.
   std::optional<int> shared_plans;
+  // The cache's remote tier on Redis and the file of the key its entries are signed with (both or
+  // neither; see cache::use_remote in fusion_jit/cache.h): like the Python backend's options of those
+  // names, they set the tier for the whole process from this module on. Default: FUSION_JIT_REMOTE_CACHE
+  // and FUSION_JIT_REMOTE_CACHE_KEY_FILE.
+  std::optional<std::string> remote_cache, remote_cache_key_file;
   // "auto", "on" or "off" (default: the FUSION_JIT_DYNAMIC option, itself "auto"): whether CPU kernels
   // read their sizes as arguments, so that signatures differing only in sizes share compiled kernels.
   // auto: from the second compiled signature on. A signature that reuses the kernels of an earlier one

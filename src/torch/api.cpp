@@ -47,7 +47,9 @@ struct CompiledModule::Impl {
         table(name, specialization_limit(options), shared_plans(options), options.on_warning),
         enable_fusion(options.enable_fusion),
         cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)),
-        disable(module_disable(options, name)), dynamic(dynamic_sizes(options)) {}
+        disable(module_disable(options, name)), dynamic(dynamic_sizes(options)) {
+    apply_process_options(options);
+  }
 
   std::string name;
   SignatureTable table;  // one plan per signature (graph_function.h)

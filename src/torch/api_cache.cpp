@@ -3,6 +3,8 @@
 // these instead of the layers' own headers.
 #include "fusion_jit/cache.h"
 
+#include <mutex>
+
 #include "kernels_cache/kernels_cache.h"
 #include "support/error.h"
 #include "support/options.h"
@@ -113,6 +115,11 @@ PushResult push() {
 }
 
 void use_remote(const std::string& url, const std::string& key_file) {
+  // The same tier asked for again (each module compiled with the option) keeps its connections.
+  static std::mutex mu;
+  static std::pair<std::string, std::string> current;
+  std::lock_guard<std::mutex> g(mu);
+  if (current == std::make_pair(url, key_file) && KernelsCache::instance().remote()) return;
   Options o = Options::get();
   o.remote_cache = parse_remote_cache_url("remote_cache", url);
   FJ_CHECK(!key_file.empty(), "remote_cache: a key file is required (its entries are code, signed with that key)");
@@ -120,6 +127,7 @@ void use_remote(const std::string& url, const std::string& key_file) {
   FJ_CHECK(RemoteCache::read_key_file(key_file, &why), "remote_cache: the key file {} is not used: {}", key_file, why);
   o.remote_cache_key_file = key_file;
   KernelsCache::use_remote(RemoteCache::from_options(o));
+  current = {url, key_file};
 }
 
 }  // namespace cache

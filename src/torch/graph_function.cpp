@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "driver/build_plan.h"
+#include "fusion_jit/cache.h"
 #include "passes/passes.h"
 #include "support/error.h"
 #include "support/log.h"
@@ -25,6 +26,13 @@ void set_plan_size_args(DynamicSizes mode, const SignatureTable& table, PlanTarg
   const bool later = table.num_plans() > 0;
   target->size_args = mode == DynamicSizes::kOn || (mode == DynamicSizes::kAuto && later);
   target->size_args_if_compiled = mode == DynamicSizes::kAuto && !later;
+}
+
+void apply_process_options(const CompileOptions& options) {
+  FJ_CHECK(options.remote_cache.has_value() == options.remote_cache_key_file.has_value(),
+           "CompileOptions::remote_cache and remote_cache_key_file go together (entries are code, signed with the "
+           "key file's key)");
+  if (options.remote_cache) cache::use_remote(*options.remote_cache, *options.remote_cache_key_file);
 }
 
 int shared_plans(const CompileOptions& options) {
@@ -265,7 +273,9 @@ void SignatureTable::clear() {
 struct GraphFunction::Impl {
   Impl(std::string name, const CompileOptions& o)
       : table(std::move(name), specialization_limit(o), shared_plans(o), o.on_warning), options(o),
-        disable(module_disable(o, table.name())), dynamic(dynamic_sizes(o)) {}
+        disable(module_disable(o, table.name())), dynamic(dynamic_sizes(o)) {
+    apply_process_options(o);
+  }
   SignatureTable table;
   CompileOptions options;
   std::set<std::string> disable;  // CompileOptions::disable, checked

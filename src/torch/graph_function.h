@@ -112,6 +112,8 @@ class SignatureTable {
 
 // The limit of CompileOptions, or the FUSION_JIT_SPECIALIZATION_LIMIT option.
 int specialization_limit(const CompileOptions& options);
+// What CompileOptions sets for the whole process (the remote tier); Error naming a bad value.
+void apply_process_options(const CompileOptions& options);
 // CompileOptions::shared_plans, or the FUSION_JIT_SHARED_PLANS option.
 int shared_plans(const CompileOptions& options);
 // CompileOptions::dynamic, or the FUSION_JIT_DYNAMIC option; Error naming a bad value.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "fusion_jit/cache.h"
 #include "test_util.h"
 
 namespace fusion_jit::testing {
@@ -260,6 +261,31 @@ TEST(Serving, ThreadsCyclingSizesPastTheSharedBound) {
   EXPECT_GT(fused.stats().plans_dropped, 0);
   EXPECT_LE(fused.stats().plans_kept, 2 + 2);
   EXPECT_EQ(fused.stats().eager_calls, 0);
+}
+
+// CompileOptions::remote_cache and remote_cache_key_file (process-wide, as the environment): both or
+// neither, a malformed URL named; nothing is compiled or changed on error. (The tier itself:
+// tests/unit/remote_cache_test.cpp, tests/cli_test.py, tests/python/test_remote_cache.py.)
+TEST(Serving, RemoteCacheOptionsAreChecked) {
+  auto m = script("x", "    return torch.relu(x)");
+  CompileOptions o;
+  o.remote_cache = "redis://127.0.0.1:1";
+  try {
+    compile(m, o);
+    ADD_FAILURE() << "a URL without a key file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("go together"), std::string::npos) << e.what();
+  }
+  o.remote_cache = "http://127.0.0.1:1";
+  o.remote_cache_key_file = "/nonexistent/key";
+  try {
+    compile(m, o);
+    ADD_FAILURE() << "a malformed URL was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("remote_cache=http://127.0.0.1:1: unknown scheme"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(cache::remote().address.empty()) << "the process's tier was changed by a rejected option";
 }
 
 // The specialization limit and its warning (one, whatever the number of signatures past it), the same

@@ -346,3 +346,31 @@ TEST(RemoteCache, OneMakerPerKeyAcrossMachines) {
 
 }  // namespace
 }  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+// The remote tier is keyed as the local cache is (Note [The remote tier]): an entry made for one set of
+// key parts is a miss, on another machine, for the same parts with any one of them changed.
+TEST(RemoteCache, KeyedAsTheLocalCache) {
+  NEED_REDIS();
+  RedisServer redis;
+  const CacheKeyParts base{"cpu-so", "source", "g++ 12", "-O3", "avx512"};
+  KernelsCache a(temp_dir(), 1 << 30, std::make_shared<RemoteCache>(config(redis.port())));
+  a.put(cache_key(base), "kernel");
+  std::string name_exists;
+  redis.command({"EXISTS", RemoteCache::kNamespace + cache_key(base)}, &name_exists);
+  EXPECT_EQ(name_exists, "1") << "stored under fusion_jit:v1:<the local key>";
+  KernelsCache b(temp_dir(), 1 << 30, std::make_shared<RemoteCache>(config(redis.port())));
+  EXPECT_EQ(b.get(cache_key(base)), "kernel");
+  for (std::string CacheKeyParts::*field : {&CacheKeyParts::kind, &CacheKeyParts::source, &CacheKeyParts::compiler,
+                                             &CacheKeyParts::flags, &CacheKeyParts::target}) {
+    CacheKeyParts changed = base;
+    changed.*field += "'";
+    EXPECT_FALSE(b.get(cache_key(changed))) << changed.*field;
+  }
+  std::system(("rm -rf '" + a.dir() + "' '" + b.dir() + "'").c_str());
+}
+
+}  // namespace
+}  // namespace fusion_jit
