@@ -2,13 +2,14 @@
 warm from Redis (a new machine: empty local cache, the remote tier on localhost), and eager's first call,
 measured in the same processes.
 
-    ./run python bench/warm_start.py build/fusion-jit [--rounds 3] [--no-redis] [--python-models a,b]
+    ./run python bench/warm_start.py build/fusion-jit [--rounds 3] [--no-redis] [--demo-models a,b]
+                                                      [--python-models a,b]
 
 Each round: `fusion-jit run MODEL --json` with an emptied cache (cold; with the remote tier, which it writes
 through to), then again in a fresh process (warm, with FUSION_JIT_ASSERT_NO_COMPILE=1: no compiler may
 run), then in a fresh process with another, empty, local cache and the same Redis (warm from Redis, no
-compiler either; tests/redis_server.py starts redis-server). "in Redis" is the time the process spent in
-the remote tier's operations (connect included). --python-models (default gpt2_tiny,resnet18): the same
+compiler either; tests/redis_server.py starts redis-server). "in Redis" is the time the new machine's process
+spent in the remote tier's operations (connect included). --python-models (default gpt2_tiny,resnet18): the same
 for models of tests/python/models.py through torch.compile(backend="fusion_jit") in inference, each
 process timing eager's first call, then the compiled model's first call. eager_first_ms is the model's first
 eager call in each process; first_call_ms is the fused first call (capture, passes, plan, kernels
@@ -56,7 +57,7 @@ def python_child(name):
         first = (time.perf_counter() - t0) * 1e3
     s = fusion_jit.stats()
     print(json.dumps({"eager_first_ms": eager, "first_call_ms": first, "compiler_invocations": s["compiles"],
-                      "remote_hits": s["remote_hits"]}))
+                      "remote_hits": s["remote_hits"], "remote_ms": s["remote_ms"]}))
 
 
 def run_python(name, env):
@@ -72,6 +73,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--python-models", default="gpt2_tiny,resnet18")
+    ap.add_argument("--demo-models", default=",".join(MODELS), help="the demo models' rows (\"\": none)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="fj-warm-")
     paths = make_models(os.path.join(tmp, "models"))
@@ -79,6 +81,8 @@ def main():
     print(f"{'model':<18} {'eager first':>12} {'cold first':>11} {'warm first':>11} {'warm - eager':>13} "
           f"{'from Redis':>11} {'Redis - disk':>13} {'in Redis':>9} {'compilers (warm)':>17}")
     for name, (_, specs) in MODELS.items():
+        if name not in args.demo_models.split(","):
+            continue
         rows = []
         for r in range(args.rounds):
             cache = os.path.join(tmp, f"cache-{name}-{r}")
@@ -109,11 +113,12 @@ def main():
             remote = (run_python(name, redis.env(os.path.join(tmp, f"py-new-{name}-{r}"), FUSION_JIT_ASSERT_NO_COMPILE="1"))
                       if redis else None)
             rows.append((warm["eager_first_ms"], cold["first_call_ms"], warm["first_call_ms"],
-                         remote["first_call_ms"] if remote else float("nan"), float("nan"),
+                         remote["first_call_ms"] if remote else float("nan"),
+                         remote["remote_ms"] if remote else float("nan"),
                          warm["compiler_invocations"] + (remote["compiler_invocations"] if remote else 0)))
-        med = [statistics.median(r[i] for r in rows) for i in range(4)]
+        med = [statistics.median(r[i] for r in rows) for i in range(5)]
         print(f"{name + ' (py)':<18} {med[0]:>10.1f}ms {med[1]:>9.1f}ms {med[2]:>9.1f}ms {med[2] - med[0]:>11.1f}ms "
-              f"{med[3]:>9.1f}ms {med[3] - med[2]:>11.1f}ms {'-':>9} {max(r[5] for r in rows):>17}", flush=True)
+              f"{med[3]:>9.1f}ms {med[3] - med[2]:>11.1f}ms {med[4]:>7.1f}ms {max(r[5] for r in rows):>17}", flush=True)
     if redis:
         redis.stop()
 

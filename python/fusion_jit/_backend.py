@@ -498,8 +498,9 @@ def stats():
     (graphs run node by node and written as IR for a new signature), symbolic_plans (plans built from a
     symbolic graph's template instead: Note [Symbolic graphs]), plans_dropped (plans of signatures that
     reused another's kernels, dropped past FUSION_JIT_SHARED_PLANS per graph and built again if their
-    signature came back; over the graphs alive now), remote_hits, remote_misses, remote_refused and
-    remote_errors (the cache's remote tier on Redis: FUSION_JIT_REMOTE_CACHE)."""
+    signature came back; over the graphs alive now), remote_hits, remote_misses, remote_refused,
+    remote_errors and remote_ms (the cache's remote tier on Redis, FUSION_JIT_REMOTE_CACHE: time spent in
+    its operations, connects included)."""
     c = _native.ops.counters()
     dropped = sum(g.fn.plans_dropped() for g in list(_graphs))
     b = _stats.baseline
@@ -512,7 +513,7 @@ def stats():
             "eager_calls": _stats.eager_calls, "frozen_inputs": _stats.frozen_inputs,
             "lowerings": _stats.lowerings, "symbolic_plans": _stats.symbolic_plans,
             "plans_dropped": dropped, "remote_hits": c[4] - b[4], "remote_misses": c[5] - b[5],
-            "remote_refused": c[6] - b[6], "remote_errors": c[7] - b[7],
+            "remote_refused": c[6] - b[6], "remote_errors": c[7] - b[7], "remote_ms": (c[8] - b[8]) / 1000.0,
         }
 
 

@@ -118,7 +118,8 @@ std::vector<std::string> take_warnings(const Self& self) {
 std::vector<int64_t> counter_list() {
   Counters c = fusion_jit::counters();
   return {c.cache_hits,  c.cache_misses,  c.host_compiles,  c.nvrtc_compiles,
-          c.remote_hits, c.remote_misses, c.remote_refused, c.remote_errors};
+          c.remote_hits, c.remote_misses, c.remote_refused, c.remote_errors,
+          static_cast<int64_t>(c.remote_ms * 1000.0)};  // microseconds
 }
 
 void set_frozen(const Self& self, const std::vector<at::Tensor>& tensors) {
