@@ -27,12 +27,11 @@ timeval to_timeval(int ms) {
   return tv;
 }
 
-struct Reply {
-  redisReply* r;
-  ~Reply() {
-    if (r) freeReplyObject(r);
-  }
-};
+// "redis://host:port/db" or "unix:///path" (no password).
+std::string address_of(const RemoteCacheUrl& u) {
+  if (u.unix_socket) return u.db ? fmt::format("unix://{}?db={}", u.host, u.db) : "unix://" + u.host;
+  return fmt::format("redis://{}:{}/{}", u.host, u.port, u.db);
+}
 
 }  // namespace
 
@@ -150,7 +149,7 @@ std::unique_ptr<RemoteCache> RemoteCache::from_options(const Options& o) {
   if (o.remote_cache.text.empty()) return nullptr;
   Config c;
   c.url = o.remote_cache;
-  const std::string addr = RemoteCache(c).address();
+  const std::string addr = address_of(c.url);
   if (o.remote_cache_key_file.empty()) {
     log_warn("remote cache {}: FUSION_JIT_REMOTE_CACHE_KEY_FILE is not set, so the remote tier is off (its entries "
              "are code, signed with that key: create one with `openssl rand -hex 32 > FILE; chmod 600 FILE` and "
@@ -174,11 +173,7 @@ std::unique_ptr<RemoteCache> RemoteCache::from_options(const Options& o) {
 RemoteCache::RemoteCache(Config config) : config_(std::move(config)) {}
 RemoteCache::~RemoteCache() = default;
 
-std::string RemoteCache::address() const {
-  const RemoteCacheUrl& u = config_.url;
-  if (u.unix_socket) return u.db ? fmt::format("unix://{}?db={}", u.host, u.db) : "unix://" + u.host;
-  return fmt::format("redis://{}:{}/{}", u.host, u.port, u.db);
-}
+std::string RemoteCache::address() const { return address_of(config_.url); }
 
 RemoteCacheStats RemoteCache::stats() const {
   std::lock_guard<std::mutex> g(mu_);
@@ -246,13 +241,13 @@ std::unique_ptr<RemoteCache::Conn> RemoteCache::take() {
     return nullptr;
   }
   auto setup = [&](const std::vector<std::string>& cmd, const char* what) {
-    Reply r{c->command(cmd)};
-    if (!r.r) {
+    ReplyPtr r(c->command(cmd), freeReplyObject);
+    if (!r) {
       failed(fmt::format("{}: {}", what, c->error()));
       return false;
     }
-    if (r.r->type == REDIS_REPLY_ERROR) {
-      failed(fmt::format("{} refused: {}", what, std::string(r.r->str, r.r->len)));
+    if (r->type == REDIS_REPLY_ERROR) {
+      failed(fmt::format("{} refused: {}", what, std::string(r->str, r->len)));
       return false;
     }
     return true;
@@ -365,9 +360,9 @@ RemotePing RemoteCache::ping() {
     p.error = "cannot connect (or skipped after failures)";
     return p;
   }
-  Reply r{c->command({"PING"})};
-  if (!r.r || r.r->type == REDIS_REPLY_ERROR) {
-    p.error = r.r ? std::string(r.r->str, r.r->len) : c->error();
+  ReplyPtr r(c->command({"PING"}), freeReplyObject);
+  if (!r || r->type == REDIS_REPLY_ERROR) {
+    p.error = r ? std::string(r->str, r->len) : c->error();
     failed("PING: " + p.error);
     return p;
   }
@@ -377,13 +372,13 @@ RemotePing RemoteCache::ping() {
   std::string cursor = "0";
   int64_t n = 0;
   for (int round = 0; round < 1000; ++round) {
-    Reply s{c->command({"SCAN", cursor, "MATCH", std::string(kNamespace) + "*", "COUNT", "1000"})};
-    if (!s.r || s.r->type != REDIS_REPLY_ARRAY || s.r->elements != 2) {
+    ReplyPtr s(c->command({"SCAN", cursor, "MATCH", std::string(kNamespace) + "*", "COUNT", "1000"}), freeReplyObject);
+    if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 2) {
       n = -1;
       break;
     }
-    cursor.assign(s.r->element[0]->str, s.r->element[0]->len);
-    n += static_cast<int64_t>(s.r->element[1]->elements);
+    cursor.assign(s->element[0]->str, s->element[0]->len);
+    n += static_cast<int64_t>(s->element[1]->elements);
     if (cursor == "0") break;
   }
   p.entries = cursor == "0" ? n : -1;
