@@ -158,14 +158,18 @@ std::vector<at::Tensor> pattern_inputs() {
           at::randn({kCols}, at::kCUDA), at::rand({kCols}, at::kCUDA) + 0.5};
 }
 
-void run_pattern(benchmark::State& st, PatternCase c, bool fused) {
+// fused: through fusion_jit; dynamic: with sizes as kernel arguments (Note [CUDA size arguments]), to
+// compare with the same plan's literal sizes (bar: within 10%).
+void run_pattern(benchmark::State& st, PatternCase c, bool fused, bool dynamic = false) {
   if (skip_without_gpu(st)) return;
   auto in = pattern_inputs();
   std::function<void()> call;
   std::optional<fusion_jit::CompiledModule> f;
   std::vector<c10::IValue> args(in.begin(), in.end());
   if (fused) {
-    f.emplace(fusion_jit::trace([c](const std::vector<at::Tensor>& x) { return c.fn(x); }, in));
+    fusion_jit::CompileOptions o;
+    o.dynamic = dynamic ? "on" : "off";
+    f.emplace(fusion_jit::trace([c](const std::vector<at::Tensor>& x) { return c.fn(x); }, in, o));
     (*f)(args);
     call = [&] { benchmark::DoNotOptimize((*f)(args)); };
     st.SetLabel(std::to_string(f->plan_for(args)->kernels.size()) + " kernels");
@@ -194,6 +198,10 @@ FJ_PATTERN(RmsNorm, kRmsNorm)
 FJ_PATTERN(LogSoftmax, kLogSoftmax)
 FJ_PATTERN(MeanVar, kMeanVar)
 FJ_PATTERN(GeluMean, kGeluMean)
+void BM_CudaSoftmaxDynamic(benchmark::State& st) { run_pattern(st, kSoftmax, true, true); }
+void BM_CudaLayerNormDynamic(benchmark::State& st) { run_pattern(st, kLayerNorm, true, true); }
+BENCHMARK(BM_CudaSoftmaxDynamic)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaLayerNormDynamic)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK(BM_CudaCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaChainEager)->Unit(benchmark::kMillisecond)->UseRealTime();

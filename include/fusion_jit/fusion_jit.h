@@ -97,7 +97,8 @@ class CompiledModule {
   // Ahead-of-time CUDA compilation, no GPU needed: captures the model on these (CPU) inputs, moves the
   // graph to cuda:0, and fuses, generates and compiles its kernels with NVRTC for `arch` ("sm_90"). The
   // plan is not kept and cannot run here; it carries the source, the binary and the kernels' resources.
-  // With `run_nvrtc` false the kernels are generated but not compiled.
+  // With `run_nvrtc` false the kernels are generated but not compiled. With CompileOptions::dynamic "on"
+  // the kernels take their sizes as arguments, as the plans of a GPU run would.
   std::shared_ptr<const ExecutablePlan> compile_cuda(const std::vector<c10::IValue>& inputs, const std::string& arch,
                                                      bool run_nvrtc = true);
 

@@ -154,8 +154,50 @@ struct KernelSpec {
 // table that fits, int32 offsets, a row that fits a scratch buffer) is printed into the text, so two
 // signatures share compiled code only when the printer wrote the same text for both, and each launch
 // passes the values its own signature's printing recorded. A plan keeps `args` with its kernels (the
-// plan cache stores them). The CPU target prints them when PlanTarget::size_args is set (the FUSION_JIT_DYNAMIC
-// option); the CUDA target prints literals.
+// plan cache stores them). Both targets print them when PlanTarget::size_args is set (the FUSION_JIT_DYNAMIC
+// option): the CPU's kernels take them as a pointer `z_`, the CUDA kernels as a parameter passed by value
+// (`fj_sizes<N> z_`, Note [CUDA size arguments] in the CUDA target's printer).
+
+// For the printers (Note [Sizes as kernel arguments]): the numbers of one kernel, printed as literals, or
+// as `z<i>`, locals the kernel sets from its argument array, whose values are recorded in order. 0 and 1
+// stay literals either way: whether a stride is 0 or 1 decides what the code does.
+class KernelNumbers {
+ public:
+  explicit KernelNumbers(std::vector<int64_t>* args) : args_(args) {}
+  std::string operator()(int64_t v) const {
+    if (!args_ || v == 0 || v == 1) return std::to_string(v);
+    args_->push_back(v);
+    return "z" + std::to_string(args_->size() - 1);
+  }
+  // As a 64-bit integer expression: `123LL` or `(long long)z4`.
+  std::string wide(int64_t v) const {
+    const std::string t = (*this)(v);
+    return t[0] == 'z' ? "(long long)" + t : t + "LL";
+  }
+  bool arguments() const { return args_ != nullptr; }
+  size_t count() const { return args_ ? args_->size() : 0; }
+  std::function<std::string(int64_t)> fn() const {
+    return [this](int64_t v) { return (*this)(v); };
+  }
+  // fn() where the numbers are arguments, null where they are literals.
+  std::function<std::string(int64_t)> args_fn() const { return args_ ? fn() : nullptr; }
+  // The kernel's first statements: its z<i>, in the offsets' type `I`, from `element` (a format of the
+  // argument's index: `z_[{}]`). Every printer reads each argument once, as `z_[` or `z_.v[` (plan_io
+  // counts them).
+  std::string declarations(const char* element = "z_[{}]") const {
+    std::string s;
+    for (size_t i = 0; i < count(); ++i)
+      s += "  const I z" + std::to_string(i) + " = (I)" + fmt_index(element, i) + ";\n";
+    return s;
+  }
+
+ private:
+  static std::string fmt_index(const std::string& element, size_t i) {
+    const size_t at = element.find("{}");
+    return element.substr(0, at) + std::to_string(i) + element.substr(at + 2);
+  }
+  std::vector<int64_t>* args_;
+};
 
 // The variable every reduction kernel declares as its row length (the elements each row reduces), which
 // its statements may read (mean's divisor): a literal or a size argument, as the printer prints sizes.

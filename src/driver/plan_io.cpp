@@ -15,14 +15,15 @@ namespace {
 // (Note [Cats of unequal items]). 6: kernels' size arguments (Note [Sizes as kernel arguments]).
 constexpr int kPlanFormat = 6;
 
-// How many of its arguments kernel `name` of `source` reads: the `z_[` in its function's text (each
-// printed once, Note [Sizes as kernel arguments]).
+// How many of its arguments kernel `name` of `source` reads: the `z_[` (CPU) and `z_.v[` (CUDA) in its
+// function's text (each printed once, Note [Sizes as kernel arguments]).
 size_t arguments_read(const std::string& source, const std::string& name) {
   size_t at = source.find(" " + name + "(");
   if (at == std::string::npos) return 0;
   const size_t end = source.find("\nextern \"C\"", at);
   size_t n = 0;
-  for (at = source.find("z_[", at); at < end; at = source.find("z_[", at + 1)) ++n;
+  for (const char* read : {"z_[", "z_.v["})
+    for (size_t i = source.find(read, at); i < end; i = source.find(read, i + 1)) ++n;
   return n;
 }
 

@@ -1320,6 +1320,8 @@ std::string nvrtc_check(const Graph& g, const std::string& arch, int64_t* kernel
   PlanTarget target;
   target.arch["cuda"] = arch;
   target.compile = false;
+  // FUSION_JIT_DYNAMIC=on: the kernels read their sizes, as on the CPU (Note [CUDA size arguments]).
+  target.size_args = fusion_jit::Options::get().dynamic == DynamicSizes::kOn;
   auto plan = build_plan(std::move(gc), target);
   const TargetCode* code = plan->code_for(Device::kCUDA);
   if (!code) return "";

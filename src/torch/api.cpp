@@ -249,6 +249,7 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   target.enable_fusion = impl_->enable_fusion;
   target.arch["cuda"] = arch;
   target.compile = run_nvrtc;
+  target.size_args = impl_->dynamic == DynamicSizes::kOn;  // Note [CUDA size arguments]
   std::shared_ptr<ExecutablePlan> plan = build_plan(std::move(inst->captured.graph), target);
   if (const TargetCode* c = plan->code_for(Device::kCUDA); c && !plan->fallback_groups.empty())
     c->target->compile(c->source, arch);  // throws NVRTC's log

@@ -7,7 +7,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "../torch/cat_corpus.h"
@@ -15,6 +17,7 @@
 #include "../torch/op_corpus.h"
 #include "../torch/reduction_corpus.h"
 #include "fuzz/fuzzer.h"
+#include "fusion_jit/cache.h"
 #include "targets/cuda/cuda_driver.h"
 #include "torch/cuda_support.h"
 
@@ -138,6 +141,52 @@ TEST(GpuCatPieces, CatsOfUnequalItemsMatchEagerCuda) {
     ASSERT_NE(r.plan, nullptr) << what;
     EXPECT_EQ(r.plan->kernels.size(), c.kernels) << what << "\n" << r.plan->explain();
     EXPECT_EQ(r.plan->aten_ops.count("aten::cat"), 0u) << what << "\n" << r.plan->explain();
+  }
+}
+
+// Note [CUDA size arguments] on the GPU: with CompileOptions::dynamic "on", every float32 op case and
+// every float32 reduction case in one module each, run at 13, 15, 17 and 64: eager CUDA's results at
+// each size, at most one NVRTC run per size, none for 15, which launches 13's binary with its own sizes
+// (17 and 64 may need another power of two of elements per thread in a reduction).
+TEST(GpuDynamic, EverySizeOfAClassRunsTheFirstSizesKernels) {
+  SKIP_WITHOUT_GPU();
+  int cases = 0;
+  struct M {
+    const char* what;
+    torch::jit::Module m;
+    std::function<std::vector<c10::IValue>(int64_t)> inputs;
+  };
+  std::vector<M> modules;
+  modules.push_back({"op cases", all_cases_module(at::kFloat, &cases), [](int64_t n) {
+                       std::vector<c10::IValue> in;
+                       for (const auto& v : all_cases_inputs(at::kFloat, n)) in.emplace_back(fuzz::to_device_same_layout(v.toTensor(), kCuda));
+                       return in;
+                     }});
+  modules.push_back({"reduction cases", all_reductions_module(at::kFloat, /*empty_ok=*/true, &cases), [](int64_t n) {
+                       return std::vector<c10::IValue>{all_reductions_input(at::kFloat, n).to(kCuda)};
+                     }});
+  for (auto& [what, m, inputs] : modules) {
+    CompileOptions o;
+    o.dynamic = "on";
+    CompiledModule fused = compile(m, o);
+    std::string code_class;  // size 13's
+    for (int64_t n : {13, 15, 17, 64}) {
+      const std::string at = fmt::format("{} at {} on cuda", what, n);
+      const int64_t before = counters().nvrtc_compiles;
+      RunResult r = compare_with_eager(fused, m, inputs(n), at);
+      ASSERT_NE(r.plan, nullptr) << at << " ran eagerly";
+      for (const auto& k : r.plan->kernels) {
+        EXPECT_EQ(k.spec.device, Device::kCUDA) << at;
+        EXPECT_FALSE(k.spec.args.empty()) << at << ": " << k.spec.name << " has literal sizes";
+      }
+      EXPECT_LE(counters().nvrtc_compiles - before, 1) << at;
+      if (n == 13) {
+        code_class = r.plan->code_class;
+      } else if (n == 15) {  // 17 and 64 may take another reduction schedule (elements per thread)
+        EXPECT_EQ(counters().nvrtc_compiles, before) << at << ": NVRTC ran again";
+        EXPECT_EQ(r.plan->code_class, code_class) << at << "\n" << r.plan->explain();
+      }
+    }
   }
 }
 

@@ -97,31 +97,16 @@ std::vector<at::ScalarType> op_dtypes() { return {at::kFloat, at::kBFloat16, at:
 
 class DynamicOpCorpus : public ::testing::TestWithParam<at::ScalarType> {};
 
-// Every op case of the dtype over x [2, n], y [n] (broadcast) and z [n, 2]^T (transposed), with NaN, +-Inf
-// and +-0 among float values; cases that take no special values read u, v, w (the same without them).
+// Every op case of the dtype (all_cases_module).
 TEST_P(DynamicOpCorpus, EveryOpAtEverySizeOfItsClassThroughOneCompile) {
   const at::ScalarType t = GetParam();
-  std::string body = "    return (";
   int cases = 0;
-  for (const OpCase& c : kCases) {
-    auto ds = dtypes_of(c.dtypes);
-    if (std::find(ds.begin(), ds.end(), t) == ds.end()) continue;
-    std::string e = c.expr;
-    for (int a = 0; a < c.arity; ++a) e = rename_var(e, "xyz"[a], std::string(1, (c.specials ? "xyz" : "uvw")[a]));
-    body += e + ", ";
-    ++cases;
-  }
+  auto m = all_cases_module(t, &cases);
   ASSERT_GT(cases, 10);
-  auto m = script("x, y, z, u, v, w", body + ")");
-  const bool nz = at::isIntegralType(t, false);  // integer division by 0 raises in eager
   auto inputs = [&](const Size& s) {
-    std::vector<c10::IValue> in;
-    for (int sp = 1; sp >= 0; --sp) {
-      at::Tensor x = values({2, s.n}, t, sp, 3 * sp, nz);
-      in.emplace_back(s.far ? far_apart(x) : x);
-      in.emplace_back(values({s.n}, t, sp, 3 * sp + 1, nz));
-      in.emplace_back(values({s.n, 2}, t, sp, 3 * sp + 2, nz).t());
-    }
+    std::vector<c10::IValue> in = all_cases_inputs(t, s.n);
+    if (s.far)
+      for (size_t x : {0, 3}) in[x] = far_apart(in[x].toTensor());
     return in;
   };
   run_at_every_size(m, inputs, fmt::format("{} op cases in {}", cases, c10::toString(t)));
@@ -132,24 +117,16 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, DynamicOpCorpus, ::testing::ValuesIn(op_dtypes(
 
 class DynamicReductionCorpus : public ::testing::TestWithParam<at::ScalarType> {};
 
-// Every reduction case of the dtype over x [2, 3, n] (NaN and +-inf among float values); the cases that
-// eager refuses on an empty reduced dim in a module of their own that skips size 0.
+// Every reduction case of the dtype (all_reductions_module); the cases that eager refuses on an empty
+// reduced dim in a module of their own that skips size 0.
 TEST_P(DynamicReductionCorpus, EveryReductionAtEverySizeOfItsClassThroughOneCompile) {
   const at::ScalarType t = GetParam();
   for (bool empty_ok : {true, false}) {
-    std::string body = "    return (";
     int cases = 0;
-    for (const ReductionCase& c : kReductionCases) {
-      auto ds = reduction_dtypes(c.dtypes);
-      if (c.empty_ok != empty_ok || std::find(ds.begin(), ds.end(), t) == ds.end()) continue;
-      body += reduction_expr(c, "x") + ", ";
-      ++cases;
-    }
+    auto m = all_reductions_module(t, empty_ok, &cases);
     if (cases == 0) continue;
-    auto m = script("x", body + ")");
     auto inputs = [&](const Size& s) {
-      at::manual_seed(7);
-      at::Tensor x = make_reduction_input({{2, 3, s.n}, 0, s.n == 0}, t, 1);
+      at::Tensor x = all_reductions_input(t, s.n);
       return std::vector<c10::IValue>{s.far ? far_apart(x) : x};
     };
     const std::string what = fmt::format("{} reduction cases in {}", cases, c10::toString(t));

@@ -31,9 +31,7 @@ void append_specs(const ExecutablePlan& plan, const std::string& prefix, std::ve
 // Compiles the kernels as one source for sm_80 and sm_90 at once (two threads): no error, no spill, at
 // most `max_registers` registers. (A stack frame without spills is allowed: sin, cos and tan keep their
 // large-argument reduction's table on the stack, in eager's kernels too.)
-void compile_for_gpus(const std::string& what, const std::vector<KernelSpec>& specs, int max_registers) {
-  ASSERT_FALSE(specs.empty()) << what;
-  std::string source = print_cuda_source(specs);
+void compile_source_for_gpus(const std::string& what, const std::string& source, size_t kernels, int max_registers) {
   auto compile_for = [&](const char* arch) -> std::shared_ptr<const CudaBinary> {
     try {
       return compile_cuda_source(source, arch);
@@ -46,12 +44,17 @@ void compile_for_gpus(const std::string& what, const std::vector<KernelSpec>& sp
   auto sm90 = compile_for("sm_90");
   for (const auto& bin : {sm80.get(), sm90}) {
     if (!bin) continue;
-    EXPECT_EQ(bin->kernels.size(), specs.size()) << what << " " << bin->arch;
+    EXPECT_EQ(bin->kernels.size(), kernels) << what << " " << bin->arch;
     for (const auto& k : bin->kernels) {
       EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << k.name << " " << bin->arch << " spills\n" << bin->log;
       EXPECT_LE(k.registers, max_registers) << k.name << " " << bin->arch;
     }
   }
+}
+
+void compile_for_gpus(const std::string& what, const std::vector<KernelSpec>& specs, int max_registers) {
+  ASSERT_FALSE(specs.empty()) << what;
+  compile_source_for_gpus(what, print_cuda_source(specs), specs.size(), max_registers);
 }
 
 class NvrtcCorpus : public ::testing::TestWithParam<OpCase> {};
@@ -92,11 +95,57 @@ INSTANTIATE_TEST_SUITE_P(AllOps, NvrtcCorpus, ::testing::ValuesIn(kCases),
 }  // namespace
 }  // namespace fusion_jit::testing
 
-// The reduction corpus and the patterns, likewise: every kernel compiles for sm_80 and sm_90
-// without spills.
 namespace fusion_jit::testing {
 namespace {
 
+// The comment line above each kernel of a CUDA source (its schedule), for failure messages.
+std::string kernel_headers(const std::string& source) {
+  std::string out;
+  for (size_t at = source.find("\n// group"); at != std::string::npos; at = source.find("\n// group", at + 1))
+    out += source.substr(at + 1, source.find('\n', at + 1) - at);
+  return out;
+}
+
+// Note [CUDA size arguments] without a GPU: per dtype, every op case in one module and every reduction
+// case in another (the modules of dynamic_corpus_test.cpp), moved to the GPU with sizes as arguments at
+// sizes 13 and 15: one source for both, every kernel reading its sizes, and that source compiles for
+// sm_80 and sm_90 without spills. (Sizes whose rows need another power of two of elements per thread,
+// 13 and 17 where a row is 2n long, print another reduction schedule: Note [CUDA reduction schedule].)
+class NvrtcDynamicCorpus : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(NvrtcDynamicCorpus, OneSourceForTwoSizesCompilesWithoutSpills) {
+  std::string why;
+  ASSERT_TRUE(nvrtc_available(&why)) << why;
+  const at::ScalarType t = GetParam();
+  CompileOptions o;
+  o.dynamic = "on";
+  int ops = 0, reductions = 0;
+  auto op_module = all_cases_module(t, &ops);
+  auto reduction_module = all_reductions_module(t, /*empty_ok=*/true, &reductions);
+  const std::vector<std::pair<torch::jit::Module*, std::function<std::vector<c10::IValue>(int64_t)>>> modules = {
+      {&op_module, [t](int64_t n) { return all_cases_inputs(t, n); }},
+      {&reduction_module, [t](int64_t n) { return std::vector<c10::IValue>{all_reductions_input(t, n)}; }}};
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const std::string what = fmt::format("{} {} cases", c10::toString(t), i ? reductions : ops);
+    if ((i ? reductions : ops) == 0) continue;
+    auto a = compile(*modules[i].first, o).compile_cuda(modules[i].second(13), "sm_90", /*run_nvrtc=*/false);
+    auto b = compile(*modules[i].first, o).compile_cuda(modules[i].second(15), "sm_90", /*run_nvrtc=*/false);
+    ASSERT_EQ(a->code.size(), 1u) << what << "\n" << a->explain();
+    ASSERT_EQ(b->code.size(), 1u) << what;
+    EXPECT_TRUE(a->code[0].source == b->code[0].source)
+        << what << ": sizes 13 and 15 printed different sources; their kernels:\n" << kernel_headers(a->code[0].source)
+        << "and\n" << kernel_headers(b->code[0].source);
+    for (const auto& k : a->kernels) EXPECT_FALSE(k.spec.args.empty()) << what << ": " << k.spec.name << " has literal sizes";
+    // One kernel may hold every op case (horizontal fusion): many registers, no spill.
+    compile_source_for_gpus(what, a->code[0].source, a->kernels.size(), 255);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, NvrtcDynamicCorpus, ::testing::Values(at::kFloat, at::kBFloat16, at::kInt, at::kBool),
+                         [](const ::testing::TestParamInfo<at::ScalarType>& i) { return std::string(c10::toString(i.param)); });
+
+// The reduction corpus and the patterns, likewise: every kernel compiles for sm_80 and sm_90
+// without spills.
 class NvrtcReductions : public ::testing::TestWithParam<ReductionCase> {};
 
 TEST_P(NvrtcReductions, CompileForSm80AndSm90WithoutSpills) {

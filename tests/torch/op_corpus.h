@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -270,6 +271,36 @@ inline std::vector<c10::IValue> corpus_inputs(const OpCase& c, at::ScalarType t)
   for (const auto& l : layouts())
     for (auto& x : l.make(t, c.arity, c.specials, c.nonzero_int)) inputs.emplace_back(x);
   return inputs;
+}
+
+// Every op case that accepts dtype `t` in one module (the tests of sizes as kernel arguments): forward(x,
+// y, z, u, v, w) over x [2, n], y [n] (broadcast) and z [n, 2]^T (transposed) with NaN, +-Inf and +-0 among
+// float values; cases that take no special values read u, v, w (the same without them). `*cases`
+// receives how many cases it holds.
+inline torch::jit::Module all_cases_module(at::ScalarType t, int* cases) {
+  std::string body = "    return (";
+  *cases = 0;
+  for (const OpCase& c : kCases) {
+    auto ds = dtypes_of(c.dtypes);
+    if (std::find(ds.begin(), ds.end(), t) == ds.end()) continue;
+    std::string e = c.expr;
+    for (int a = 0; a < c.arity; ++a) e = rename_var(e, "xyz"[a], std::string(1, (c.specials ? "xyz" : "uvw")[a]));
+    body += e + ", ";
+    ++*cases;
+  }
+  return script("x, y, z, u, v, w", body + ")");
+}
+
+// The inputs of all_cases_module(t) at size n.
+inline std::vector<c10::IValue> all_cases_inputs(at::ScalarType t, int64_t n) {
+  const bool nz = at::isIntegralType(t, false);  // integer division by 0 raises in eager
+  std::vector<c10::IValue> in;
+  for (int sp = 1; sp >= 0; --sp) {
+    in.emplace_back(values({2, n}, t, sp, 3 * sp, nz));
+    in.emplace_back(values({n}, t, sp, 3 * sp + 1, nz));
+    in.emplace_back(values({n, 2}, t, sp, 3 * sp + 2, nz).t());
+  }
+  return in;
 }
 
 }  // namespace fusion_jit::testing

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,26 @@ inline torch::jit::Module reduction_module(const ReductionCase& c, size_t n) {
     rets += (i ? ", " : "") + std::string("r") + std::to_string(i);
   }
   return script(args, body + "    return (" + rets + ",)");
+}
+
+// Every reduction case that accepts dtype `t` and whose `empty_ok` is `empty_ok`, in one module over
+// forward(x) (the tests of sizes as kernel arguments, over x [2, 3, n]); `*cases` receives how many.
+inline torch::jit::Module all_reductions_module(at::ScalarType t, bool empty_ok, int* cases) {
+  std::string body = "    return (";
+  *cases = 0;
+  for (const ReductionCase& c : kReductionCases) {
+    auto ds = reduction_dtypes(c.dtypes);
+    if (c.empty_ok != empty_ok || std::find(ds.begin(), ds.end(), t) == ds.end()) continue;
+    body += reduction_expr(c, "x") + ", ";
+    ++*cases;
+  }
+  return script("x", body + ")");
+}
+
+// The input of all_reductions_module at size n (NaN and +-inf among float values).
+inline at::Tensor all_reductions_input(at::ScalarType t, int64_t n) {
+  at::manual_seed(7);
+  return make_reduction_input({{2, 3, n}, 0, n == 0}, t, 1);
 }
 
 }  // namespace fusion_jit::testing

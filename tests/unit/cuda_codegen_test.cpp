@@ -2,6 +2,10 @@
 // architectures we ship for, with ptxas's report parsed; the Driver API's absence reported clearly.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <regex>
+
 #include "driver/build_plan.h"
 #include "targets/cuda/cuda_driver.h"
 #include "targets/cuda/cuda_printer.h"
@@ -144,6 +148,81 @@ TEST(Nvrtc, ParsesPtxasReport) {
   EXPECT_EQ(ks[0].shared_bytes, 64);
   EXPECT_EQ(ks[1].registers, 9);
   EXPECT_EQ(ks[1].spill_loads, 0);
+}
+
+// Note [CUDA size arguments]: printed with sizes as arguments, graphs of every kernel kind (a broadcast
+// chain with a softmax written out, a column sum, a cat of unequal items, an embedding read in its
+// consumer) give one CUDA source for every size of their class, no number of the size in the text, the
+// values recorded per size; NVRTC compiles that source for sm_80 and sm_90 without spills. Printed with
+// literals, the sizes give different sources.
+TEST(CudaCodegen, SizesAsArgumentsGiveOneSourceForEverySize) {
+  const std::vector<std::pair<const char*, const char*>> graphs = {
+      {"softmax", R"(graph(%0 : f32[{0},{1}], %1 : f32[{1}]):
+  %2 : f32[{0},{1}] = aten::add.Tensor(%0, %1, 1)
+  %3 : f32[{0},{1}] = aten::maximum(%2, %0)
+  %4 : f32[{0},1] = aten::amax(%3, [1], True)
+  %5 : f32[{0},{1}] = aten::sub.Tensor(%3, %4, 1)
+  %6 : f32[{0},{1}] = aten::exp(%5)
+  %7 : f32[{0},1] = aten::sum.dim_IntList(%6, [1], True, None)
+  %8 : f32[{0},{1}] = aten::div.Tensor(%6, %7)
+  %9 : f32[{0},{1}] = aten::mean.dim(%3, [1], True, None)
+  return (%3, %8, %9)
+)"},
+      {"column sum", R"(graph(%0 : f32[{1},{0}]):
+  %1 : f32[{1},{0}] = aten::exp(%0)
+  %2 : f32[{0}] = aten::sum.dim_IntList(%1, [0], False, None)
+  return (%2)
+)"},
+      {"cat pieces", R"(graph(%0 : f32[2,{0},{1}], %1 : f32[2,3,{1}]):
+  %2 : f32[2,3,{1}] = aten::exp(%1)
+  %3 : Tensor[] = prim::ListConstruct(%0, %2)
+  %4 : f32[2,{2},{1}] = aten::cat(%3, 1)
+  return (%4)
+)"},
+      {"embedding", R"(graph(%0 : f32[{0},{1}], %1 : i64[3,{0}], %2 : f32[3,{0},{1}]):
+  %3 : f32[3,{0},{1}] = aten::embedding(%0, %1, -1, False, False)
+  %4 : f32[3,{0},{1}] = aten::mul.Tensor(%3, %2)
+  return (%4)
+)"}};
+  // Sizes of one class: the same vector width (columns a multiple of 4), threads per row (rows of at most
+  // 512) and elements per thread (5 to 8 rounded up to 8 in the column sum).
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{13, 40}, {17, 48}, {29, 64}};
+  for (const auto& [what, graph] : graphs) {
+    std::string source, literal;
+    std::vector<std::vector<int64_t>> args;
+    for (auto [a, b] : sizes) {
+      const std::string ir = fmt::format(fmt::runtime(graph), a, b, a + 3);  // {2}: the cat's extent
+      const std::string at = fmt::format("{} at {}, {}", what, a, b);
+      auto specs = cuda_specs(ir);
+      ASSERT_FALSE(specs.empty()) << at;
+      const std::string lit = print_cuda_source(specs);
+      const std::string src = print_cuda_source(specs, /*size_args=*/true);
+      for (const auto& k : specs) EXPECT_FALSE(k.args.empty()) << at << ": " << k.name;
+      for (int64_t n : {a, b, a * b}) {
+        const std::string number = fmt::format("[^0-9a-z_]{}[^0-9]", n);
+        EXPECT_FALSE(std::regex_search(src.substr(src.find("fj_kernel_0")), std::regex(number)))
+            << at << ": " << n << " printed as a literal\n" << src.substr(src.find("fj_kernel_0"));
+      }
+      if (source.empty()) {
+        source = src;
+        literal = lit;
+      } else {
+        EXPECT_TRUE(src == source) << at << ": another size printed another source:\n"
+                               << src.substr(src.find("fj_kernel_0"));
+        EXPECT_TRUE(lit != literal) << at << ": literal sizes print the same source";
+      }
+      args.push_back(specs[0].args);
+      print_cuda_source(specs, /*size_args=*/false);
+      for (const auto& k : specs) EXPECT_TRUE(k.args.empty()) << at << ": printed with literals, args stay";
+    }
+    EXPECT_NE(args[0], args[1]) << what;
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      auto bin = compile_cuda_source(source, arch);
+      ASSERT_FALSE(bin->kernels.empty()) << what << " " << arch << "\n" << bin->log;
+      for (const auto& k : bin->kernels)
+        EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << what << " " << arch << " " << k.name << "\n" << bin->log;
+    }
+  }
 }
 
 TEST(CudaPlan, BuildsWithAGivenArchWithoutAGpu) {

@@ -215,6 +215,30 @@ TEST(PlanIo, SizeArgumentsAreReadBackAndTheirCountChecked) {
   expect_refused(text, "\"args\":[16,16,16]", "\"args\":[16,\"x\",16]", "a value that is not a number");
 }
 
+// The same for a CUDA plan (Note [CUDA size arguments]): its kernels read `z_.v[`, counted as the CPU's `z_[`.
+TEST(PlanIo, CudaSizeArgumentsAreReadBackAndTheirCountChecked) {
+  auto plan = sources_only_plan(/*cuda=*/true, kPlanGraph, /*size_args=*/true);
+  ASSERT_FALSE(plan->kernels.empty()) << plan->explain();
+  ASSERT_EQ(plan->kernels[0].spec.device, Device::kCUDA);
+  const auto& args = plan->kernels[0].spec.args;
+  ASSERT_FALSE(args.empty()) << plan->code[0].source;
+  EXPECT_NE(plan->code[0].source.find("const fj_sizes<" + std::to_string(args.size()) + "> z_"), std::string::npos)
+      << plan->code[0].source;
+  const std::string text = serialize_plan(*plan);
+  bool ok = false;
+  auto back = read_back(text, /*cuda=*/true, &ok);
+  ASSERT_TRUE(ok) << text;
+  expect_same_plan(*plan, *back);
+  auto stored = [](const std::vector<int64_t>& v) {
+    std::string s = "\"args\":[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  ASSERT_NE(text.find(stored(args)), std::string::npos) << text;
+  expect_refused(text, stored(args), stored({args.begin(), args.end() - 1}), "one value fewer than the kernel reads",
+                 /*cuda=*/true);
+}
+
 TEST(PlanIo, ACatStoredAtOffsetsIsReadBackAndItsOffsetsChecked) {
   auto plan = sources_only_plan(/*cuda=*/false, kCatGraph);
   ASSERT_EQ(plan->kernels.size(), 1u) << plan->explain();

@@ -33,34 +33,6 @@ void print_buffer_pointers(const KernelSpec& k, std::string& s) {
   }
 }
 
-// Note [Sizes as kernel arguments] (codegen/kernel_spec.h): the numbers of one kernel, printed as literals,
-// or as `z<i>`, locals the kernel sets from its `z_` argument, whose values are recorded in order. 0 and 1
-// stay literals either way: whether a stride is 0 or 1 decides what the code does.
-class Numbers {
- public:
-  explicit Numbers(std::vector<int64_t>* args) : args_(args) {}
-  std::string operator()(int64_t v) const {
-    if (!args_ || v == 0 || v == 1) return std::to_string(v);
-    args_->push_back(v);
-    return fmt::format("z{}", args_->size() - 1);
-  }
-  bool arguments() const { return args_ != nullptr; }
-  std::function<std::string(int64_t)> fn() const {
-    return [this](int64_t v) { return (*this)(v); };
-  }
-  // fn() where the numbers are arguments, null where they are literals.
-  std::function<std::string(int64_t)> args_fn() const { return args_ ? fn() : nullptr; }
-  // The kernel's first statements: its z<i> from `z_`, in the offsets' type `I`.
-  std::string declarations() const {
-    std::string s;
-    for (size_t i = 0; args_ && i < args_->size(); ++i) s += fmt::format("  const I z{0} = (I)z_[{0}];\n", i);
-    return s;
-  }
-
- private:
-  std::vector<int64_t>* args_;
-};
-
 // The signature every CPU kernel has (CpuKernelFn, cpu_launch.h), and the offsets' type `I`; the kernel's
 // z<i> are declared at `*decl_at` once its body is printed.
 void print_signature(const KernelSpec& k, std::string& s, size_t* decl_at) {
@@ -69,7 +41,7 @@ void print_signature(const KernelSpec& k, std::string& s, size_t* decl_at) {
   *decl_at = s.size();
 }
 
-std::string index_expr(const std::string& j, int64_t stride, const Numbers& z) {
+std::string index_expr(const std::string& j, int64_t stride, const KernelNumbers& z) {
   if (stride == 0) return "0";
   if (stride == 1) return j;
   return fmt::format("{} * {}", j, z(stride));
@@ -134,7 +106,7 @@ bool computes(const Expr& e) {
   return false;
 }
 
-void print_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
+void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   size_t nd = k.sizes.size();
   int64_t inner = k.sizes[nd - 1];
@@ -387,7 +359,7 @@ std::string merge_lanes(const KernelPass& pass, int acc_base, int width) {
 // ("ksum"), a plain sum kept alongside for eager's inf and NaN. Integer sums and products restart per chunk of 1024 elements. Lanes
 // merge as a tree at the end (Welford's by Chan's formula). Elements past the last whole vector go to
 // lane 0.
-void print_reduction_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
+void print_reduction_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   size_t first_out = 0;
@@ -630,7 +602,7 @@ std::string tile_results(const KernelPass& pass, int acc_base) {
   return pre;
 }
 
-void print_column_kernel(const KernelSpec& k, std::string& s, const Numbers& z) {
+void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const int64_t kin = k.sizes[kd - 1], L = k.row_len;
@@ -771,7 +743,7 @@ std::string print_cpu_source(std::vector<KernelSpec>& kernels, bool size_args) {
   s += kernel_hooks().prelude("cpu");  // empty but in tests (Note [Kernel hooks])
   for (auto& k : kernels) {
     k.args.clear();
-    const Numbers z(size_args ? &k.args : nullptr);
+    const KernelNumbers z(size_args ? &k.args : nullptr);
     if (k.is_reduction() && reduction_is_column(k)) print_column_kernel(k, s, z);
     else if (k.is_reduction()) print_reduction_kernel(k, s, z);
     else print_kernel(k, s, z);

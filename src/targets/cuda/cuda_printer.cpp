@@ -25,7 +25,9 @@ const char* kReducePrelude =
 #include "targets/cuda/cuda_prelude_reduce.inc"
     ;
 // 128-bit (or narrower) vectors of N elements, aligned to their size.
-const char* kVector = "template <class T, int N> struct alignas(sizeof(T) * N) fj_vec { T v[N]; };\n";
+const char* kVector =
+    "template <class T, int N> struct alignas(sizeof(T) * N) fj_vec { T v[N]; };\n"
+    "template <int N> struct fj_sizes { long long v[N]; };  // Note [CUDA size arguments]\n";
 
 std::string storage_type(DType t) {
   if (t == DType::kFloat16) return "__half";
@@ -51,14 +53,26 @@ bool uses_reduced_floats(const KernelSpec& k) {
   return false;
 }
 
-// `extern "C" __global__ void ... NAME(typed pointers p<b>) {`
-std::string kernel_signature(const KernelSpec& k) {
+// Note [CUDA size arguments]
+// With sizes as arguments (Note [Sizes as kernel arguments]) a CUDA kernel takes its numbers after its
+// buffers as one parameter passed by value, `const fj_sizes<N> z_` (N 64-bit integers), and its first
+// statements copy them into the locals `z<i>` of the offsets' type. Passed by value, they reach the
+// kernel in its parameter space (constant memory, no device allocation, captured as they are by a CUDA
+// graph) and the launch passes the address of the plan's `args` as that parameter's value. A kernel
+// whose numbers and pointers would not fit the 4 KB of parameters every architecture takes
+// (kCudaParamBytes) is printed with literals instead: it is then specialized to its signature, as every
+// CUDA kernel was before.
+constexpr size_t kCudaParamBytes = 4000;
+
+// `extern "C" __global__ void ... NAME(typed pointers p<b>[, sizes z_]) {`
+std::string kernel_signature(const KernelSpec& k, const KernelNumbers& z) {
   std::string params;
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     const auto& kb = k.buffers[b];
     params += params.empty() ? "" : ", ";
     params += fmt::format("{}{}* __restrict__ p{}", kb.is_output ? "" : "const ", storage_type(kb.dtype), b);
   }
+  if (z.count() > 0) params += fmt::format(", const fj_sizes<{}> z_", z.count());
   return fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n", kCudaBlockSize,
                      kCudaMinBlocksPerSm, k.name, params);
 }
@@ -70,25 +84,26 @@ size_t first_output(const KernelSpec& k) {
 }
 
 // `offK = ...` for every buffer, from the flat index `i` (an I), decomposed over the dims.
-void print_offsets(const KernelSpec& k, const std::string& indent, std::string& s) {
+void print_offsets(const KernelSpec& k, const std::string& indent, const KernelNumbers& z, std::string& s) {
   size_t nd = k.sizes.size();
   s += indent + "I r_ = i, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I off{} = 0;\n", indent, b);
-  s += offsets_code(k, 0, nd, {"r_", "c_", "off", /*short_unit_stride=*/true, /*skip_unused_dims=*/true}, indent);
+  s += offsets_code(k, 0, nd, {"r_", "c_", "off", /*short_unit_stride=*/true, /*skip_unused_dims=*/true, z.args_fn()},
+                    indent);
 }
 
 // The call of the body function with loaded values `in(b)` and output variables `out(b)`; with pieces
 // (Note [Cats of unequal items]), the outermost cat's value after the inputs, the pieces' own buffers left
 // out.
 template <class In, class Out>
-std::string body_call(const KernelSpec& k, In in, Out out) {
+std::string body_call(const KernelSpec& k, const KernelNumbers& z, In in, Out out) {
   std::string args;
   const size_t fo = first_output(k);
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     if (k.buffers[b].piece >= 0) continue;
     if (b == fo && !k.pieces.empty()) args += (args.empty() ? "" : ", ") + k.pieces.front().var;
     args += args.empty() ? "" : ", ";
-    args += k.buffers[b].is_output ? out(b) : load_expr(k.buffers[b].dtype, load_ref(k, b, in));
+    args += k.buffers[b].is_output ? out(b) : load_expr(k.buffers[b].dtype, load_ref(k, b, in, z.args_fn()));
   }
   return fmt::format("{}_body({});", k.name, args);
 }
@@ -110,10 +125,10 @@ void print_pieces(const KernelSpec& k, std::string& s) {
 
 // In the scalar loop: the leaf piece the element at flat index `i` lies in runs, setting the outermost
 // cat's variable; the leaf's buffers are read at offsets counted from its pieces' starts.
-void print_piece_choice(const KernelSpec& k, const std::string& indent, std::string& s) {
+void print_piece_choice(const KernelSpec& k, const std::string& indent, const KernelNumbers& z, std::string& s) {
   std::set<int> dims;
   for (const auto& p : k.pieces) dims.insert(p.dim);
-  for (int d : dims) s += fmt::format("{}const I pc{}_ = (i / {}) % {};\n", indent, d, k.inner_elements(d), k.sizes[d]);
+  for (int d : dims) s += fmt::format("{}const I pc{}_ = (i / {}) % {};\n", indent, d, z(k.inner_elements(d)), z(k.sizes[d]));
   const KernelPiece& root = k.pieces.front();
   s += fmt::format("{}{} {};\n", indent, compute_type(root.type), root.var);
   const auto leaves = k.piece_leaves();
@@ -122,26 +137,30 @@ void print_piece_choice(const KernelSpec& k, const std::string& indent, std::str
     for (size_t b = 0; b < k.buffers.size(); ++b) {
       const auto& kb = k.buffers[b];
       if (kb.piece < 0 || !piece_on_path(k, kb.piece, leaves[l])) continue;
-      auto ref = [&](size_t x) { return fmt::format("p{}[off{} - {}]", x, x, k.piece_shift(k.buffers[x])); };
-      args += (args.empty() ? "" : ", ") + load_expr(kb.dtype, load_ref(k, b, ref));
+      auto ref = [&](size_t x) { return fmt::format("p{}[off{} - {}]", x, x, z(k.piece_shift(k.buffers[x]))); };
+      args += (args.empty() ? "" : ", ") + load_expr(kb.dtype, load_ref(k, b, ref, z.args_fn()));
     }
     for (int p : k.piece_path(leaves[l])) {
       const KernelPiece& pc = k.pieces[static_cast<size_t>(p)];
-      cond += fmt::format("{}pc{}_ >= {} && pc{}_ < {}", cond.empty() ? "" : " && ", pc.dim, pc.start, pc.dim, pc.end);
+      cond += fmt::format("{}pc{}_ >= {} && pc{}_ < {}", cond.empty() ? "" : " && ", pc.dim, z(pc.start), pc.dim, z(pc.end));
     }
     s += fmt::format("{}{}{}{} = {}_leaf{}({});\n", indent, l ? "else " : "",
                      l + 1 < leaves.size() ? "if (" + cond + ") " : "", root.var, k.name, leaves[l], args);
   }
 }
 
-void print_kernel(const KernelSpec& k, std::string& s) {
+void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
   const char* I = k.index32 ? "int" : "long long";
   size_t nd = k.sizes.size();
   const int vec = cuda_vector_width(k);
   const size_t fo = first_output(k);
-  s += fmt::format("\n// group {}: {} elements as [", k.group, k.numel);
-  for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(k.sizes[d]);
-  s += fmt::format("], {} offsets, vector width {}\n", k.index32 ? "int32" : "int64", vec);
+  if (z.arguments()) {
+    s += fmt::format("\n// group {}: {} dims, {} offsets, vector width {}\n", k.group, nd, k.index32 ? "int32" : "int64", vec);
+  } else {
+    s += fmt::format("\n// group {}: {} elements as [", k.group, k.numel);
+    for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(k.sizes[d]);
+    s += fmt::format("], {} offsets, vector width {}\n", k.index32 ? "int32" : "int64", vec);
+  }
   // The scalar body as a device function.
   std::string params;
   for (size_t b = 0; b < k.buffers.size(); ++b) {
@@ -158,79 +177,85 @@ void print_kernel(const KernelSpec& k, std::string& s) {
   s += fmt::format("FJ_INLINE void {}_body({}) {{\n", k.name, params);
   for (const auto& st : k.body) s += "  " + print_stmt(st) + "\n";
   s += "}\n";
-  // The kernel.
-  s += kernel_signature(k);
-  s += fmt::format("  typedef {} I;\n", I);
-  s += "  const long long tid_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n";
-  s += "  const long long stride_ = (long long)gridDim.x * blockDim.x;\n";
-  s += "  long long first_ = tid_;  // the scalar loop's first element\n";
+  // The kernel: its statements first, then its signature and size locals, which depend on the numbers
+  // the statements print (Note [CUDA size arguments]).
+  std::string t;
+  const std::string numel = z.wide(k.numel);
+  t += "  const long long tid_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n";
+  t += "  const long long stride_ = (long long)gridDim.x * blockDim.x;\n";
+  t += "  long long first_ = tid_;  // the scalar loop's first element\n";
   auto decl_out = [&](const std::string& indent) {
     for (size_t b = fo; b < k.buffers.size(); ++b)
-      s += fmt::format("{}{} o{};\n", indent, compute_type(k.buffers[b].dtype), b - fo);
+      t += fmt::format("{}{} o{};\n", indent, compute_type(k.buffers[b].dtype), b - fo);
   };
   if (vec > 1) {
-    const int64_t nvec = k.numel / vec;
     std::string aligned;
     for (size_t b = 0; b < k.buffers.size(); ++b) {
       if (k.buffers[b].strides[nd - 1] != 1) continue;
       aligned += aligned.empty() ? "" : " | ";
       aligned += fmt::format("((unsigned long long)p{} % {})", b, vec * dtype_size(k.buffers[b].dtype));
     }
-    s += fmt::format("  if (({}) == 0) {{\n", aligned);
-    s += fmt::format("    for (long long v_ = tid_; v_ < {}LL; v_ += stride_) {{\n", nvec);
-    s += fmt::format("      const I i = (I)(v_ * {});\n", vec);
-    print_offsets(k, "      ", s);
+    t += fmt::format("  const long long nvec_ = {} / {};  // whole vectors\n", numel, vec);
+    t += fmt::format("  if (({}) == 0) {{\n", aligned);
+    t += "    for (long long v_ = tid_; v_ < nvec_; v_ += stride_) {\n";
+    t += fmt::format("      const I i = (I)(v_ * {});\n", vec);
+    print_offsets(k, "      ", z, t);
     for (size_t b = 0; b < fo; ++b) {
       const auto& kb = k.buffers[b];
       if (kb.strides[nd - 1] == 1)
-        s += fmt::format("      const fj_vec<{0}, {1}> x{2} = *(const fj_vec<{0}, {1}>*)(p{2} + off{2});\n",
+        t += fmt::format("      const fj_vec<{0}, {1}> x{2} = *(const fj_vec<{0}, {1}>*)(p{2} + off{2});\n",
                          storage_type(kb.dtype), vec, b);
       else
-        s += fmt::format("      const {0} x{1} = p{1}[off{1}];\n", storage_type(kb.dtype), b);
+        t += fmt::format("      const {0} x{1} = p{1}[off{1}];\n", storage_type(kb.dtype), b);
     }
     for (size_t b = fo; b < k.buffers.size(); ++b)
-      s += fmt::format("      fj_vec<{}, {}> y{};\n", storage_type(k.buffers[b].dtype), vec, b);
+      t += fmt::format("      fj_vec<{}, {}> y{};\n", storage_type(k.buffers[b].dtype), vec, b);
     // One body per element, written out: a loop indexing the vectors would leave them in local memory
     // wherever the unroller gives up.
     for (int e = 0; e < vec; ++e) {
-      s += "      {\n";
+      t += "      {\n";
       decl_out("        ");
-      s += "        " +
+      t += "        " +
            body_call(
-               k,
+               k, z,
                [&](size_t b) {
                  return k.buffers[b].strides[nd - 1] == 1 ? fmt::format("x{}.v[{}]", b, e) : fmt::format("x{}", b);
                },
                [&](size_t b) { return fmt::format("o{}", b - fo); }) +
            "\n";
       for (size_t b = fo; b < k.buffers.size(); ++b)
-        s += fmt::format("        y{}.v[{}] = {};\n", b, e, store_expr(k.buffers[b].dtype, fmt::format("o{}", b - fo)));
-      s += "      }\n";
+        t += fmt::format("        y{}.v[{}] = {};\n", b, e, store_expr(k.buffers[b].dtype, fmt::format("o{}", b - fo)));
+      t += "      }\n";
     }
     for (size_t b = fo; b < k.buffers.size(); ++b)
-      s += fmt::format("      *(fj_vec<{0}, {1}>*)(p{2} + off{2}) = y{2};\n", storage_type(k.buffers[b].dtype), vec, b);
-    s += "    }\n";
-    s += fmt::format("    first_ = {}LL + tid_;\n  }}\n", nvec * vec);
+      t += fmt::format("      *(fj_vec<{0}, {1}>*)(p{2} + off{2}) = y{2};\n", storage_type(k.buffers[b].dtype), vec, b);
+    t += "    }\n";
+    t += fmt::format("    first_ = nvec_ * {} + tid_;\n  }}\n", vec);
   }
-  s += fmt::format("  for (long long e_ = first_; e_ < {}LL; e_ += stride_) {{\n", k.numel);
-  s += "    const I i = (I)e_;\n";
-  print_offsets(k, "    ", s);
-  if (!k.pieces.empty()) print_piece_choice(k, "    ", s);
+  t += fmt::format("  for (long long e_ = first_; e_ < {}; e_ += stride_) {{\n", numel);
+  t += "    const I i = (I)e_;\n";
+  print_offsets(k, "    ", z, t);
+  if (!k.pieces.empty()) print_piece_choice(k, "    ", z, t);
   decl_out("    ");
-  s += "    " +
-       body_call(k, [&](size_t b) { return fmt::format("p{0}[off{0}]", b); },
+  t += "    " +
+       body_call(k, z, [&](size_t b) { return fmt::format("p{0}[off{0}]", b); },
                  [&](size_t b) { return fmt::format("o{}", b - fo); }) +
        "\n";
   for (size_t b = fo; b < k.buffers.size(); ++b)
-    s += fmt::format("    p{0}[off{0}] = {1};\n", b, store_expr(k.buffers[b].dtype, fmt::format("o{}", b - fo)));
-  s += "  }\n}\n";
+    t += fmt::format("    p{0}[off{0}] = {1};\n", b, store_expr(k.buffers[b].dtype, fmt::format("o{}", b - fo)));
+  t += "  }\n}\n";
+  s += kernel_signature(k, z);
+  s += fmt::format("  typedef {} I;\n", I);
+  s += z.declarations("z_.v[{}]");
+  s += t;
 }
 
 // Note [CUDA reduction schedule]
 // Blocks of 256 threads. A row gets TR threads (cuda_threads_per_row): a warp for rows of up to 512
 // elements (8 rows per block), the whole block otherwise; blocks walk the groups of rows grid-stride.
 // Thread t of a row handles elements t, t + TR, t + 2 TR, ... (coalesced when the reduced dim is the
-// innermost). When a thread has at most kCudaRowRegisters of them, the loops are unrolled and the row
+// innermost). When a thread has at most kCudaRowRegisters of them (counted up to a power of two,
+// cuda_elements_per_thread), the loops are unrolled and the row
 // stays in registers between passes: element buffers read by several passes are loaded once, and the
 // expensive values the builder keeps in scratch (softmax's exp) are kept in registers; longer rows are
 // read again in each pass (from L2). Each pass ends with fj_row_reduce of its accumulators, which gives
@@ -239,42 +264,43 @@ void print_kernel(const KernelSpec& k, std::string& s) {
 // Column reductions (reduction_is_column) take a block tile instead: 32 neighbouring rows (neighbouring
 // threads, so loads along the kept dim coalesce) by kCudaColumnThreads threads per row along the reduced
 // dim, combined through shared memory by fj_column_reduce.
-void print_reduction_kernel(const KernelSpec& k, std::string& s) {
+void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& out) {
   const char* I = k.index32 ? "int" : "long long";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const bool column = reduction_is_column(k);
   const int tr = cuda_threads_per_row(k);
   const int rb = kCudaBlockSize / tr;
-  const int64_t groups = (k.rows + rb - 1) / rb;
   const bool regs = cuda_row_in_registers(k);
   const int64_t K = cuda_elements_per_thread(k);
-  s += fmt::format("\n// {}, {} passes, {} threads per row, {}\n", reduction_summary(k), k.passes.size(), tr,
+  out += fmt::format("\n// {}, {} passes, {} threads per row, {}\n", reduction_summary(k, !z.arguments()), k.passes.size(), tr,
                    regs ? fmt::format("{} elements per thread in registers", K) : std::string("rows read per pass"));
-  s += kernel_signature(k);
-  s += fmt::format("  typedef {} I;\n", I);
-  s += fmt::format("  [[maybe_unused]] const I {} = {};\n", kRowLength, k.row_len);
+  // The statements first, then the signature and the size locals (Note [CUDA size arguments]).
+  std::string s;
+  s += fmt::format("  [[maybe_unused]] const I {} = {};\n", kRowLength, z(k.row_len));
+  const std::string rows = z.wide(k.rows);
   if (column)  // neighbouring threads take neighbouring rows: coalesced along the kept dim
     s += fmt::format("  const int sub_ = threadIdx.x % {0}, lane_ = threadIdx.x / {0};\n", rb);
   else
     s += fmt::format("  const int lane_ = threadIdx.x % {0}, sub_ = threadIdx.x / {0};\n", tr);
-  s += fmt::format("  for (long long g_ = blockIdx.x; g_ < {}LL; g_ += gridDim.x) {{\n", groups);
+  s += fmt::format("  const long long groups_ = ({} + {}) / {};\n", rows, rb - 1, rb);
+  s += "  for (long long g_ = blockIdx.x; g_ < groups_; g_ += gridDim.x) {\n";
   if (column) {
     // Every thread takes part in the block-wide reductions; those past the last row only load nothing.
-    s += fmt::format("    const bool active_ = g_ * {0} + sub_ < {1}LL;\n", rb, k.rows);
+    s += fmt::format("    const bool active_ = g_ * {0} + sub_ < {1};\n", rb, rows);
     s += fmt::format("    const long long row_ = active_ ? g_ * {} + sub_ : 0;\n", rb);
   } else {
     s += fmt::format("    const long long row_ = g_ * {} + sub_;\n", rb);
     // With a warp per row, a warp past the last row has nothing to do (no block-wide barrier follows).
-    if (rb > 1) s += fmt::format("    if (row_ >= {}LL) continue;\n", k.rows);
+    if (rb > 1) s += fmt::format("    if (row_ >= {}) continue;\n", rows);
     s += "    const bool active_ = true;\n";
   }
   s += "    I r_ = (I)row_, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I roff{} = 0;\n", b);
-  s += row_offsets_code(k, kd, "    ");
+  s += row_offsets_code(k, kd, "    ", z.args_fn());
   auto row_ref = [](size_t b) { return fmt::format("p{0}[roff{0}]", b); };
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", compute_type(k.buffers[b].dtype), b,
-                     load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref)));
+                     load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref, z.args_fn())));
   for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
   // Registers: element buffers read by more than one pass, and the scratch values.
   std::map<int, int> passes_reading;
@@ -294,7 +320,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     std::string off;
     if (nd - kd == 1) {
       int64_t st = k.buffers[b].strides[nd - 1];
-      off = st == 0 ? "" : st == 1 ? " + (I)e_" : fmt::format(" + (I)e_ * {}", st);
+      off = st == 0 ? "" : st == 1 ? " + (I)e_" : fmt::format(" + (I)e_ * {}", z(st));
     } else {
       off = fmt::format(" + eoff{}", b);
     }
@@ -314,20 +340,20 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
       else
         s += fmt::format("    {} a{} = {};\n", ty, acc_base + i, reduction_identity(a.kind, a.type));
     }
-    if (regs) s += fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n      if (active_ && e_ < {}LL) {{\n", K, tr, k.row_len);
-    else s += fmt::format("    for (long long e_ = lane_; active_ && e_ < {}LL; e_ += {}) {{\n      {{\n", k.row_len, tr);
+    if (regs) s += fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n      if (active_ && e_ < (long long){}) {{\n", K, tr, kRowLength);
+    else s += fmt::format("    for (long long e_ = lane_; active_ && e_ < (long long){}; e_ += {}) {{\n      {{\n", kRowLength, tr);
     const std::string ind = "        ";
     if (nd - kd != 1) {
       s += ind + "I q_ = (I)e_, d_;\n";
       for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I eoff{} = 0;\n", ind, b);
-      s += offsets_code(k, kd, nd, {"q_", "d_", "eoff"}, ind);
+      s += offsets_code(k, kd, nd, {"q_", "d_", "eoff", false, false, z.args_fn()}, ind);
     }
     for (int b : pass.loads) {
       const std::string ty = compute_type(k.buffers[b].dtype);
       if (cached.count(b) && loaded.count(b)) {
         s += fmt::format("{}const {} b{} = rc{}[u_];\n", ind, ty, b, b);
       } else {
-        s += fmt::format("{}const {} b{} = {};\n", ind, ty, b, load_expr(k.buffers[b].dtype, load_ref(k, b, ref)));
+        s += fmt::format("{}const {} b{} = {};\n", ind, ty, b, load_expr(k.buffers[b].dtype, load_ref(k, b, ref, z.args_fn())));
         if (cached.count(b)) s += fmt::format("{}rc{}[u_] = b{};\n", ind, b, b);
       }
     }
@@ -382,11 +408,24 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s) {
     s += "    }\n";
   }
   s += "  }\n}\n";
+  out += kernel_signature(k, z);
+  out += fmt::format("  typedef {} I;\n", I);
+  out += z.declarations("z_.v[{}]");
+  out += s;
 }
 
 }  // namespace
 
-std::string print_cuda_source(const std::vector<KernelSpec>& kernels) {
+namespace {
+
+// One kernel, with its numbers as arguments recorded in `args` (null: literals).
+void print_cuda_kernel(const KernelSpec& k, std::vector<int64_t>* args, std::string& s) {
+  const KernelNumbers z(args);
+  if (k.is_reduction()) print_reduction_kernel(k, z, s);
+  else print_kernel(k, z, s);
+}
+
+std::string print_source(const std::vector<KernelSpec>& kernels, std::vector<KernelSpec>* with_args) {
   std::string s = "// Generated by fusion_jit: CUDA kernels of one plan.\n";
   s += kPrelude;
   bool half = false;
@@ -398,11 +437,35 @@ std::string print_cuda_source(const std::vector<KernelSpec>& kernels) {
   if (reductions) s += kReducePrelude;
   s += kVector;
   s += kernel_hooks().prelude("cuda");  // empty but in tests (Note [Kernel hooks])
-  for (const auto& k : kernels) {
-    if (k.is_reduction()) print_reduction_kernel(k, s);
-    else print_kernel(k, s);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (!with_args) {
+      print_cuda_kernel(kernels[i], nullptr, s);
+      continue;
+    }
+    std::vector<int64_t>& args = (*with_args)[i].args;
+    args.clear();
+    std::string k;
+    print_cuda_kernel(kernels[i], &args, k);
+    if ((args.size() + kernels[i].buffers.size()) * 8 > kCudaParamBytes) {  // Note [CUDA size arguments]: too many for the parameter space
+      args.clear();
+      k.clear();
+      print_cuda_kernel(kernels[i], nullptr, k);
+    }
+    s += k;
   }
   return s;
+}
+
+}  // namespace
+
+std::string print_cuda_source(const std::vector<KernelSpec>& kernels) { return print_source(kernels, nullptr); }
+
+std::string print_cuda_source(std::vector<KernelSpec>& kernels, bool size_args) {
+  if (!size_args) {
+    for (auto& k : kernels) k.args.clear();
+    return print_source(kernels, nullptr);
+  }
+  return print_source(kernels, &kernels);
 }
 
 }  // namespace fusion_jit

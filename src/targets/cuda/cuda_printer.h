@@ -1,6 +1,7 @@
 // The CUDA code printer: a plan's KernelSpecs as one CUDA C++ translation unit for NVRTC, one
-// `extern "C" __global__` kernel per spec, taking one pointer per buffer (inputs, then outputs) and
-// nothing else: sizes and strides are constants of the plan's signature.
+// `extern "C" __global__` kernel per spec, taking one pointer per buffer (inputs, then outputs) and,
+// with sizes as arguments, its numbers as one parameter (Note [CUDA size arguments]); otherwise sizes and
+// strides are constants of the plan's signature.
 //
 // Schedule (pointwise): a grid-stride loop over the flattened iteration space. When every buffer's
 // innermost stride is 0 or 1 and the sizes allow, a kernel also has a vector path: each thread handles
@@ -19,6 +20,10 @@
 
 namespace fusion_jit {
 
+// With sizes and strides as literals.
 std::string print_cuda_source(const std::vector<KernelSpec>& kernels);
+// With `size_args`, sizes and strides as arguments (Note [Sizes as kernel arguments]): each kernel's
+// values are recorded in its `args`, in the order its code reads them. Without, `args` are cleared.
+std::string print_cuda_source(std::vector<KernelSpec>& kernels, bool size_args);
 
 }  // namespace fusion_jit

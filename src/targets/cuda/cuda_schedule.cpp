@@ -46,7 +46,9 @@ int cuda_threads_per_row(const KernelSpec& k) {
 }
 int64_t cuda_elements_per_thread(const KernelSpec& k) {
   const int t = cuda_threads_per_row(k);
-  return (k.row_len + t - 1) / t;
+  int64_t n = 1;
+  while (n * t < k.row_len) n *= 2;
+  return n;
 }
 bool cuda_row_in_registers(const KernelSpec& k) { return cuda_elements_per_thread(k) <= kCudaRowRegisters; }
 

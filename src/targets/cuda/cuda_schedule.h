@@ -24,8 +24,10 @@ int64_t cuda_work_items(const KernelSpec& k);
 
 // The CUDA schedule of a reduction kernel (Note [CUDA reduction schedule] in cuda_printer.cpp): threads
 // per row (a warp for rows up to 512 elements, a block of 256 otherwise, kCudaColumnThreads for column
-// reductions), elements each thread handles, and whether those stay in registers across the passes (at
-// most kCudaRowRegisters per thread).
+// reductions), elements each thread handles (rounded up to a power of two: the unrolled loop's trip
+// count, printed into the kernel, so that rows of lengths in (n/2, n] elements per thread share one
+// kernel when sizes are arguments; the loop skips the elements past the row), and whether those stay in
+// registers across the passes (at most kCudaRowRegisters per thread).
 constexpr int64_t kCudaRowRegisters = 16;
 constexpr int kCudaColumnThreads = 8;
 int cuda_threads_per_row(const KernelSpec& k);

@@ -38,21 +38,24 @@ class CudaKernels final : public LoadedKernels {
   CudaKernels(const CudaBinary& binary, const std::vector<const KernelSpec*>& kernels, int device)
       : module_(binary, device), device_(device) {
     for (const KernelSpec* k : kernels)
-      kernels_.push_back({module_.function(k->name), cuda_work_items(*k), k->buffers.size()});
+      kernels_.push_back({module_.function(k->name), cuda_work_items(*k), k->buffers.size(), k->args});
   }
   void launch(size_t i, void* const* buffers, const LaunchContext& ctx) const override {
     const Kernel& k = kernels_[i];
-    // cuLaunchKernel takes the address of each argument: here, of each buffer pointer.
-    std::vector<void*> args(k.buffers);
+    // cuLaunchKernel takes the address of each argument: of each buffer pointer, then of the sizes
+    // (Note [CUDA size arguments]: one fj_sizes<N> parameter, whose bytes are the N values of `sizes`).
+    std::vector<void*> args(k.buffers + (k.sizes.empty() ? 0 : 1));
     for (size_t j = 0; j < k.buffers; ++j) args[j] = const_cast<void**>(&buffers[j]);
+    if (!k.sizes.empty()) args[k.buffers] = const_cast<int64_t*>(k.sizes.data());
     cuda_launch(k.function, device_, k.work_items, args.data(), ctx.stream(Device::kCUDA, device_));
   }
 
  private:
   struct Kernel {
     void* function;
-    int64_t work_items;  // threads with work (cuda_work_items)
+    int64_t work_items;  // threads with work (cuda_work_items), for this plan's sizes
     size_t buffers;
+    std::vector<int64_t> sizes;  // the kernel's size arguments (KernelSpec::args)
   };
   CudaModule module_;
   int device_;
@@ -82,10 +85,8 @@ class CudaTarget final : public Target {
   // The SM count is not asked of the device: plans stay the same on every GPU of the class.
   DeviceDescription machine(int) const override { return cuda_gpu_description(); }
 
-  // Sizes stay literals here (Note [Sizes as kernel arguments]): CUDA kernels are specialized per signature.
-  std::string print_source(std::vector<KernelSpec>& kernels, bool) const override {
-    for (auto& k : kernels) k.args.clear();
-    return print_cuda_source(kernels);
+  std::string print_source(std::vector<KernelSpec>& kernels, bool size_args) const override {
+    return print_cuda_source(kernels, size_args);
   }
 
   bool device_present(std::string* why) const override { return cuda_driver_available(why); }
@@ -96,6 +97,9 @@ class CudaTarget final : public Target {
   void check_arch(const std::string& arch) const override { check_cuda_arch(arch); }
   std::shared_ptr<const Artifact> compile(const std::string& source, const std::string& arch) const override {
     return std::make_shared<CudaArtifact>(compile_cuda_source(source, arch));
+  }
+  bool compiled(const std::string& source, const std::string& arch) const override {
+    return cuda_source_compiled(source, arch);
   }
 
   std::unique_ptr<LoadedKernels> load(const std::shared_ptr<const Artifact>& artifact, const std::vector<const KernelSpec*>& kernels,

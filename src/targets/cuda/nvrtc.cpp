@@ -252,17 +252,33 @@ void deserialize(const std::string& s, CudaBinary* b) {
   b->log = s.substr(9 + n);
 }
 
+// The kernel cache key of `source` compiled for `arch` by this NVRTC with our options.
+std::string binary_key(const Nvrtc& n, const std::string& source, const std::string& arch,
+                       const std::vector<std::string>& options) {
+  std::string flags;
+  for (const auto& o : options) flags += o + "\n";
+  return cache_key({arch.rfind("compute_", 0) == 0 ? "ptx" : "cubin", source, fmt::format("nvrtc {}", n.version), flags, arch});
+}
+
 }  // namespace
+
+bool cuda_source_compiled(const std::string& source, const std::string& arch) {
+  if (!nvrtc_available()) return false;
+  const std::string key = binary_key(checked(), source, arch, nvrtc_options(arch));
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = binary_cache().find(key);
+    if (it != binary_cache().end() && !it->second.expired()) return true;
+  }
+  return !Options::get().is_disabled("cache") && KernelsCache::instance().contains(key);
+}
 
 std::shared_ptr<const CudaBinary> compile_cuda_source(const std::string& source, const std::string& arch) {
   const Nvrtc& n = checked();
   check_cuda_arch(arch);
   const Options& opt = Options::get();
   auto options = nvrtc_options(arch);
-  std::string flags;
-  for (const auto& o : options) flags += o + "\n";
-  const std::string key = cache_key({arch.rfind("compute_", 0) == 0 ? "ptx" : "cubin", source,
-                                     fmt::format("nvrtc {}", n.version), flags, arch});
+  const std::string key = binary_key(n, source, arch, options);
   {
     std::lock_guard<std::mutex> g(g_mu);
     if (auto b = binary_cache()[key].lock()) {

@@ -60,6 +60,9 @@ void check_cuda_arch(const std::string& arch);
 // Compiles (or finds) `source` for `arch`. Throws fusion_jit::Error with NVRTC's log when it fails, and
 // when FUSION_JIT_ASSERT_NO_COMPILE is set and a compile would be needed.
 std::shared_ptr<const CudaBinary> compile_cuda_source(const std::string& source, const std::string& arch);
+// Whether compile_cuda_source(source, arch) would find it in memory or in the kernel cache (false
+// without NVRTC).
+bool cuda_source_compiled(const std::string& source, const std::string& arch);
 NvrtcStats nvrtc_stats();
 // The options passed to NVRTC for `arch` (the include directory included), for display and cache keys.
 std::vector<std::string> nvrtc_options(const std::string& arch);
