@@ -11,6 +11,9 @@
 // - BM_Cuda<Pattern>Eager / BM_Cuda<Pattern>Fused: the reduction patterns (softmax of a scaled, masked
 //   input; layer norm of x + bias + residual; RMS norm times a weight; log_softmax; mean and var; GELU then
 //   mean) on [65536, 1024] float32, bytes_per_second over the tensors read and written once.
+// - BM_CudaSoftmaxDynamic, BM_CudaLayerNormDynamic, BM_CudaTransposedAdd{Fused,Dynamic}: plans whose
+//   kernels take their sizes as arguments against the same plans with literal sizes (issue 17's bar: within
+//   10%).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
@@ -90,6 +93,29 @@ void BM_CudaChainFused(benchmark::State& st) {
   st.SetBytesProcessed(st.iterations() * 2 * kBig * 4);
   st.SetLabel(std::to_string(f.plan_for(args) ? 1 : 0) + " plan");
 }
+
+// A pointwise kernel with no vector path and three dims: x transposed in its last two dims plus y,
+// [1024, 256, 256] float32 (256 MB each); each element's offsets are decomposed by the sizes, constants
+// in the literal plan and run-time values with sizes as arguments (Note [CUDA size arguments]): the
+// case where the two differ most. bytes_per_second over x and y read and the result written.
+void transposed_add(benchmark::State& st, bool dynamic) {
+  if (skip_without_gpu(st)) return;
+  at::Tensor x = at::randn({1024, 256, 256}, at::kCUDA).transpose(1, 2), y = at::randn({1024, 256, 256}, at::kCUDA);
+  fusion_jit::CompileOptions o;
+  o.dynamic = dynamic ? "on" : "off";
+  auto f = fusion_jit::trace(
+      [](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{(in[0] * 0.5 + in[1]).relu()}; }, {x, y}, o);
+  std::vector<c10::IValue> args{x, y};
+  f(args);
+  sync();
+  for (auto _ : st) {
+    benchmark::DoNotOptimize(f(args));
+    sync();
+  }
+  st.SetBytesProcessed(st.iterations() * 3 * x.numel() * 4);
+}
+void BM_CudaTransposedAddFused(benchmark::State& st) { transposed_add(st, false); }
+void BM_CudaTransposedAddDynamic(benchmark::State& st) { transposed_add(st, true); }
 
 // Host time per call, synchronizing every 64 calls outside the timed region.
 template <class F>
@@ -202,6 +228,8 @@ void BM_CudaSoftmaxDynamic(benchmark::State& st) { run_pattern(st, kSoftmax, tru
 void BM_CudaLayerNormDynamic(benchmark::State& st) { run_pattern(st, kLayerNorm, true, true); }
 BENCHMARK(BM_CudaSoftmaxDynamic)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaLayerNormDynamic)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaTransposedAddFused)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaTransposedAddDynamic)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK(BM_CudaCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaChainEager)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -128,7 +128,7 @@ try:
         fe, ff = f"BM_Cuda{pat}Eager", f"BM_Cuda{pat}Fused"
         rows.append((f"{pat} fused", f"{gbs(ff):.0f} GB/s = {100 * gbs(ff) / gbs('BM_CudaCopy'):.0f}% of copy (bar 80%), "
                                      f"{b[fe]['real_time'] / b[ff]['real_time']:.2f}x eager ({b[ff].get('label', '')})"))
-    for pat in ["Softmax", "LayerNorm"]:
+    for pat in ["Softmax", "LayerNorm", "TransposedAdd"]:
         fd, ff = f"BM_Cuda{pat}Dynamic", f"BM_Cuda{pat}Fused"
         rows.append((f"{pat} sizes as arguments", f"{b[fd]['real_time'] / b[ff]['real_time']:.3f}x the literal plan's time (bar 1.10)"))
     e, r = b["BM_CudaLaunchesEager"]["host_us"], b["BM_CudaReplay"]["host_us"]
