@@ -907,12 +907,16 @@ std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const Offset
   for (size_t d = hi; d-- > lo;) {
     bool used = false;
     for (const auto& b : k.buffers) used = used || b.strides[d] != 0;
-    if (d > lo && (used || !n.skip_unused_dims)) {
+    const bool coord = used || !n.skip_unused_dims;
+    const std::string divided = d > lo && n.divide ? n.divide(n.index, coord ? n.coord : "", k.sizes[d]) : "";
+    if (!divided.empty()) {
+      s += indent + divided + "\n";
+    } else if (d > lo && coord) {
       const std::string size = num(k.sizes[d]);
       s += fmt::format("{0}{1} = {2} % {3}; {2} /= {3};\n", indent, n.coord, n.index, size);
     } else if (d > lo) {
       s += fmt::format("{}{} /= {};\n", indent, n.index, num(k.sizes[d]));
-    } else if (used || !n.skip_unused_dims) {
+    } else if (coord) {
       s += fmt::format("{}{} = {};\n", indent, n.coord, n.index);
     }
     for (size_t b = 0; b < k.buffers.size(); ++b) {

@@ -169,6 +169,12 @@ class KernelNumbers {
     args_->push_back(v);
     return "z" + std::to_string(args_->size() - 1);
   }
+  // `z<i>` whatever the value (0 and 1 included): for values that are not sizes but derived from them,
+  // whose text must not change with them (a divider's magic number). Only with arguments.
+  std::string always(int64_t v) const {
+    args_->push_back(v);
+    return "z" + std::to_string(args_->size() - 1);
+  }
   // As a 64-bit integer expression: `123LL` or `(long long)z4`.
   std::string wide(int64_t v) const {
     const std::string t = (*this)(v);
@@ -247,6 +253,10 @@ struct OffsetNames {
   // How a size or a stride other than 0 and 1 is printed (Note [Sizes as kernel arguments]); null:
   // as a literal.
   std::function<std::string(int64_t)> number = nullptr;
+  // A target's own division of the index by a dim's size (a run-time divider): given the index, the
+  // coordinate ("" when only the quotient is needed) and the size, the statements that set the
+  // coordinate to the remainder and the index to the quotient, or "" for the plain `%` and `/`.
+  std::function<std::string(const std::string&, const std::string&, int64_t)> divide = nullptr;
 };
 std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const OffsetNames& names, const std::string& indent);
 // The statements that turn the row index in `r_` into per-buffer offsets `roff<b>` over the first `dims`

@@ -225,6 +225,37 @@ TEST(CudaCodegen, SizesAsArgumentsGiveOneSourceForEverySize) {
   }
 }
 
+// Note [Run-time dividers]: the magic number and shift of every divisor give n / d exactly for every int32
+// index n: small divisors, powers of two and their neighbours, and the largest ones, each against indices
+// at the edges (0, d - 1, d, d + 1, multiples, 2^31 - 1) and spread over the range.
+TEST(CudaCodegen, RunTimeDividersAreExact) {
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= 2048; ++d) divisors.push_back(d);
+  for (int p = 11; p <= 31; ++p)
+    for (int64_t e : {-3, -1, 0, 1, 3}) divisors.push_back((int64_t{1} << p) + e);
+  for (int64_t d = 2049; d < INT32_MAX; d = d * 7 / 3 + 11) divisors.push_back(d);
+  const int64_t max_n = INT32_MAX;
+  for (int64_t d : divisors) {
+    if (d < 1 || d > INT32_MAX) continue;
+    const CudaDivider div = cuda_divider(d);
+    std::vector<int64_t> ns = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, max_n, max_n - 1, max_n - d, max_n / d * d, max_n / d * d - 1};
+    for (int64_t n = 2; n < max_n; n = n * 5 / 2 + 1) ns.push_back(n);
+    for (int64_t n : ns) {
+      if (n < 0 || n > max_n) continue;
+      ASSERT_EQ(cuda_divide(static_cast<uint32_t>(n), div), static_cast<uint32_t>(n / d))
+          << n << " / " << d << " (magic " << div.magic << ", shift " << div.shift << ")";
+    }
+  }
+  // The kernels read them: a 3-d pointwise kernel with int32 offsets divides through fj_udiv.
+  auto specs = cuda_specs(R"(graph(%0 : f32[6,10,14]{140,1,10}, %1 : f32[6,10,14]):
+  %2 : f32[6,10,14] = aten::add.Tensor(%0, %1, 1)
+  return (%2)
+)");
+  const std::string src = print_cuda_source(specs, /*size_args=*/true);
+  EXPECT_NE(src.find("fj_udiv((unsigned)r_"), std::string::npos) << src.substr(src.find("fj_kernel_0"));
+  EXPECT_EQ(print_cuda_source(specs).find("fj_udiv((unsigned)r_"), std::string::npos) << "literal sizes divide by constants";
+}
+
 TEST(CudaPlan, BuildsWithAGivenArchWithoutAGpu) {
   auto g = parse_graph(kChain);
   set_device(*g, Device::kCUDA, 0);

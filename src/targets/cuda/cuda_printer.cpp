@@ -83,12 +83,30 @@ size_t first_output(const KernelSpec& k) {
   return f;
 }
 
+// Note [Run-time dividers]: with int32 offsets and sizes as arguments, the index divided by a size through
+// its magic number and shift (both arguments, whatever their values, so that the text does not depend on
+// them); otherwise "" (the plain `%` and `/`).
+std::function<std::string(const std::string&, const std::string&, int64_t)> dividers(const KernelSpec& k,
+                                                                                        const KernelNumbers& z) {
+  if (!z.arguments() || !k.index32) return nullptr;
+  return [&z](const std::string& index, const std::string& coord, int64_t size) -> std::string {
+    const std::string d = z(size);
+    if (d[0] != 'z') return "";  // 0 or 1: a literal, so a constant divisor
+    const CudaDivider div = cuda_divider(size);
+    const std::string q = fmt::format("(I)fj_udiv((unsigned){}, (unsigned){}, (unsigned){})", index,
+                                      z.always(div.magic), z.always(div.shift));
+    if (coord.empty()) return fmt::format("{} = {};", index, q);
+    return fmt::format("{{ const I dq_ = {0}; {1} = {2} - dq_ * {3}; {2} = dq_; }}", q, coord, index, d);
+  };
+}
+
 // `offK = ...` for every buffer, from the flat index `i` (an I), decomposed over the dims.
 void print_offsets(const KernelSpec& k, const std::string& indent, const KernelNumbers& z, std::string& s) {
   size_t nd = k.sizes.size();
   s += indent + "I r_ = i, c_;\n";
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I off{} = 0;\n", indent, b);
-  s += offsets_code(k, 0, nd, {"r_", "c_", "off", /*short_unit_stride=*/true, /*skip_unused_dims=*/true, z.args_fn()},
+  s += offsets_code(k, 0, nd,
+                    {"r_", "c_", "off", /*short_unit_stride=*/true, /*skip_unused_dims=*/true, z.args_fn(), dividers(k, z)},
                     indent);
 }
 
@@ -346,7 +364,7 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
     if (nd - kd != 1) {
       s += ind + "I q_ = (I)e_, d_;\n";
       for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I eoff{} = 0;\n", ind, b);
-      s += offsets_code(k, kd, nd, {"q_", "d_", "eoff", false, false, z.args_fn()}, ind);
+      s += offsets_code(k, kd, nd, {"q_", "d_", "eoff", false, false, z.args_fn(), dividers(k, z)}, ind);
     }
     for (int b : pass.loads) {
       const std::string ty = compute_type(k.buffers[b].dtype);

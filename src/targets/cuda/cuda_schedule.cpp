@@ -1,8 +1,10 @@
 #include "targets/cuda/cuda_schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "codegen/kernel_spec.h"
+#include "support/error.h"
 
 namespace fusion_jit {
 
@@ -51,6 +53,22 @@ int64_t cuda_elements_per_thread(const KernelSpec& k) {
   return n;
 }
 bool cuda_row_in_registers(const KernelSpec& k) { return cuda_elements_per_thread(k) <= kCudaRowRegisters; }
+
+CudaDivider cuda_divider(int64_t divisor) {
+  FJ_INTERNAL_ASSERT(divisor >= 1 && divisor <= INT32_MAX, "no run-time divider for {}", divisor);
+  const uint64_t d = static_cast<uint64_t>(divisor);
+  CudaDivider r;
+  while ((uint64_t{1} << r.shift) < d) ++r.shift;
+  const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << r.shift) - d)) / d + 1;
+  FJ_INTERNAL_ASSERT(magic <= UINT32_MAX, "divider {}: magic {}", divisor, magic);
+  r.magic = static_cast<uint32_t>(magic);
+  return r;
+}
+
+uint32_t cuda_divide(uint32_t n, const CudaDivider& d) {
+  const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * d.magic) >> 32);
+  return static_cast<uint32_t>((static_cast<uint64_t>(hi) + n) >> d.shift);
+}
 
 int64_t cuda_grid_blocks(int64_t work_items, int sm_count) {
   const int64_t per_sm = 2048 / kCudaBlockSize;  // one full wave of resident threads

@@ -34,6 +34,20 @@ int cuda_threads_per_row(const KernelSpec& k);
 int64_t cuda_elements_per_thread(const KernelSpec& k);
 bool cuda_row_in_registers(const KernelSpec& k);
 
+// Note [Run-time dividers]
+// With sizes as arguments a kernel's offsets divide the flat index by sizes known only at run time; a
+// hardware integer division is a long instruction sequence, where a constant divisor is a multiply and
+// a shift. As ATen's IntDivider does for its own kernels, the host computes for each divisor d (at most
+// 2^31 - 1) a magic number m and a shift s, passed with the sizes, and the kernel divides an int32 index
+// n (below 2^31) as (umulhi(n, m) + n) >> s (the prelude's fj_udiv): exact for every such n and d.
+struct CudaDivider {
+  uint32_t magic = 0;
+  uint32_t shift = 0;
+};
+CudaDivider cuda_divider(int64_t divisor);
+// The quotient fj_udiv computes, on the host (for tests).
+uint32_t cuda_divide(uint32_t n, const CudaDivider& d);
+
 // Blocks of kCudaBlockSize threads to launch for `work_items` (cuda_work_items) on a device with
 // `sm_count` SMs: enough for the work, capped at one full wave of resident threads (the kernels loop over
 // the rest).
