@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, for a machine with an NVIDIA GPU and its own torch 2.11 (the H200 machine: python3 is
-# /opt/torch/.venv/bin/python3). Builds there, runs the gpu tests, a CUDA fuzz batch, the demo models on
+# /opt/torch/.venv/bin/python3). Builds there, runs the gpu tests, CUDA fuzz batches (sizes as literals and
+# as kernel arguments), the demo models on
 # cuda and the GPU benchmarks, and prints a short table last. Meant to finish in about 8 minutes.
 #
 #   tests/gpu/run.sh            (full logs and JSON under $OUT when set, else build-gpu/out)
@@ -76,6 +77,13 @@ tail -4 "$OUT/fuzz.log"
 # One file, not one per repro: what comes back from a GPU machine is counted in files.
 [ -d "$BUILD/fuzz-repros" ] && tar -czf "$OUT/fuzz-repros.tgz" -C "$BUILD" fuzz-repros
 
+step "fuzz on cuda with sizes as kernel arguments"
+FUSION_JIT_DYNAMIC=on timeout 60 "$BUILD/fusion-jit" fuzz --device cuda --graphs 300 --seed 5 --second-size \
+  --out "$BUILD/fuzz-repros-dynamic" > "$OUT/fuzz_dynamic.log" 2>&1
+FUZZ_DYN_RC=$?
+tail -4 "$OUT/fuzz_dynamic.log"
+[ -d "$BUILD/fuzz-repros-dynamic" ] && tar -czf "$OUT/fuzz-repros-dynamic.tgz" -C "$BUILD" fuzz-repros-dynamic
+
 step "demo models on cuda"
 "$PY" - "$ROOT" "$BUILD/fusion-jit" > "$OUT/demo.log" 2>&1 <<'PYEOF'
 import json, subprocess, sys, tempfile
@@ -95,9 +103,9 @@ BENCH_RC=$?
 set -e
 
 step "summary"
-"$PY" - "$OUT" "$GPU_RC" "$FUZZ_RC" "$BENCH_RC" <<'PYEOF'
+"$PY" - "$OUT" "$GPU_RC" "$FUZZ_RC" "$BENCH_RC" "$FUZZ_DYN_RC" <<'PYEOF'
 import json, os, re, sys
-out, gpu_rc, fuzz_rc, bench_rc = sys.argv[1], *sys.argv[2:5]
+out, gpu_rc, fuzz_rc, bench_rc, fuzz_dyn_rc = sys.argv[1], *sys.argv[2:6]
 rows = []
 try:
     g = json.load(open(os.path.join(out, "gpu_tests.json")))
@@ -107,9 +115,10 @@ try:
     rows.append(("gpu tests", f"{len(tests) - failed - skipped} passed, {failed} failed, {skipped} skipped (rc {gpu_rc})"))
 except Exception as e:  # noqa: BLE001
     rows.append(("gpu tests", f"no report ({e}), rc {gpu_rc}"))
-fz = open(os.path.join(out, "fuzz.log")).read() if os.path.exists(os.path.join(out, "fuzz.log")) else ""
-m = re.search(r"(\d+) graphs .*?; (\d+) failures", fz)
-rows.append(("fuzz on cuda", f"{m.group(1)} graphs, {m.group(2)} failures" if m else f"rc {fuzz_rc}"))
+for label, log, rc in [("fuzz on cuda", "fuzz.log", fuzz_rc), ("fuzz on cuda, sizes as arguments", "fuzz_dynamic.log", fuzz_dyn_rc)]:
+    fz = open(os.path.join(out, log)).read() if os.path.exists(os.path.join(out, log)) else ""
+    m = re.search(r"(\d+) graphs .*?; (\d+) failures", fz)
+    rows.append((label, f"{m.group(1)} graphs, {m.group(2)} failures" if m else f"rc {rc}"))
 for line in open(os.path.join(out, "demo.log")):
     name, _, rest = line.partition(" ")
     try:
