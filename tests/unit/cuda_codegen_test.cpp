@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <regex>
 
 #include "driver/build_plan.h"
@@ -97,6 +98,24 @@ TEST(Nvrtc, CompilesForSm80AndSm90WithoutSpills) {
   auto ptx = compile_cuda_source(src, "compute_90");
   EXPECT_TRUE(ptx->is_ptx);
   EXPECT_NE(ptx->image.find(".entry fj_kernel_0"), std::string::npos);
+}
+
+// What auto mode asks before taking size-argument code for a first signature (Target::compiled): a
+// source is known compiled once NVRTC made it (memory, then the kernel cache), not before.
+TEST(Nvrtc, KnowsWhichSourcesAreCompiled) {
+  ASSERT_TRUE(nvrtc_available());
+  auto specs = cuda_specs(R"(graph(%0 : f32[9,40]):
+  %1 : f32[9,40] = aten::exp(%0)
+  %2 : f32[9,40] = aten::mul.Tensor(%1, %0)
+  return (%2)
+)");
+  // A comment no earlier run wrote, so that no kernel cache holds this source yet.
+  const std::string src = print_cuda_source(specs, /*size_args=*/true) +
+                          fmt::format("// {}\n", std::chrono::system_clock::now().time_since_epoch().count());
+  EXPECT_FALSE(cuda_source_compiled(src, "sm_90"));
+  auto bin = compile_cuda_source(src, "sm_90");
+  EXPECT_TRUE(cuda_source_compiled(src, "sm_90"));
+  EXPECT_FALSE(cuda_source_compiled(src, "sm_80")) << "compiled for sm_90 only";
 }
 
 TEST(Nvrtc, ArchitecturesAreCheckedAndChosen) {
