@@ -103,6 +103,20 @@ namespace fusion_jit {
 namespace {
 
 bool (*g_schema_probe)(const std::string&) = nullptr;
+bool (*g_onednn_bf16_probe)() = nullptr;
+
+// Why oneDNN cannot take `t` on this CPU, or "" (set_onednn_bf16_probe).
+std::string onednn_refuses(DType t) {
+  if (t != DType::kBFloat16 || !g_onednn_bf16_probe || g_onednn_bf16_probe()) return "";
+  return "oneDNN takes no bfloat16 on this CPU (it needs AVX512BW, AVX512VL and AVX512DQ, or AVX-NE-CONVERT)";
+}
+
+// For the prepack rules, which decline silently where only the cost rule would: declined with the reason
+// when oneDNN cannot take `x`'s dtype here (`why`, from onednn_conv or onednn_linear), else no match.
+Replacement refused(Builder& r, const Value* x, const std::string& why) {
+  const std::string no = onednn_refuses(x->tensor_type().dtype);
+  return !no.empty() && why == no ? r.decline(no) : Replacement{};
+}
 
 // FUSION_JIT_ENABLE=onednn_nchw (Note [Convolution rules], "Layout").
 [[maybe_unused]] const bool kOnednnNchwName = (Options::register_enable_names({"onednn_nchw"}), true);
@@ -253,6 +267,10 @@ bool onednn_conv(const Conv& conv, const Value* result, std::string* why = nullp
   if (x.device != Device::kCPU || x.dim() != 4 || conv.weight->tensor_type().dim() != 4) return false;
   if (x.dtype != DType::kFloat32 && x.dtype != DType::kBFloat16) return false;
   if (conv.weight->tensor_type().dtype != x.dtype || y.dtype != x.dtype) return false;
+  if (const std::string no = onednn_refuses(x.dtype); !no.empty()) {
+    if (why) *why = no;
+    return false;
+  }
   if (conv.bias && conv.bias->tensor_type().dtype != x.dtype) return false;
   if (!contiguous_or_channels_last(x) || !contiguous_or_channels_last(y)) return false;
   if (x.extent() == 0 || y.extent() == 0) return false;
@@ -416,6 +434,10 @@ bool packable_linear(const Linear& l, const Value* y) {
 // `why`: set where only the cost rule declines (too little work), for explain.
 bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) {
   if (!packable_linear(l, y)) return false;
+  if (const std::string no = onednn_refuses(l.x->tensor_type().dtype); !no.empty()) {
+    if (why) *why = no;
+    return false;
+  }
   const TensorType& x = l.x->tensor_type();
   const int64_t n = y->tensor_type().sizes.back();
   const double macs = static_cast<double>(x.extent()) * static_cast<double>(n);
@@ -485,7 +507,9 @@ Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
 Replacement linear_prepacked(const Match& m, Builder& r) {
   if (g_schema_probe && !g_schema_probe("mkldnn::_linear_pointwise")) return {};
   auto l = as_linear(m.root);
-  if (!l || !onednn_linear(*l, m.root->output())) return {};
+  if (!l) return {};
+  std::string why;
+  if (!onednn_linear(*l, m.root->output(), &why)) return refused(r, l->x, why);
   return {onednn_linear_call(r, *l, m.root->output(),
                              {Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})})};
 }
@@ -513,7 +537,9 @@ Replacement linear_mkl(const Match& m, Builder& r) {
 Replacement conv_prepacked(const Match& m, Builder& r) {
   if (g_schema_probe && !g_schema_probe("mkldnn::_convolution_pointwise")) return {};
   auto conv = as_conv(m.root);
-  if (!conv || !onednn_conv(*conv, m.root->output())) return {};
+  if (!conv) return {};
+  std::string why;
+  if (!onednn_conv(*conv, m.root->output(), &why)) return refused(r, conv->x, why);
   return {onednn_call(r, *conv, m.root->output(), "mkldnn::_convolution_pointwise", nullptr,
                       {Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})})};
 }
@@ -927,6 +953,7 @@ RuleSet make_epilogue_rules() {
 }  // namespace
 
 void set_schema_probe(bool (*probe)(const std::string& schema)) { g_schema_probe = probe; }
+void set_onednn_bf16_probe(bool (*probe)()) { g_onednn_bf16_probe = probe; }
 
 const RuleSet& fold_rules() {
   static const RuleSet set = make_fold_rules();

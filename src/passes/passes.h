@@ -54,6 +54,10 @@ const RuleSet& view_rules();
 // torch adapter sets it when the library loads. Unset (tests of the IR alone), every schema is taken as
 // present.
 void set_schema_probe(bool (*probe)(const std::string& schema));
+// Tells the oneDNN rules whether oneDNN takes bfloat16 on this CPU (ATen's mkldnn_bf16_device_check:
+// AVX512BW, VL and DQ, or AVX-NE-CONVERT; its bfloat16 ops throw on other CPUs); the torch adapter sets it
+// when the library loads. Unset, bfloat16 is taken as supported.
+void set_onednn_bf16_probe(bool (*probe)());
 bool decompose(Graph& g);
 bool dce(Graph& g);
 bool cse(Graph& g);

@@ -222,6 +222,20 @@ bool schema_in_dispatcher(const std::string& schema) {
 }
 [[maybe_unused]] const bool g_schema_probe_registered = (set_schema_probe(&schema_in_dispatcher), true);
 
+// Whether oneDNN takes bfloat16 on this CPU, as eager's mkldnn ops check it (mkldnn::_is_mkldnn_bf16_supported),
+// asked once; false without oneDNN.
+bool onednn_bf16_supported() {
+  static const bool supported = [] {
+    if (!schema_in_dispatcher("mkldnn::_is_mkldnn_bf16_supported")) return false;
+    return c10::Dispatcher::singleton()
+        .findSchemaOrThrow("mkldnn::_is_mkldnn_bf16_supported", "")
+        .typed<bool()>()
+        .call();
+  }();
+  return supported;
+}
+[[maybe_unused]] const bool g_bf16_probe_registered = (set_onednn_bf16_probe(&onednn_bf16_supported), true);
+
 }  // namespace
 
 // Nodes whose op draws from a random generator (the dispatcher's nondeterministic_seeded tag), unless a

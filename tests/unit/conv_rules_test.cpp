@@ -143,6 +143,30 @@ TEST(ConvRules, ConvAndActivationBecomeOneOneDnnCall) {
   EXPECT_EQ(fired, "epilogue.conv_relu x1") << "a channels-last input\n" << out;
 }
 
+// On a CPU where oneDNN takes no bfloat16 (set_onednn_bf16_probe: eager's own check), the bfloat16 conv
+// and linear rules decline and say why, float32 is unchanged. Before, they rewrote into oneDNN's bfloat16
+// ops, which throw on such a CPU (an AMD EPYC with AVX2 only: ConvRules and LinearRules failed there).
+TEST(ConvRules, BFloat16RulesDeclineWhereOneDnnTakesNoBFloat16) {
+  set_onednn_bf16_probe([] { return false; });
+  for (const RuleSet* set : {&epilogue_rules(), &prepack_rules()}) {
+    auto g = parse_graph(conv_act("bf16[2,8,10,10]", "aten::relu(%3)", "  return (%4)\n", "bf16"));
+    std::vector<RuleApplication> log;
+    run_rules(*g, *set, {}, &log);
+    EXPECT_EQ(summarize(log), "") << set->name;
+    bool said = false;
+    for (const auto& a : log) said = said || a.declined.find("oneDNN takes no bfloat16 on this CPU") != std::string::npos;
+    EXPECT_TRUE(said) << set->name << ": no reason given";
+    EXPECT_EQ(print_graph(*g).find("mkldnn::"), std::string::npos) << print_graph(*g);
+  }
+  std::string fired;
+  run(epilogue_rules(), conv_act("f32[2,8,10,10]", "aten::relu(%3)"), &fired);
+  EXPECT_EQ(fired, "epilogue.conv_relu x1") << "float32 is unchanged";
+  set_onednn_bf16_probe([] { return true; });
+  run(epilogue_rules(), conv_act("bf16[2,8,10,10]", "aten::relu(%3)", "  return (%4)\n", "bf16"), &fired);
+  EXPECT_EQ(fired, "epilogue.conv_relu x1") << "where oneDNN takes bfloat16";
+  set_onednn_bf16_probe(nullptr);
+}
+
 TEST(ConvRules, ConvAndActivationStayApartInNearMisses) {
   struct Case {
     const char* what;
