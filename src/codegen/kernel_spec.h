@@ -187,21 +187,16 @@ class KernelNumbers {
   }
   // fn() where the numbers are arguments, null where they are literals.
   std::function<std::string(int64_t)> args_fn() const { return args_ ? fn() : nullptr; }
-  // The kernel's first statements: its z<i>, in the offsets' type `I`, from `element` (a format of the
-  // argument's index: `z_[{}]`). Every printer reads each argument once, as `z_[` or `z_.v[` (plan_io
-  // counts them).
-  std::string declarations(const char* element = "z_[{}]") const {
+  // The kernel's first statements: its z<i>, in the offsets' type `I`, from the argument array `array`
+  // (`z_`, or the CUDA parameter's `z_.v`). Every printer reads each argument once, as `z_[` or `z_.v[`
+  // (plan_io counts them).
+  std::string declarations(const std::string& array = "z_") const {
     std::string s;
-    for (size_t i = 0; i < count(); ++i)
-      s += "  const I z" + std::to_string(i) + " = (I)" + fmt_index(element, i) + ";\n";
+    for (size_t i = 0; i < count(); ++i) s += "  const I z" + std::to_string(i) + " = (I)" + array + "[" + std::to_string(i) + "];\n";
     return s;
   }
 
  private:
-  static std::string fmt_index(const std::string& element, size_t i) {
-    const size_t at = element.find("{}");
-    return element.substr(0, at) + std::to_string(i) + element.substr(at + 2);
-  }
   std::vector<int64_t>* args_;
 };
 

@@ -64,8 +64,10 @@ bool uses_reduced_floats(const KernelSpec& k) {
 // CUDA kernel was before.
 constexpr size_t kCudaParamBytes = 4000;
 
-// `extern "C" __global__ void ... NAME(typed pointers p<b>[, sizes z_]) {`
-std::string kernel_signature(const KernelSpec& k, const KernelNumbers& z) {
+// The kernel's first lines, printed once its statements are (they depend on the numbers those print):
+// `extern "C" __global__ void ... NAME(typed pointers p<b>[, sizes z_]) {`, the offsets' type `I`, and the
+// size locals z<i> (Note [CUDA size arguments]).
+std::string kernel_head(const KernelSpec& k, const KernelNumbers& z) {
   std::string params;
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     const auto& kb = k.buffers[b];
@@ -73,8 +75,9 @@ std::string kernel_signature(const KernelSpec& k, const KernelNumbers& z) {
     params += fmt::format("{}{}* __restrict__ p{}", kb.is_output ? "" : "const ", storage_type(kb.dtype), b);
   }
   if (z.count() > 0) params += fmt::format(", const fj_sizes<{}> z_", z.count());
-  return fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n", kCudaBlockSize,
-                     kCudaMinBlocksPerSm, k.name, params);
+  return fmt::format("extern \"C\" __global__ void __launch_bounds__({}, {}) {}({}) {{\n  typedef {} I;\n", kCudaBlockSize,
+                     kCudaMinBlocksPerSm, k.name, params, k.index32 ? "int" : "long long") +
+         z.declarations("z_.v");
 }
 
 size_t first_output(const KernelSpec& k) {
@@ -168,7 +171,6 @@ void print_piece_choice(const KernelSpec& k, const std::string& indent, const Ke
 }
 
 void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
-  const char* I = k.index32 ? "int" : "long long";
   size_t nd = k.sizes.size();
   const int vec = cuda_vector_width(k);
   const size_t fo = first_output(k);
@@ -262,10 +264,7 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
   for (size_t b = fo; b < k.buffers.size(); ++b)
     t += fmt::format("    p{0}[off{0}] = {1};\n", b, store_expr(k.buffers[b].dtype, fmt::format("o{}", b - fo)));
   t += "  }\n}\n";
-  s += kernel_signature(k, z);
-  s += fmt::format("  typedef {} I;\n", I);
-  s += z.declarations("z_.v[{}]");
-  s += t;
+  s += kernel_head(k, z) + t;
 }
 
 // Note [CUDA reduction schedule]
@@ -283,7 +282,6 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
 // threads, so loads along the kept dim coalesce) by kCudaColumnThreads threads per row along the reduced
 // dim, combined through shared memory by fj_column_reduce.
 void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& out) {
-  const char* I = k.index32 ? "int" : "long long";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const bool column = reduction_is_column(k);
   const int tr = cuda_threads_per_row(k);
@@ -426,10 +424,7 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
     s += "    }\n";
   }
   s += "  }\n}\n";
-  out += kernel_signature(k, z);
-  out += fmt::format("  typedef {} I;\n", I);
-  out += z.declarations("z_.v[{}]");
-  out += s;
+  out += kernel_head(k, z) + s;
 }
 
 }  // namespace
