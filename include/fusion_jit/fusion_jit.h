@@ -106,6 +106,7 @@ class CompiledModule {
   explicit CompiledModule(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
  private:
+  friend struct ModuleAccess;  // the package builder (fusion_jit/package.h)
   std::shared_ptr<Impl> impl_;
 };
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/ivalue.h>
+
 namespace fusion_jit::cli {
 
 // A rejected input: main prints "fusion-jit: MESSAGE" and exits with 2.
@@ -34,6 +36,24 @@ struct ModelArgs {
   bool check = false, json = false, dump_source = false;
 };
 int run_model(const ModelArgs& a);
+
+// What model.cpp's commands and package.cpp's share. An input SPEC as a tensor (input `index`, for errors);
+// the inputs of a file torch.save wrote; tensors written with torch.save's format, whole or not at all;
+// the tensors of a result (a tensor, tuple or list, nested).
+at::Tensor make_input(const std::string& spec, size_t index);
+std::vector<c10::IValue> load_inputs(const std::string& path);
+void save_tensors(const std::string& what, const std::string& path, const std::vector<at::Tensor>& tensors);
+std::vector<at::Tensor> flatten_tensors(const c10::IValue& v);
+
+// package and load (package.cpp).
+struct PackageArgs {
+  std::string command;  // "package" or "load"
+  std::string path;     // MODEL.pt (package) or the package (load)
+  std::vector<std::string> specs, signatures;
+  std::string inputs_file, out, cpu_variants, seed = "0", save_outputs, bench;
+  bool explain = false;
+};
+int run_package(const PackageArgs& a);
 
 // cache stats | ls | verify | clear | prune (cache.cpp).
 int run_cache(const std::string& command, const std::string& max_size);

@@ -49,7 +49,7 @@ const char* kSpecHelp =
     "FILE: a tensor or a list of tensors written by torch.save.\n"
     "Exit codes: 0 success, 1 a --check mismatch, 2 a rejected input (one line on stderr).";
 
-const char* kCommands = "run, explain, compile, fuzz or cache";
+const char* kCommands = "run, explain, compile, package, load, fuzz or cache";
 const char* kCacheCommands = "stats, ls, verify, clear, prune, push or pull";
 
 // What CLI11 leaves over (extras are allowed, to be reported in our words): an unknown option or an
@@ -105,6 +105,36 @@ int dispatch(int argc, char** argv) {
       ->type_name("ARCH");
   compile->add_option("--out", model.out_dir, "the output directory (created if missing)")->type_name("DIR");
 
+  PackageArgs pkg;
+  CLI::App* package = app.add_subcommand(
+      "package", "build an ahead-of-time package: the plans of the given signatures, their compiled code and the "
+                 "weights in one file that `load` (or fusion_jit::load_package) runs with no compiler");
+  package->add_option("MODEL", pkg.path, "the TorchScript model (torch.jit.save)");
+  package->add_option("--input", pkg.specs, "one signature's inputs, one SPEC each, in order")->type_name("SPEC");
+  package->add_option("--inputs", pkg.inputs_file, "one signature's inputs, from a file written by torch.save")
+      ->type_name("FILE");
+  package->add_option("--signature", pkg.signatures, "one more signature: its SPECs in one argument, space-separated")
+      ->type_name("\"SPEC ...\"");
+  package->add_option("--cpu-variants", pkg.cpu_variants,
+                      "the CPU code's compiled variants, most specific first (default native,x86-64-v2; each "
+                      "native or an x86-64 level: x86-64, x86-64-v2, x86-64-v3, x86-64-v4)")
+      ->type_name("LIST");
+  package->add_option("--out", pkg.out, "the package file to write")->type_name("FILE");
+  package->add_option("--seed", pkg.seed, "seed of the random inputs (default 0)")->type_name("N");
+  package->footer(kSpecHelp);
+  package->allow_extras();
+
+  CLI::App* load = app.add_subcommand("load", "load a package (no capture, no compiler) and run it on the inputs");
+  load->add_option("PACKAGE", pkg.path, "the package (fusion-jit package)");
+  load->add_option("--input", pkg.specs, "the inputs, one SPEC each, in order")->type_name("SPEC");
+  load->add_option("--inputs", pkg.inputs_file, "the inputs, from a file written by torch.save")->type_name("FILE");
+  load->add_option("--seed", pkg.seed, "seed of the random inputs (default 0)")->type_name("N");
+  load->add_option("--bench", pkg.bench, "time N more calls (median)")->type_name("N");
+  load->add_option("--save-outputs", pkg.save_outputs, "write the outputs with torch.save's format")->type_name("FILE");
+  load->add_flag("--explain", pkg.explain, "print the manifest, the code variants loaded and each signature's plan");
+  load->footer(kSpecHelp);
+  load->allow_extras();
+
   CLI::App* fz = app.add_subcommand("fuzz", "a differential fuzzing campaign: random graphs, fused vs eager");
   fz->add_option("--graphs", fuzz.graphs, "graphs to check (default 2000, or no limit with --minutes)")->type_name("N");
   fz->add_option("--minutes", fuzz.minutes, "stop after M minutes")->type_name("M");
@@ -146,7 +176,7 @@ int dispatch(int argc, char** argv) {
   };
   if (argc < 2) usage_error(std::string("missing command (") + kCommands + ")");
   const std::string command = argv[1];
-  if (command.rfind("-", 0) != 0 && !known(command, {"run", "explain", "compile", "fuzz", "cache"}))
+  if (command.rfind("-", 0) != 0 && !known(command, {"run", "explain", "compile", "package", "load", "fuzz", "cache"}))
     usage_error("unknown command '" + command + "' (" + kCommands + ")");
   if (command == "cache") {
     if (argc < 3) usage_error(std::string("cache: missing command (") + kCacheCommands + ")");
@@ -172,6 +202,12 @@ int dispatch(int argc, char** argv) {
     model.command = sub->get_name();
     reject_extras(*sub, model.command);
     return run_model(model);
+  }
+  if (package->parsed() || load->parsed()) {
+    CLI::App* sub = package->parsed() ? package : load;
+    pkg.command = sub->get_name();
+    reject_extras(*sub, pkg.command);
+    return run_package(pkg);
   }
   if (fz->parsed()) {
     reject_extras(*fz, "fuzz");

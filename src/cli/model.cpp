@@ -48,10 +48,6 @@ namespace fusion_jit::cli {
 
 namespace fj = fusion_jit;
 
-namespace {
-
-using Args = ModelArgs;
-
 at::Tensor make_input(const std::string& spec, size_t index) {
   static const std::regex re(R"(^([a-z0-9]+)\[([0-9,\s]*)\](\{([0-9,\s]*)\})?$)");
   std::smatch m;
@@ -106,7 +102,7 @@ at::Tensor make_input(const std::string& spec, size_t index) {
   return base.as_strided(sizes, strides);
 }
 
-std::vector<char> read_file(const std::string& path, const std::string& what) {
+static std::vector<char> read_file(const std::string& path, const std::string& what) {
   std::ifstream f(path, std::ios::binary);
   if (!f) usage_error(what + " " + path + ": cannot open (" + std::strerror(errno) + ")");
   return std::vector<char>(std::istreambuf_iterator<char>(f), {});
@@ -134,6 +130,11 @@ std::vector<c10::IValue> load_inputs(const std::string& path) {
   }
   return out;
 }
+
+
+namespace {
+
+using Args = ModelArgs;
 
 std::vector<at::Tensor> flatten(const c10::IValue& v) {
   std::vector<at::Tensor> out;
@@ -408,13 +409,7 @@ int run(const Args& a) {
     eager_ms = median_ms(bench, [&] { module.forward(inputs); });
     fused_ms = median_ms(bench, [&] { fused(inputs); });
   }
-  if (!a.save_outputs.empty()) {
-    // A tuple: LibTorch's pickler tags lists with their type, which torch.load(weights_only=True), the
-    // default, refuses; a tuple of tensors loads everywhere.
-    std::vector<c10::IValue> items(outs.begin(), outs.end());
-    auto bytes = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(items)));
-    write_atomically("--save-outputs", a.save_outputs, bytes.data(), bytes.size());
-  }
+  if (!a.save_outputs.empty()) save_tensors("--save-outputs", a.save_outputs, outs);
   auto stats = fused.stats();
   int ops = 0, groups = 0, kernels = 0;
   std::map<std::string, int> fallback;
@@ -461,6 +456,16 @@ int run(const Args& a) {
 }
 
 }  // namespace
+
+// A tuple: LibTorch's pickler tags lists with their type, which torch.load(weights_only=True), the default,
+// refuses; a tuple of tensors loads everywhere.
+void save_tensors(const std::string& what, const std::string& path, const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::IValue> items(tensors.begin(), tensors.end());
+  auto bytes = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(items)));
+  write_atomically(what, path, bytes.data(), bytes.size());
+}
+
+std::vector<at::Tensor> flatten_tensors(const c10::IValue& v) { return flatten(v); }
 
 int run_model(const ModelArgs& a) {
   try {

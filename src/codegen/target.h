@@ -79,6 +79,18 @@ class LoadedKernels {
   virtual void launch(size_t i, void* const* buffers, const LaunchContext& ctx) const = 0;
 };
 
+// Note [Packaged binaries]
+// A package (torch/package.h) carries each target's source compiled once per variant, most specific first:
+// for the host, "native" (-march=native, the machine it was built on) and portable -march levels such as
+// "x86-64-v2"; `requires` says what the loading machine must be or have (for "native", the builder's CPU
+// model and feature flags, as the kernel cache keys them; for a level, that level). The loader takes the
+// first variant this machine can run and loads it with no compiler and no cache.
+struct PackagedImage {
+  std::string variant;
+  std::string requires;
+  std::string bytes;
+};
+
 class Target {
  public:
   virtual ~Target() = default;
@@ -145,6 +157,18 @@ class Target {
   // One line (no newline) on how kernel `k` runs, for explain: its schedule and, given its artifact, its
   // compiler's report; "" when there is nothing beyond the fusion plan's own line.
   virtual std::string explain_kernel(const KernelSpec& k, const Artifact* artifact, const std::string& arch) const = 0;
+
+  // ---- Ahead-of-time packages (Note [Packaged binaries], torch/package.h) ----
+  // The variants a package carries by default ("native", "x86-64-v2" for the host); empty: the target
+  // cannot be packaged.
+  virtual std::vector<std::string> default_package_variants() const { return {}; }
+  // `source` compiled as each of `variants`, in the order given (the loader takes the first this machine
+  // can run). Throws fusion_jit::Error naming a variant the target does not know, or the compiler's log.
+  virtual std::vector<PackagedImage> package_images(const std::string& source, const std::vector<std::string>& variants) const;
+  // Why this machine cannot run `image`, or "" when it can.
+  virtual std::string cannot_load(const PackagedImage& image) const;
+  // `image` as an Artifact, with no compiler and no cache; throws fusion_jit::Error when it cannot be loaded.
+  virtual std::shared_ptr<const Artifact> load_image(const PackagedImage& image) const;
 };
 
 }  // namespace fusion_jit

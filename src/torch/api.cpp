@@ -21,6 +21,7 @@
 #include "support/options.h"
 #include "torch/executor.h"
 #include "torch/graph_function.h"
+#include "torch/module_access.h"
 
 namespace fusion_jit {
 namespace tj = torch::jit;
@@ -230,6 +231,18 @@ ModuleStats CompiledModule::stats() const {
   s.compile_ms = impl_->table.compile_ms();
   return s;
 }
+
+std::unique_ptr<PlanInstance> ModuleAccess::prepare(CompiledModule& m, const std::vector<c10::IValue>& inputs,
+                                                   const std::set<std::string>& skip, c10::IValue* result) {
+  std::set<std::string> all = m.impl_->disable;
+  all.insert(skip.begin(), skip.end());
+  double capture_ms = 0, passes_ms = 0;
+  return m.impl_->prepare(inputs, result, &capture_ms, &passes_ms, all);
+}
+const std::string& ModuleAccess::name(const CompiledModule& m) { return m.impl_->name; }
+bool ModuleAccess::enable_fusion(const CompiledModule& m) { return m.impl_->enable_fusion; }
+DynamicSizes ModuleAccess::dynamic(const CompiledModule& m) { return m.impl_->dynamic; }
+bool ModuleAccess::in_place(const CompiledModule& m) { return !m.impl_->disable.count("in_place"); }
 
 std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::vector<c10::IValue>& inputs,
                                                                  const std::string& arch, bool run_nvrtc) {

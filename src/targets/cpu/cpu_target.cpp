@@ -166,6 +166,26 @@ class CpuTarget final : public Target {
     return arch.empty() && cpu_source_compiled(source);
   }
 
+  // Note [Packaged binaries]: "native" needs the builder's CPU (model and feature flags, as the kernel
+  // cache's key of native code); an x86-64 level runs on any CPU that has it.
+  std::vector<std::string> default_package_variants() const override { return {"native", "x86-64-v2"}; }
+  std::vector<PackagedImage> package_images(const std::string& source, const std::vector<std::string>& variants) const override {
+    std::vector<PackagedImage> out;
+    for (const std::string& v : variants)
+      out.push_back(PackagedImage{v, v == "native" ? host_isa() : v, cpu_library_image(source, v)});
+    return out;
+  }
+  std::string cannot_load(const PackagedImage& image) const override {
+    if (image.variant != "native") return cpu_cannot_run(image.requires);
+    if (image.requires == host_isa()) return "";
+    return fmt::format("native code for another CPU ({}; this one is {})", image.requires, host_isa());
+  }
+  std::shared_ptr<const Artifact> load_image(const PackagedImage& image) const override {
+    std::string why = cannot_load(image);
+    FJ_CHECK(why.empty(), "cannot load packaged CPU kernels ({}): {}", image.variant, why);
+    return std::make_shared<CpuArtifact>(load_cpu_library_image(image.bytes, "a package's " + image.variant + " code"));
+  }
+
   std::unique_ptr<LoadedKernels> load(const std::shared_ptr<const Artifact>& artifact, const std::vector<const KernelSpec*>& kernels,
                                       int) const override {
     return std::make_unique<CpuKernels>(artifact, kernels);

@@ -145,8 +145,6 @@ std::string host_compiler_identity(const std::string& cxx) {
   return id;
 }
 
-namespace {
-
 // The host CPU's ISA (-march=native code crashes on another CPU): model and feature flags.
 const std::string& host_isa() {
   static const std::string isa = [] {
@@ -160,6 +158,8 @@ const std::string& host_isa() {
   }();
   return isa;
 }
+
+namespace {
 
 // Loads a shared object from memory (a memfd: no file to clean up, works where the cache is noexec).
 // Returns the handle and sets *fd_out to the in-memory file (open while the library is loaded), or returns
@@ -185,6 +185,34 @@ void* load_shared_object(const std::string& image, const std::string& key, int* 
   return h;
 }
 
+// Compiles `source` for `march` in a temporary directory of its own and returns the shared object's bytes;
+// `key` names it in messages.
+std::string compile_image(const std::string& source, const std::string& key, const std::string& march) {
+  const Options& opt = Options::get();
+  FJ_CHECK(!opt.assert_no_compile,
+           "FUSION_JIT_ASSERT_NO_COMPILE is set, but CPU kernels {} would be compiled", key.substr(0, 16));
+  CompileDir dir;
+  std::string base = dir.path() + "/" + key.substr(0, 24);
+  std::string src = base + ".cpp", so = base + ".so";
+  {
+    std::ofstream f(src);
+    f << source;
+    FJ_CHECK(f.good(), "cannot write generated source {}", src);
+  }
+  std::string cmd = opt.cxx + " " + host_compile_flags(march) + " " + shell_quote(src) + " -o " + shell_quote(so) +
+                    " -lmvec -lm";
+  std::string out;
+  int rc = run_command(cmd, &out);
+  if (opt.dumps("log") && !out.empty()) std::fprintf(stderr, "== host compiler log ==\n%s", out.c_str());
+  if (rc != 0) FJ_CHECK(false, "host compiler failed (exit {}) on {}:\n{}\ncommand: {}", rc, src, out, cmd);
+  std::ifstream f(so, std::ios::binary);
+  std::string image((std::istreambuf_iterator<char>(f)), {});
+  FJ_CHECK(!image.empty(), "the host compiler wrote no shared object {}", so);
+  std::lock_guard<std::mutex> g(g_mu);
+  g_stats.compiles++;
+  return image;
+}
+
 }  // namespace
 
 CompiledLibrary::CompiledLibrary(void* handle, int fd, std::string key, double compile_ms)
@@ -203,18 +231,26 @@ void* CompiledLibrary::symbol(const std::string& name) const {
   return f;
 }
 
-std::string host_compile_flags() {
-  return "-std=c++17 -O3 -march=native -shared -fPIC -fopenmp-simd -fno-math-errno -fwrapv "
+std::string host_compile_flags(const std::string& march) {
+  return "-std=c++17 -O3 -march=" + march + " -shared -fPIC -fopenmp-simd -fno-math-errno -fwrapv "
          "-fno-semantic-interposition";
 }
+
+std::string host_compile_flags() { return host_compile_flags("native"); }
 
 HostCompileStats host_compile_stats() {
   std::lock_guard<std::mutex> g(g_mu);
   return g_stats;
 }
 
+std::string cpu_source_cache_key(const std::string& source, const std::string& cxx, const std::string& march) {
+  // Code for -march=native runs on this CPU only; code for a named level runs wherever that level does.
+  return cache_key({"cpu-so", source, host_compiler_identity(cxx), host_compile_flags(march),
+                    march == "native" ? host_isa() : std::string("any CPU of ") + march});
+}
+
 std::string cpu_source_cache_key(const std::string& source, const std::string& cxx) {
-  return cache_key({"cpu-so", source, host_compiler_identity(cxx), host_compile_flags(), host_isa()});
+  return cpu_source_cache_key(source, cxx, "native");
 }
 
 std::string cpu_source_cache_key(const std::string& source) { return cpu_source_cache_key(source, Options::get().cxx); }
@@ -254,31 +290,7 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
     }
   }
   auto t0 = std::chrono::steady_clock::now();
-  // Compiles in a temporary directory of its own and returns the shared object's bytes.
-  auto compile = [&]() -> std::string {
-    FJ_CHECK(!opt.assert_no_compile,
-             "FUSION_JIT_ASSERT_NO_COMPILE is set, but CPU kernels {} would be compiled", key.substr(0, 16));
-    CompileDir dir;
-    std::string base = dir.path() + "/" + key.substr(0, 24);
-    std::string src = base + ".cpp", so = base + ".so";
-    {
-      std::ofstream f(src);
-      f << source;
-      FJ_CHECK(f.good(), "cannot write generated source {}", src);
-    }
-    std::string cmd = opt.cxx + " " + host_compile_flags() + " " + shell_quote(src) + " -o " + shell_quote(so) +
-                      " -lmvec -lm";
-    std::string out;
-    int rc = run_command(cmd, &out);
-    if (opt.dumps("log") && !out.empty()) std::fprintf(stderr, "== host compiler log ==\n%s", out.c_str());
-    if (rc != 0) FJ_CHECK(false, "host compiler failed (exit {}) on {}:\n{}\ncommand: {}", rc, src, out, cmd);
-    std::ifstream f(so, std::ios::binary);
-    std::string image((std::istreambuf_iterator<char>(f)), {});
-    FJ_CHECK(!image.empty(), "the host compiler wrote no shared object {}", so);
-    std::lock_guard<std::mutex> g(g_mu);
-    g_stats.compiles++;
-    return image;
-  };
+  auto compile = [&] { return compile_image(source, key, "native"); };
   const bool use_cache = !opt.is_disabled("cache");
   bool made = true;
   std::string image = use_cache ? KernelsCache::instance().get_or_make(key, compile, &made) : compile();
@@ -313,6 +325,35 @@ std::shared_ptr<CompiledLibrary> compile_cpu_source(const std::string& source) {
     log_info("loaded CPU kernels {} from the kernel cache in {:.1f} ms", key.substr(0, 16), ms);
   }
   return lib;
+}
+
+std::string cpu_library_image(const std::string& source, const std::string& march) {
+  FJ_CHECK(march == "native" || march.rfind("x86-64", 0) == 0,
+           "unknown CPU code variant '{}': give native or an x86-64 level (x86-64, x86-64-v2, x86-64-v3, x86-64-v4)",
+           march);
+  const std::string key = cpu_source_cache_key(source, Options::get().cxx, march);
+  auto compile = [&] { return compile_image(source, key, march); };
+  if (Options::get().is_disabled("cache")) return compile();
+  return KernelsCache::instance().get_or_make(key, compile);
+}
+
+std::shared_ptr<CompiledLibrary> load_cpu_library_image(const std::string& image, const std::string& name) {
+  int fd = -1;
+  std::string error;
+  const std::string key = sha256_hex(image);
+  void* h = load_shared_object(image, key, &fd, &error);
+  FJ_CHECK(h != nullptr, "cannot load the CPU kernels of {}: {}", name, error);
+  return std::make_shared<CompiledLibrary>(h, fd, key, 0.0);
+}
+
+std::string cpu_cannot_run(const std::string& march) {
+  __builtin_cpu_init();
+  if (march == "native") return "";  // the caller compares host_isa()
+  if (march == "x86-64") return "";
+  if (march == "x86-64-v2") return __builtin_cpu_supports("x86-64-v2") ? "" : "this CPU lacks x86-64-v2";
+  if (march == "x86-64-v3") return __builtin_cpu_supports("x86-64-v3") ? "" : "this CPU lacks x86-64-v3 (AVX2, FMA)";
+  if (march == "x86-64-v4") return __builtin_cpu_supports("x86-64-v4") ? "" : "this CPU lacks x86-64-v4 (AVX-512)";
+  return "unknown CPU code variant '" + march + "'";
 }
 
 }  // namespace fusion_jit

@@ -55,8 +55,11 @@ HostCompileStats host_compile_stats();
 // Whether compile_cpu_source(source) would find it compiled (loaded in this process, or in the kernel
 // cache) rather than run the compiler.
 bool cpu_source_compiled(const std::string& source);
-// The flags used, for display and cache keys.
+// The flags used, for display and cache keys: for -march=native, or for `march`.
 std::string host_compile_flags();
+std::string host_compile_flags(const std::string& march);
+// The host CPU's model and a fingerprint of its feature flags: -march=native code runs on CPUs with the same.
+const std::string& host_isa();
 // The identity of the host compiler command `cxx` (FUSION_JIT_CXX: it may be several words, such as
 // "ccache g++" or "g++ -fno-plt"), for cache keys: the whole command, what `cxx --version` prints, and the
 // path and a SHA-256 fingerprint of each binary that compiles: the first word and, after a wrapper
@@ -66,5 +69,14 @@ std::string host_compiler_identity(const std::string& cxx);
 // The kernel cache key of `source` compiled by `cxx` (default: the FUSION_JIT_CXX option).
 std::string cpu_source_cache_key(const std::string& source, const std::string& cxx);
 std::string cpu_source_cache_key(const std::string& source);
+std::string cpu_source_cache_key(const std::string& source, const std::string& cxx, const std::string& march);
+
+// Note [Packaged binaries] (codegen/target.h): `source` compiled with -march=`march` ("native" or an x86-64
+// level), the shared object's bytes, through the kernel cache (compiled there when missing).
+std::string cpu_library_image(const std::string& source, const std::string& march);
+// A shared object's bytes loaded through a memfd, with no compiler and no cache; `name` for messages.
+std::shared_ptr<CompiledLibrary> load_cpu_library_image(const std::string& image, const std::string& name);
+// Why code built with -march=`march` cannot run on this CPU, or "" ("native": the caller compares host_isa).
+std::string cpu_cannot_run(const std::string& march);
 
 }  // namespace fusion_jit

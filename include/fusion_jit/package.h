@@ -1,0 +1,88 @@
+// Ahead-of-time packages: one file that a server loads and runs with no capture, no passes, no compiler, no
+// TorchScript interpreter and no cache directory.
+//
+//   fusion_jit::package(module, {{x}, {x_long}}, "model.fjpkg");   // or: fusion-jit package model.pt ...
+//   auto served = fusion_jit::load_package("model.fjpkg");          // milliseconds; nothing on disk
+//   c10::IValue out = served({x});                                   // the packaged plan of x's signature
+//
+// A package holds, per input signature given when it was built, the plan (the optimized graph, the fusion
+// plan and its kernels' launch data), the constants after folding (the module's weights), and the explain
+// text; and, per generated source, its compiled code in each variant asked for (Note [Packaged binaries]
+// in codegen/target.h: for the CPU, -march=native code for the machine it was built on and portable
+// x86-64-v2 code for any other). Its manifest names the package format, the fusion_jit version and build
+// it was made by, the torch version, and the signatures it serves. The file is one archive (Note [Package
+// archives], support/archive.h): checksummed, written to a temporary file and renamed.
+//
+// Loading refuses, with an error naming the path and what is wrong: another package format, another
+// fusion_jit build or torch version, a truncated or altered file, code this machine cannot run (native
+// code for another CPU and no portable variant it supports). A call whose inputs match no packaged
+// signature raises an error naming the signature it got and those the package has (or, given a fallback,
+// runs it).
+//
+// Plans are built with the module's CompileOptions, except that weights are not prepacked (the rule set
+// "prepack": MKL's packed layout is the builder CPU's); CPU plans only for now.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusion_jit/fusion_jit.h"
+
+namespace fusion_jit {
+
+struct PackageOptions {
+  CompileOptions compile;  // the module's options (disable, enable_fusion, dynamic)
+  // The compiled variants of the CPU code, most specific first; default: "native", "x86-64-v2". Each is
+  // "native" or an x86-64 level ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4").
+  std::vector<std::string> cpu_variants;
+};
+
+struct PackageInfo {
+  std::string path;
+  int64_t bytes = 0;
+  int signatures = 0;
+  int kernels = 0;           // over all signatures
+  int sources = 0;           // distinct generated sources (signatures may share one)
+  int64_t constant_bytes = 0;  // the constants' storages, each counted once
+  double build_ms = 0;
+};
+
+// Builds the package of `module` for each input list of `signatures` (each is run once, as the JIT's first
+// call is) and writes it to `path`. Throws fusion_jit::Error naming what is wrong (an input on a GPU, a
+// signature given twice, a signature that cannot be captured and why, a compile that failed); `path` is
+// then left as it was.
+PackageInfo package(const torch::jit::Module& module, const std::vector<std::vector<c10::IValue>>& signatures,
+                    const std::string& path, const PackageOptions& options = {});
+
+struct LoadOptions {
+  // Runs the calls whose signature the package lacks (for instance a fusion_jit::compile of the module);
+  // default: such a call throws fusion_jit::Error.
+  std::function<c10::IValue(const std::vector<c10::IValue>&)> fallback;
+};
+
+class LoadedPackage {
+ public:
+  c10::IValue operator()(const std::vector<c10::IValue>& inputs) const;
+  // The packaged signatures, one line each ("f32[2,16,64]{...}, ...").
+  std::vector<std::string> signatures() const;
+  // The manifest (versions, targets, the code variant loaded) and each signature's plan as explain gives it.
+  std::string explain() const;
+  double load_ms() const;         // reading, checking and loading, constants included
+  double constants_ms() const;    // of which reading the constants (weights)
+  int64_t fallback_calls() const;
+
+  struct Impl;
+  explicit LoadedPackage(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Loads a package; throws fusion_jit::Error naming the path and why it is refused.
+LoadedPackage load_package(const std::string& path, LoadOptions options = {});
+
+}  // namespace fusion_jit

@@ -1,0 +1,37 @@
+// Note [Package archives]
+// One file of named sections, as `fusion-jit package` writes an ahead-of-time package (torch/package.h):
+//
+//   "FJPKG\n\0\0"                          8 bytes of magic
+//   u32 container version, u32 sections    little-endian
+//   per section: u32 name bytes, name, u64 data bytes, data
+//   SHA-256 of every byte above            32 bytes
+//
+// Reading checks the magic, the container version and the checksum before it parses anything, then every
+// length against what is left: a truncated or altered file is refused with an error naming the path and
+// what is wrong, never half read. Writing goes to a temporary file in the same directory, flushed to disk
+// and renamed over the path: a reader sees the old file or the new one, never a part.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace fusion_jit {
+
+constexpr uint32_t kArchiveVersion = 1;
+
+// Section name -> bytes.
+using ArchiveSections = std::map<std::string, std::string>;
+
+// The file's bytes for `sections`.
+std::string encode_archive(const ArchiveSections& sections);
+// The sections of an archive's bytes; throws fusion_jit::Error naming `what` (the path) and the defect.
+ArchiveSections decode_archive(const std::string& bytes, const std::string& what);
+
+// Writes `bytes` to `path` through a temporary file and a rename; throws fusion_jit::Error naming the path
+// (the temporary file is removed then, and `path` is left as it was).
+void write_file_atomically(const std::string& path, const std::string& bytes);
+// The whole file; throws fusion_jit::Error naming the path when it cannot be read.
+std::string read_whole_file(const std::string& path);
+
+}  // namespace fusion_jit

@@ -1,0 +1,403 @@
+// Ahead-of-time packages (fusion_jit/package.h): building one from a module, loading and running it.
+//
+// Note [Package layout]
+// The archive (Note [Package archives], support/archive.h) has these sections:
+//   manifest          JSON: format, the fusion_jit version and build, the torch version, the machine it was
+//                     built on, `code` (per distinct generated source: its target, arch, SHA-256 and
+//                     compiled variants, each with what it requires and its section) and `signatures` (per
+//                     signature: its bytes as input_signature gives them, in hex, the inputs described, the
+//                     output kind, whether steps may write into dying arguments, and the code each of its
+//                     plan's TargetCodes is, by index into `code`)
+//   graph/<i>         the optimized graph of signature i, as IR text (parsed back to the same value ids)
+//   plan/<i>          its plan, as plan_io writes it (the sources inside)
+//   constants         every signature's constants table, one tuple each, in one pickle (torch::pickle_save):
+//                     the weights the signatures share are stored once
+//   explain/<i>       its explain text at build
+//   image/<c>/<k>     variant k of code c: the bytes the target loads (a shared object for the CPU)
+// Loading checks the manifest's versions first, then loads each code's first variant this machine can run
+// (Target::cannot_load, Target::load_image), then per signature parses the graph, reads the plan against it,
+// checks that each TargetCode's source is the one whose code was loaded (its SHA-256) and that every kernel
+// is in it, unpickles the constants and resolves the ATen steps, as the JIT path does after build_plan.
+#include "fusion_jit/package.h"
+
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "driver/build_plan.h"
+#include "driver/plan_io.h"
+#include "ir/graph.h"
+#include "support/archive.h"
+#include "support/error.h"
+#include "support/hash.h"
+#include "targets/targets.h"
+#include "torch/executor.h"
+#include "torch/module_access.h"
+
+#ifndef FJ_BUILD_ID
+#define FJ_BUILD_ID "unknown"
+#endif
+#ifndef FJ_VERSION
+#define FJ_VERSION "unknown"
+#endif
+#ifndef FJ_TORCH_VERSION
+#define FJ_TORCH_VERSION "unknown"
+#endif
+
+namespace fusion_jit {
+namespace {
+
+using json = nlohmann::json;
+constexpr int kPackageFormat = 1;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string describe_inputs(const std::vector<c10::IValue>& inputs) {
+  std::vector<std::string> parts;
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      parts.push_back(tensor_type_of(t).str() + (t.requires_grad() ? " requires_grad" : ""));
+    } else {
+      std::ostringstream os;
+      os << v;
+      parts.push_back(os.str());
+    }
+  }
+  return fmt::format("({})", fmt::join(parts, ", "));
+}
+
+std::string to_hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+std::string from_hex(const std::string& hex, const std::string& what) {
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    detail::throw_error(fmt::format("{}: not a valid package: a signature is not hex", what));
+  };
+  FJ_CHECK(hex.size() % 2 == 0, "{}: not a valid package: a signature is not hex", what);
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+  return out;
+}
+
+// The first line of an exception's message (c10's carry a backtrace).
+std::string message_of(const std::exception& e) {
+  auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c10_error ? c10_error->what_without_backtrace() : e.what();
+  return s.substr(0, s.find('\n'));
+}
+
+std::string grad_blocker(const std::vector<c10::IValue>& inputs) {
+  if (!c10::GradMode::is_enabled()) return "";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].isTensor() && inputs[i].toTensor().defined() && inputs[i].toTensor().requires_grad())
+      return fmt::format("input {} requires grad and grad mode is on: packaged plans record no autograd history "
+                         "(call under torch::NoGradGuard)",
+                         i);
+  return "";
+}
+
+// Builds one signature's plan, as the JIT path does, on a graph printed and parsed back (the loader parses
+// the same text, so value ids and node order are the ones the plan's JSON names).
+std::unique_ptr<PlanInstance> build_signature(CompiledModule& m, const std::vector<c10::IValue>& inputs,
+                                              const std::string& where) {
+  c10::IValue eager;
+  std::unique_ptr<PlanInstance> inst;
+  try {
+    // Prepacked weights are in the layout of the builder CPU's MKL: not carried to another machine.
+    inst = ModuleAccess::prepare(m, inputs, {"prepack"}, &eager);
+  } catch (const std::exception& e) {
+    detail::throw_error(fmt::format("{} cannot be captured: {}", where, message_of(e)));
+  }
+  // Parsing numbers the values afresh; the text of the parsed graph parses back to itself.
+  std::unique_ptr<Graph> graph = parse_graph(print_graph(*inst->captured.graph));
+  const std::string text = print_graph(*graph);
+  FJ_INTERNAL_ASSERT(print_graph(*parse_graph(text)) == text, "{}: the graph's text does not parse back to itself:\n{}", where, text);
+  PlanTarget target;
+  target.enable_fusion = ModuleAccess::enable_fusion(m);
+  target.size_args = ModuleAccess::dynamic(m) == DynamicSizes::kOn;
+  inst->plan = build_plan(std::move(graph), target);
+  inst->captured.graph = nullptr;
+  FJ_CHECK(inst->plan->fallback_groups.empty(), "{}: kernels failed to compile ({}); see the warning above", where,
+           fmt::join(inst->plan->fallback_groups, ", "));
+  resolve_aten_steps(*inst, ModuleAccess::in_place(m));
+  try {
+    run_plan(*inst, inputs);  // once, as a served call would: every step resolves and every kernel loads
+  } catch (const std::exception& e) {
+    detail::throw_error(fmt::format("{}: the plan fails on the example inputs: {}", where, message_of(e)));
+  }
+  return inst;
+}
+
+}  // namespace
+
+PackageInfo package(const torch::jit::Module& module, const std::vector<std::vector<c10::IValue>>& signatures,
+                    const std::string& path, const PackageOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FJ_CHECK(!signatures.empty(), "package {}: no input signature was given", path);
+  CompiledModule m = compile(module, options.compile);
+  c10::NoGradGuard no_grad;
+  ArchiveSections sections;
+  json sigs = json::array(), codes = json::array();
+  std::map<std::string, int> code_index;  // target name and source hash -> index in codes
+  std::map<std::string, size_t> seen;     // signature -> its index
+  std::vector<c10::IValue> constants;     // per signature, a tuple of its constants
+  std::set<const c10::StorageImpl*> storages;  // those counted in info.constant_bytes
+  PackageInfo info;
+  info.path = path;
+  for (size_t i = 0; i < signatures.size(); ++i) {
+    const std::vector<c10::IValue>& inputs = signatures[i];
+    const std::string described = describe_inputs(inputs);
+    const std::string where = fmt::format("package {}: signature {} {}", path, i, described);
+    for (size_t j = 0; j < inputs.size(); ++j)
+      FJ_CHECK(!inputs[j].isTensor() || !inputs[j].toTensor().defined() || inputs[j].toTensor().is_cpu(),
+               "{}: input {} is on {}; packages hold CPU plans for now: give CPU inputs", where, j,
+               inputs[j].toTensor().device().str());
+    const std::string sig = input_signature(inputs);
+    auto [it, fresh] = seen.emplace(sig, i);
+    FJ_CHECK(fresh, "{}: the same signature as signature {}", where, it->second);
+    std::unique_ptr<PlanInstance> inst = build_signature(m, inputs, where);
+    const ExecutablePlan& plan = *inst->plan;
+
+    json refs = json::array();
+    for (const TargetCode& c : plan.code) {
+      const std::string key = std::string(c.target->name()) + " " + c.arch + " " + sha256_hex(c.source);
+      auto [ci, added] = code_index.emplace(key, static_cast<int>(codes.size()));
+      if (added) {
+        std::vector<std::string> variants = c.target->default_package_variants();
+        if (c.target->device() == Device::kCPU && !options.cpu_variants.empty()) variants = options.cpu_variants;
+        json images = json::array();
+        std::vector<PackagedImage> built = c.target->package_images(c.source, variants);
+        for (size_t k = 0; k < built.size(); ++k) {
+          std::string name = fmt::format("image/{}/{}", ci->second, k);
+          images.push_back({{"variant", built[k].variant}, {"requires", built[k].requires}, {"section", name}});
+          sections[name] = std::move(built[k].bytes);
+        }
+        codes.push_back({{"target", c.target->name()}, {"arch", c.arch}, {"source_sha256", sha256_hex(c.source)},
+                         {"images", images}});
+        info.sources++;
+      }
+      refs.push_back(ci->second);
+    }
+
+    for (const c10::IValue& v : inst->captured.constants) {
+      FJ_CHECK(v.isTensor() || v.isNone() || v.isScalar() || v.isIntList() || v.isDoubleList() || v.isBoolList(),
+               "{}: a constant of kind {} cannot be stored in a package", where, v.tagKind());
+      if (v.isTensor() && v.toTensor().defined()) {
+        FJ_CHECK(v.toTensor().layout() == at::kStrided && v.toTensor().is_cpu(),
+                 "{}: a constant tensor of layout {} on {} cannot be stored in a package", where,
+                 c10::str(v.toTensor().layout()), v.toTensor().device().str());
+        if (storages.insert(v.toTensor().storage().unsafeGetStorageImpl()).second)
+          info.constant_bytes += static_cast<int64_t>(v.toTensor().storage().nbytes());
+      }
+    }
+    constants.emplace_back(c10::ivalue::Tuple::create(inst->captured.constants));
+    sections[fmt::format("graph/{}", i)] = print_graph(*plan.graph);
+    sections[fmt::format("plan/{}", i)] = serialize_plan(plan);
+    sections[fmt::format("explain/{}", i)] = plan.explain() + instance_explain(*inst);
+    sigs.push_back({{"signature", to_hex(sig)},
+                    {"inputs", described},
+                    {"output_kind", static_cast<int>(inst->captured.output_kind)},
+                    {"in_place", ModuleAccess::in_place(m)},
+                    {"kernels", plan.kernels.size()},
+                    {"code", refs}});
+    info.kernels += static_cast<int>(plan.kernels.size());
+  }
+  // One pickle for every signature's constants: the weights they share are stored once.
+  std::vector<char> pickled;
+  try {
+    pickled = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(constants)));
+  } catch (const std::exception& e) {
+    detail::throw_error(fmt::format("package {}: the constants cannot be stored: {}", path, message_of(e)));
+  }
+  sections["constants"] = std::string(pickled.begin(), pickled.end());
+  json manifest{{"format", kPackageFormat},
+                {"fusion_jit", {{"version", FJ_VERSION}, {"build", FJ_BUILD_ID}}},
+                {"torch", FJ_TORCH_VERSION},
+                {"model", ModuleAccess::name(m)},
+                {"code", codes},
+                {"signatures", sigs}};
+  sections["manifest"] = manifest.dump(1);
+  const std::string bytes = encode_archive(sections);
+  write_file_atomically(path, bytes);
+  info.bytes = static_cast<int64_t>(bytes.size());
+  info.signatures = static_cast<int>(signatures.size());
+  info.build_ms = ms_since(t0);
+  return info;
+}
+
+struct LoadedPackage::Impl {
+  std::string path;
+  LoadOptions options;
+  std::unordered_map<std::string, std::shared_ptr<PlanInstance>> plans;  // by input_signature
+  std::vector<std::string> described;
+  std::string explain;
+  double load_ms = 0, constants_ms = 0;
+  mutable std::atomic<int64_t> fallback_calls{0};
+};
+
+LoadedPackage load_package(const std::string& path, LoadOptions options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto impl = std::make_shared<LoadedPackage::Impl>();
+  impl->path = path;
+  impl->options = std::move(options);
+  const ArchiveSections sections = decode_archive(read_whole_file(path), path);
+  auto section = [&](const std::string& name) -> const std::string& {
+    auto it = sections.find(name);
+    FJ_CHECK(it != sections.end(), "{}: not a valid package: its section {} is missing", path, name);
+    return it->second;
+  };
+  json manifest;
+  try {
+    manifest = json::parse(section("manifest"));
+    const int format = manifest.at("format").get<int>();
+    FJ_CHECK(format == kPackageFormat, "{}: package format {}, but this fusion_jit reads format {}: build the package again",
+             path, format, kPackageFormat);
+    const std::string version = manifest.at("fusion_jit").at("version").get<std::string>();
+    const std::string build = manifest.at("fusion_jit").at("build").get<std::string>();
+    FJ_CHECK(build == FJ_BUILD_ID,
+             "{}: built by fusion_jit {} (build {}), but this is fusion_jit {} (build {}): plans and generated code "
+             "belong to the build that made them; build the package again with this one",
+             path, version, build.substr(0, 12), FJ_VERSION, std::string(FJ_BUILD_ID).substr(0, 12));
+    const std::string torch_version = manifest.at("torch").get<std::string>();
+    FJ_CHECK(torch_version == FJ_TORCH_VERSION, "{}: built with torch {}, but this fusion_jit runs on torch {}", path,
+             torch_version, FJ_TORCH_VERSION);
+
+    // Each distinct source: the first compiled variant this machine can run.
+    std::vector<std::shared_ptr<const Artifact>> artifacts;
+    std::vector<std::string> code_keys;
+    std::string loaded_lines;
+    for (const json& c : manifest.at("code")) {
+      const std::string target_name = c.at("target").get<std::string>();
+      const Target* target = target_named(target_name);
+      FJ_CHECK(target != nullptr, "{}: it has code for target '{}', which this fusion_jit does not have", path, target_name);
+      std::vector<std::string> refused;
+      std::shared_ptr<const Artifact> artifact;
+      for (const json& im : c.at("images")) {
+        PackagedImage image{im.at("variant").get<std::string>(), im.at("requires").get<std::string>(), ""};
+        std::string why = target->cannot_load(image);
+        if (!why.empty()) {
+          refused.push_back(image.variant + ": " + why);
+          continue;
+        }
+        image.bytes = section(im.at("section").get<std::string>());
+        artifact = target->load_image(image);
+        const std::string arch = c.at("arch").get<std::string>();
+        loaded_lines += fmt::format("code {}: {}{} variant {} (for {})\n", artifacts.size(), target_name,
+                                    arch.empty() ? "" : " " + arch, image.variant, image.requires);
+        break;
+      }
+      FJ_CHECK(artifact != nullptr, "{}: none of the compiled variants of its {} code runs on this machine ({})", path,
+               target_name, fmt::join(refused, "; "));
+      artifacts.push_back(std::move(artifact));
+      code_keys.push_back(target_name + " " + c.at("arch").get<std::string>() + " " +
+                          c.at("source_sha256").get<std::string>());
+    }
+
+    impl->explain = fmt::format("package {}: format {}, fusion_jit {}, torch {}, model {}\n", path, format, version,
+                                torch_version, manifest.at("model").get<std::string>()) +
+                    loaded_lines;
+    const auto tc = std::chrono::steady_clock::now();
+    std::vector<c10::IValue> constants;
+    try {
+      const std::string& pickled = section("constants");
+      c10::IValue all = torch::jit::pickle_load(std::vector<char>(pickled.begin(), pickled.end()));
+      if (all.isTuple()) constants = all.toTupleRef().elements().vec();
+    } catch (const std::exception& e) {
+      detail::throw_error(fmt::format("{}: not a valid package: its constants cannot be read: {}", path, message_of(e)));
+    }
+    impl->constants_ms = ms_since(tc);
+    const json& sigs = manifest.at("signatures");
+    for (size_t i = 0; i < sigs.size(); ++i) {
+      const json& s = sigs[i];
+      const std::string described = s.at("inputs").get<std::string>();
+      auto plan = std::make_unique<ExecutablePlan>();
+      plan->graph = parse_graph(section(fmt::format("graph/{}", i)));
+      FJ_CHECK(deserialize_plan(section(fmt::format("plan/{}", i)), plan.get()),
+               "{}: not a valid package: the plan of signature {} {} does not fit its graph", path, i, described);
+      const json& refs = s.at("code");
+      FJ_CHECK(refs.size() == plan->code.size(), "{}: not a valid package: signature {} names {} codes, its plan has {}",
+               path, i, refs.size(), plan->code.size());
+      for (size_t k = 0; k < plan->code.size(); ++k) {
+        TargetCode& c = plan->code[k];
+        const size_t ref = refs[k].get<size_t>();
+        FJ_CHECK(ref < artifacts.size() &&
+                     code_keys[ref] == std::string(c.target->name()) + " " + c.arch + " " + sha256_hex(c.source),
+                 "{}: not a valid package: signature {}'s {} source is not the one its code was compiled from", path, i,
+                 c.target->name());
+        c.artifact = artifacts[ref];
+        for (int kernel : c.kernels) {
+          const std::string& name = plan->kernels.at(kernel).spec.name;
+          FJ_CHECK(c.artifact->has_kernel(name), "{}: not a valid package: kernel {} of signature {} is missing from its code",
+                   path, name, i);
+        }
+      }
+      auto inst = std::make_shared<PlanInstance>();
+      inst->plan = std::move(plan);
+      const int kind = s.at("output_kind").get<int>();
+      FJ_CHECK(kind >= 0 && kind <= static_cast<int>(OutputKind::kList), "{}: not a valid package: output kind {}", path, kind);
+      inst->captured.output_kind = static_cast<OutputKind>(kind);
+      FJ_CHECK(i < constants.size() && constants[i].isTuple(),
+               "{}: not a valid package: the constants of signature {} are missing", path, i);
+      for (const c10::IValue& v : constants[i].toTupleRef().elements()) inst->captured.constants.push_back(v);
+      resolve_aten_steps(*inst, s.at("in_place").get<bool>());
+      const std::string sig = from_hex(s.at("signature").get<std::string>(), path);
+      FJ_CHECK(impl->plans.emplace(sig, std::move(inst)).second, "{}: not a valid package: signature {} appears twice",
+               path, i);
+      impl->described.push_back(described);
+      impl->explain += fmt::format("\nsignature {}: {}\n", i, described) + section(fmt::format("explain/{}", i));
+    }
+  } catch (const json::exception& e) {
+    detail::throw_error(fmt::format("{}: not a valid package: its manifest is not what this fusion_jit writes: {}", path,
+                                    e.what()));
+  }
+  impl->load_ms = ms_since(t0);
+  return LoadedPackage(std::move(impl));
+}
+
+c10::IValue LoadedPackage::operator()(const std::vector<c10::IValue>& inputs) const {
+  const Impl& p = *impl_;
+  auto it = p.plans.end();
+  std::string why = grad_blocker(inputs);
+  if (why.empty()) {
+    it = p.plans.find(input_signature(inputs));
+    if (it == p.plans.end())
+      why = fmt::format("no packaged signature matches the inputs {}; the package serves {}", describe_inputs(inputs),
+                        fmt::join(p.described, ", "));
+  }
+  if (!why.empty()) {
+    FJ_CHECK(p.options.fallback != nullptr, "{}: {}", p.path, why);
+    p.fallback_calls++;
+    return p.options.fallback(inputs);
+  }
+  bool replayed = false;
+  return run_instance(*it->second, inputs, /*cuda_graphs=*/false, p.path, &replayed);
+}
+
+std::vector<std::string> LoadedPackage::signatures() const { return impl_->described; }
+std::string LoadedPackage::explain() const { return impl_->explain; }
+double LoadedPackage::load_ms() const { return impl_->load_ms; }
+double LoadedPackage::constants_ms() const { return impl_->constants_ms; }
+int64_t LoadedPackage::fallback_calls() const { return impl_->fallback_calls.load(); }
+
+}  // namespace fusion_jit

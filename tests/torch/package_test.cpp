@@ -1,0 +1,251 @@
+// Ahead-of-time packages (fusion_jit/package.h): built, loaded with no compiler, run bit-identically to the
+// JIT plan, and every refusal named.
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randn.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/api/module.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "fusion_jit/fusion_jit.h"
+#include "fusion_jit/package.h"
+#include "support/archive.h"
+#include "targets/cpu/host_compiler.h"
+#include "torch/tolerance.h"
+
+namespace fusion_jit {
+namespace {
+
+std::string scratch_dir() {
+  static const std::string dir = [] {
+    char t[] = "/tmp/fj_package_test_XXXXXX";
+    return std::string(::mkdtemp(t));
+  }();
+  return dir;
+}
+
+// A block with a matmul (an ATen step), a layer norm and a softmax (reductions), elementwise chains and a
+// second output.
+torch::jit::Module block() {
+  at::manual_seed(42);  // the same weights in every instance
+  torch::jit::Module m("Block");
+  m.register_parameter("w", at::randn({32, 32}), false);
+  m.register_parameter("g", at::randn({32}), false);
+  m.define(R"(
+def forward(self, x, y):
+    h = torch.matmul(x, self.w) + y
+    n = torch.layer_norm(h, [32], self.g, None, 1e-5)
+    return torch.softmax(torch.gelu(n) * 2.0, -1), torch.sigmoid(h).sum(-1)
+)");
+  return m;
+}
+
+std::vector<c10::IValue> inputs(int64_t rows, uint64_t seed = 0) {
+  at::manual_seed(seed);
+  return {at::randn({rows, 32}), at::randn({rows, 32})};
+}
+
+std::vector<at::Tensor> tensors(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  for (const auto& e : v.toTupleRef().elements()) out.push_back(e.toTensor());
+  return out;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The package at `path` with its manifest changed by `edit`, written (checksummed) to `out`.
+void rewrite_manifest(const std::string& path, const std::string& out, const std::function<void(nlohmann::json&)>& edit) {
+  ArchiveSections s = decode_archive(read_whole_file(path), path);
+  nlohmann::json m = nlohmann::json::parse(s.at("manifest"));
+  edit(m);
+  s["manifest"] = m.dump();
+  write_file_atomically(out, encode_archive(s));
+}
+
+// One package of two signatures, built once for the tests below.
+const std::string& two_signature_package() {
+  static const std::string path = [] {
+    std::string p = scratch_dir() + "/block.fjpkg";
+    torch::jit::Module m = block();
+    PackageInfo info = package(m, {inputs(8), inputs(5)}, p);
+    EXPECT_EQ(info.signatures, 2);
+    EXPECT_GE(info.kernels, 2);  // at least one per signature
+    EXPECT_EQ(info.constant_bytes, (32 * 32 + 32) * 4);  // the weights, once for both signatures
+    return p;
+  }();
+  return path;
+}
+
+TEST(Package, TwoSignaturesRunWithNoCompilerBitIdenticalToTheJitPlan) {
+  c10::NoGradGuard no_grad;
+  const std::string& path = two_signature_package();
+  LoadedPackage p = load_package(path);
+  ASSERT_EQ(p.signatures().size(), 2u);
+  EXPECT_EQ(p.signatures()[0], "(f32[8,32], f32[8,32])");
+  CompileOptions jit_options;
+  jit_options.disable = {"prepack"};  // as the package's plans
+  CompiledModule jit = compile(block(), jit_options);
+  torch::jit::Module eager = block();
+  for (int64_t rows : {8, 5}) {
+    for (uint64_t seed : {1, 2}) {
+      auto in = inputs(rows, seed);
+      std::vector<at::Tensor> got = tensors(p(in));
+      jit(in);  // the call that compiles gives the capture run's result, eager's
+      std::vector<at::Tensor> want = tensors(jit(in));
+      std::vector<at::Tensor> ref = tensors(eager.forward(in));
+      ASSERT_EQ(got.size(), 2u);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(at::equal(got[i], want[i])) << "rows " << rows << " output " << i;
+        EXPECT_TRUE(check_close(got[i], ref[i]).ok) << check_close(got[i], ref[i]).message;
+      }
+    }
+  }
+  EXPECT_NE(p.explain().find("code 0: cpu variant native"), std::string::npos) << p.explain();
+  EXPECT_NE(p.explain().find("signature 1: (f32[5,32], f32[5,32])"), std::string::npos) << p.explain();
+}
+
+TEST(Package, LoadingAndRunningCompilesNothing) {
+  c10::NoGradGuard no_grad;
+  const std::string& path = two_signature_package();
+  const int64_t compiles = host_compile_stats().compiles;
+  const HostCompileStats before = host_compile_stats();
+  LoadedPackage p = load_package(path);
+  p(inputs(8));
+  p(inputs(5));
+  const HostCompileStats after = host_compile_stats();
+  EXPECT_EQ(after.compiles, compiles);
+  EXPECT_EQ(after.disk_hits, before.disk_hits);  // no kernel cache read either
+  EXPECT_EQ(after.memory_hits, before.memory_hits);
+}
+
+TEST(Package, ACallOfAnotherSignatureNamesWhatItGotAndWhatThePackageServes) {
+  c10::NoGradGuard no_grad;
+  LoadedPackage p = load_package(two_signature_package());
+  std::string e = error_of([&] { p(inputs(7)); });
+  EXPECT_NE(e.find("no packaged signature matches the inputs (f32[7,32], f32[7,32]); the package serves "
+                   "(f32[8,32], f32[8,32]), (f32[5,32], f32[5,32])"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(two_signature_package()), std::string::npos) << e;
+  // With a fallback, such a call runs there.
+  torch::jit::Module eager = block();
+  LoadOptions o;
+  o.fallback = [&eager](const std::vector<c10::IValue>& in) { return eager.forward(in); };
+  LoadedPackage q = load_package(two_signature_package(), o);
+  auto in = inputs(7);
+  EXPECT_TRUE(at::equal(tensors(q(in))[0], tensors(eager.forward(in))[0]));
+  EXPECT_EQ(q.fallback_calls(), 1);
+  q(inputs(8));
+  EXPECT_EQ(q.fallback_calls(), 1);
+}
+
+TEST(Package, InputsThatRequireGradUnderGradModeAreRefused) {
+  LoadedPackage p = load_package(two_signature_package());
+  auto in = inputs(8);
+  in[1].toTensor().requires_grad_(true);
+  std::string e = error_of([&] { p(in); });
+  EXPECT_NE(e.find("input 1 requires grad and grad mode is on"), std::string::npos) << e;
+}
+
+TEST(Package, AnotherFormatBuildOrTorchVersionIsRefused) {
+  const std::string& path = two_signature_package();
+  const std::string out = scratch_dir() + "/edited.fjpkg";
+  rewrite_manifest(path, out, [](nlohmann::json& m) { m["format"] = 99; });
+  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": package format 99, but this fusion_jit reads format 1"),
+            std::string::npos);
+  rewrite_manifest(path, out, [](nlohmann::json& m) { m["fusion_jit"]["build"] = "0123456789abcdef"; });
+  std::string e = error_of([&] { load_package(out); });
+  EXPECT_NE(e.find("(build 0123456789ab), but this is fusion_jit"), std::string::npos) << e;
+  rewrite_manifest(path, out, [](nlohmann::json& m) { m["torch"] = "1.13.1"; });
+  e = error_of([&] { load_package(out); });
+  EXPECT_NE(e.find(out + ": built with torch 1.13.1, but this fusion_jit runs on torch 2.11.0"), std::string::npos) << e;
+  rewrite_manifest(path, out, [](nlohmann::json& m) { m.erase("signatures"); });
+  e = error_of([&] { load_package(out); });
+  EXPECT_NE(e.find(out + ": not a valid package: its manifest"), std::string::npos) << e;
+}
+
+TEST(Package, ATruncatedOrAlteredFileIsRefused) {
+  const std::string bytes = read_whole_file(two_signature_package());
+  const std::string out = scratch_dir() + "/damaged.fjpkg";
+  write_file_atomically(out, bytes.substr(0, bytes.size() / 2));
+  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": the package's checksum does not match"), std::string::npos);
+  std::string altered = bytes;
+  altered[altered.size() / 3] ^= 0x40;
+  write_file_atomically(out, altered);
+  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": the package's checksum does not match"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_package(scratch_dir() + "/none.fjpkg"); }).find("cannot read " + scratch_dir() + "/none.fjpkg"),
+            std::string::npos);
+}
+
+TEST(Package, NativeCodeForAnotherCpuRunsThePortableVariantOrIsRefused) {
+  c10::NoGradGuard no_grad;
+  const std::string& path = two_signature_package();
+  const std::string out = scratch_dir() + "/foreign.fjpkg";
+  auto foreign = [](nlohmann::json& m) {
+    for (auto& c : m["code"]) c["images"][0]["requires"] = "model name\t: Another CPU | 0123456789abcdef";
+  };
+  rewrite_manifest(path, out, foreign);
+  LoadedPackage p = load_package(out);
+  EXPECT_NE(p.explain().find("code 0: cpu variant x86-64-v2"), std::string::npos) << p.explain();
+  torch::jit::Module eager = block();
+  auto in = inputs(8, 3);
+  std::vector<at::Tensor> got = tensors(p(in)), ref = tensors(eager.forward(in));
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(check_close(got[i], ref[i]).ok) << check_close(got[i], ref[i]).message;
+  // Native code only: refused, each variant's reason given.
+  rewrite_manifest(path, out, [&](nlohmann::json& m) {
+    foreign(m);
+    for (auto& c : m["code"]) c["images"].erase(1);
+  });
+  std::string e = error_of([&] { load_package(out); });
+  EXPECT_NE(e.find(out + ": none of the compiled variants of its cpu code runs on this machine (native: native code for "
+                         "another CPU"),
+            std::string::npos)
+      << e;
+}
+
+TEST(Package, BadSignaturesAreNamedAndLeaveThePathAsItWas) {
+  const std::string path = scratch_dir() + "/kept.fjpkg";
+  write_file_atomically(path, "an older file");
+  torch::jit::Module m = block();
+  std::string e = error_of([&] { package(m, {inputs(4), {at::randn({4, 31}), at::randn({4, 32})}}, path); });
+  EXPECT_NE(e.find("package " + path + ": signature 1 (f32[4,31], f32[4,32]) cannot be captured"), std::string::npos) << e;
+  e = error_of([&] { package(m, {inputs(4), inputs(4, 9)}, path); });
+  EXPECT_NE(e.find("signature 1 (f32[4,32], f32[4,32]): the same signature as signature 0"), std::string::npos) << e;
+  e = error_of([&] { package(m, {}, path); });
+  EXPECT_NE(e.find("no input signature was given"), std::string::npos) << e;
+  PackageOptions bad;
+  bad.cpu_variants = {"native", "i386"};
+  e = error_of([&] { package(m, {inputs(4)}, path, bad); });
+  EXPECT_NE(e.find("unknown CPU code variant 'i386'"), std::string::npos) << e;
+  EXPECT_EQ(read_whole_file(path), "an older file");
+}
+
+// Outputs are the caller's: one that is a constant (a frozen weight returned as it is) is a copy, and
+// changing it changes no later call.
+TEST(Package, OutputsDoNotAliasConstants) {
+  c10::NoGradGuard no_grad;
+  torch::jit::Module m("Weights");
+  m.register_parameter("w", at::randn({4, 4}), false);
+  m.define("def forward(self, x):\n    return x * 2.0, self.w\n");
+  const std::string path = scratch_dir() + "/weights.fjpkg";
+  package(m, {{at::randn({4, 4})}}, path);
+  LoadedPackage p = load_package(path);
+  at::Tensor x = at::randn({4, 4});
+  at::Tensor w = tensors(p({x}))[1];
+  const at::Tensor before = w.clone();
+  w.add_(1.0);
+  EXPECT_TRUE(at::equal(tensors(p({x}))[1], before));
+}
+
+}  // namespace
+}  // namespace fusion_jit
