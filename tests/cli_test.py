@@ -757,6 +757,59 @@ def _():
     REDIS.start()
 
 
+@case("package, then load in a fresh process with no compiler, no cache and no temporary file: each demo model "
+      "bit-identical to the JIT plan")
+def _():
+    for name, (_, specs) in MODELS.items():
+        pkg = os.path.join(TMP, f"{name}.fjpkg")
+        extra = ["--signature", "f32[64,512]"] if name == "mlp_block" else []
+        p = cli("package", DEMO[name], "--input", *specs, *extra, "--out", pkg)
+        assert p.returncode == 0, p.stderr
+        assert f"{1 + (len(extra) > 0)} signature" in p.stdout, p.stdout
+        jit_out = os.path.join(TMP, f"{name}-jit.pt")
+        env = dict(os.environ, FUSION_JIT_DISABLE="epilogue,prepack")  # as packages are built
+        p = subprocess.run([CLI, "run", DEMO[name], "--input", *specs, "--save-outputs", jit_out], env=env,
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        no_cache, tmpdir = os.path.join(TMP, f"no-cache-{name}"), os.path.join(TMP, f"tmp-{name}")
+        os.mkdir(tmpdir)
+        env = dict(os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1", FUSION_JIT_CACHE_DIR=no_cache, TMPDIR=tmpdir)
+        pkg_out = os.path.join(TMP, f"{name}-pkg.pt")
+        p = subprocess.run([CLI, "load", pkg, "--input", *specs, "--save-outputs", pkg_out, "--explain"], env=env,
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        assert re.search(r"loaded .* in [0-9.]+ ms", p.stdout) and "variant native" in p.stdout, p.stdout
+        got, want = torch.load(pkg_out), torch.load(jit_out)
+        assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want)), name
+        assert not os.path.exists(no_cache), "loading a package made a cache directory"
+        assert os.listdir(tmpdir) == [], os.listdir(tmpdir)
+    p = cli("load", os.path.join(TMP, "mlp_block.fjpkg"), "--input", "f32[64,512]")
+    assert p.returncode == 0, p.stderr
+
+
+@case("package and load: errors named")
+def _():
+    pkg = os.path.join(TMP, "model.fjpkg")
+    expect_error(["package", MODEL, "--input", "f32[4,4]", "f32[4]"], "package: --out FILE is required")
+    expect_error(["package", MODEL, "--out", pkg], "give the inputs with --input SPEC ..., --inputs FILE or --signature")
+    expect_error(["package", MODEL, "--input", "f32[4,4]", "--out", pkg], "takes 2 inputs, signature 0 has 1")
+    expect_error(["package", MODEL, "--input", "f32[4,4]", "f32[4]", "--cpu-variants", "native,i386", "--out", pkg],
+                 "unknown CPU code variant 'i386'")
+    assert not os.path.exists(pkg)
+    p = cli("package", MODEL, "--input", "f32[4,4]", "f32[4]", "--cpu-variants", "x86-64-v2", "--out", pkg)
+    assert p.returncode == 0, p.stderr
+    p = cli("load", pkg, "--input", "f32[4,4]", "f32[4]", "--explain")
+    assert p.returncode == 0 and "variant x86-64-v2" in p.stdout, p.stdout + p.stderr
+    expect_error(["load", pkg, "--input", "f32[4,5]", "f32[5]"],
+                 "no packaged signature matches the inputs (f32[4,5], f32[5]); the package serves (f32[4,4], f32[4])")
+    expect_error(["load", MODEL], f"{MODEL}: not a fusion_jit package")
+    expect_error(["load", os.path.join(TMP, "none.fjpkg")], "cannot read")
+    cut = os.path.join(TMP, "cut.fjpkg")
+    with open(cut, "wb") as f:
+        f.write(read(pkg, "rb")[:-100])
+    expect_error(["load", cut], f"{cut}: the package's checksum does not match its contents")
+
+
 if REDIS is not None:
     REDIS.stop()
 failed = [(n, e) for n, e in results if e]

@@ -19,8 +19,9 @@
 // signature raises an error naming the signature it got and those the package has (or, given a fallback,
 // runs it).
 //
-// Plans are built with the module's CompileOptions, except that weights are not prepacked (the rule set
-// "prepack": MKL's packed layout is the builder CPU's); CPU plans only for now.
+// Plans are built with the module's CompileOptions, except that the oneDNN and MKL rule sets ("epilogue",
+// "prepack") are left out: they reorder weights into the blocked layouts of the builder CPU's kernels, and
+// oneDNN's opaque tensors cannot be stored. CPU plans only for now.
 #pragma once
 
 #include <ATen/core/ivalue.h>

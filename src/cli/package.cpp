@@ -66,8 +66,8 @@ int package_model(const PackageArgs& a, uint64_t seed) {
   std::string variants = a.cpu_variants;
   std::replace(variants.begin(), variants.end(), ',', ' ');
   options.cpu_variants = words(variants);
-  std::fprintf(stderr, "packaging %s: %zu signature%s\n", a.path.c_str(), signatures.size(),
-               signatures.size() == 1 ? "" : "s");
+  std::printf("packaging %s: %zu signature%s\n", a.path.c_str(), signatures.size(), signatures.size() == 1 ? "" : "s");
+  std::fflush(stdout);
   const PackageInfo info = package(module, signatures, a.out, options);
   std::printf("%s: %d signature%s, %d kernels from %d source%s, %.1f MB of constants, %.1f MB in all, built in %.0f ms\n",
               info.path.c_str(), info.signatures, info.signatures == 1 ? "" : "s", info.kernels, info.sources,

@@ -124,8 +124,9 @@ std::unique_ptr<PlanInstance> build_signature(CompiledModule& m, const std::vect
   c10::IValue eager;
   std::unique_ptr<PlanInstance> inst;
   try {
-    // Prepacked weights are in the layout of the builder CPU's MKL: not carried to another machine.
-    inst = ModuleAccess::prepare(m, inputs, {"prepack"}, &eager);
+    // The oneDNN and MKL rules reorder weights into the blocked layouts of the builder CPU's kernels,
+    // which another CPU's may not read (and oneDNN's opaque tensors cannot be stored): left out.
+    inst = ModuleAccess::prepare(m, inputs, {"epilogue", "prepack"}, &eager);
   } catch (const std::exception& e) {
     detail::throw_error(fmt::format("{} cannot be captured: {}", where, message_of(e)));
   }

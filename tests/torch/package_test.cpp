@@ -93,7 +93,7 @@ TEST(Package, TwoSignaturesRunWithNoCompilerBitIdenticalToTheJitPlan) {
   ASSERT_EQ(p.signatures().size(), 2u);
   EXPECT_EQ(p.signatures()[0], "(f32[8,32], f32[8,32])");
   CompileOptions jit_options;
-  jit_options.disable = {"prepack"};  // as the package's plans
+  jit_options.disable = {"epilogue", "prepack"};  // as the package's plans
   CompiledModule jit = compile(block(), jit_options);
   torch::jit::Module eager = block();
   for (int64_t rows : {8, 5}) {
