@@ -46,4 +46,11 @@ echo "$out"
 grep -q "^match: yes" <<<"$out"
 # The library the example runs is the installed one.
 ldd "$WORK/build/fusion_jit_example" | grep -q "$WORK/prefix/lib/libfusion_jit.so"
+# An ahead-of-time package made by the installed CLI, served by examples/serve_package.cpp with no compiler
+# and no cache directory.
+"$WORK/prefix/bin/fusion-jit" package "$WORK/model.pt" --input 'f32[32,256]' --out "$WORK/model.fjpkg" >/dev/null
+out="$(FUSION_JIT_ASSERT_NO_COMPILE=1 FUSION_JIT_CACHE_DIR="$WORK/no-cache" "$WORK/build/serve_package" "$WORK/model.fjpkg" 32 256)"
+echo "$out"
+grep -q "^median of 50 calls" <<<"$out"
+test ! -e "$WORK/no-cache"
 echo "install test: passed"

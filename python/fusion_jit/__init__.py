@@ -8,6 +8,8 @@
     fusion_jit.reset()                 # clears the counters and the compiled plans held in memory
     with fusion_jit.profile() as p:    # times each plan step inside the block: p.table(), p.summary()
         model(x)
+    fusion_jit.package(model, (x,), "model.fjpkg")    # an ahead-of-time package (_package.py)
+    served = fusion_jit.load_package("model.fjpkg")  # runs with no capture and no compiler
 
 Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
     cuda_graphs           bool, replay each CUDA plan as a CUDA Graph (mode="reduce-overhead" sets it);
@@ -46,8 +48,10 @@ import torch
 from . import _native
 from ._backend import Options, backend, compile, explain, profile, reset, stats
 from ._lowering import Unsupported
+from ._package import LoadedPackage, load_package, package
 
-__all__ = ["backend", "compile", "explain", "profile", "reset", "stats", "Options", "Unsupported"]
+__all__ = ["backend", "compile", "explain", "profile", "reset", "stats", "Options", "Unsupported", "package",
+           "load_package", "LoadedPackage"]
 __version__ = "0.7.0"
 
 

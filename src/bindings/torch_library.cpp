@@ -1,6 +1,6 @@
 // The Python binding: TORCH_LIBRARY registrations, loaded by the Python package with
 // torch.ops.load_library. No Python headers: torch's own bindings carry the calls. It uses the public API
-// only (fusion_jit/fusion_jit.h, fusion_jit/cache.h) and the tolerance rule.
+// only (fusion_jit/fusion_jit.h, fusion_jit/cache.h, fusion_jit/package.h) and the tolerance rule.
 //
 //   torch.classes.fusion_jit.GraphFunction(name, enable_fusion, cuda_graphs, specialization_limit, disable,
 //                                          dynamic)
@@ -14,6 +14,12 @@
 //                                           graph's types (outputs empty: another thread added it)
 //     .take_warnings() -> [str]                    warnings since the last call (each given once)
 //     .explain(tensors, key) -> str, .num_plans() -> int, .plans_dropped() -> int, .clear()
+//   torch.classes.fusion_jit.Package(path)         an ahead-of-time package loaded (fusion_jit/package.h)
+//     .run(tensors) -> [tensors]  (the result flattened), .signatures() -> [str], .explain() -> str,
+//     .load_ms() -> float, .constants_ms() -> float
+//   torch.ops.fusion_jit.package_file(model_path, tensors, counts, out, cpu_variants) -> [signatures,
+//     kernels, sources, bytes, constant bytes]   the TorchScript model at model_path packaged for the
+//     signatures of tensors (counts[i] each, in order)
 //   torch.ops.fusion_jit.counters() -> [cache hits, cache misses, host compiles, NVRTC compiles]
 //   torch.ops.fusion_jit.use_cache_dir(dir), torch.ops.fusion_jit.cache_dir() -> str
 //   torch.ops.fusion_jit.check_close(actual, expected, reference64?) -> (ok, max error, why not)
@@ -21,6 +27,7 @@
 //
 // fusion_jit::Error reaches Python as ValueError, fusion_jit::TypeError as TypeError (c10's ValueError
 // and TypeError, which torch translates), anything else as RuntimeError.
+#include <torch/csrc/jit/serialization/import.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -30,6 +37,7 @@
 #include "fusion_jit/cache.h"
 #include "fusion_jit/error.h"
 #include "fusion_jit/fusion_jit.h"
+#include "fusion_jit/package.h"
 #include "runtime/profile.h"
 #include "torch/tolerance.h"
 
@@ -156,6 +164,41 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> profile_list() {
   return out;
 }
 
+// An ahead-of-time package loaded (fusion_jit/package.h).
+struct PyPackage : torch::CustomClassHolder {
+  explicit PyPackage(LoadedPackage p) : package(std::move(p)) {}
+  LoadedPackage package;
+};
+
+// The result's tensors, in order (a tensor, or a tuple or list of them, nested).
+void flatten_result(const c10::IValue& v, std::vector<at::Tensor>* out) {
+  if (v.isTensor()) out->push_back(v.toTensor());
+  else if (v.isTuple()) for (const auto& e : v.toTupleRef().elements()) flatten_result(e, out);
+  else if (v.isList()) for (const auto& e : v.toListRef()) flatten_result(e, out);
+}
+
+// Packages the TorchScript model at `model_path` for the signatures of `inputs` (`counts[i]` tensors each, in
+// order) into `out`; returns [signatures, kernels, sources, bytes, constant bytes].
+std::vector<int64_t> package_file(const std::string& model_path, const std::vector<at::Tensor>& inputs,
+                                  const std::vector<int64_t>& counts, const std::string& out,
+                                  const std::vector<std::string>& cpu_variants) {
+  return translate_errors([&] {
+    std::vector<std::vector<c10::IValue>> signatures;
+    size_t at = 0;
+    for (int64_t n : counts) {
+      TORCH_CHECK_VALUE(n >= 0 && at + static_cast<size_t>(n) <= inputs.size(), "package: the signatures' input counts do not add up");
+      signatures.emplace_back(inputs.begin() + static_cast<int64_t>(at), inputs.begin() + static_cast<int64_t>(at) + n);
+      at += static_cast<size_t>(n);
+    }
+    TORCH_CHECK_VALUE(at == inputs.size(), "package: the signatures' input counts do not add up");
+    torch::jit::Module module = torch::jit::load(model_path);
+    PackageOptions options;
+    options.cpu_variants = cpu_variants;
+    PackageInfo info = package(module, signatures, out, options);
+    return std::vector<int64_t>{info.signatures, info.kernels, info.sources, info.bytes, info.constant_bytes};
+  });
+}
+
 }  // namespace
 }  // namespace fusion_jit
 
@@ -183,6 +226,25 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("num_plans", [](const Self& self) { return static_cast<int64_t>(self->fn.num_plans()); })
       .def("plans_dropped", [](const Self& self) { return static_cast<int64_t>(self->fn.plans_dropped()); })
       .def("clear", [](const Self& self) { self->fn.clear(); });
+  using PackageSelf = c10::intrusive_ptr<PyPackage>;
+  m.class_<PyPackage>("Package")
+      .def(torch::init([](const std::string& path) {
+        return translate_errors([&] { return c10::make_intrusive<PyPackage>(load_package(path)); });
+      }))
+      .def("run",
+           [](const PackageSelf& self, const std::vector<at::Tensor>& inputs) {
+             return translate_errors([&] {
+               std::vector<c10::IValue> in(inputs.begin(), inputs.end());
+               std::vector<at::Tensor> out;
+               flatten_result(self->package(in), &out);
+               return out;
+             });
+           })
+      .def("signatures", [](const PackageSelf& self) { return self->package.signatures(); })
+      .def("explain", [](const PackageSelf& self) { return self->package.explain(); })
+      .def("load_ms", [](const PackageSelf& self) { return self->package.load_ms(); })
+      .def("constants_ms", [](const PackageSelf& self) { return self->package.constants_ms(); });
+  m.def("package_file", &package_file);
   m.def("counters", &counter_list);
   m.def("profile_enable", [](bool on) {
     if (on) profile_reset();
