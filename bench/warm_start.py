@@ -3,7 +3,7 @@ warm from Redis (a new machine: empty local cache, the remote tier on localhost)
 measured in the same processes.
 
     ./run python bench/warm_start.py build/fusion-jit [--rounds 3] [--no-redis] [--demo-models a,b]
-                                                      [--python-models a,b]
+                                                      [--python-models a,b] [--packages]
 
 Each round: `fusion-jit run MODEL --json` with an emptied cache (cold; with the remote tier, which it writes
 through to), then again in a fresh process (warm, with FUSION_JIT_ASSERT_NO_COMPILE=1: no compiler may
@@ -14,6 +14,11 @@ for models of tests/python/models.py through torch.compile(backend="fusion_jit")
 process timing eager's first call, then the compiled model's first call. eager_first_ms is the model's first
 eager call in each process; first_call_ms is the fused first call (capture, passes, plan, kernels
 compiled or loaded, run). Medians over the rounds.
+
+--packages: instead, per demo model, an ahead-of-time package (`fusion-jit package`) loaded and run in a
+fresh process (`fusion-jit load`, FUSION_JIT_ASSERT_NO_COMPILE=1, no cache directory): its load time, of
+which reading the weights, and its first call, against eager's first call and the plan cache's warm start
+measured in the same round.
 """
 import argparse
 import json
@@ -35,6 +40,45 @@ def run(cli, model, specs, env):
     if p.returncode != 0:
         sys.exit(f"{model}: {p.stderr.strip()}")
     return json.loads(p.stdout)
+
+
+def load_package(cli, pkg, specs, env):
+    """`fusion-jit load` of a package in a fresh process: (load ms, of which constants ms, first call ms)."""
+    import re
+    p = subprocess.run([cli, "load", pkg, "--input", *specs], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"{pkg}: {p.stderr.strip()}")
+    load = re.search(r"in ([0-9.]+) ms \(constants ([0-9.]+) ms\)", p.stdout)
+    first = re.search(r"first call ([0-9.]+) ms", p.stdout)
+    return float(load.group(1)), float(load.group(2)), float(first.group(1))
+
+
+def package_rows(cli, paths, tmp, rounds, names):
+    """Ahead-of-time packages (issue 19): each demo model packaged, then loaded and run in a fresh process
+    with no compiler and no cache; eager's first call and the plan-cache warm start in the same round."""
+    print(f"\n{'model':<18} {'eager first':>12} {'warm first':>11} {'pkg load':>9} {'weights':>8} {'pkg first':>10} "
+          f"{'load-weights+first - eager':>27}")
+    for name, (_, specs) in MODELS.items():
+        if name not in names:
+            continue
+        rows = []
+        for r in range(rounds):
+            cache = os.path.join(tmp, f"pkg-cache-{name}-{r}")
+            env = dict(os.environ, FUSION_JIT_CACHE_DIR=cache)
+            run(cli, paths[name], specs, env)  # fills the cache: the next run is a warm start
+            warm = run(cli, paths[name], specs, dict(env, FUSION_JIT_ASSERT_NO_COMPILE="1"))
+            pkg = os.path.join(tmp, f"{name}-{r}.fjpkg")
+            p = subprocess.run([cli, "package", paths[name], "--input", *specs, "--out", pkg], capture_output=True,
+                               text=True, env=env)
+            if p.returncode != 0:
+                sys.exit(f"{name}: {p.stderr.strip()}")
+            load, weights, first = load_package(cli, pkg, specs, dict(
+                os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1", FUSION_JIT_CACHE_DIR=os.path.join(tmp, "no-cache")))
+            rows.append((warm["eager_first_ms"], warm["first_call_ms"], load, weights, first,
+                         load - weights + first - warm["eager_first_ms"]))
+        med = [statistics.median(r[i] for r in rows) for i in range(6)]
+        print(f"{name:<18} {med[0]:>10.1f}ms {med[1]:>9.1f}ms {med[2]:>7.1f}ms {med[3]:>6.1f}ms {med[4]:>8.1f}ms "
+              f"{med[5]:>25.1f}ms", flush=True)
 
 
 def python_child(name):
@@ -74,9 +118,13 @@ def main():
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--python-models", default="gpt2_tiny,resnet18")
     ap.add_argument("--demo-models", default=",".join(MODELS), help="the demo models' rows (\"\": none)")
+    ap.add_argument("--packages", action="store_true", help="only the ahead-of-time package rows")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="fj-warm-")
     paths = make_models(os.path.join(tmp, "models"))
+    if args.packages:
+        package_rows(args.cli, paths, tmp, args.rounds, args.demo_models.split(","))
+        return
     redis = None if args.no_redis or not redis_server.available() else redis_server.RedisServer(tmp)
     print(f"{'model':<18} {'eager first':>12} {'cold first':>11} {'warm first':>11} {'warm - eager':>13} "
           f"{'from Redis':>11} {'Redis - disk':>13} {'in Redis':>9} {'compilers (warm)':>17}")

@@ -1,12 +1,13 @@
 #include "support/archive.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <algorithm>
 
 #include "support/error.h"
 #include "support/hash.h"
@@ -27,7 +28,7 @@ void put_u64(std::string& out, uint64_t v) {
 // Reads little-endian fields from a bounded range; every read is checked against what is left.
 class Reader {
  public:
-  Reader(const std::string& bytes, size_t end, const std::string& what) : bytes_(bytes), end_(end), what_(what) {}
+  Reader(std::string_view bytes, size_t end, const std::string& what) : bytes_(bytes), end_(end), what_(what) {}
   uint64_t uint(int width, const char* field) {
     need(static_cast<uint64_t>(width), field);
     uint64_t v = 0;
@@ -35,9 +36,9 @@ class Reader {
     pos_ += static_cast<size_t>(width);
     return v;
   }
-  std::string bytes(uint64_t n, const char* field) {
+  std::string_view bytes(uint64_t n, const char* field) {
     need(n, field);
-    std::string s = bytes_.substr(pos_, static_cast<size_t>(n));
+    std::string_view s = bytes_.substr(pos_, static_cast<size_t>(n));
     pos_ += static_cast<size_t>(n);
     return s;
   }
@@ -48,7 +49,7 @@ class Reader {
   void need(uint64_t n, const char* field) {
     FJ_CHECK(n <= end_ - pos_, "{}: not a valid package: its {} at byte {} runs past the end", what_, field, pos_);
   }
-  const std::string& bytes_;
+  std::string_view bytes_;
   size_t end_;
   const std::string& what_;
   size_t pos_ = 0;
@@ -70,7 +71,7 @@ std::string encode_archive(const ArchiveSections& sections) {
   return out;
 }
 
-ArchiveSections decode_archive(const std::string& bytes, const std::string& what) {
+ArchiveView decode_archive(std::string_view bytes, const std::string& what) {
   FJ_CHECK(bytes.size() >= sizeof(kMagic) + 8 + kDigest && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0,
            "{}: not a fusion_jit package (no package header; {} bytes)", what, bytes.size());
   const size_t body = bytes.size() - kDigest;
@@ -79,19 +80,48 @@ ArchiveSections decode_archive(const std::string& bytes, const std::string& what
   const uint64_t version = r.uint(4, "container version");
   FJ_CHECK(version == kArchiveVersion, "{}: package container version {}, but this fusion_jit reads version {}", what,
            version, kArchiveVersion);
-  FJ_CHECK(equal_in_constant_time(sha256_bytes(std::string_view(bytes).substr(0, body)), std::string_view(bytes).substr(body)),
+  FJ_CHECK(equal_in_constant_time(sha256_bytes(bytes.substr(0, body)), bytes.substr(body)),
            "{}: the package's checksum does not match its contents (a truncated or altered file)", what);
   const uint64_t count = r.uint(4, "section count");
-  ArchiveSections out;
+  ArchiveView out;
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t name_bytes = r.uint(4, "section name length");
-    std::string name = r.bytes(name_bytes, "section name");
+    std::string name(r.bytes(name_bytes, "section name"));
     const uint64_t data_bytes = r.uint(8, "section length");
     FJ_CHECK(out.emplace(std::move(name), r.bytes(data_bytes, "section data")).second,
              "{}: not a valid package: section {} appears twice", what, i);
   }
   FJ_CHECK(r.done(), "{}: not a valid package: {} bytes after its last section", what, body - r.pos());
   return out;
+}
+
+ArchiveSections copy_sections(const ArchiveView& view) {
+  ArchiveSections out;
+  for (const auto& [name, data] : view) out.emplace(name, std::string(data));
+  return out;
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  FJ_CHECK(fd >= 0, "cannot read {}: {}", path, std::strerror(errno));
+  struct stat st;
+  int err = ::fstat(fd, &st) == 0 ? 0 : errno;
+  if (!err && !S_ISREG(st.st_mode)) err = EISDIR;
+  if (!err && st.st_size > 0) {
+    size_ = static_cast<size_t>(st.st_size);
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (data_ == MAP_FAILED) {
+      err = errno;
+      data_ = nullptr;
+      size_ = 0;
+    }
+  }
+  ::close(fd);
+  FJ_CHECK(err == 0, "cannot read {}: {}", path, std::strerror(err));
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
@@ -119,10 +149,33 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 }
 
 std::string read_whole_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  FJ_CHECK(f.good(), "cannot read {}: {}", path, std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(f)), {});
-  FJ_CHECK(!f.bad(), "cannot read {}: a read failed", path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  FJ_CHECK(fd >= 0, "cannot read {}: {}", path, std::strerror(errno));
+  std::string bytes;
+  char buf[1 << 16];
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) bytes.reserve(static_cast<size_t>(st.st_size));
+  int err = 0;
+  for (;;) {
+    // Into the string's own storage when the size is known, else through a buffer.
+    if (bytes.capacity() > bytes.size()) {
+      const size_t done = bytes.size();
+      bytes.resize(bytes.capacity());
+      ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+      bytes.resize(done + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) err = errno;
+      if (n <= 0) break;
+      continue;
+    }
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  FJ_CHECK(err == 0, "cannot read {}: {}", path, std::strerror(err));
   return bytes;
 }
 

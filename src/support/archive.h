@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace fusion_jit {
 
@@ -22,11 +23,30 @@ constexpr uint32_t kArchiveVersion = 1;
 
 // Section name -> bytes.
 using ArchiveSections = std::map<std::string, std::string>;
+// Section name -> its bytes inside the archive's bytes (which must outlive it).
+using ArchiveView = std::map<std::string, std::string_view>;
 
 // The file's bytes for `sections`.
 std::string encode_archive(const ArchiveSections& sections);
-// The sections of an archive's bytes; throws fusion_jit::Error naming `what` (the path) and the defect.
-ArchiveSections decode_archive(const std::string& bytes, const std::string& what);
+// The sections of an archive's bytes, as views into them (no copy); throws fusion_jit::Error naming `what`
+// (the path) and the defect.
+ArchiveView decode_archive(std::string_view bytes, const std::string& what);
+ArchiveSections copy_sections(const ArchiveView& view);
+
+// A file mapped read-only (its pages come from the page cache, not copied); throws fusion_jit::Error
+// naming the path when it cannot be read.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 // Writes `bytes` to `path` through a temporary file and a rename; throws fusion_jit::Error naming the path
 // (the temporary file is removed then, and `path` is left as it was).

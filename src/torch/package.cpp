@@ -262,8 +262,9 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
   auto impl = std::make_shared<LoadedPackage::Impl>();
   impl->path = path;
   impl->options = std::move(options);
-  const ArchiveSections sections = decode_archive(read_whole_file(path), path);
-  auto section = [&](const std::string& name) -> const std::string& {
+  const MappedFile file(path);
+  const ArchiveView sections = decode_archive(file.bytes(), path);
+  auto section = [&](const std::string& name) -> std::string_view {
     auto it = sections.find(name);
     FJ_CHECK(it != sections.end(), "{}: not a valid package: its section {} is missing", path, name);
     return it->second;
@@ -301,7 +302,7 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
           refused.push_back(image.variant + ": " + why);
           continue;
         }
-        image.bytes = section(im.at("section").get<std::string>());
+        image.bytes = std::string(section(im.at("section").get<std::string>()));
         artifact = target->load_image(image);
         const std::string arch = c.at("arch").get<std::string>();
         loaded_lines += fmt::format("code {}: {}{} variant {} (for {})\n", artifacts.size(), target_name,
@@ -321,8 +322,7 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
     const auto tc = std::chrono::steady_clock::now();
     std::vector<c10::IValue> constants;
     try {
-      const std::string& pickled = section("constants");
-      c10::IValue all = torch::jit::pickle_load(std::vector<char>(pickled.begin(), pickled.end()));
+      c10::IValue all = torch::jit::pickle_load_obj(section("constants"));
       if (all.isTuple()) constants = all.toTupleRef().elements().vec();
     } catch (const std::exception& e) {
       detail::throw_error(fmt::format("{}: not a valid package: its constants cannot be read: {}", path, message_of(e)));
@@ -333,8 +333,8 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
       const json& s = sigs[i];
       const std::string described = s.at("inputs").get<std::string>();
       auto plan = std::make_unique<ExecutablePlan>();
-      plan->graph = parse_graph(section(fmt::format("graph/{}", i)));
-      FJ_CHECK(deserialize_plan(section(fmt::format("plan/{}", i)), plan.get()),
+      plan->graph = parse_graph(std::string(section(fmt::format("graph/{}", i))));
+      FJ_CHECK(deserialize_plan(std::string(section(fmt::format("plan/{}", i))), plan.get()),
                "{}: not a valid package: the plan of signature {} {} does not fit its graph", path, i, described);
       const json& refs = s.at("code");
       FJ_CHECK(refs.size() == plan->code.size(), "{}: not a valid package: signature {} names {} codes, its plan has {}",
@@ -366,7 +366,7 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
       FJ_CHECK(impl->plans.emplace(sig, std::move(inst)).second, "{}: not a valid package: signature {} appears twice",
                path, i);
       impl->described.push_back(described);
-      impl->explain += fmt::format("\nsignature {}: {}\n", i, described) + section(fmt::format("explain/{}", i));
+      impl->explain += fmt::format("\nsignature {}: {}\n{}", i, described, section(fmt::format("explain/{}", i)));
     }
   } catch (const json::exception& e) {
     detail::throw_error(fmt::format("{}: not a valid package: its manifest is not what this fusion_jit writes: {}", path,

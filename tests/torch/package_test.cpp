@@ -65,7 +65,8 @@ std::string error_of(const std::function<void()>& fn) {
 
 // The package at `path` with its manifest changed by `edit`, written (checksummed) to `out`.
 void rewrite_manifest(const std::string& path, const std::string& out, const std::function<void(nlohmann::json&)>& edit) {
-  ArchiveSections s = decode_archive(read_whole_file(path), path);
+  const std::string bytes = read_whole_file(path);
+  ArchiveSections s = copy_sections(decode_archive(bytes, path));
   nlohmann::json m = nlohmann::json::parse(s.at("manifest"));
   edit(m);
   s["manifest"] = m.dump();

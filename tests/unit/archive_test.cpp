@@ -30,15 +30,27 @@ ArchiveSections sample() {
 
 TEST(Archive, RoundTripsEverySectionByteForByte) {
   const std::string bytes = encode_archive(sample());
-  EXPECT_EQ(decode_archive(bytes, "p.fjpkg"), sample());
-  EXPECT_EQ(decode_archive(encode_archive({}), "p.fjpkg"), ArchiveSections{});
+  EXPECT_EQ(copy_sections(decode_archive(bytes, "p.fjpkg")), sample());
+  EXPECT_EQ(copy_sections(decode_archive(encode_archive({}), "p.fjpkg")), ArchiveSections{});
+  // Mapped from a file, the same.
+  char name[] = "/tmp/fj_archive_map_XXXXXX";
+  int fd = ::mkstemp(name);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  write_file_atomically(name, bytes);
+  {
+    MappedFile f(name);
+    EXPECT_EQ(copy_sections(decode_archive(f.bytes(), name)), sample());
+  }
+  ::unlink(name);
 }
 
 TEST(Archive, RefusesTruncatedAlteredAndForeignBytes) {
   const std::string bytes = encode_archive(sample());
   // Every truncation: refused, the path named.
   for (size_t n = 0; n < bytes.size(); ++n) {
-    std::string e = error_of([&] { decode_archive(bytes.substr(0, n), "cut.fjpkg"); });
+    const std::string cut = bytes.substr(0, n);
+    std::string e = error_of([&] { decode_archive(cut, "cut.fjpkg"); });
     ASSERT_NE(e.find("cut.fjpkg: "), std::string::npos) << "length " << n << ": " << e;
   }
   // Every byte flipped: refused (the header's checks or the checksum).
@@ -86,6 +98,9 @@ TEST(Archive, AtomicWriteLeavesTheOldFileWhenItFails) {
   EXPECT_EQ(entries, 2);  // p.fjpkg and taken.fjpkg
   EXPECT_NE(error_of([&] { read_whole_file(dir + "/missing.fjpkg"); }).find("cannot read " + dir + "/missing.fjpkg"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { MappedFile f(dir + "/missing.fjpkg"); }).find("cannot read " + dir + "/missing.fjpkg"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { MappedFile f(taken); }).find("cannot read " + taken), std::string::npos);
   ::unlink(path.c_str());
   ::rmdir(taken.c_str());
   ::rmdir(dir.c_str());
