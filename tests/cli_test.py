@@ -356,7 +356,7 @@ def _():
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bogus"], "unknown option --bogus")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench", "x"], "--bench expects an integer")
     expect_error(["run", MODEL], "give the inputs")
-    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain, compile, fuzz or cache)")
+    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain, compile, package, load, fuzz or cache)")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--device", "tpu"], "unknown device")
 
 
