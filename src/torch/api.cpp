@@ -125,13 +125,11 @@ struct CompiledModule::Impl {
 
   // Why these inputs must run eagerly whatever the graph, or "".
   static std::string eager_only_reason(const std::vector<c10::IValue>& inputs) {
-    if (!c10::GradMode::is_enabled()) return "";
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].isTensor() && inputs[i].toTensor().defined() && inputs[i].toTensor().requires_grad())
-        return fmt::format("input {} requires grad and grad mode is on: compiled plans record no autograd "
-                           "history, so this signature runs eagerly (call under torch::NoGradGuard to compile it)",
-                           i);
-    return "";
+    const int i = grad_requiring_input(inputs);
+    if (i < 0) return "";
+    return fmt::format("input {} requires grad and grad mode is on: compiled plans record no autograd "
+                       "history, so this signature runs eagerly (call under torch::NoGradGuard to compile it)",
+                       i);
   }
 
   // Captures, optimizes, fuses and compiles the plan of these inputs (the table's Compile). Any failure

@@ -1,5 +1,7 @@
 #include "torch/executor.h"
 
+#include <c10/core/GradMode.h>
+
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
@@ -1287,6 +1289,14 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
   };
   mark_side_effects(*cap.graph);
   run_pipeline(*cap.graph, eval, skip);
+}
+
+int grad_requiring_input(const std::vector<c10::IValue>& inputs) {
+  if (!c10::GradMode::is_enabled()) return -1;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].isTensor() && inputs[i].toTensor().defined() && inputs[i].toTensor().requires_grad())
+      return static_cast<int>(i);
+  return -1;
 }
 
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,

@@ -97,6 +97,9 @@ std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10
 // The signature of a call, as bytes: per tensor its dtype, device, sizes, strides and requires_grad;
 // non-tensor inputs by value (plans specialize on them).
 std::string input_signature(const std::vector<c10::IValue>& inputs);
+// The first tensor input that requires grad while grad mode is on (plans record no autograd history, so
+// such a call cannot run a plan), or -1.
+int grad_requiring_input(const std::vector<c10::IValue>& inputs);
 // Marks the nodes that draw from a random generator (the dispatcher's nondeterministic_seeded tag;
 // dropout with a literal train=False excepted) and those with mutating schemas as having side effects:
 // passes then never merge, fold, remove or reorder them, and fusion leaves them to ATen in order.

@@ -108,13 +108,11 @@ std::string message_of(const std::exception& e) {
 }
 
 std::string grad_blocker(const std::vector<c10::IValue>& inputs) {
-  if (!c10::GradMode::is_enabled()) return "";
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].isTensor() && inputs[i].toTensor().defined() && inputs[i].toTensor().requires_grad())
-      return fmt::format("input {} requires grad and grad mode is on: packaged plans record no autograd history "
-                         "(call under torch::NoGradGuard)",
-                         i);
-  return "";
+  const int i = grad_requiring_input(inputs);
+  if (i < 0) return "";
+  return fmt::format("input {} requires grad and grad mode is on: packaged plans record no autograd history "
+                     "(call under torch::NoGradGuard)",
+                     i);
 }
 
 // Builds one signature's plan, as the JIT path does, on a graph printed and parsed back (the loader parses

@@ -233,7 +233,7 @@ void* CompiledLibrary::symbol(const std::string& name) const {
 
 std::string host_compile_flags(const std::string& march) {
   return "-std=c++17 -O3 -march=" + march + " -shared -fPIC -fopenmp-simd -fno-math-errno -fwrapv "
-         "-fno-semantic-interposition";
+         "-fno-semantic-interposition -fno-tree-pre -fno-thread-jumps";
 }
 
 std::string host_compile_flags() { return host_compile_flags("native"); }
