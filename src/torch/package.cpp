@@ -115,6 +115,14 @@ std::string grad_blocker(const std::vector<c10::IValue>& inputs) {
                      i);
 }
 
+// Copies of the tensors among `inputs` (same sizes and strides), the other values as they are.
+std::vector<c10::IValue> copies_of(const std::vector<c10::IValue>& inputs) {
+  std::vector<c10::IValue> out;
+  for (const c10::IValue& v : inputs)
+    out.push_back(v.isTensor() && v.toTensor().defined() ? c10::IValue(clone_same_layout(v.toTensor())) : v);
+  return out;
+}
+
 // Builds one signature's plan, as the JIT path does, on a graph printed and parsed back (the loader parses
 // the same text, so value ids and node order are the ones the plan's JSON names).
 std::unique_ptr<PlanInstance> build_signature(CompiledModule& m, const std::vector<c10::IValue>& inputs,
@@ -141,7 +149,9 @@ std::unique_ptr<PlanInstance> build_signature(CompiledModule& m, const std::vect
            fmt::join(inst->plan->fallback_groups, ", "));
   resolve_aten_steps(*inst, ModuleAccess::in_place(m));
   try {
-    run_plan(*inst, inputs);  // once, as a served call would: every step resolves and every kernel loads
+    // Once, as a served call would (every step resolves and every kernel loads), on copies: a model that
+    // changes its inputs has changed the caller's once already, in the capture run, as eager would.
+    run_plan(*inst, copies_of(inputs));
   } catch (const std::exception& e) {
     detail::throw_error(fmt::format("{}: the plan fails on the example inputs: {}", where, message_of(e)));
   }
