@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 
 #include "support/error.h"
 #include "support/hash.h"
@@ -149,34 +148,8 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 }
 
 std::string read_whole_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  FJ_CHECK(fd >= 0, "cannot read {}: {}", path, std::strerror(errno));
-  std::string bytes;
-  char buf[1 << 16];
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) bytes.reserve(static_cast<size_t>(st.st_size));
-  int err = 0;
-  for (;;) {
-    // Into the string's own storage when the size is known, else through a buffer.
-    if (bytes.capacity() > bytes.size()) {
-      const size_t done = bytes.size();
-      bytes.resize(bytes.capacity());
-      ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-      bytes.resize(done + static_cast<size_t>(std::max<ssize_t>(n, 0)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) err = errno;
-      if (n <= 0) break;
-      continue;
-    }
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) err = errno;
-    if (n <= 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  FJ_CHECK(err == 0, "cannot read {}: {}", path, std::strerror(err));
-  return bytes;
+  const MappedFile f(path);
+  return std::string(f.bytes());
 }
 
 }  // namespace fusion_jit
