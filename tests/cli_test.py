@@ -810,6 +810,25 @@ def _():
     expect_error(["load", cut], f"{cut}: the package's checksum does not match its contents")
 
 
+@case("package --device cuda: built here with no GPU (a CUBIN per --arch, newest first, then PTX); load refuses it "
+      "without a GPU")
+def _():
+    pkg = os.path.join(TMP, "model-cuda.fjpkg")
+    expect_error(["package", MODEL, "--input", "f32[4,4]", "f32[4]", "--arch", "sm_90", "--out", pkg],
+                 "package: --arch is for --device cuda")
+    expect_error(["package", MODEL, "--input", "f32[4,4]", "f32[4]", "--device", "tpu", "--out", pkg],
+                 "package: --device tpu: expected cpu or cuda")
+    expect_error(["package", MODEL, "--input", "f32[4,4]", "f32[4]", "--device", "cuda", "--arch", "sm_80,sm_1",
+                  "--out", pkg], f"package {pkg}: --arch sm_1")
+    assert not os.path.exists(pkg)
+    p = cli("package", MODEL, "--input", "f32[4,4]", "f32[4]", "--device", "cuda", "--arch", "sm_80,sm_90", "--out", pkg)
+    assert p.returncode == 0, p.stderr
+    assert "for cuda: 1 signature" in p.stdout, p.stdout
+    if not torch.cuda.is_available():
+        expect_error(["load", pkg, "--input", "f32[4,4]", "f32[4]"],
+                     f"{pkg}: its plans run on a GPU (cuda:0), but this machine has none")
+
+
 if REDIS is not None:
     REDIS.stop()
 failed = [(n, e) for n, e in results if e]

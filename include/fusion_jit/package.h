@@ -9,8 +9,9 @@
 // plan and its kernels' launch data), the constants after folding (the module's weights), and the explain
 // text; and, per generated source, its compiled code in each variant asked for (Note [Packaged binaries]
 // in codegen/target.h: for the CPU, -march=native code for the machine it was built on and portable
-// x86-64-v2 code for any other). Its manifest names the package format, the fusion_jit version and build
-// it was made by, the torch version, and the signatures it serves. The file is one archive (Note [Package
+// x86-64-v2 code for any other; for CUDA, a CUBIN per architecture and PTX). Its manifest names the package
+// format, the fusion_jit version and build it was made by, the torch version, the device its plans run on,
+// and the signatures it serves. The file is one archive (Note [Package
 // archives], support/archive.h): checksummed, written to a temporary file and renamed.
 //
 // Loading refuses, with an error naming the path and what is wrong: another package format, another
@@ -21,7 +22,8 @@
 //
 // Plans are built with the module's CompileOptions, except that the oneDNN and MKL rule sets ("epilogue",
 // "prepack") are left out: they reorder weights into the blocked layouts of the builder CPU's kernels, and
-// oneDNN's opaque tensors cannot be stored. CPU plans only for now.
+// oneDNN's opaque tensors cannot be stored. A CUDA package (PackageOptions::device) is refused, naming
+// why, on a machine with no usable GPU, or whose GPU none of its CUBINs nor its PTX runs on.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -40,6 +42,13 @@ struct PackageOptions {
   // The compiled variants of the CPU code, most specific first; default: "native", "x86-64-v2". Each is
   // "native" or an x86-64 level ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4").
   std::vector<std::string> cpu_variants;
+  // Where the plans run: "cpu", or "cuda" (cuda:0 of the loading machine, inputs and outputs on it). A CUDA
+  // package is built from CPU inputs with no GPU needed, as CompiledModule::compile_cuda builds its plan
+  // (no oneDNN rules, no channels-last plans); its signatures are those inputs' on cuda:0.
+  std::string device = "cpu";
+  // For "cuda": the architectures to compile CUBINs for ("sm_80", "sm_90", ...; default both); PTX for the
+  // newest is added, which the driver compiles for newer GPUs, unless a "compute_XY" is listed.
+  std::vector<std::string> cuda_archs;
 };
 
 struct PackageInfo {
@@ -59,6 +68,20 @@ struct PackageInfo {
 PackageInfo package(const torch::jit::Module& module, const std::vector<std::vector<c10::IValue>>& signatures,
                     const std::string& path, const PackageOptions& options = {});
 
+// One signature of a graph given in the IR's text form, as the torch.compile backend lowers an FX graph
+// (Python's fusion_jit.package lowers an nn.Module's exported graph so): its tensor inputs (CPU), the IR
+// text, and the tensors its fj::constant nodes name (the weights).
+struct GraphSignature {
+  std::vector<at::Tensor> inputs;
+  std::string ir;
+  std::vector<at::Tensor> constants;
+};
+
+// Builds the package of graphs given as IR text, one per signature, named `name`; their plans return a
+// list of tensors. Options, errors and the file as package() above.
+PackageInfo package_graphs(const std::string& name, const std::vector<GraphSignature>& signatures,
+                           const std::string& path, const PackageOptions& options = {});
+
 struct LoadOptions {
   // Runs the calls whose signature the package lacks (for instance a fusion_jit::compile of the module);
   // default: such a call throws fusion_jit::Error.
@@ -72,6 +95,8 @@ class LoadedPackage {
   std::vector<std::string> signatures() const;
   // The manifest (versions, targets, the code variant loaded) and each signature's plan as explain gives it.
   std::string explain() const;
+  // Where its plans run and take their inputs: "cpu" or "cuda" (cuda:0).
+  const std::string& device() const;
   double load_ms() const;         // reading, checking and loading, constants included
   double constants_ms() const;    // of which reading the constants (weights)
   int64_t fallback_calls() const;

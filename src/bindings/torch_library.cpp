@@ -16,10 +16,12 @@
 //     .explain(tensors, key) -> str, .num_plans() -> int, .plans_dropped() -> int, .clear()
 //   torch.classes.fusion_jit.Package(path)         an ahead-of-time package loaded (fusion_jit/package.h)
 //     .run(tensors) -> [tensors]  (the result flattened), .signatures() -> [str], .explain() -> str,
-//     .load_ms() -> float, .constants_ms() -> float
-//   torch.ops.fusion_jit.package_file(model_path, tensors, counts, out, cpu_variants) -> [signatures,
+//     .load_ms() -> float, .constants_ms() -> float, .device() -> str
+//   torch.ops.fusion_jit.package_file(model_path, tensors, counts, out, cpu_variants, device, cuda_archs) -> [signatures,
 //     kernels, sources, bytes, constant bytes]   the TorchScript model at model_path packaged for the
 //     signatures of tensors (counts[i] each, in order)
+//   torch.ops.fusion_jit.package_graphs_file(name, tensors, counts, irs, constants, constant_counts, out,
+//     cpu_variants, device, cuda_archs) -> as package_file   graphs lowered to IR text, one per signature
 //   torch.ops.fusion_jit.counters() -> [cache hits, cache misses, host compiles, NVRTC compiles]
 //   torch.ops.fusion_jit.use_cache_dir(dir), torch.ops.fusion_jit.cache_dir() -> str
 //   torch.ops.fusion_jit.check_close(actual, expected, reference64?) -> (ok, max error, why not)
@@ -177,25 +179,64 @@ void flatten_result(const c10::IValue& v, std::vector<at::Tensor>* out) {
   else if (v.isList()) for (const auto& e : v.toListRef()) flatten_result(e, out);
 }
 
+// `items` split into consecutive runs of counts[i] each (a flat list of every signature's tensors).
+std::vector<std::vector<at::Tensor>> split_by_counts(const std::vector<at::Tensor>& items,
+                                                     const std::vector<int64_t>& counts, const char* what) {
+  std::vector<std::vector<at::Tensor>> out;
+  size_t at = 0;
+  for (int64_t n : counts) {
+    TORCH_CHECK_VALUE(n >= 0 && at + static_cast<size_t>(n) <= items.size(), "package: the signatures' ", what,
+                      " counts do not add up");
+    out.emplace_back(items.begin() + static_cast<int64_t>(at), items.begin() + static_cast<int64_t>(at) + n);
+    at += static_cast<size_t>(n);
+  }
+  TORCH_CHECK_VALUE(at == items.size(), "package: the signatures' ", what, " counts do not add up");
+  return out;
+}
+
+PackageOptions package_options(const std::vector<std::string>& cpu_variants, const std::string& device,
+                               const std::vector<std::string>& cuda_archs) {
+  PackageOptions options;
+  options.cpu_variants = cpu_variants;
+  options.device = device;
+  options.cuda_archs = cuda_archs;
+  return options;
+}
+
+std::vector<int64_t> info_list(const PackageInfo& info) {
+  return {info.signatures, info.kernels, info.sources, info.bytes, info.constant_bytes};
+}
+
 // Packages the TorchScript model at `model_path` for the signatures of `inputs` (`counts[i]` tensors each, in
 // order) into `out`; returns [signatures, kernels, sources, bytes, constant bytes].
 std::vector<int64_t> package_file(const std::string& model_path, const std::vector<at::Tensor>& inputs,
                                   const std::vector<int64_t>& counts, const std::string& out,
-                                  const std::vector<std::string>& cpu_variants) {
+                                  const std::vector<std::string>& cpu_variants, const std::string& device,
+                                  const std::vector<std::string>& cuda_archs) {
   return translate_errors([&] {
     std::vector<std::vector<c10::IValue>> signatures;
-    size_t at = 0;
-    for (int64_t n : counts) {
-      TORCH_CHECK_VALUE(n >= 0 && at + static_cast<size_t>(n) <= inputs.size(), "package: the signatures' input counts do not add up");
-      signatures.emplace_back(inputs.begin() + static_cast<int64_t>(at), inputs.begin() + static_cast<int64_t>(at) + n);
-      at += static_cast<size_t>(n);
-    }
-    TORCH_CHECK_VALUE(at == inputs.size(), "package: the signatures' input counts do not add up");
+    for (const auto& sig : split_by_counts(inputs, counts, "input")) signatures.emplace_back(sig.begin(), sig.end());
     torch::jit::Module module = torch::jit::load(model_path);
-    PackageOptions options;
-    options.cpu_variants = cpu_variants;
-    PackageInfo info = package(module, signatures, out, options);
-    return std::vector<int64_t>{info.signatures, info.kernels, info.sources, info.bytes, info.constant_bytes};
+    return info_list(package(module, signatures, out, package_options(cpu_variants, device, cuda_archs)));
+  });
+}
+
+// Packages graphs lowered to IR text, one per signature: signature i has counts[i] of `inputs`, the IR
+// irs[i] and constant_counts[i] of `constants`, in order. Returns what package_file returns.
+std::vector<int64_t> package_graphs_file(const std::string& name, const std::vector<at::Tensor>& inputs,
+                                         const std::vector<int64_t>& counts, const std::vector<std::string>& irs,
+                                         const std::vector<at::Tensor>& constants,
+                                         const std::vector<int64_t>& constant_counts, const std::string& out,
+                                         const std::vector<std::string>& cpu_variants, const std::string& device,
+                                         const std::vector<std::string>& cuda_archs) {
+  return translate_errors([&] {
+    TORCH_CHECK_VALUE(counts.size() == irs.size() && constant_counts.size() == irs.size(), "package: ", irs.size(),
+                      " graphs, ", counts.size(), " input counts, ", constant_counts.size(), " constant counts");
+    const auto split_inputs = split_by_counts(inputs, counts, "input");
+    const auto split_constants = split_by_counts(constants, constant_counts, "constant");
+    std::vector<GraphSignature> signatures;
+    for (size_t i = 0; i < irs.size(); ++i) signatures.push_back({split_inputs[i], irs[i], split_constants[i]});
+    return info_list(package_graphs(name, signatures, out, package_options(cpu_variants, device, cuda_archs)));
   });
 }
 
@@ -243,8 +284,10 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("signatures", [](const PackageSelf& self) { return self->package.signatures(); })
       .def("explain", [](const PackageSelf& self) { return self->package.explain(); })
       .def("load_ms", [](const PackageSelf& self) { return self->package.load_ms(); })
-      .def("constants_ms", [](const PackageSelf& self) { return self->package.constants_ms(); });
+      .def("constants_ms", [](const PackageSelf& self) { return self->package.constants_ms(); })
+      .def("device", [](const PackageSelf& self) { return self->package.device(); });
   m.def("package_file", &package_file);
+  m.def("package_graphs_file", &package_graphs_file);
   m.def("counters", &counter_list);
   m.def("profile_enable", [](bool on) {
     if (on) profile_reset();

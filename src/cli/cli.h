@@ -50,7 +50,7 @@ struct PackageArgs {
   std::string command;  // "package" or "load"
   std::string path;     // MODEL.pt (package) or the package (load)
   std::vector<std::string> specs, signatures;
-  std::string inputs_file, out, cpu_variants, seed = "0", save_outputs, bench;
+  std::string inputs_file, out, cpu_variants, seed = "0", save_outputs, bench, device = "cpu", arch;
   bool explain = false;
 };
 int run_package(const PackageArgs& a);

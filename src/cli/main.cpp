@@ -6,6 +6,9 @@
 //                  [--bench N] [--json] [--save-outputs FILE]
 //   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--dump-source]
 //   fusion-jit compile MODEL.pt (--input SPEC ... | --inputs FILE) --device cuda [--arch sm_90] --out DIR
+//   fusion-jit package MODEL.pt (--input SPEC ... | --inputs FILE) [--signature "SPEC ..."]...
+//                      [--device cpu|cuda] [--arch sm_80,sm_90] [--cpu-variants LIST] --out FILE
+//   fusion-jit load PACKAGE [--input SPEC ... | --inputs FILE] [--bench N] [--save-outputs FILE] [--explain]
 //   fusion-jit fuzz [--graphs N] [--minutes M] [--seed S] [--batch B] [--out DIR] [--device cpu|cuda]
 //                   [--nvrtc ARCH] [--graph-seeds S1,S2,...] [--second-size]
 //   fusion-jit cache stats | ls | verify | clear | prune [--max-size SIZE]
@@ -118,6 +121,14 @@ int dispatch(int argc, char** argv) {
   package->add_option("--cpu-variants", pkg.cpu_variants,
                       "the CPU code's compiled variants, most specific first (default native,x86-64-v2; each "
                       "native or an x86-64 level: x86-64, x86-64-v2, x86-64-v3, x86-64-v4)")
+      ->type_name("LIST");
+  package->add_option("--device", pkg.device,
+                      "where the plans run: cpu (default) or cuda (cuda:0; built here from the CPU inputs, no GPU "
+                      "needed)")
+      ->type_name("DEVICE");
+  package->add_option("--arch", pkg.arch,
+                      "for --device cuda: the GPU architectures to compile CUBINs for (default sm_80,sm_90); PTX "
+                      "for the newest is added unless a compute_XY is listed")
       ->type_name("LIST");
   package->add_option("--out", pkg.out, "the package file to write")->type_name("FILE");
   package->add_option("--seed", pkg.seed, "seed of the random inputs (default 0)")->type_name("N");

@@ -460,7 +460,8 @@ int run(const Args& a) {
 // A tuple: LibTorch's pickler tags lists with their type, which torch.load(weights_only=True), the default,
 // refuses; a tuple of tensors loads everywhere.
 void save_tensors(const std::string& what, const std::string& path, const std::vector<at::Tensor>& tensors) {
-  std::vector<c10::IValue> items(tensors.begin(), tensors.end());
+  std::vector<c10::IValue> items;  // on the CPU: readable on any machine
+  for (const at::Tensor& t : tensors) items.emplace_back(t.defined() ? t.cpu() : t);
   auto bytes = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(items)));
   write_atomically(what, path, bytes.data(), bytes.size());
 }

@@ -66,7 +66,15 @@ int package_model(const PackageArgs& a, uint64_t seed) {
   std::string variants = a.cpu_variants;
   std::replace(variants.begin(), variants.end(), ',', ' ');
   options.cpu_variants = words(variants);
-  std::printf("packaging %s: %zu signature%s\n", a.path.c_str(), signatures.size(), signatures.size() == 1 ? "" : "s");
+  if (a.device != "cpu" && a.device != "cuda") usage_error("package: --device " + a.device + ": expected cpu or cuda");
+  if (!a.arch.empty() && a.device != "cuda") usage_error("package: --arch is for --device cuda");
+  if (!a.cpu_variants.empty() && a.device != "cpu") usage_error("package: --cpu-variants is for --device cpu");
+  options.device = a.device;
+  std::string archs = a.arch;
+  std::replace(archs.begin(), archs.end(), ',', ' ');
+  options.cuda_archs = words(archs);
+  std::printf("packaging %s for %s: %zu signature%s\n", a.path.c_str(), a.device.c_str(), signatures.size(),
+              signatures.size() == 1 ? "" : "s");
   std::fflush(stdout);
   const PackageInfo info = package(module, signatures, a.out, options);
   std::printf("%s: %d signature%s, %d kernels from %d source%s, %.1f MB of constants, %.1f MB in all, built in %.0f ms\n",
@@ -84,7 +92,10 @@ int load_and_run(const PackageArgs& a, uint64_t seed) {
   if (a.specs.empty() && a.inputs_file.empty()) return 0;
   if (!a.specs.empty() && !a.inputs_file.empty()) usage_error("load: give --input SPEC ... or --inputs FILE, not both");
   at::manual_seed(seed);
-  const std::vector<c10::IValue> inputs = a.inputs_file.empty() ? inputs_of(a.specs) : load_inputs(a.inputs_file);
+  std::vector<c10::IValue> inputs = a.inputs_file.empty() ? inputs_of(a.specs) : load_inputs(a.inputs_file);
+  if (p.device() == "cuda")  // a CUDA package's plans take their inputs on cuda:0
+    for (c10::IValue& v : inputs)
+      if (v.isTensor() && v.toTensor().defined()) v = v.toTensor().to(c10::Device(c10::kCUDA, 0));
   c10::NoGradGuard no_grad;
   auto t0 = std::chrono::steady_clock::now();
   c10::IValue out = p(inputs);

@@ -84,7 +84,10 @@ class LoadedKernels {
 // for the host, "native" (-march=native, the machine it was built on) and portable -march levels such as
 // "x86-64-v2"; `requires` says what the loading machine must be or have (for "native", the builder's CPU
 // model and feature flags, as the kernel cache keys them; for a level, that level). The loader takes the
-// first variant this machine can run and loads it with no compiler and no cache.
+// first variant this machine can run and loads it with no compiler and no cache. For CUDA, a CUBIN per
+// architecture ("sm_90", "sm_80": each runs on its major version's GPUs from its minor on), newest first,
+// then PTX ("compute_90") for GPUs newer than all of them; `requires` names the NVRTC that made it (PTX needs
+// a driver at least as new).
 struct PackagedImage {
   std::string variant;
   std::string requires;

@@ -116,6 +116,19 @@ struct CompiledModule::Impl {
     return inst;
   }
 
+  // prepare() for a plan that runs on cuda:0, from CPU inputs (compile_cuda, CUDA packages). The passes see
+  // the CPU inputs' graph: the rule sets "epilogue" and "prepack" rewrite into oneDNN ops, which run on the
+  // host only, so they are left out of a plan moved to the GPU, and so are channels-last plans (Note
+  // [Channels-last plans]), a layout decision measured for the CPU's oneDNN only.
+  std::unique_ptr<PlanInstance> prepare_cuda(const std::vector<c10::IValue>& inputs, c10::IValue* result,
+                                             std::set<std::string> skip) {
+    skip.insert({"epilogue", "prepack", "channels_last"});
+    double capture_ms = 0, passes_ms = 0;
+    auto inst = prepare(inputs, result, &capture_ms, &passes_ms, skip, /*to_cuda=*/true);
+    set_device(*inst->captured.graph, Device::kCUDA, 0);  // values the passes made (folded constants) too
+    return inst;
+  }
+
   c10::IValue run(PlanInstance& inst, const std::vector<c10::IValue>& inputs) {
     bool replayed = false;
     c10::IValue out = run_instance(inst, inputs, cuda_graphs, name, &replayed);
@@ -231,9 +244,11 @@ ModuleStats CompiledModule::stats() const {
 }
 
 std::unique_ptr<PlanInstance> ModuleAccess::prepare(CompiledModule& m, const std::vector<c10::IValue>& inputs,
-                                                   const std::set<std::string>& skip, c10::IValue* result) {
+                                                   const std::set<std::string>& skip, c10::IValue* result,
+                                                   bool to_cuda) {
   std::set<std::string> all = m.impl_->disable;
   all.insert(skip.begin(), skip.end());
+  if (to_cuda) return m.impl_->prepare_cuda(inputs, result, all);
   double capture_ms = 0, passes_ms = 0;
   return m.impl_->prepare(inputs, result, &capture_ms, &passes_ms, all);
 }
@@ -247,15 +262,8 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   for (size_t i = 0; i < inputs.size(); ++i)
     FJ_CHECK(!inputs[i].isTensor() || !inputs[i].toTensor().is_cuda(),
              "compile_cuda: input {} is already on a GPU; give CPU inputs (the plan is moved to cuda:0)", i);
-  double capture_ms = 0, passes_ms = 0;
   c10::IValue result;
-  // The passes see the CPU inputs' graph: the rule sets "epilogue" and "prepack" rewrite into oneDNN ops,
-  // which run on the host only, so they are left out of a plan moved to the GPU, and so are channels-last
-  // plans (Note [Channels-last plans]), a layout decision measured for the CPU's oneDNN only.
-  std::set<std::string> skip = impl_->disable;
-  skip.insert({"epilogue", "prepack", "channels_last"});
-  auto inst = impl_->prepare(inputs, &result, &capture_ms, &passes_ms, skip, /*to_cuda=*/true);
-  set_device(*inst->captured.graph, Device::kCUDA, 0);  // values the passes made (folded constants) too
+  auto inst = impl_->prepare_cuda(inputs, &result, impl_->disable);
   PlanTarget target;
   target.enable_fusion = impl_->enable_fusion;
   target.arch["cuda"] = arch;

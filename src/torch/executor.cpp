@@ -1227,7 +1227,7 @@ std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10
   return "";
 }
 
-std::string input_signature(const std::vector<c10::IValue>& inputs) {
+std::string input_signature(const std::vector<c10::IValue>& inputs, const c10::Device* as_device) {
   std::string key;
   key.reserve(64 * inputs.size());
   auto put = [&](int64_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
@@ -1240,7 +1240,8 @@ std::string input_signature(const std::vector<c10::IValue>& inputs) {
         continue;
       }
       put(static_cast<int64_t>(t.scalar_type()));
-      put(static_cast<int64_t>(t.device().type()) * 1024 + t.device().index());
+      const c10::Device device = as_device ? *as_device : t.device();
+      put(static_cast<int64_t>(device.type()) * 1024 + device.index());
       put(t.dim());
       for (auto s : t.sizes()) put(s);
       for (auto s : t.strides()) put(s);

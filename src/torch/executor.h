@@ -96,7 +96,8 @@ std::string cuda_graph_blocker(const ExecutablePlan& plan, const std::vector<c10
 
 // The signature of a call, as bytes: per tensor its dtype, device, sizes, strides and requires_grad;
 // non-tensor inputs by value (plans specialize on them).
-std::string input_signature(const std::vector<c10::IValue>& inputs);
+// `as_device`: the signature the tensors would have on that device (a CUDA package built from CPU inputs).
+std::string input_signature(const std::vector<c10::IValue>& inputs, const c10::Device* as_device = nullptr);
 // The first tensor input that requires grad while grad mode is on (plans record no autograd history, so
 // such a call cannot run a plan), or -1.
 int grad_requiring_input(const std::vector<c10::IValue>& inputs);

@@ -268,6 +268,35 @@ void SignatureTable::clear() {
   warned_.clear();
 }
 
+CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Tensor>& inputs, const std::string& ir,
+                               const std::vector<at::Tensor>& constants) {
+  CapturedGraph cap;
+  cap.graph = parse_graph(ir);
+  cap.output_kind = OutputKind::kList;
+  const Graph& g = *cap.graph;
+  FJ_CHECK(g.inputs().size() == inputs.size(), "{}: the graph takes {} inputs, {} were given", what, g.inputs().size(),
+           inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value* in = g.inputs()[i];
+    FJ_TYPE_CHECK(in->is_tensor(), "{}: graph input {} is a {}, not a tensor", what, i, in->type().str());
+    FJ_TYPE_CHECK(inputs[i].defined(), "{}: input {} is an undefined tensor", what, i);
+    TensorType t = tensor_type_of(inputs[i]);
+    FJ_TYPE_CHECK(t == in->tensor_type(), "{}: input {} is {}, the graph's input is {}", what, i, t.str(),
+                  in->tensor_type().str());
+  }
+  for (const Value* o : g.outputs())
+    FJ_TYPE_CHECK(o->is_tensor(), "{}: graph output {} is a {}; outputs must be tensors", what, o->name(),
+                  o->type().str());
+  for (const at::Tensor& c : constants) cap.constants.emplace_back(c);
+  for (const Node* n : g.nodes())
+    if (n->is_constant())
+      FJ_CHECK(n->constant_index() >= 0 && n->constant_index() < static_cast<int64_t>(constants.size()),
+               "{}: fj::constant({}) is out of range: {} constants were given", what, n->constant_index(),
+               constants.size());
+  verify_graph(g);
+  return cap;
+}
+
 // GraphFunction
 
 struct GraphFunction::Impl {
@@ -293,29 +322,7 @@ struct GraphFunction::Impl {
                                         const std::vector<at::Tensor>& constants, const SignatureTable::Admit& admit) const {
     auto inst = std::make_unique<PlanInstance>();
     CapturedGraph& cap = inst->captured;
-    cap.graph = parse_graph(ir);
-    cap.output_kind = OutputKind::kList;
-    const Graph& g = *cap.graph;
-    FJ_CHECK(g.inputs().size() == inputs.size(), "{}: the graph takes {} inputs, {} were given", name(),
-             g.inputs().size(), inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const Value* in = g.inputs()[i];
-      FJ_TYPE_CHECK(in->is_tensor(), "{}: graph input {} is a {}, not a tensor", name(), i, in->type().str());
-      FJ_TYPE_CHECK(inputs[i].defined(), "{}: input {} is an undefined tensor", name(), i);
-      TensorType t = tensor_type_of(inputs[i]);
-      FJ_TYPE_CHECK(t == in->tensor_type(), "{}: input {} is {}, the graph's input is {}", name(), i, t.str(),
-                    in->tensor_type().str());
-    }
-    for (const Value* o : g.outputs())
-      FJ_TYPE_CHECK(o->is_tensor(), "{}: graph output {} is a {}; outputs must be tensors", name(), o->name(),
-                    o->type().str());
-    for (const at::Tensor& c : constants) cap.constants.emplace_back(c);
-    for (const Node* n : g.nodes())
-      if (n->is_constant())
-        FJ_CHECK(n->constant_index() >= 0 && n->constant_index() < static_cast<int64_t>(constants.size()),
-                 "{}: fj::constant({}) is out of range: {} constants were given", name(), n->constant_index(),
-                 constants.size());
-    verify_graph(g);
+    cap = captured_from_ir(name(), inputs, ir, constants);
     optimize_captured(cap, disable);
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;

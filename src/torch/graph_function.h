@@ -125,5 +125,10 @@ void set_plan_size_args(DynamicSizes mode, const SignatureTable& table, PlanTarg
 // CompileOptions::disable as a set, checked: Error naming an unknown or process-wide name and the names
 // it takes. `module`: the module's name, for the message.
 std::set<std::string> module_disable(const CompileOptions& options, const std::string& module);
+// The graph of `ir` (GraphFunction::add's IR text) for `inputs`, with `constants` for its fj::constant
+// nodes, parsed and checked (each input's type is the graph input's, the outputs are tensors, every
+// constant index is in range), not optimized; `what` names the graph in errors.
+CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Tensor>& inputs, const std::string& ir,
+                               const std::vector<at::Tensor>& constants);
 
 }  // namespace fusion_jit

@@ -26,6 +26,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -40,7 +41,9 @@
 #include "support/error.h"
 #include "support/hash.h"
 #include "targets/targets.h"
+#include "torch/cuda_support.h"
 #include "torch/executor.h"
+#include "torch/graph_function.h"
 #include "torch/module_access.h"
 
 #ifndef FJ_BUILD_ID
@@ -57,18 +60,19 @@ namespace fusion_jit {
 namespace {
 
 using json = nlohmann::json;
-constexpr int kPackageFormat = 1;
+constexpr int kPackageFormat = 2;  // 2: the manifest names the device its plans run on
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string describe_inputs(const std::vector<c10::IValue>& inputs) {
+// `on_cuda`: as the CPU tensors would be on cuda:0 (a CUDA package's signatures).
+std::string describe_inputs(const std::vector<c10::IValue>& inputs, bool on_cuda = false) {
   std::vector<std::string> parts;
   for (const c10::IValue& v : inputs) {
     if (v.isTensor() && v.toTensor().defined()) {
       const at::Tensor& t = v.toTensor();
-      parts.push_back(tensor_type_of(t).str() + (t.requires_grad() ? " requires_grad" : ""));
+      parts.push_back(tensor_type_of(t).str() + (on_cuda ? "@cuda:0" : "") + (t.requires_grad() ? " requires_grad" : ""));
     } else {
       std::ostringstream os;
       os << v;
@@ -107,6 +111,15 @@ std::string message_of(const std::exception& e) {
   return s.substr(0, s.find('\n'));
 }
 
+// `v` on cuda:0 when it is a tensor (`moved`: the tensors moved already, by their CPU original).
+c10::IValue on_cuda0(const c10::IValue& v, std::unordered_map<const c10::TensorImpl*, at::Tensor>* moved) {
+  if (!v.isTensor() || !v.toTensor().defined()) return v;
+  const at::Tensor& t = v.toTensor();
+  auto it = moved->find(t.unsafeGetTensorImpl());
+  if (it == moved->end()) it = moved->emplace(t.unsafeGetTensorImpl(), t.to(c10::Device(c10::kCUDA, 0))).first;
+  return it->second;
+}
+
 std::string grad_blocker(const std::vector<c10::IValue>& inputs) {
   const int i = grad_requiring_input(inputs);
   if (i < 0) return "";
@@ -123,16 +136,56 @@ std::vector<c10::IValue> copies_of(const std::vector<c10::IValue>& inputs) {
   return out;
 }
 
+// The CUDA variants of a package: a CUBIN per architecture asked for, newest first, then PTX for the newest
+// unless PTX was asked for (Note [Packaged binaries]); the CUDA target's default when none is asked for.
+std::vector<std::string> cuda_variants(const std::vector<std::string>& archs, const std::string& path) {
+  const Target* cuda = target_named("cuda");
+  FJ_INTERNAL_ASSERT(cuda != nullptr, "no cuda target");
+  if (archs.empty()) return cuda->default_package_variants();
+  std::vector<std::pair<int, std::string>> cubins, ptx;
+  for (const std::string& a : archs) {
+    try {
+      cuda->check_arch(a);
+    } catch (const Error& e) {
+      detail::throw_error(fmt::format("package {}: {}", path, e.what()));
+    }
+    const size_t us = a.find('_');
+    (a.rfind("sm_", 0) == 0 ? cubins : ptx).emplace_back(std::stoi(a.substr(us + 1)), a);
+  }
+  std::sort(cubins.rbegin(), cubins.rend());
+  cubins.erase(std::unique(cubins.begin(), cubins.end()), cubins.end());
+  std::sort(ptx.rbegin(), ptx.rend());
+  ptx.erase(std::unique(ptx.begin(), ptx.end()), ptx.end());
+  if (ptx.empty()) ptx.emplace_back(cubins.front().first, fmt::format("compute_{}", cubins.front().first));
+  std::vector<std::string> out;
+  for (const auto& c : cubins) out.push_back(c.second);
+  for (const auto& c : ptx) out.push_back(c.second);
+  return out;
+}
+
+// Where a package's plans come from: a TorchScript module or graphs given as IR text.
+struct PlanSource {
+  std::string name;  // the model's, for the manifest
+  bool enable_fusion = true;
+  bool size_args = false;  // CompileOptions::dynamic "on"
+  bool in_place = true;    // the disable option does not name "in_place"
+  // Signature i's graph, captured on its (CPU) inputs and optimized, in `captured`. The oneDNN and MKL
+  // rules reorder weights into the blocked layouts of the builder CPU's kernels, which another CPU's may
+  // not read (and oneDNN's opaque tensors cannot be stored): they are left out. `cuda`: the graph is moved
+  // to cuda:0 before the passes, as CompiledModule::compile_cuda moves it.
+  std::function<std::unique_ptr<PlanInstance>(size_t i, const std::vector<c10::IValue>& inputs, bool cuda)> prepare;
+};
+
 // Builds one signature's plan, as the JIT path does, on a graph printed and parsed back (the loader parses
-// the same text, so value ids and node order are the ones the plan's JSON names).
-std::unique_ptr<PlanInstance> build_signature(CompiledModule& m, const std::vector<c10::IValue>& inputs,
-                                              const std::string& where) {
-  c10::IValue eager;
+// the same text, so value ids and node order are the ones the plan's JSON names). `cuda_arch` non-empty: a
+// plan for cuda:0, built from the CPU inputs as CompiledModule::compile_cuda builds it, whose code the
+// caller compiles (there may be no GPU here to run it on).
+std::unique_ptr<PlanInstance> build_signature(const PlanSource& source, size_t i, const std::vector<c10::IValue>& inputs,
+                                              const std::string& where, const std::string& cuda_arch) {
+  const bool cuda = !cuda_arch.empty();
   std::unique_ptr<PlanInstance> inst;
   try {
-    // The oneDNN and MKL rules reorder weights into the blocked layouts of the builder CPU's kernels,
-    // which another CPU's may not read (and oneDNN's opaque tensors cannot be stored): left out.
-    inst = ModuleAccess::prepare(m, inputs, {"epilogue", "prepack"}, &eager);
+    inst = source.prepare(i, inputs, cuda);
   } catch (const std::exception& e) {
     detail::throw_error(fmt::format("{} cannot be captured: {}", where, message_of(e)));
   }
@@ -141,13 +194,18 @@ std::unique_ptr<PlanInstance> build_signature(CompiledModule& m, const std::vect
   const std::string text = print_graph(*graph);
   FJ_INTERNAL_ASSERT(print_graph(*parse_graph(text)) == text, "{}: the graph's text does not parse back to itself:\n{}", where, text);
   PlanTarget target;
-  target.enable_fusion = ModuleAccess::enable_fusion(m);
-  target.size_args = ModuleAccess::dynamic(m) == DynamicSizes::kOn;
+  target.enable_fusion = source.enable_fusion;
+  target.size_args = source.size_args;
+  if (cuda) {
+    target.arch["cuda"] = cuda_arch;
+    target.compile = false;
+  }
   inst->plan = build_plan(std::move(graph), target);
   inst->captured.graph = nullptr;
   FJ_CHECK(inst->plan->fallback_groups.empty(), "{}: kernels failed to compile ({}); see the warning above", where,
            fmt::join(inst->plan->fallback_groups, ", "));
-  resolve_aten_steps(*inst, ModuleAccess::in_place(m));
+  resolve_aten_steps(*inst, source.in_place);
+  if (cuda) return inst;  // run by the GPU tests (tests/gpu)
   try {
     // Once, as a served call would (every step resolves and every kernel loads), on copies: a model that
     // changes its inputs has changed the caller's once already, in the capture run, as eager would.
@@ -158,13 +216,17 @@ std::unique_ptr<PlanInstance> build_signature(CompiledModule& m, const std::vect
   return inst;
 }
 
-}  // namespace
 
-PackageInfo package(const torch::jit::Module& module, const std::vector<std::vector<c10::IValue>>& signatures,
-                    const std::string& path, const PackageOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
+// Builds the package of `source` for `signatures` and writes it to `path` (package, package_graphs).
+PackageInfo write_package(const PlanSource& source, const std::vector<std::vector<c10::IValue>>& signatures,
+                          const std::string& path, const PackageOptions& options,
+                          std::chrono::steady_clock::time_point t0) {
   FJ_CHECK(!signatures.empty(), "package {}: no input signature was given", path);
-  CompiledModule m = compile(module, options.compile);
+  FJ_CHECK(options.device == "cpu" || options.device == "cuda", "package {}: device '{}': expected cpu or cuda", path,
+           options.device);
+  const bool cuda = options.device == "cuda";
+  const std::vector<std::string> variants_of_cuda = cuda ? cuda_variants(options.cuda_archs, path) : std::vector<std::string>{};
+  const c10::Device cuda0(c10::kCUDA, 0);
   c10::NoGradGuard no_grad;
   ArchiveSections sections;
   json sigs = json::array(), codes = json::array();
@@ -172,20 +234,23 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
   std::map<std::string, size_t> seen;     // signature -> its index
   std::vector<c10::IValue> constants;     // per signature, a tuple of its constants
   std::set<const c10::StorageImpl*> storages;  // those counted in info.constant_bytes
+  std::unordered_map<std::string, at::Tensor> distinct;  // constant tensors by type and contents
   PackageInfo info;
   info.path = path;
   for (size_t i = 0; i < signatures.size(); ++i) {
     const std::vector<c10::IValue>& inputs = signatures[i];
-    const std::string described = describe_inputs(inputs);
+    const std::string described = describe_inputs(inputs, cuda);
     const std::string where = fmt::format("package {}: signature {} {}", path, i, described);
     for (size_t j = 0; j < inputs.size(); ++j)
       FJ_CHECK(!inputs[j].isTensor() || !inputs[j].toTensor().defined() || inputs[j].toTensor().is_cpu(),
-               "{}: input {} is on {}; packages hold CPU plans for now: give CPU inputs", where, j,
+               "{}: input {} is on {}: give CPU inputs (a CUDA package is built from CPU inputs, with no GPU "
+               "needed)",
+               where, j,
                inputs[j].toTensor().device().str());
-    const std::string sig = input_signature(inputs);
+    const std::string sig = input_signature(inputs, cuda ? &cuda0 : nullptr);
     auto [it, fresh] = seen.emplace(sig, i);
     FJ_CHECK(fresh, "{}: the same signature as signature {}", where, it->second);
-    std::unique_ptr<PlanInstance> inst = build_signature(m, inputs, where);
+    std::unique_ptr<PlanInstance> inst = build_signature(source, i, inputs, where, cuda ? variants_of_cuda.front() : "");
     const ExecutablePlan& plan = *inst->plan;
 
     json refs = json::array();
@@ -195,8 +260,15 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
       if (added) {
         std::vector<std::string> variants = c.target->default_package_variants();
         if (c.target->device() == Device::kCPU && !options.cpu_variants.empty()) variants = options.cpu_variants;
+        if (c.target->device() == Device::kCUDA) variants = variants_of_cuda;
         json images = json::array();
-        std::vector<PackagedImage> built = c.target->package_images(c.source, variants);
+        std::vector<PackagedImage> built;
+        try {
+          built = c.target->package_images(c.source, variants);
+        } catch (const Error& e) {
+          detail::throw_error(fmt::format("{}: compiling its {} code as {}: {}", where, c.target->name(),
+                                          fmt::join(variants, ", "), e.what()));
+        }
         for (size_t k = 0; k < built.size(); ++k) {
           std::string name = fmt::format("image/{}/{}", ci->second, k);
           images.push_back({{"variant", built[k].variant}, {"requires", built[k].requires}, {"section", name}});
@@ -209,6 +281,27 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
       refs.push_back(ci->second);
     }
 
+    // Only the constants the plan's graph reads are stored: folding leaves in the table the originals of
+    // what it folded (a convolution's weight before a batch norm was folded into it). The others become
+    // None, so that the graph's constant indices stay as they are.
+    std::vector<bool> read(inst->captured.constants.size(), false);
+    for (const Node* n : plan.graph->nodes())
+      if (n->is_constant()) read.at(static_cast<size_t>(n->constant_index())) = true;
+    for (size_t k = 0; k < read.size(); ++k)
+      if (!read[k]) inst->captured.constants[k] = c10::IValue();
+    // Signatures fold the same weights each on their own (a batch norm into the convolution before it):
+    // equal tensors, the same dtype, sizes, strides and bytes, are stored once.
+    for (c10::IValue& v : inst->captured.constants) {
+      if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_cpu() || v.toTensor().layout() != at::kStrided)
+        continue;
+      const at::Tensor& t = v.toTensor();
+      const at::Tensor dense = t.contiguous();
+      const std::string key =
+          fmt::format("{} {} {} ", c10::toString(t.scalar_type()), fmt::join(t.sizes(), ","), fmt::join(t.strides(), ",")) +
+          sha256_hex(std::string_view(static_cast<const char*>(dense.data_ptr()), dense.nbytes()));
+      auto [it, fresh] = distinct.emplace(key, t);
+      if (!fresh) v = it->second;
+    }
     for (const c10::IValue& v : inst->captured.constants) {
       FJ_CHECK(v.isTensor() || v.isNone() || v.isScalar() || v.isIntList() || v.isDoubleList() || v.isBoolList(),
                "{}: a constant of kind {} cannot be stored in a package", where, v.tagKind());
@@ -227,7 +320,7 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
     sigs.push_back({{"signature", to_hex(sig)},
                     {"inputs", described},
                     {"output_kind", static_cast<int>(inst->captured.output_kind)},
-                    {"in_place", ModuleAccess::in_place(m)},
+                    {"in_place", source.in_place},
                     {"kernels", plan.kernels.size()},
                     {"code", refs}});
     info.kernels += static_cast<int>(plan.kernels.size());
@@ -243,7 +336,8 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
   json manifest{{"format", kPackageFormat},
                 {"fusion_jit", {{"version", FJ_VERSION}, {"build", FJ_BUILD_ID}}},
                 {"torch", FJ_TORCH_VERSION},
-                {"model", ModuleAccess::name(m)},
+                {"model", source.name},
+                {"device", options.device},
                 {"code", codes},
                 {"signatures", sigs}};
   sections["manifest"] = manifest.dump(1);
@@ -255,12 +349,60 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
   return info;
 }
 
+}  // namespace
+
+PackageInfo package(const torch::jit::Module& module, const std::vector<std::vector<c10::IValue>>& signatures,
+                    const std::string& path, const PackageOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CompiledModule m = compile(module, options.compile);
+  PlanSource source;
+  source.name = ModuleAccess::name(m);
+  source.enable_fusion = ModuleAccess::enable_fusion(m);
+  source.size_args = ModuleAccess::dynamic(m) == DynamicSizes::kOn;
+  source.in_place = ModuleAccess::in_place(m);
+  source.prepare = [&m](size_t, const std::vector<c10::IValue>& inputs, bool cuda) {
+    c10::IValue eager;
+    return ModuleAccess::prepare(m, inputs, {"epilogue", "prepack"}, &eager, cuda);
+  };
+  return write_package(source, signatures, path, options, t0);
+}
+
+PackageInfo package_graphs(const std::string& name, const std::vector<GraphSignature>& signatures,
+                           const std::string& path, const PackageOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::set<std::string> disable = module_disable(options.compile, name);
+  PlanSource source;
+  source.name = name;
+  source.enable_fusion = options.compile.enable_fusion;
+  source.size_args = dynamic_sizes(options.compile) == DynamicSizes::kOn;
+  source.in_place = !disable.count("in_place");
+  source.prepare = [&](size_t i, const std::vector<c10::IValue>&, bool cuda) {
+    const GraphSignature& sig = signatures[i];
+    auto inst = std::make_unique<PlanInstance>();
+    inst->captured = captured_from_ir(name, sig.inputs, sig.ir, sig.constants);
+    std::set<std::string> skip = disable;
+    skip.insert({"epilogue", "prepack"});
+    if (cuda) {
+      // As CompiledModule::compile_cuda: no channels-last plans, and the values the passes make on cuda:0.
+      skip.insert("channels_last");
+      set_device(*inst->captured.graph, Device::kCUDA, 0);
+    }
+    optimize_captured(inst->captured, skip);
+    if (cuda) set_device(*inst->captured.graph, Device::kCUDA, 0);
+    return inst;
+  };
+  std::vector<std::vector<c10::IValue>> inputs;
+  for (const GraphSignature& sig : signatures) inputs.emplace_back(sig.inputs.begin(), sig.inputs.end());
+  return write_package(source, inputs, path, options, t0);
+}
+
 struct LoadedPackage::Impl {
   std::string path;
   LoadOptions options;
   std::unordered_map<std::string, std::shared_ptr<PlanInstance>> plans;  // by input_signature
   std::vector<std::string> described;
   std::string explain;
+  std::string device;
   double load_ms = 0, constants_ms = 0;
   mutable std::atomic<int64_t> fallback_calls{0};
 };
@@ -292,10 +434,22 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
     const std::string torch_version = manifest.at("torch").get<std::string>();
     FJ_CHECK(torch_version == FJ_TORCH_VERSION, "{}: built with torch {}, but this fusion_jit runs on torch {}", path,
              torch_version, FJ_TORCH_VERSION);
+    const std::string device = manifest.at("device").get<std::string>();
+    FJ_CHECK(device == "cpu" || device == "cuda", "{}: not a valid package: device '{}'", path, device);
+    const bool cuda = device == "cuda";
+    impl->device = device;
+    if (cuda) {
+      std::string why;
+      const bool driver = target_named("cuda")->device_present(&why);
+      FJ_CHECK(driver && torch_cuda_device_count() > 0,
+               "{}: its plans run on a GPU (cuda:0), but this machine has none that torch and fusion_jit can use ({}): "
+               "build a CPU package for it (fusion-jit package --device cpu)",
+               path, driver ? std::string("torch sees no CUDA device") : why);
+    }
 
     // Each distinct source: the first compiled variant this machine can run.
     std::vector<std::shared_ptr<const Artifact>> artifacts;
-    std::vector<std::string> code_keys;
+    std::vector<std::string> code_keys, loaded_variants;
     std::string loaded_lines;
     for (const json& c : manifest.at("code")) {
       const std::string target_name = c.at("target").get<std::string>();
@@ -313,6 +467,7 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
         image.bytes = std::string(section(im.at("section").get<std::string>()));
         artifact = target->load_image(image);
         const std::string arch = c.at("arch").get<std::string>();
+        loaded_variants.push_back(image.variant);
         loaded_lines += fmt::format("code {}: {}{} variant {} (for {})\n", artifacts.size(), target_name,
                                     arch.empty() ? "" : " " + arch, image.variant, image.requires);
         break;
@@ -324,8 +479,8 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
                           c.at("source_sha256").get<std::string>());
     }
 
-    impl->explain = fmt::format("package {}: format {}, fusion_jit {}, torch {}, model {}\n", path, format, version,
-                                torch_version, manifest.at("model").get<std::string>()) +
+    impl->explain = fmt::format("package {}: format {}, fusion_jit {}, torch {}, model {}, plans on {}\n", path, format,
+                                version, torch_version, manifest.at("model").get<std::string>(), cuda ? "cuda:0" : "cpu") +
                     loaded_lines;
     const auto tc = std::chrono::steady_clock::now();
     std::vector<c10::IValue> constants;
@@ -335,6 +490,9 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
     } catch (const std::exception& e) {
       detail::throw_error(fmt::format("{}: not a valid package: its constants cannot be read: {}", path, message_of(e)));
     }
+    // A CUDA package's constants are stored from the CPU; each tensor is moved to cuda:0 once, however
+    // many signatures share it.
+    std::unordered_map<const c10::TensorImpl*, at::Tensor> moved;
     impl->constants_ms = ms_since(tc);
     const json& sigs = manifest.at("signatures");
     for (size_t i = 0; i < sigs.size(); ++i) {
@@ -355,6 +513,7 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
                  "{}: not a valid package: signature {}'s {} source is not the one its code was compiled from", path, i,
                  c.target->name());
         c.artifact = artifacts[ref];
+        c.arch = loaded_variants[ref];
         for (int kernel : c.kernels) {
           const std::string& name = plan->kernels.at(kernel).spec.name;
           FJ_CHECK(c.artifact->has_kernel(name), "{}: not a valid package: kernel {} of signature {} is missing from its code",
@@ -368,7 +527,8 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
       inst->captured.output_kind = static_cast<OutputKind>(kind);
       FJ_CHECK(i < constants.size() && constants[i].isTuple(),
                "{}: not a valid package: the constants of signature {} are missing", path, i);
-      for (const c10::IValue& v : constants[i].toTupleRef().elements()) inst->captured.constants.push_back(v);
+      for (const c10::IValue& v : constants[i].toTupleRef().elements())
+        inst->captured.constants.push_back(cuda ? on_cuda0(v, &moved) : v);
       resolve_aten_steps(*inst, s.at("in_place").get<bool>());
       const std::string sig = from_hex(s.at("signature").get<std::string>(), path);
       FJ_CHECK(impl->plans.emplace(sig, std::move(inst)).second, "{}: not a valid package: signature {} appears twice",
@@ -405,6 +565,7 @@ c10::IValue LoadedPackage::operator()(const std::vector<c10::IValue>& inputs) co
 
 std::vector<std::string> LoadedPackage::signatures() const { return impl_->described; }
 std::string LoadedPackage::explain() const { return impl_->explain; }
+const std::string& LoadedPackage::device() const { return impl_->device; }
 double LoadedPackage::load_ms() const { return impl_->load_ms; }
 double LoadedPackage::constants_ms() const { return impl_->constants_ms; }
 int64_t LoadedPackage::fallback_calls() const { return impl_->fallback_calls.load(); }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <thread>
+#include <unistd.h>
 
 #include "../torch/cat_corpus.h"
 #include "../torch/gather_corpus.h"
@@ -18,7 +19,9 @@
 #include "../torch/reduction_corpus.h"
 #include "fuzz/fuzzer.h"
 #include "fusion_jit/cache.h"
+#include "fusion_jit/package.h"
 #include "targets/cuda/cuda_driver.h"
+#include "targets/cuda/nvrtc.h"
 #include "torch/cuda_support.h"
 
 namespace fusion_jit::testing {
@@ -259,6 +262,77 @@ const char* kBlockBody =
     "    y = torch.silu(y) * torch.sigmoid(gate)\n"
     "    y = torch.clamp(y, -4.0, 4.0)\n"
     "    return torch.hardswish(y) + x, y.sum()";
+
+// Ahead-of-time packages for CUDA (fusion_jit/package.h): built on the CPU inputs (no GPU used), loaded
+// and run on the GPU as eager runs, once from the CUBIN of this GPU's architecture and once from PTX
+// alone; a package with no binary this GPU runs is refused, naming each binary's reason.
+TEST(GpuPackages, BuiltFromCpuInputsTheyRunOnTheGpuAsEager) {
+  SKIP_WITHOUT_GPU();
+  c10::NoGradGuard no_grad;
+  at::manual_seed(7);
+  torch::jit::Module m("Block");
+  m.register_parameter("w", at::randn({64, 64}), false);
+  m.register_parameter("g", at::randn({64}), false);
+  m.define(R"(
+def forward(self, x, y):
+    h = torch.matmul(x, self.w) + y
+    n = torch.layer_norm(h, [64], self.g, None, 1e-5)
+    return torch.softmax(torch.gelu(n) * 2.0, -1), torch.sigmoid(h).sum(-1)
+)");
+  torch::jit::Module on_gpu = m.clone();
+  on_gpu.to(kCuda);
+  char dir[] = "/tmp/fj_gpu_package_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const CudaDeviceInfo gpu = cuda_device_info(0);
+  const std::string arch = cuda_arch_for(gpu.major, gpu.minor);
+  const std::vector<int> known = nvrtc_supported_archs();
+  const int sm = gpu.major * 10 + gpu.minor;
+  // This GPU's CUBIN (PTX added); PTX alone, for the oldest architecture NVRTC knows.
+  for (const std::vector<std::string>& archs :
+       {std::vector<std::string>{arch}, std::vector<std::string>{fmt::format("compute_{}", known.front())}}) {
+    const std::string path = std::string(dir) + "/" + archs.front() + ".fjpkg";
+    PackageOptions options;
+    options.device = "cuda";
+    options.cuda_archs = archs;
+    auto cpu_inputs = [](int64_t rows) { return std::vector<c10::IValue>{at::randn({rows, 64}), at::randn({rows, 64})}; };
+    package(m, {cpu_inputs(16), cpu_inputs(7)}, path, options);
+    LoadedPackage p = load_package(path);
+    EXPECT_EQ(p.device(), "cuda");
+    EXPECT_NE(p.explain().find("variant " + archs.front()), std::string::npos) << p.explain();
+    for (int64_t rows : {16, 7}) {
+      std::vector<c10::IValue> in;
+      for (const c10::IValue& v : cpu_inputs(rows)) in.emplace_back(v.toTensor().to(kCuda));
+      auto got = p(in).toTupleRef().elements();
+      auto want = on_gpu.forward(in).toTupleRef().elements();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i].toTensor().is_cuda());
+        auto c = check_close(got[i].toTensor(), want[i].toTensor());
+        EXPECT_TRUE(c.ok) << archs.front() << " rows " << rows << " output " << i << ": " << c.message;
+      }
+    }
+  }
+  // Binaries for other GPUs only: a CUBIN of another major version and PTX for a newer GPU.
+  if (known.back() <= sm) {
+    GTEST_SKIP() << "NVRTC knows no architecture newer than this GPU's, so a package for other GPUs only cannot be made";
+  }
+  const std::string other = gpu.major == 8 ? "sm_90" : "sm_80";
+  PackageOptions options;
+  options.device = "cuda";
+  options.cuda_archs = {other, fmt::format("compute_{}", known.back())};
+  const std::string path = std::string(dir) + "/other.fjpkg";
+  package(m, {{at::randn({16, 64}), at::randn({16, 64})}}, path, options);
+  try {
+    load_package(path);
+    ADD_FAILURE() << "a package with no binary for compute capability " << gpu.major << "." << gpu.minor << " loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a CUBIN for " + other + " runs on GPUs of compute capability"), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("needs compute capability {}.{} or newer", known.back() / 10, known.back() % 10)),
+              std::string::npos)
+        << what;
+  }
+}
 
 TEST(CudaGraphs, ReplayEqualsNormalRuns) {
   SKIP_WITHOUT_GPU();

@@ -2,7 +2,7 @@
 # The GPU check, for a machine with an NVIDIA GPU and its own torch 2.11 (the H200 machine: python3 is
 # /opt/torch/.venv/bin/python3). Builds there, runs the gpu tests, CUDA fuzz batches (sizes as literals and
 # as kernel arguments), the demo models on
-# cuda and the GPU benchmarks, and prints a short table last. Meant to finish in about 8 minutes.
+# cuda, the demo models' CUDA packages and the GPU benchmarks, and prints a short table last. Meant to finish in about 8 minutes.
 #
 #   tests/gpu/run.sh            (full logs and JSON under $OUT when set, else build-gpu/out)
 #   FJ_GPU_TEST_FILTER=...      a gtest filter for the gpu tests (default: all of them)
@@ -97,6 +97,46 @@ for name, (_, specs) in MODELS.items():
 PYEOF
 cat "$OUT/demo.log"
 
+step "packages on cuda"
+# Each demo model packaged for this GPU (its CUBIN and PTX) from CPU inputs, loaded in a fresh process that
+# may not compile, and compared with eager on cuda.
+"$PY" - "$ROOT" "$BUILD/fusion-jit" > "$OUT/packages.log" 2>&1 <<'PYEOF'
+import os, re, subprocess, sys, tempfile, torch
+sys.path.insert(0, sys.argv[1] + "/examples")
+from models import make_models, MODELS
+tmp = tempfile.mkdtemp()
+paths = make_models(tmp)
+major, minor = torch.cuda.get_device_capability(0)
+for name, (_, specs) in MODELS.items():
+    try:
+        torch.manual_seed(0)
+        shapes = [[int(d) for d in s[s.index("[") + 1:-1].split(",")] for s in specs]
+        inputs = [torch.randn(*sh) for sh in shapes]
+        ins, pkg, outs = (os.path.join(tmp, f"{name}.{e}") for e in ("in.pt", "fjpkg", "out.pt"))
+        torch.save(inputs, ins)
+        p = subprocess.run([sys.argv[2], "package", paths[name], "--inputs", ins, "--device", "cuda", "--arch",
+                            f"sm_{major}{minor}", "--out", pkg], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-1500:]
+        env = dict(os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1")
+        p = subprocess.run([sys.argv[2], "load", pkg, "--inputs", ins, "--bench", "50", "--save-outputs", outs],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr[-1500:]
+        got = torch.load(outs)
+        model = torch.jit.load(paths[name]).cuda().eval()
+        with torch.no_grad():
+            ref = model(*[t.cuda() for t in inputs])
+        ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+        diff = max((g - r.cpu()).abs().max().item() for g, r in zip(got, ref))
+        close = all(torch.allclose(g, r.cpu(), rtol=1e-3, atol=1e-3) for g, r in zip(got, ref))
+        nums = {k: float(re.search(rx, p.stdout).group(1)) for k, rx in
+                [("load", r"loaded .* in ([0-9.]+) ms"), ("first", r"first call ([0-9.]+) ms"), ("median", r"median call ([0-9.]+) ms")]}
+        print(name, f"{'ok' if close else 'MISMATCH'}: max |diff| vs eager {diff:.2e}, load {nums['load']:.1f} ms, "
+                    f"first call {nums['first']:.2f} ms, median {nums['median']:.3f} ms")
+    except Exception as e:  # noqa: BLE001
+        print(name, "FAILED:", str(e).strip().replace("\n", " ")[-600:])
+PYEOF
+cat "$OUT/packages.log"
+
 step "benchmarks"
 timeout 150 "$BUILD/bench_cuda" --benchmark_format=json --benchmark_min_time=0.5 > "$OUT/bench_cuda.json" 2> "$OUT/bench_cuda.log"
 BENCH_RC=$?
@@ -127,6 +167,9 @@ for line in open(os.path.join(out, "demo.log")):
                                      f"{j['eager_ms'] / j['fused_ms']:.2f}x, compile {j['compile_ms']:.0f} ms"))
     except Exception:  # noqa: BLE001
         rows.append((f"demo {name}", rest.strip()[:100]))
+for line in open(os.path.join(out, "packages.log")) if os.path.exists(os.path.join(out, "packages.log")) else []:
+    name, _, rest = line.partition(" ")
+    rows.append((f"package {name}", rest.strip()[:140]))
 try:
     b = {x["name"].split("/")[0]: x for x in json.load(open(os.path.join(out, "bench_cuda.json")))["benchmarks"]}
     gbs = lambda n: b[n]["bytes_per_second"] / 1e9

@@ -1,19 +1,29 @@
 // Ahead-of-time packages (fusion_jit/package.h): built, loaded with no compiler, run bit-identically to the
 // JIT plan, and every refusal named.
+#include <ATen/ops/batch_norm.h>
+#include <ATen/ops/conv2d.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randn_like.h>
+#include <ATen/ops/relu.h>
 #include <ATen/ops/randn.h>
 #include <c10/core/GradMode.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "fusion_jit/fusion_jit.h"
 #include "fusion_jit/package.h"
 #include "support/archive.h"
 #include "targets/cpu/host_compiler.h"
+#include "targets/cuda/nvrtc.h"
+#include "torch/cuda_support.h"
+#include "torch/graph_function.h"
 #include "torch/tolerance.h"
 
 namespace fusion_jit {
@@ -162,7 +172,7 @@ TEST(Package, AnotherFormatBuildOrTorchVersionIsRefused) {
   const std::string& path = two_signature_package();
   const std::string out = scratch_dir() + "/edited.fjpkg";
   rewrite_manifest(path, out, [](nlohmann::json& m) { m["format"] = 99; });
-  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": package format 99, but this fusion_jit reads format 1"),
+  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": package format 99, but this fusion_jit reads format 2"),
             std::string::npos);
   rewrite_manifest(path, out, [](nlohmann::json& m) { m["fusion_jit"]["build"] = "0123456789abcdef"; });
   std::string e = error_of([&] { load_package(out); });
@@ -229,6 +239,121 @@ TEST(Package, BadSignaturesAreNamedAndLeaveThePathAsItWas) {
   e = error_of([&] { package(m, {inputs(4)}, path, bad); });
   EXPECT_NE(e.find("unknown CPU code variant 'i386'"), std::string::npos) << e;
   EXPECT_EQ(read_whole_file(path), "an older file");
+}
+
+// A CUDA package, built here from CPU inputs with no GPU: per distinct source a CUBIN per architecture
+// asked for, newest first (ELF images of NVIDIA's machine type that hold every kernel of the plans using
+// it), then PTX for the newest; the signatures are the inputs' on cuda:0. Loading it where there is no
+// GPU is refused; tests/gpu runs one on a GPU.
+TEST(Package, CudaPackagesHoldACubinPerArchitectureAndPtxAndNeedAGpu) {
+  std::string why;
+  if (!nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC to build CUDA code: " << why;
+  const std::string path = scratch_dir() + "/block-cuda.fjpkg";
+  PackageOptions options;
+  options.device = "cuda";
+  options.cuda_archs = {"sm_80", "sm_90", "sm_80"};
+  torch::jit::Module m = block();
+  PackageInfo info = package(m, {inputs(8), inputs(5)}, path, options);
+  EXPECT_EQ(info.signatures, 2);
+  const std::string bytes = read_whole_file(path);
+  const ArchiveView s = decode_archive(bytes, path);
+  const nlohmann::json manifest = nlohmann::json::parse(s.at("manifest"));
+  EXPECT_EQ(manifest["device"], "cuda");
+  EXPECT_EQ(manifest["signatures"][1]["inputs"], "(f32[5,32]@cuda:0, f32[5,32]@cuda:0)");
+  ASSERT_FALSE(manifest["code"].empty());
+  std::map<int, std::vector<std::string>> kernels_of_code;
+  for (size_t i = 0; i < manifest["signatures"].size(); ++i) {
+    const std::string plan(s.at("plan/" + std::to_string(i)));
+    static const std::regex kernel(R"(__launch_bounds__\(\d+, \d+\) (\w+)\()");
+    for (const nlohmann::json& ref : manifest["signatures"][i]["code"])
+      for (auto it = std::sregex_iterator(plan.begin(), plan.end(), kernel); it != std::sregex_iterator(); ++it)
+        kernels_of_code[ref.get<int>()].push_back((*it)[1].str());
+  }
+  for (size_t c = 0; c < manifest["code"].size(); ++c) {
+    const nlohmann::json& code = manifest["code"][c];
+    EXPECT_EQ(code["target"], "cuda");
+    ASSERT_FALSE(kernels_of_code[c].empty()) << "code " << c << " has no kernel";
+    std::vector<std::string> variants;
+    for (const nlohmann::json& im : code["images"]) {
+      const std::string v = im["variant"].get<std::string>();
+      variants.push_back(v);
+      const std::string_view image = s.at(im["section"].get<std::string>());
+      if (v.rfind("sm_", 0) == 0) {
+        ASSERT_GT(image.size(), 20u);
+        EXPECT_EQ(image.substr(0, 4), "\x7f" "ELF") << v;
+        EXPECT_EQ(static_cast<unsigned char>(image[18]) | static_cast<unsigned char>(image[19]) << 8, 190) << v << ": EM_CUDA";
+        for (const std::string& k : kernels_of_code[c]) EXPECT_NE(image.find(k), std::string::npos) << v << " lacks " << k;
+      } else {
+        EXPECT_NE(image.find(".target sm_90"), std::string::npos) << v;
+        for (const std::string& k : kernels_of_code[c])
+          EXPECT_NE(image.find(".entry " + k), std::string::npos) << v << " lacks " << k;
+      }
+    }
+    EXPECT_EQ(variants, (std::vector<std::string>{"sm_90", "sm_80", "compute_90"}));
+  }
+  if (torch_cuda_device_count() == 0) {
+    const std::string e = error_of([&] { load_package(path); });
+    EXPECT_NE(e.find(path + ": its plans run on a GPU (cuda:0), but this machine has none"), std::string::npos) << e;
+  }
+  // Bad devices and architectures are named, and the path is left as it was.
+  options.cuda_archs = {"sm_90", "sm_12"};
+  std::string e = error_of([&] { package(m, {inputs(8)}, path, options); });
+  EXPECT_NE(e.find("package " + path + ": --arch sm_12"), std::string::npos) << e;
+  options.device = "tpu";
+  e = error_of([&] { package(m, {inputs(8)}, path, options); });
+  EXPECT_NE(e.find("device 'tpu': expected cpu or cuda"), std::string::npos) << e;
+  EXPECT_EQ(read_whole_file(path), bytes);
+}
+
+// Graphs given as IR text with their weights (the path of Python's fusion_jit.package for an nn.Module):
+// two signatures, each bit-identical to the JIT's GraphFunction plan with the same rule sets and within
+// tolerance of eager; only the constants the plans read are stored (not the convolution's weight and bias
+// from before the batch norm was folded into them).
+TEST(Package, GraphsGivenAsIrTextRunAsTheJitGraphAndStoreOnlyTheConstantsTheyRead) {
+  c10::NoGradGuard no_grad;
+  auto ir = [](int64_t n) {
+    const std::string x = fmt::format("f32[{},8,10,10]", n), y = fmt::format("f32[{},16,10,10]", n);
+    return "graph(%0 : " + x + "):\n"
+           "  %1 : f32[16,8,3,3] = fj::constant(0)\n  %2 : f32[16] = fj::constant(1)\n"
+           "  %3 : f32[16] = fj::constant(2)\n  %4 : f32[16] = fj::constant(3)\n"
+           "  %5 : f32[16] = fj::constant(4)\n  %6 : f32[16] = fj::constant(5)\n"
+           "  %7 : " + y + " = aten::conv2d(%0, %1, %2, [1, 1], [1, 1], [1, 1], 1)\n"
+           "  %8 : " + y + " = aten::batch_norm(%7, %3, %4, %5, %6, False, 0.1, 1e-05, False)\n"
+           "  %9 : " + y + " = aten::relu(%8)\n  return (%9)\n";
+  };
+  at::manual_seed(5);
+  const std::vector<at::Tensor> weights = {at::randn({16, 8, 3, 3}), at::randn({16}), at::randn({16}),
+                                           at::randn({16}), at::randn({16}), at::rand({16}).add(0.5)};
+  const std::vector<GraphSignature> sigs = {{{at::randn({2, 8, 10, 10})}, ir(2), weights},
+                                            {{at::randn({3, 8, 10, 10})}, ir(3), weights}};
+  const std::string path = scratch_dir() + "/graphs.fjpkg";
+  PackageInfo info = package_graphs("conv_bn_relu", sigs, path);
+  EXPECT_EQ(info.signatures, 2);
+  EXPECT_EQ(info.constant_bytes, (16 * 8 * 3 * 3 + 16) * 4) << "the folded weight and bias, once for both signatures";
+  LoadedPackage p = load_package(path);
+  EXPECT_EQ(p.signatures().at(1), "(f32[3,8,10,10])");
+  CompileOptions jit_options;
+  jit_options.disable = {"epilogue", "prepack"};  // as the package's plans
+  GraphFunction jit("conv_bn_relu", jit_options);
+  for (const GraphSignature& sig : sigs) {
+    const at::Tensor x = at::randn_like(sig.inputs[0]);
+    std::vector<at::Tensor> want;
+    jit.add({x}, "", sig.ir, weights);
+    ASSERT_EQ(jit.run({x}, "", &want), GraphFunction::Status::kRan);
+    const c10::IValue got = p({x});
+    ASSERT_TRUE(got.isList());
+    const at::Tensor out = got.toListRef()[0].toTensor();
+    EXPECT_TRUE(at::equal(out, want.at(0))) << "rows " << x.size(0);
+    const at::Tensor eager = at::relu(at::batch_norm(at::conv2d(x, weights[0], weights[1], 1, 1), weights[2], weights[3],
+                                                     weights[4], weights[5], false, 0.1, 1e-5, false));
+    EXPECT_TRUE(check_close(out, eager).ok) << check_close(out, eager).message;
+  }
+  // A graph that does not fit its inputs is named, and nothing is written.
+  const std::string other = scratch_dir() + "/graphs-bad.fjpkg";
+  const std::string e = error_of([&] { package_graphs("conv_bn_relu", {{{at::randn({4, 8, 10, 10})}, ir(2), weights}}, other); });
+  EXPECT_NE(e.find("conv_bn_relu: input 0 is f32[4,8,10,10], the graph's input is f32[2,8,10,10]"), std::string::npos) << e;
+  EXPECT_NE(e.find("signature 0"), std::string::npos) << e;
+  EXPECT_EQ(::access(other.c_str(), F_OK), -1);
 }
 
 // Outputs are the caller's: one that is a constant (a frozen weight returned as it is) is a copy, and

@@ -136,6 +136,25 @@ TEST(Nvrtc, ArchitecturesAreCheckedAndChosen) {
   EXPECT_THROW(check_cuda_arch("volta"), Error);
 }
 
+// Where a packaged CUBIN or PTX runs (Note [Packaged binaries]): a CUBIN on its major version from its
+// minor on, PTX on every newer GPU whose driver reads the NVRTC's PTX.
+TEST(Nvrtc, PackagedBinariesRunOnlyWhereTheirArchitectureAndDriverAllow) {
+  EXPECT_EQ(cuda_binary_cannot_run("sm_80", 13000, 8, 0, 13000), "");
+  EXPECT_EQ(cuda_binary_cannot_run("sm_80", 13000, 8, 6, 13000), "");
+  EXPECT_EQ(cuda_binary_cannot_run("sm_90", 13000, 9, 0, 13010), "");
+  EXPECT_EQ(cuda_binary_cannot_run("sm_80", 13000, 9, 0, 13000),
+            "a CUBIN for sm_80 runs on GPUs of compute capability 8.0 to 8.9; this GPU is of compute capability 9.0");
+  EXPECT_NE(cuda_binary_cannot_run("sm_86", 13000, 8, 0, 13000).find("8.6 to 8.9"), std::string::npos);
+  EXPECT_NE(cuda_binary_cannot_run("sm_90", 13000, 10, 0, 13000), "");
+  EXPECT_EQ(cuda_binary_cannot_run("compute_90", 13000, 10, 0, 13000), "");
+  EXPECT_EQ(cuda_binary_cannot_run("compute_90", 13000, 12, 0, 13020), "");
+  EXPECT_EQ(cuda_binary_cannot_run("compute_90", 13000, 8, 9, 13000),
+            "PTX for compute_90 needs compute capability 9.0 or newer; this GPU is of compute capability 8.9");
+  EXPECT_EQ(cuda_binary_cannot_run("compute_90", 13000, 10, 0, 12080),
+            "PTX from NVRTC 13.0 needs a driver for CUDA 13.0 or newer; this one supports CUDA 12.8");
+  EXPECT_NE(cuda_binary_cannot_run("volta", 13000, 9, 0, 13000).find("not a CUDA architecture"), std::string::npos);
+}
+
 TEST(Nvrtc, CompileErrorCarriesTheLog) {
   ASSERT_TRUE(nvrtc_available());
   try {

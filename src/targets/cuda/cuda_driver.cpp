@@ -35,6 +35,7 @@ struct Driver {
   void* handle = nullptr;
   std::string error;
   CUresult (*Init)(unsigned) = nullptr;
+  CUresult (*DriverGetVersion)(int*) = nullptr;
   CUresult (*DeviceGetCount)(int*) = nullptr;
   CUresult (*DeviceGet)(CUdevice*, int) = nullptr;
   CUresult (*DeviceGetAttribute)(int*, int, CUdevice) = nullptr;
@@ -79,6 +80,7 @@ Driver& driver() {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
     };
     sym(d->Init, "cuInit");
+    sym(d->DriverGetVersion, "cuDriverGetVersion");
     sym(d->DeviceGetCount, "cuDeviceGetCount");
     sym(d->DeviceGet, "cuDeviceGet");
     sym(d->DeviceGetAttribute, "cuDeviceGetAttribute");
@@ -140,6 +142,13 @@ bool cuda_driver_available(std::string* why) {
   Driver& d = driver();
   if (why) *why = d.error;
   return d.error.empty();
+}
+
+int cuda_driver_version() {
+  Driver& d = checked();
+  int v = 0;
+  check(d, d.DriverGetVersion(&v), "cuDriverGetVersion");
+  return v;
 }
 
 CudaDeviceInfo cuda_device_info(int device) {

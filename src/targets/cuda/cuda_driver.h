@@ -19,6 +19,9 @@ using CudaStream = void*;  // a CUstream
 // True when libcuda.so.1 loads and cuInit succeeds; `why` receives the reason when not.
 bool cuda_driver_available(std::string* why = nullptr);
 
+// The CUDA version the driver supports, as major * 1000 + minor * 10 (13.0: 13000).
+int cuda_driver_version();
+
 struct CudaDeviceInfo {
   std::string name;
   int major = 0, minor = 0;  // compute capability

@@ -3,8 +3,12 @@
 // CUDA Driver API (cuda_driver.h) on the stream the caller gives.
 #include <fmt/format.h>
 
+#include <regex>
+
 #include "codegen/kernel_spec.h"
 #include "codegen/target.h"
+#include "support/error.h"
+#include "support/hash.h"
 #include "targets/cuda/cuda_driver.h"
 #include "targets/cuda/cuda_printer.h"
 #include "targets/cuda/nvrtc.h"
@@ -100,6 +104,42 @@ class CudaTarget final : public Target {
   }
   bool compiled(const std::string& source, const std::string& arch) const override {
     return cuda_source_compiled(source, arch);
+  }
+
+  // Note [Packaged binaries]: a CUBIN per architecture, newest first, then PTX for the newest, which the
+  // driver compiles for GPUs newer than every CUBIN. Packaged plans run on cuda:0.
+  std::vector<std::string> default_package_variants() const override { return {"sm_90", "sm_80", "compute_90"}; }
+  std::vector<PackagedImage> package_images(const std::string& source, const std::vector<std::string>& variants) const override {
+    std::vector<PackagedImage> out;
+    const std::string nvrtc = fmt::format("NVRTC {}", nvrtc_version());
+    for (const std::string& v : variants) {
+      check_cuda_arch(v);
+      out.push_back(PackagedImage{v, fmt::format("{} ({})", v, nvrtc), compile_cuda_source(source, v)->image});
+    }
+    return out;
+  }
+  std::string cannot_load(const PackagedImage& image) const override {
+    std::string why;
+    if (!cuda_driver_available(&why)) return why;
+    try {
+      const CudaDeviceInfo gpu = cuda_device_info(0);
+      std::smatch m;
+      static const std::regex re("NVRTC ([0-9]+)");
+      const int built_by = std::regex_search(image.requires, m, re) ? std::stoi(m[1].str()) : 0;
+      return cuda_binary_cannot_run(image.variant, built_by, gpu.major, gpu.minor, cuda_driver_version());
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  std::shared_ptr<const Artifact> load_image(const PackagedImage& image) const override {
+    const std::string why = cannot_load(image);
+    FJ_CHECK(why.empty(), "cannot load packaged CUDA kernels ({}): {}", image.variant, why);
+    auto b = std::make_shared<CudaBinary>();
+    b->arch = image.variant;
+    b->is_ptx = image.variant.rfind("compute_", 0) == 0;
+    b->image = image.bytes;
+    b->key = sha256_hex(image.bytes);
+    return std::make_shared<CudaArtifact>(std::move(b));
   }
 
   std::unique_ptr<LoadedKernels> load(const std::shared_ptr<const Artifact>& artifact, const std::vector<const KernelSpec*>& kernels,

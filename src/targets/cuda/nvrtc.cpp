@@ -187,6 +187,27 @@ void check_cuda_arch(const std::string& arch) {
            "(it knows {})", arch, nvrtc_version() / 1000, nvrtc_version() % 1000 / 10, known);
 }
 
+std::string cuda_binary_cannot_run(const std::string& arch, int nvrtc_version, int major, int minor,
+                                   int driver_version) {
+  std::smatch m;
+  static const std::regex re("(sm|compute)_([0-9]+)");
+  if (!std::regex_match(arch, m, re)) return fmt::format("'{}' is not a CUDA architecture", arch);
+  const int sm = std::stoi(m[2].str()), want_major = sm / 10, want_minor = sm % 10;
+  const std::string gpu = fmt::format("this GPU is of compute capability {}.{}", major, minor);
+  if (m[1].str() == "sm") {
+    if (major != want_major || minor < want_minor)
+      return fmt::format("a CUBIN for {} runs on GPUs of compute capability {}.{} to {}.9; {}", arch, want_major,
+                         want_minor, want_major, gpu);
+    return "";
+  }
+  if (major * 10 + minor < sm) return fmt::format("PTX for {} needs compute capability {}.{} or newer; {}", arch, want_major, want_minor, gpu);
+  if (driver_version < nvrtc_version)
+    return fmt::format("PTX from NVRTC {}.{} needs a driver for CUDA {}.{} or newer; this one supports CUDA {}.{}",
+                       nvrtc_version / 1000, nvrtc_version % 1000 / 10, nvrtc_version / 1000, nvrtc_version % 1000 / 10,
+                       driver_version / 1000, driver_version % 1000 / 10);
+  return "";
+}
+
 std::vector<std::string> nvrtc_options(const std::string& arch) {
   const Nvrtc& n = checked();
   std::vector<std::string> o = {"--gpu-architecture=" + arch, "--std=c++17", "--ptxas-options=-v",

@@ -57,6 +57,13 @@ std::string cuda_arch_for(int major, int minor);
 // Checks an architecture name given by the user ("sm_90", "compute_90"); throws naming the valid ones.
 void check_cuda_arch(const std::string& arch);
 
+// Why a GPU of compute capability major.minor whose driver supports CUDA `driver_version` cannot run a
+// binary built for `arch` by NVRTC `nvrtc_version` (versions as major * 1000 + minor * 10), or "". A CUBIN
+// ("sm_XY") runs on the GPUs of its major version from its minor on (8.0's on 8.6 and 8.9, not on 9.0);
+// PTX ("compute_XY") on every GPU from X.Y on, compiled by a driver that reads NVRTC's PTX version.
+std::string cuda_binary_cannot_run(const std::string& arch, int nvrtc_version, int major, int minor,
+                                   int driver_version);
+
 // Compiles (or finds) `source` for `arch`. Throws fusion_jit::Error with NVRTC's log when it fails, and
 // when FUSION_JIT_ASSERT_NO_COMPILE is set and a compile would be needed.
 std::shared_ptr<const CudaBinary> compile_cuda_source(const std::string& source, const std::string& arch);
