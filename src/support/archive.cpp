@@ -8,14 +8,25 @@
 #include <cerrno>
 #include <cstring>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "support/error.h"
-#include "support/hash.h"
 
 namespace fusion_jit {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'J', 'P', 'K', 'G', '\n', '\0', '\0'};
-constexpr size_t kDigest = 32;
+constexpr size_t kDigest = 16;
+
+// XXH3-128 of `bytes`, low 64 bits first, little-endian.
+std::string checksum(std::string_view bytes) {
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  std::string out;
+  for (uint64_t half : {h.low64, h.high64})
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((half >> (8 * i)) & 0xff));
+  return out;
+}
 
 void put_u32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -66,7 +77,7 @@ std::string encode_archive(const ArchiveSections& sections) {
     put_u64(out, data.size());
     out += data;
   }
-  out += sha256_bytes(out);
+  out += checksum(out);
   return out;
 }
 
@@ -79,7 +90,7 @@ ArchiveView decode_archive(std::string_view bytes, const std::string& what) {
   const uint64_t version = r.uint(4, "container version");
   FJ_CHECK(version == kArchiveVersion, "{}: package container version {}, but this fusion_jit reads version {}", what,
            version, kArchiveVersion);
-  FJ_CHECK(equal_in_constant_time(sha256_bytes(bytes.substr(0, body)), bytes.substr(body)),
+  FJ_CHECK(checksum(bytes.substr(0, body)) == bytes.substr(body),
            "{}: the package's checksum does not match its contents (a truncated or altered file)", what);
   const uint64_t count = r.uint(4, "section count");
   ArchiveView out;

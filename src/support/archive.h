@@ -4,11 +4,14 @@
 //   "FJPKG\n\0\0"                          8 bytes of magic
 //   u32 container version, u32 sections    little-endian
 //   per section: u32 name bytes, name, u64 data bytes, data
-//   SHA-256 of every byte above            32 bytes
+//   XXH3-128 of every byte above           16 bytes, little-endian (low 64 bits first)
 //
 // Reading checks the magic, the container version and the checksum before it parses anything, then every
 // length against what is left: a truncated or altered file is refused with an error naming the path and
-// what is wrong, never half read. Writing goes to a temporary file in the same directory, flushed to disk
+// what is wrong, never half read. The checksum guards against damage (a truncated copy, a flipped bit), not
+// against someone who rewrites the file: no checksum without a key could, and a package holds code that is
+// run, so it is trusted as a shared library is. So it is xxHash's XXH3-128 (Debian's libxxhash, header
+// only), about 10 GB/s here where SHA-256 ran at 1.6 GB/s: 30 ms of a 47 MB resnet18 package's load. Writing goes to a temporary file in the same directory, flushed to disk
 // and renamed over the path: a reader sees the old file or the new one, never a part.
 #pragma once
 
@@ -19,7 +22,7 @@
 
 namespace fusion_jit {
 
-constexpr uint32_t kArchiveVersion = 1;
+constexpr uint32_t kArchiveVersion = 2;  // 2: XXH3-128 instead of SHA-256
 
 // Section name -> bytes.
 using ArchiveSections = std::map<std::string, std::string>;

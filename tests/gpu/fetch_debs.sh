@@ -6,5 +6,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 mkdir -p "$ROOT/.debs"
 cd "$ROOT/.debs"
 apt-get download libfmt-dev libfmt9 libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1 nlohmann-json3-dev \
-  libssl-dev
+  libssl-dev libxxhash-dev
 ls -la

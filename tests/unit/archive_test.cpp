@@ -68,7 +68,7 @@ TEST(Archive, RefusesTruncatedAlteredAndForeignBytes) {
             std::string::npos);
   b = bytes;
   b[8] = 9;  // container version 9, checked before the checksum
-  EXPECT_NE(error_of([&] { decode_archive(b, "x"); }).find("container version 9, but this fusion_jit reads version 1"),
+  EXPECT_NE(error_of([&] { decode_archive(b, "x"); }).find("container version 9, but this fusion_jit reads version 2"),
             std::string::npos);
 }
 
