@@ -18,7 +18,9 @@ compiled or loaded, run). Medians over the rounds.
 --packages: instead, per demo model, an ahead-of-time package (`fusion-jit package`) loaded and run in a
 fresh process (`fusion-jit load`, FUSION_JIT_ASSERT_NO_COMPILE=1, no cache directory): its load time, of
 which reading the weights, and its first call, against eager's first call and the plan cache's warm start
-measured in the same round.
+measured in the same round; and per --python-models model, a package from Python (fusion_jit.package: the
+FX path, torch.export and the backend's lowering) built in a fresh process that first times eager's first
+call, then loaded and called in another fresh process (fusion_jit.load_package, no compiler, no cache).
 """
 import argparse
 import json
@@ -104,11 +106,72 @@ def python_child(name):
                       "remote_hits": s["remote_hits"], "remote_ms": s["remote_ms"]}))
 
 
-def run_python(name, env):
-    p = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True, env=env)
+def python_package_child(name, pkg, inputs):
+    """Builds the --packages row of a Python model: eager's first call in this fresh process, then the
+    package (FX path) and the inputs saved for the loading process."""
+    import time
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+    sys.modules.pop("models", None)
+    import torch
+    import fusion_jit
+    from models import main_output, make
+    model, args = make(name)
+    model.eval()
+    if hasattr(model, "config"):
+        model.config.use_cache = False
+    args = args if isinstance(args, tuple) else (args,)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        main_output(model(*args))
+        eager = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    fusion_jit.package(model, args, pkg)
+    build = (time.perf_counter() - t0) * 1e3
+    torch.save(args, inputs)
+    print(json.dumps({"eager_first_ms": eager, "build_ms": build}))
+
+
+def python_load_child(pkg, inputs):
+    """The loading process of a Python model's package: load, then the first call (ms)."""
+    import time
+    import torch
+    import fusion_jit
+    args = torch.load(inputs)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        served = fusion_jit.load_package(pkg)
+        t1 = time.perf_counter()
+        served(*args)
+        first = (time.perf_counter() - t1) * 1e3
+    print(json.dumps({"load_ms": (t1 - t0) * 1e3, "constants_ms": served.constants_ms, "first_call_ms": first}))
+
+
+def python_package_rows(tmp, rounds, names):
+    for name in names:
+        rows = []
+        for r in range(rounds):
+            pkg, inputs = os.path.join(tmp, f"{name}-py-{r}.fjpkg"), os.path.join(tmp, f"{name}-py-{r}.pt")
+            env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(tmp, f"py-pkg-cache-{name}-{r}"))
+            built = run_child(["--package-child", name, pkg, inputs], env)
+            loaded = run_child(["--load-child", pkg, inputs], dict(
+                os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1", FUSION_JIT_CACHE_DIR=os.path.join(tmp, "no-cache")))
+            rows.append((built["eager_first_ms"], built["build_ms"], loaded["load_ms"], loaded["constants_ms"],
+                         loaded["first_call_ms"],
+                         loaded["load_ms"] - loaded["constants_ms"] + loaded["first_call_ms"] - built["eager_first_ms"]))
+        med = [statistics.median(r[i] for r in rows) for i in range(6)]
+        print(f"{name + ' (py)':<18} {med[0]:>10.1f}ms {'built in':>11} {med[2]:>7.1f}ms {med[3]:>6.1f}ms "
+              f"{med[4]:>8.1f}ms {med[5]:>25.1f}ms   (package built in {med[1] / 1e3:.1f} s)", flush=True)
+
+
+def run_child(argv, env):
+    p = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, env=env)
     if p.returncode != 0:
-        sys.exit(f"{name}: {p.stderr.strip()}")
+        sys.exit(f"{argv}: {p.stderr.strip()[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_python(name, env):
+    return run_child(["--child", name], env)
 
 
 def main():
@@ -124,6 +187,7 @@ def main():
     paths = make_models(os.path.join(tmp, "models"))
     if args.packages:
         package_rows(args.cli, paths, tmp, args.rounds, args.demo_models.split(","))
+        python_package_rows(tmp, args.rounds, [m for m in args.python_models.split(",") if m])
         return
     redis = None if args.no_redis or not redis_server.available() else redis_server.RedisServer(tmp)
     print(f"{'model':<18} {'eager first':>12} {'cold first':>11} {'warm first':>11} {'warm - eager':>13} "
@@ -174,5 +238,9 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         python_child(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == "--package-child":
+        python_package_child(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "--load-child":
+        python_load_child(*sys.argv[2:])
     else:
         main()
