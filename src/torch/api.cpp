@@ -86,8 +86,8 @@ struct CompiledModule::Impl {
   }
 
   // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
-  // `skip`: passes or rule sets left out (run_pipeline). `to_cuda`: the graph's types are moved to cuda:0
-  // before the passes (compile_cuda), whose rules may depend on the device (decompose's rms_norm).
+  // `skip`: passes or rule sets left out (run_pipeline). `to_cuda`: a plan for cuda:0
+  // (optimize_captured_on_cuda).
   std::unique_ptr<PlanInstance> prepare(const std::vector<c10::IValue>& inputs, c10::IValue* result,
                                         double* capture_ms, double* passes_ms, const std::set<std::string>& skip = {},
                                         bool to_cuda = false) {
@@ -109,24 +109,22 @@ struct CompiledModule::Impl {
     *capture_ms = ms_since(t0);
     inst->captured = std::move(cap.captured);
     *result = std::move(cap.result);
-    if (to_cuda) set_device(*inst->captured.graph, Device::kCUDA, 0);
     auto t1 = std::chrono::steady_clock::now();
-    optimize_captured(inst->captured, skip);
+    if (to_cuda)
+      optimize_captured_on_cuda(inst->captured, skip);
+    else
+      optimize_captured(inst->captured, skip);
     *passes_ms = ms_since(t1);
     return inst;
   }
 
-  // prepare() for a plan that runs on cuda:0, from CPU inputs (compile_cuda, CUDA packages). The passes see
-  // the CPU inputs' graph: the rule sets "epilogue" and "prepack" rewrite into oneDNN ops, which run on the
-  // host only, so they are left out of a plan moved to the GPU, and so are channels-last plans (Note
-  // [Channels-last plans]), a layout decision measured for the CPU's oneDNN only.
+  // prepare() for a plan that runs on cuda:0, from CPU inputs (compile_cuda, CUDA packages), with no
+  // channels-last capture (Note [Channels-last plans]): a layout decision measured for the CPU's oneDNN only.
   std::unique_ptr<PlanInstance> prepare_cuda(const std::vector<c10::IValue>& inputs, c10::IValue* result,
                                              std::set<std::string> skip) {
-    skip.insert({"epilogue", "prepack", "channels_last"});
+    skip.insert("channels_last");
     double capture_ms = 0, passes_ms = 0;
-    auto inst = prepare(inputs, result, &capture_ms, &passes_ms, skip, /*to_cuda=*/true);
-    set_device(*inst->captured.graph, Device::kCUDA, 0);  // values the passes made (folded constants) too
-    return inst;
+    return prepare(inputs, result, &capture_ms, &passes_ms, skip, /*to_cuda=*/true);
   }
 
   c10::IValue run(PlanInstance& inst, const std::vector<c10::IValue>& inputs) {

@@ -1255,6 +1255,13 @@ std::string input_signature(const std::vector<c10::IValue>& inputs, const c10::D
   return key;
 }
 
+void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip) {
+  skip.insert({"epilogue", "prepack"});
+  set_device(*cap.graph, Device::kCUDA, 0);
+  optimize_captured(cap, skip);
+  set_device(*cap.graph, Device::kCUDA, 0);
+}
+
 void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
   cap.eager_peak_bytes = eager_peak_bytes(*cap.graph);
   auto& constants = cap.constants;

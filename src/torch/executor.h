@@ -108,6 +108,11 @@ void mark_side_effects(Graph& g);
 // Runs the pass pipeline on a captured graph (marking side effects first); ATen evaluates the subgraphs of constants (into the
 // constants table). `skip`: passes, rule sets or rules left out (run_pipeline).
 void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip = {});
+// optimize_captured for a plan on cuda:0 from a capture on the CPU (compile_cuda, CUDA packages): the graph
+// is moved to cuda:0 before the passes, whose rules may depend on the device (decompose's rms_norm), and the
+// values they made (folded constants) after; the rule sets "epilogue" and "prepack", which rewrite into
+// oneDNN and MKL ops that run on the host only, are left out.
+void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip);
 // Runs a compiled instance: as a CUDA Graph when `cuda_graphs` is set and the plan can be captured (at
 // its first call after this one), else step by step. `*replayed` says whether a graph replay served it.
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,

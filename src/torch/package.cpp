@@ -381,14 +381,11 @@ PackageInfo package_graphs(const std::string& name, const std::vector<GraphSigna
     auto inst = std::make_unique<PlanInstance>();
     inst->captured = captured_from_ir(name, sig.inputs, sig.ir, sig.constants);
     std::set<std::string> skip = disable;
-    skip.insert({"epilogue", "prepack"});
-    if (cuda) {
-      // As CompiledModule::compile_cuda: no channels-last plans, and the values the passes make on cuda:0.
-      skip.insert("channels_last");
-      set_device(*inst->captured.graph, Device::kCUDA, 0);
-    }
-    optimize_captured(inst->captured, skip);
-    if (cuda) set_device(*inst->captured.graph, Device::kCUDA, 0);
+    skip.insert({"epilogue", "prepack"});  // PlanSource::prepare
+    if (cuda)
+      optimize_captured_on_cuda(inst->captured, skip);
+    else
+      optimize_captured(inst->captured, skip);
     return inst;
   };
   std::vector<std::vector<c10::IValue>> inputs;
