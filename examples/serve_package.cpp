@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
   try {
     const fusion_jit::LoadedPackage served = fusion_jit::load_package(argv[1]);
-    std::printf("loaded %s in %.2f ms (constants %.2f ms); it serves:\n", argv[1], served.load_ms(), served.constants_ms());
+    std::printf("loaded %s in %.2f ms (constants %.2f ms, of which prepacking %.2f ms); it serves:\n", argv[1],
+                served.load_ms(), served.constants_ms(), served.prepack_ms());
     for (const std::string& s : served.signatures()) std::printf("  %s\n", s.c_str());
     c10::NoGradGuard no_grad;
     const at::Tensor x = at::randn(sizes);

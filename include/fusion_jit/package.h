@@ -98,7 +98,8 @@ class LoadedPackage {
   // Where its plans run and take their inputs: "cpu" or "cuda" (cuda:0).
   const std::string& device() const;
   double load_ms() const;         // reading, checking and loading, constants included
-  double constants_ms() const;    // of which reading the constants (weights)
+  double constants_ms() const;    // of which reading the constants (weights) and prepacking them
+  double prepack_ms() const;      // of which prepacking (oneDNN's and MKL's weight layouts for this CPU)
   int64_t fallback_calls() const;
 
   struct Impl;

@@ -159,8 +159,13 @@ class LoadedPackage:
 
     @property
     def constants_ms(self):
-        """Of load_ms, reading the constants (the weights)."""
+        """Of load_ms, reading the constants (the weights) and prepacking them."""
         return self._package.constants_ms()
+
+    @property
+    def prepack_ms(self):
+        """Of constants_ms, reordering weights into the layouts of this CPU's oneDNN and MKL kernels."""
+        return self._package.prepack_ms()
 
 
 def load_package(path):

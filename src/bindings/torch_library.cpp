@@ -16,7 +16,7 @@
 //     .explain(tensors, key) -> str, .num_plans() -> int, .plans_dropped() -> int, .clear()
 //   torch.classes.fusion_jit.Package(path)         an ahead-of-time package loaded (fusion_jit/package.h)
 //     .run(tensors) -> [tensors]  (the result flattened), .signatures() -> [str], .explain() -> str,
-//     .load_ms() -> float, .constants_ms() -> float, .device() -> str
+//     .load_ms() -> float, .constants_ms() -> float, .prepack_ms() -> float, .device() -> str
 //   torch.ops.fusion_jit.package_file(model_path, tensors, counts, out, cpu_variants, device, cuda_archs) -> [signatures,
 //     kernels, sources, bytes, constant bytes]   the TorchScript model at model_path packaged for the
 //     signatures of tensors (counts[i] each, in order)
@@ -285,6 +285,7 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("explain", [](const PackageSelf& self) { return self->package.explain(); })
       .def("load_ms", [](const PackageSelf& self) { return self->package.load_ms(); })
       .def("constants_ms", [](const PackageSelf& self) { return self->package.constants_ms(); })
+      .def("prepack_ms", [](const PackageSelf& self) { return self->package.prepack_ms(); })
       .def("device", [](const PackageSelf& self) { return self->package.device(); });
   m.def("package_file", &package_file);
   m.def("package_graphs_file", &package_graphs_file);

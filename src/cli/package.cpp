@@ -87,7 +87,8 @@ int package_model(const PackageArgs& a, uint64_t seed) {
 int load_and_run(const PackageArgs& a, uint64_t seed) {
   const int bench = a.bench.empty() ? 0 : static_cast<int>(parse_int("--bench", a.bench, 1, 1 << 30));
   const LoadedPackage p = load_package(a.path);
-  std::printf("loaded %s in %.2f ms (constants %.2f ms)\n", a.path.c_str(), p.load_ms(), p.constants_ms());
+  std::printf("loaded %s in %.2f ms (constants %.2f ms, of which prepacking %.2f ms)\n", a.path.c_str(), p.load_ms(),
+              p.constants_ms(), p.prepack_ms());
   if (a.explain) std::printf("%s", p.explain().c_str());
   if (a.specs.empty() && a.inputs_file.empty()) return 0;
   if (!a.specs.empty() && !a.inputs_file.empty()) usage_error("load: give --input SPEC ... or --inputs FILE, not both");

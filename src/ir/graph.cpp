@@ -206,6 +206,14 @@ void Graph::erase(Node* n) {
   nodes_.erase(pos);
 }
 
+void Graph::make_constant(Node* n, int64_t index) {
+  FJ_INTERNAL_ASSERT(n->outputs_.size() == 1);
+  n->schema_ = "fj::constant";
+  n->op_ = find_op(n->schema_);
+  n->args_ = {Arg::lit(index)};
+  n->side_effects_ = false;
+}
+
 void Graph::renumber() {
   int id = 0;
   for (auto* v : inputs_) v->id_ = id++;

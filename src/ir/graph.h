@@ -156,6 +156,9 @@ class Graph {
   void replace_all_uses(Value* from, Value* to);
   // Removes a node whose outputs are unused.
   void erase(Node* n);
+  // Turns `n`, a node of one output, into fj::constant(index) in place: its output Value (and id) stays,
+  // so plans that name the value by id still fit (a step evaluated once when a package loads).
+  void make_constant(Node* n, int64_t index);
   // Users of each value, by value id: the nodes that take it as an argument (once per node).
   std::vector<std::vector<Node*>> users() const;
   int num_value_ids() const { return next_id_; }

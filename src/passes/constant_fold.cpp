@@ -24,11 +24,17 @@ bool small_factory(const Node& n) {
 
 }  // namespace
 
-bool constant_fold(Graph& g, const ConstantEvaluator& eval) {
+bool is_prepack(const std::string& schema) {
+  return schema == "mkldnn::_reorder_convolution_weight" || schema == "mkldnn::_reorder_linear_weight" ||
+         schema == "mkl::_mkl_reorder_linear_weight";
+}
+
+bool constant_fold(Graph& g, const ConstantEvaluator& eval, bool fold_prepacked) {
   if (!eval) return false;
   bool changed = false;
   for (Node* n : g.nodes()) {
     if (n->is_constant() || n->side_effects() || n->outputs().empty()) continue;
+    if (!fold_prepacked && is_prepack(n->schema())) continue;
     auto inputs = n->value_inputs();
     // Nothing frozen to fold: literals alone are not worth a tensor, but for small factories.
     if (inputs.empty() && !small_factory(*n)) continue;

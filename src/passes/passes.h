@@ -16,6 +16,7 @@
 // constant_fold  evaluates pure nodes whose tensor arguments are all fj::constant (and small factories of
 //                literals only: arange, scalar_tensor, zeros, ones, full, eye up to 64 KiB), through an evaluator
 //                supplied by the caller (the torch adapter runs ATen); the result becomes a new constant.
+//                Its rule "constant_fold.prepacked" folds the prepacking steps (Note [Prepacked weights]).
 //
 // run_pipeline runs them in order, times each, verifies the graph after each, and leaves out those named
 // in FUSION_JIT_DISABLE (a pass, a rule set, or one rule as "set.rule"). With FUSION_JIT_DUMP=ir it prints
@@ -65,7 +66,20 @@ bool cse(Graph& g);
 // Evaluates node `n` whose value arguments are all constants; returns the constants-table index of each
 // output, or nullopt when it cannot (the node is then left as it is).
 using ConstantEvaluator = std::function<std::optional<std::vector<int64_t>>(const Node& n)>;
-bool constant_fold(Graph& g, const ConstantEvaluator& eval);
+// `fold_prepacked` false: steps that prepack a weight (is_prepack) are left as they are.
+bool constant_fold(Graph& g, const ConstantEvaluator& eval, bool fold_prepacked = true);
+
+// Note [Prepacked weights]
+// The oneDNN and MKL rules (Note [Convolution rules]) read a frozen weight through a step that reorders it
+// into the library's layout for this machine: mkldnn::_reorder_convolution_weight and
+// mkldnn::_reorder_linear_weight (oneDNN's blocked layout, chosen by the CPU's instruction set) and
+// mkl::_mkl_reorder_linear_weight (MKL's packed GEMM buffer, opaque bytes). The JIT folds them at plan build
+// like any other step of constants. A package must not store their result, which another CPU may not read
+// the same way: it is built with the rule "constant_fold.prepacked" left out, stores the plain weight, and
+// evaluates each such step once when it loads, on the machine that runs it (prepack_at_load,
+// torch/executor.h). Leaving the rule out of the JIT (FUSION_JIT_DISABLE=constant_fold.prepacked) reorders
+// at every call instead.
+bool is_prepack(const std::string& schema);
 
 struct PassTiming {
   std::string name;

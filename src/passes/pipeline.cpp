@@ -14,7 +14,11 @@ struct Step {
   const RuleSet* rules = nullptr;
 };
 
-std::vector<Step> steps(const ConstantEvaluator& eval) {
+// The rule of constant_fold that FUSION_JIT_DISABLE (or a caller's skip) may leave out (Note [Prepacked
+// weights]).
+constexpr const char* kFoldPrepacked = "constant_fold.prepacked";
+
+std::vector<Step> steps(const ConstantEvaluator& eval, const std::set<std::string>& disabled) {
   return {
       // Before decompose, which would take the softmax apart.
       {"attention", nullptr, &attention_rules()},
@@ -27,7 +31,8 @@ std::vector<Step> steps(const ConstantEvaluator& eval) {
       {"epilogue", nullptr, &epilogue_rules()},
       {"prepack", nullptr, &prepack_rules()},
       {"dce", dce},
-      {"constant_fold", [&eval](Graph& gr) { return constant_fold(gr, eval); }},
+      {"constant_fold",
+       [&eval, &disabled](Graph& gr) { return constant_fold(gr, eval, !disabled.count(kFoldPrepacked)); }},
       {"cse", cse},
       {"dce", dce},
       // After the rules above, whose patterns read views where the graph has them, and after cse, which
@@ -44,8 +49,9 @@ const bool kNamesRegistered = (Options::register_disable_names(pipeline_names())
 
 std::vector<std::string> pipeline_names() {
   std::vector<std::string> names;
-  for (const Step& s : steps(nullptr)) {
+  for (const Step& s : steps(nullptr, {})) {
     names.push_back(s.name);
+    if (std::string(s.name) == "constant_fold") names.push_back(kFoldPrepacked);
     if (s.rules)
       for (const auto& r : s.rules->rule_names()) names.push_back(r);
   }
@@ -60,7 +66,7 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
   if (opt.dumps("ir")) std::fprintf(stderr, "== IR after capture ==\n%s", print_graph(g).c_str());
   std::set<std::string> disabled = opt.disabled;
   disabled.insert(skip.begin(), skip.end());
-  for (const Step& p : steps(eval)) {
+  for (const Step& p : steps(eval, disabled)) {
     if (disabled.count(p.name)) continue;
     PassTiming t{p.name, 0, false, {}};
     auto t0 = std::chrono::steady_clock::now();

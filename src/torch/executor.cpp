@@ -224,8 +224,8 @@ bool schema_in_dispatcher(const std::string& schema) {
 }
 [[maybe_unused]] const bool g_schema_probe_registered = (set_schema_probe(&schema_in_dispatcher), true);
 
-// Whether oneDNN takes bfloat16 on this CPU, as eager's mkldnn ops check it (mkldnn::_is_mkldnn_bf16_supported),
-// asked once; false without oneDNN.
+}  // namespace
+
 bool onednn_bf16_supported() {
   static const bool supported = [] {
     if (!schema_in_dispatcher("mkldnn::_is_mkldnn_bf16_supported")) return false;
@@ -236,6 +236,8 @@ bool onednn_bf16_supported() {
   }();
   return supported;
 }
+
+namespace {
 [[maybe_unused]] const bool g_bf16_probe_registered = (set_onednn_bf16_probe(&onednn_bf16_supported), true);
 
 }  // namespace
@@ -1256,7 +1258,6 @@ std::string input_signature(const std::vector<c10::IValue>& inputs, const c10::D
 }
 
 void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip) {
-  skip.insert({"epilogue", "prepack"});
   set_device(*cap.graph, Device::kCUDA, 0);
   optimize_captured(cap, skip);
   set_device(*cap.graph, Device::kCUDA, 0);
@@ -1297,6 +1298,54 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
   };
   mark_side_effects(*cap.graph);
   run_pipeline(*cap.graph, eval, skip);
+}
+
+std::string message_of(const std::exception& e) {
+  auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c10_error ? c10_error->what_without_backtrace() : e.what();
+  return s.substr(0, s.find('\n'));
+}
+
+int prepack_at_load(PlanInstance& inst, std::map<std::string, c10::IValue>* shared, const std::string& where) {
+  Graph& g = *inst.plan->graph;
+  std::vector<c10::IValue>& constants = inst.captured.constants;
+  int evaluated = 0;
+  for (Node* n : g.nodes()) {
+    if (!is_prepack(n->schema()) || n->outputs().size() != 1) continue;
+    std::vector<c10::IValue> args;
+    std::string key = n->schema();
+    bool all_constant = true;
+    for (const Value* v : n->value_inputs()) {
+      const Node* p = v->producer();
+      all_constant &= p != nullptr && p->is_constant();
+      if (!all_constant) break;
+      const int64_t index = p->constant_index();
+      FJ_CHECK(index >= 0 && index < static_cast<int64_t>(constants.size()),
+               "{}: not a valid package: {} reads constant {}, of {}", where, n->schema(), index, constants.size());
+      const c10::IValue& c = constants[static_cast<size_t>(index)];
+      args.push_back(c);
+      key += fmt::format(" {}", c.isTensor() ? static_cast<const void*>(c.toTensor().unsafeGetTensorImpl()) : nullptr);
+    }
+    if (!all_constant) continue;  // a weight given at each call: prepacked at each call, as in the JIT
+    for (const Arg& a : n->args())
+      if (!a.is_value()) key += " " + literal_str(a.literal);
+    auto [it, fresh] = shared->try_emplace(key);
+    if (fresh) {
+      try {
+        std::vector<c10::IValue> outs = call_aten(*n, args);
+        FJ_CHECK(outs.size() == 1 && outs[0].isTensor(), "it gave {} results", outs.size());
+        it->second = std::move(outs[0]);
+      } catch (const std::exception& e) {
+        shared->erase(it);
+        detail::throw_error(fmt::format("{}: prepacking a weight ({} of {}) failed: {}", where, n->schema(),
+                                        n->output()->type().str(), message_of(e)));
+      }
+    }
+    constants.push_back(it->second);
+    g.make_constant(n, static_cast<int64_t>(constants.size()) - 1);
+    ++evaluated;
+  }
+  return evaluated;
 }
 
 int grad_requiring_input(const std::vector<c10::IValue>& inputs) {

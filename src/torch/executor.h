@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -109,10 +110,22 @@ void mark_side_effects(Graph& g);
 // constants table). `skip`: passes, rule sets or rules left out (run_pipeline).
 void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip = {});
 // optimize_captured for a plan on cuda:0 from a capture on the CPU (compile_cuda, CUDA packages): the graph
-// is moved to cuda:0 before the passes, whose rules may depend on the device (decompose's rms_norm), and the
-// values they made (folded constants) after; the rule sets "epilogue" and "prepack", which rewrite into
-// oneDNN and MKL ops that run on the host only, are left out.
+// is moved to cuda:0 before the passes, whose rules depend on the device (decompose's rms_norm; the oneDNN
+// and MKL rules take CPU tensors only, the cuBLASLt and cuDNN epilogues CUDA tensors only), and the values
+// they made (folded constants) after.
 void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip);
+// Whether oneDNN takes bfloat16 on this CPU, as eager's mkldnn ops check it (mkldnn::_is_mkldnn_bf16_supported),
+// asked once; false without oneDNN.
+bool onednn_bf16_supported();
+// The first line of an exception's message (c10's carry a backtrace).
+std::string message_of(const std::exception& e);
+// Note [Prepacked weights] (passes/passes.h): evaluates, once, each step of `inst.plan` that prepacks a
+// weight from constants alone; its result becomes a new constant of `inst.captured.constants` and the step
+// a constant step (the value keeps its id). Called when a package loads, before resolve_aten_steps.
+// `shared`: results by step (schema, argument tensors and literals), so that signatures reading the same
+// weight through the same step share one result. Throws fusion_jit::Error naming `where` and the step.
+// Returns the number of steps evaluated.
+int prepack_at_load(PlanInstance& inst, std::map<std::string, c10::IValue>* shared, const std::string& where);
 // Runs a compiled instance: as a CUDA Graph when `cuda_graphs` is set and the plan can be captured (at
 // its first call after this one), else step by step. `*replayed` says whether a graph replay served it.
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,

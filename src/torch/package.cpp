@@ -60,7 +60,11 @@ namespace fusion_jit {
 namespace {
 
 using json = nlohmann::json;
-constexpr int kPackageFormat = 2;  // 2: the manifest names the device its plans run on
+// 2: the manifest names the device its plans run on. 3: weights are prepacked when the package loads (Note
+// [Prepacked weights]), and the manifest lists what the plans require of the machine ("requires").
+constexpr int kPackageFormat = 3;
+// What a package's plans may require of the machine that loads it, besides what its code's images require.
+constexpr const char* kRequiresOnednnBf16 = "onednn_bf16";
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -102,13 +106,6 @@ std::string from_hex(const std::string& hex, const std::string& what) {
   std::string out;
   for (size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
   return out;
-}
-
-// The first line of an exception's message (c10's carry a backtrace).
-std::string message_of(const std::exception& e) {
-  auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string s = c10_error ? c10_error->what_without_backtrace() : e.what();
-  return s.substr(0, s.find('\n'));
 }
 
 // `v` on cuda:0 when it is a tensor (`moved`: the tensors moved already, by their CPU original).
@@ -163,16 +160,39 @@ std::vector<std::string> cuda_variants(const std::vector<std::string>& archs, co
   return out;
 }
 
+// What the pipeline leaves out of a package's plans (PlanSource::prepare).
+constexpr const char* kPackageSkip = "constant_fold.prepacked";
+
+// What signature `where`'s plan requires of the machine that runs it: oneDNN's bfloat16 kernels (Note
+// [Convolution rules]: the rules take bfloat16 only where this CPU's oneDNN does).
+void add_requirements(const ExecutablePlan& plan, std::set<std::string>* requires) {
+  for (const Node* n : plan.graph->nodes()) {
+    if (n->schema().rfind("mkldnn::", 0) != 0) continue;
+    for (const Value* v : n->value_inputs())
+      if (v->is_tensor() && v->tensor_type().dtype == DType::kBFloat16) requires->insert(kRequiresOnednnBf16);
+  }
+}
+
+// Why this machine cannot run plans that require `what`, or "".
+std::string unmet(const std::string& what) {
+  if (what == kRequiresOnednnBf16)
+    return onednn_bf16_supported() ? ""
+                                   : "its plans call oneDNN on bfloat16, which this CPU's oneDNN does not take (it "
+                                     "needs AVX512BW, AVX512VL and AVX512DQ, or AVX-NE-CONVERT)";
+  return fmt::format("its plans require '{}', which this fusion_jit does not know", what);
+}
+
 // Where a package's plans come from: a TorchScript module or graphs given as IR text.
 struct PlanSource {
   std::string name;  // the model's, for the manifest
   bool enable_fusion = true;
   bool size_args = false;  // CompileOptions::dynamic "on"
   bool in_place = true;    // the disable option does not name "in_place"
-  // Signature i's graph, captured on its (CPU) inputs and optimized, in `captured`. The oneDNN and MKL
-  // rules reorder weights into the blocked layouts of the builder CPU's kernels, which another CPU's may
-  // not read (and oneDNN's opaque tensors cannot be stored): they are left out. `cuda`: the graph is moved
-  // to cuda:0 before the passes, as CompiledModule::compile_cuda moves it.
+  // Signature i's graph, captured on its (CPU) inputs and optimized, in `captured`, with the rule
+  // "constant_fold.prepacked" left out: the steps that reorder weights into the layouts of this CPU's
+  // oneDNN and MKL kernels, which another CPU's may not read, run when the package loads (Note [Prepacked
+  // weights]). `cuda`: the graph is moved to cuda:0 before the passes, as CompiledModule::compile_cuda
+  // moves it.
   std::function<std::unique_ptr<PlanInstance>(size_t i, const std::vector<c10::IValue>& inputs, bool cuda)> prepare;
 };
 
@@ -235,6 +255,7 @@ PackageInfo write_package(const PlanSource& source, const std::vector<std::vecto
   std::vector<c10::IValue> constants;     // per signature, a tuple of its constants
   std::set<const c10::StorageImpl*> storages;  // those counted in info.constant_bytes
   std::unordered_map<std::string, at::Tensor> distinct;  // constant tensors by type and contents
+  std::set<std::string> requires;                        // of the machine that loads it
   PackageInfo info;
   info.path = path;
   for (size_t i = 0; i < signatures.size(); ++i) {
@@ -252,6 +273,7 @@ PackageInfo write_package(const PlanSource& source, const std::vector<std::vecto
     FJ_CHECK(fresh, "{}: the same signature as signature {}", where, it->second);
     std::unique_ptr<PlanInstance> inst = build_signature(source, i, inputs, where, cuda ? variants_of_cuda.front() : "");
     const ExecutablePlan& plan = *inst->plan;
+    add_requirements(plan, &requires);
 
     json refs = json::array();
     for (const TargetCode& c : plan.code) {
@@ -338,6 +360,7 @@ PackageInfo write_package(const PlanSource& source, const std::vector<std::vecto
                 {"torch", FJ_TORCH_VERSION},
                 {"model", source.name},
                 {"device", options.device},
+                {"requires", requires},
                 {"code", codes},
                 {"signatures", sigs}};
   sections["manifest"] = manifest.dump(1);
@@ -362,7 +385,7 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
   source.in_place = ModuleAccess::in_place(m);
   source.prepare = [&m](size_t, const std::vector<c10::IValue>& inputs, bool cuda) {
     c10::IValue eager;
-    return ModuleAccess::prepare(m, inputs, {"epilogue", "prepack"}, &eager, cuda);
+    return ModuleAccess::prepare(m, inputs, {kPackageSkip}, &eager, cuda);
   };
   return write_package(source, signatures, path, options, t0);
 }
@@ -381,7 +404,7 @@ PackageInfo package_graphs(const std::string& name, const std::vector<GraphSigna
     auto inst = std::make_unique<PlanInstance>();
     inst->captured = captured_from_ir(name, sig.inputs, sig.ir, sig.constants);
     std::set<std::string> skip = disable;
-    skip.insert({"epilogue", "prepack"});  // PlanSource::prepare
+    skip.insert(kPackageSkip);  // PlanSource::prepare
     if (cuda)
       optimize_captured_on_cuda(inst->captured, skip);
     else
@@ -400,7 +423,7 @@ struct LoadedPackage::Impl {
   std::vector<std::string> described;
   std::string explain;
   std::string device;
-  double load_ms = 0, constants_ms = 0;
+  double load_ms = 0, constants_ms = 0, prepack_ms = 0;
   mutable std::atomic<int64_t> fallback_calls{0};
 };
 
@@ -442,6 +465,12 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
                "{}: its plans run on a GPU (cuda:0), but this machine has none that torch and fusion_jit can use ({}): "
                "build a CPU package for it (fusion-jit package --device cpu)",
                path, driver ? std::string("torch sees no CUDA device") : why);
+    }
+
+    for (const json& r : manifest.at("requires")) {
+      const std::string why = unmet(r.get<std::string>());
+      FJ_CHECK(why.empty(), "{}: {}: build the package on a machine like this one, or with FUSION_JIT_DISABLE=epilogue,prepack",
+               path, why);
     }
 
     // Each distinct source: the first compiled variant this machine can run.
@@ -490,6 +519,7 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
     // A CUDA package's constants are stored from the CPU; each tensor is moved to cuda:0 once, however
     // many signatures share it.
     std::unordered_map<const c10::TensorImpl*, at::Tensor> moved;
+    std::map<std::string, c10::IValue> prepacked;  // Note [Prepacked weights], shared by the signatures
     impl->constants_ms = ms_since(tc);
     const json& sigs = manifest.at("signatures");
     for (size_t i = 0; i < sigs.size(); ++i) {
@@ -526,18 +556,26 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
                "{}: not a valid package: the constants of signature {} are missing", path, i);
       for (const c10::IValue& v : constants[i].toTupleRef().elements())
         inst->captured.constants.push_back(cuda ? on_cuda0(v, &moved) : v);
+      const auto tp = std::chrono::steady_clock::now();
+      const int steps = prepack_at_load(*inst, &prepacked, fmt::format("{}: signature {} {}", path, i, described));
+      const double prepack_ms = ms_since(tp);
+      impl->prepack_ms += prepack_ms;
       resolve_aten_steps(*inst, s.at("in_place").get<bool>());
       const std::string sig = from_hex(s.at("signature").get<std::string>(), path);
       FJ_CHECK(impl->plans.emplace(sig, std::move(inst)).second, "{}: not a valid package: signature {} appears twice",
                path, i);
       impl->described.push_back(described);
       impl->explain += fmt::format("\nsignature {}: {}\n{}", i, described, section(fmt::format("explain/{}", i)));
+      if (steps > 0)
+        impl->explain += fmt::format("weights prepacked at load: {} step{} ({:.2f} ms), constants of this plan from then on\n",
+                                     steps, steps == 1 ? "" : "s", prepack_ms);
     }
   } catch (const json::exception& e) {
     detail::throw_error(fmt::format("{}: not a valid package: its manifest is not what this fusion_jit writes: {}", path,
                                     e.what()));
   }
   impl->load_ms = ms_since(t0);
+  impl->constants_ms += impl->prepack_ms;
   return LoadedPackage(std::move(impl));
 }
 
@@ -565,6 +603,7 @@ std::string LoadedPackage::explain() const { return impl_->explain; }
 const std::string& LoadedPackage::device() const { return impl_->device; }
 double LoadedPackage::load_ms() const { return impl_->load_ms; }
 double LoadedPackage::constants_ms() const { return impl_->constants_ms; }
+double LoadedPackage::prepack_ms() const { return impl_->prepack_ms; }
 int64_t LoadedPackage::fallback_calls() const { return impl_->fallback_calls.load(); }
 
 }  // namespace fusion_jit

@@ -7,6 +7,7 @@
 #include <ATen/ops/randn_like.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/randn.h>
+#include <ATen/Context.h>
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "targets/cpu/host_compiler.h"
 #include "targets/cuda/nvrtc.h"
 #include "torch/cuda_support.h"
+#include "torch/executor.h"
 #include "torch/graph_function.h"
 #include "torch/tolerance.h"
 
@@ -103,9 +105,7 @@ TEST(Package, TwoSignaturesRunWithNoCompilerBitIdenticalToTheJitPlan) {
   LoadedPackage p = load_package(path);
   ASSERT_EQ(p.signatures().size(), 2u);
   EXPECT_EQ(p.signatures()[0], "(f32[8,32], f32[8,32])");
-  CompileOptions jit_options;
-  jit_options.disable = {"epilogue", "prepack"};  // as the package's plans
-  CompiledModule jit = compile(block(), jit_options);
+  CompiledModule jit = compile(block());
   torch::jit::Module eager = block();
   for (int64_t rows : {8, 5}) {
     for (uint64_t seed : {1, 2}) {
@@ -172,7 +172,7 @@ TEST(Package, AnotherFormatBuildOrTorchVersionIsRefused) {
   const std::string& path = two_signature_package();
   const std::string out = scratch_dir() + "/edited.fjpkg";
   rewrite_manifest(path, out, [](nlohmann::json& m) { m["format"] = 99; });
-  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": package format 99, but this fusion_jit reads format 2"),
+  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": package format 99, but this fusion_jit reads format 3"),
             std::string::npos);
   rewrite_manifest(path, out, [](nlohmann::json& m) { m["fusion_jit"]["build"] = "0123456789abcdef"; });
   std::string e = error_of([&] { load_package(out); });
@@ -180,6 +180,18 @@ TEST(Package, AnotherFormatBuildOrTorchVersionIsRefused) {
   rewrite_manifest(path, out, [](nlohmann::json& m) { m["torch"] = "1.13.1"; });
   e = error_of([&] { load_package(out); });
   EXPECT_NE(e.find(out + ": built with torch 1.13.1, but this fusion_jit runs on torch 2.11.0"), std::string::npos) << e;
+  // What the plans require of the machine: a requirement this build does not know, and oneDNN's bfloat16
+  // kernels (Note [Prepacked weights]), refused where this CPU's oneDNN does not take bfloat16.
+  rewrite_manifest(path, out, [](nlohmann::json& m) { m["requires"] = {"quantum"}; });
+  e = error_of([&] { load_package(out); });
+  EXPECT_NE(e.find(out + ": its plans require 'quantum', which this fusion_jit does not know"), std::string::npos) << e;
+  rewrite_manifest(path, out, [](nlohmann::json& m) { m["requires"] = {"onednn_bf16"}; });
+  e = error_of([&] { load_package(out); });
+  if (onednn_bf16_supported())
+    EXPECT_EQ(e, "");
+  else
+    EXPECT_NE(e.find(out + ": its plans call oneDNN on bfloat16, which this CPU's oneDNN does not take"), std::string::npos)
+        << e;
   rewrite_manifest(path, out, [](nlohmann::json& m) { m.erase("signatures"); });
   e = error_of([&] { load_package(out); });
   EXPECT_NE(e.find(out + ": not a valid package: its manifest"), std::string::npos) << e;
@@ -332,9 +344,7 @@ TEST(Package, GraphsGivenAsIrTextRunAsTheJitGraphAndStoreOnlyTheConstantsTheyRea
   EXPECT_EQ(info.constant_bytes, (16 * 8 * 3 * 3 + 16) * 4) << "the folded weight and bias, once for both signatures";
   LoadedPackage p = load_package(path);
   EXPECT_EQ(p.signatures().at(1), "(f32[3,8,10,10])");
-  CompileOptions jit_options;
-  jit_options.disable = {"epilogue", "prepack"};  // as the package's plans
-  GraphFunction jit("conv_bn_relu", jit_options);
+  GraphFunction jit("conv_bn_relu", CompileOptions{});
   for (const GraphSignature& sig : sigs) {
     const at::Tensor x = at::randn_like(sig.inputs[0]);
     std::vector<at::Tensor> want;
@@ -354,6 +364,83 @@ TEST(Package, GraphsGivenAsIrTextRunAsTheJitGraphAndStoreOnlyTheConstantsTheyRea
   EXPECT_NE(e.find("conv_bn_relu: input 0 is f32[4,8,10,10], the graph's input is f32[2,8,10,10]"), std::string::npos) << e;
   EXPECT_NE(e.find("signature 0"), std::string::npos) << e;
   EXPECT_EQ(::access(other.c_str(), F_OK), -1);
+  // For a GPU, as the GPU's JIT plans it: the batch norm folded and conv + relu one cuDNN call
+  // (epilogue.cuda_conv_relu). Built here with no GPU.
+  std::string why;
+  if (!nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC to build CUDA code: " << why;
+  PackageOptions on_gpu;
+  on_gpu.device = "cuda";
+  const std::string cuda_path = scratch_dir() + "/graphs-cuda.fjpkg";
+  package_graphs("conv_bn_relu", sigs, cuda_path, on_gpu);
+  const std::string bytes = read_whole_file(cuda_path);
+  const ArchiveView sections = decode_archive(bytes, cuda_path);
+  for (const char* sig : {"explain/0", "explain/1"}) {
+    const std::string explain(sections.at(sig));
+    EXPECT_NE(explain.find("aten::cudnn_convolution_relu"), std::string::npos) << explain;
+    EXPECT_EQ(explain.find("aten::batch_norm"), std::string::npos) << explain;
+  }
+}
+
+// Note [Prepacked weights]: a package stores the plain weights of its oneDNN and MKL calls and reorders
+// them when it loads; the plans are the JIT's, rules and all, and run bit-identically to them.
+TEST(Package, WeightsArePrepackedWhenThePackageLoads) {
+  if (!at::hasMKLDNN() || !at::hasMKL()) GTEST_SKIP() << "this build of torch has no oneDNN or no MKL";
+  c10::NoGradGuard no_grad;
+  auto model = [] {
+    at::manual_seed(11);
+    torch::jit::Module m("Prepacked");
+    m.register_parameter("cw", at::randn({16, 8, 3, 3}), false);
+    m.register_parameter("cb", at::randn({16}), false);
+    m.register_parameter("w1", at::randn({256, 256}).div(16), false);
+    m.register_parameter("b1", at::randn({256}), false);
+    m.register_parameter("w2", at::randn({64, 256}).div(16), false);
+    m.register_parameter("b2", at::randn({64}), false);
+    // A convolution and relu whose result the plan keeps (oneDNN with a post-op, channels-last), a linear
+    // and relu of 2^22 multiply-adds (oneDNN with a post-op) and a float32 linear (MKL's packed GEMM).
+    m.define(R"(
+def forward(self, x, y):
+    a = torch.relu(torch.conv2d(x, self.cw, self.cb, 1, 1)).mean([2, 3])
+    b = torch.relu(torch.linear(y, self.w1, self.b1))
+    return a, torch.linear(b, self.w2, self.b2)
+)");
+    return m;
+  };
+  at::manual_seed(3);
+  const std::vector<c10::IValue> in = {at::randn({2, 8, 12, 12}), at::randn({64, 256})};
+  const std::string path = scratch_dir() + "/prepacked.fjpkg";
+  PackageInfo info = package(model(), {in}, path);
+  EXPECT_EQ(info.constant_bytes, (16 * 8 * 9 + 16 + 256 * 256 + 256 + 64 * 256 + 64) * 4)
+      << "the plain weights only: no prepacked buffer is stored";
+  LoadedPackage p = load_package(path);
+  const std::string explain = p.explain();
+  // The rules epilogue.conv_relu, epilogue.linear_relu and prepack.linear_mkl fired.
+  for (const char* call : {"aten: mkldnn::_convolution_pointwise", "aten: mkldnn::_linear_pointwise", "aten: mkl::_mkl_linear"})
+    EXPECT_NE(explain.find(call), std::string::npos) << call << "\n" << explain;
+  EXPECT_NE(explain.find("weights prepacked at load: 3 steps"), std::string::npos) << explain;
+  EXPECT_GT(p.prepack_ms(), 0.0);
+  EXPECT_GE(p.constants_ms(), p.prepack_ms());
+  CompiledModule jit = compile(model());
+  // The JIT with the rule left out, as packages are built: the same steps, run at each call.
+  CompileOptions per_call_options;
+  per_call_options.disable = {"constant_fold.prepacked"};
+  CompiledModule per_call = compile(model(), per_call_options);
+  torch::jit::Module eager = model();
+  jit(in);  // compiles
+  per_call(in);
+  for (uint64_t seed : {1, 2}) {
+    at::manual_seed(seed);
+    const std::vector<c10::IValue> x = {at::randn({2, 8, 12, 12}), at::randn({64, 256})};
+    std::vector<at::Tensor> got = tensors(p(x)), want = tensors(jit(x)), ref = tensors(eager.forward(x));
+    std::vector<at::Tensor> unfolded = tensors(per_call(x));
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(at::equal(got[i], want[i])) << "output " << i;
+      EXPECT_TRUE(at::equal(unfolded[i], want[i])) << "output " << i;
+      EXPECT_TRUE(check_close(got[i], ref[i]).ok) << check_close(got[i], ref[i]).message;
+    }
+  }
+  EXPECT_NE(jit.explain(in).find("epilogue.linear_relu x1"), std::string::npos) << jit.explain(in);
+  EXPECT_EQ(jit.explain(in).find("aten: mkl::_mkl_reorder_linear_weight"), std::string::npos) << jit.explain(in);
+  EXPECT_NE(per_call.explain(in).find("aten: mkl::_mkl_reorder_linear_weight"), std::string::npos) << per_call.explain(in);
 }
 
 // Outputs are the caller's: one that is a constant (a frozen weight returned as it is) is a copy, and
