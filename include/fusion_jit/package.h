@@ -16,13 +16,15 @@
 //
 // Loading refuses, with an error naming the path and what is wrong: another package format, another
 // fusion_jit build or torch version, a truncated or altered file, code this machine cannot run (native
-// code for another CPU and no portable variant it supports). A call whose inputs match no packaged
+// code for another CPU and no portable variant it supports), plans that call oneDNN on bfloat16 where this
+// CPU's oneDNN does not take it. A call whose inputs match no packaged
 // signature raises an error naming the signature it got and those the package has (or, given a fallback,
 // runs it).
 //
-// Plans are built with the module's CompileOptions, except that the oneDNN and MKL rule sets ("epilogue",
-// "prepack") are left out: they reorder weights into the blocked layouts of the builder CPU's kernels, and
-// oneDNN's opaque tensors cannot be stored. A CUDA package (PackageOptions::device) is refused, naming
+// Plans are built with the module's CompileOptions, the oneDNN and MKL rules included, except that the
+// steps that reorder a weight into the layout of this CPU's oneDNN or MKL kernels are not folded: the
+// package stores the plain weight and runs each such step once when it loads, on the CPU that serves
+// (Note [Prepacked weights]; LoadedPackage::prepack_ms). A CUDA package (PackageOptions::device) is refused, naming
 // why, on a machine with no usable GPU, or whose GPU none of its CUBINs nor its PTX runs on.
 #pragma once
 

@@ -128,8 +128,11 @@ bool same_layout(const at::Tensor& in, const TensorType& t) {
   return true;
 }
 
-// run_plan's check_layouts: an ATen step's tensor results against their types in the graph.
+// run_plan's check_layouts: an ATen step's tensor results against their types in the graph. A prepacking
+// step's result (Note [Prepacked weights]) is in the library's own layout (oneDNN's opaque tensor, MKL's
+// packed bytes), which its type does not describe: only its consumer reads it.
 void check_step_layouts(const Node& n, const std::vector<c10::IValue>& results) {
+  if (is_prepack(n.schema())) return;
   for (size_t i = 0; i < results.size() && i < n.outputs().size(); ++i) {
     const Value* v = n.output(i);
     if (!v->is_tensor() || !results[i].isTensor()) continue;
@@ -1307,11 +1310,21 @@ std::string message_of(const std::exception& e) {
 }
 
 int prepack_at_load(PlanInstance& inst, std::map<std::string, c10::IValue>* shared, const std::string& where) {
+  c10::NoGradGuard no_grad;
   Graph& g = *inst.plan->graph;
   std::vector<c10::IValue>& constants = inst.captured.constants;
   int evaluated = 0;
   for (Node* n : g.nodes()) {
-    if (!is_prepack(n->schema()) || n->outputs().size() != 1) continue;
+    if (!is_prepack(n->schema())) continue;
+    // The package is checked against damage, not against a graph written by hand: the step must fit the
+    // operator's schema before the dispatcher sees it.
+    const size_t dot = n->schema().find('.');
+    const auto op = c10::Dispatcher::singleton().findSchema(
+        {n->schema().substr(0, dot), dot == std::string::npos ? "" : n->schema().substr(dot + 1)});
+    FJ_CHECK(op.has_value(), "{}: its plan prepacks weights with {}, which this build of torch lacks", where, n->schema());
+    FJ_CHECK(n->outputs().size() == 1 && n->args().size() == op->schema().arguments().size(),
+             "{}: not a valid package: {} with {} arguments and {} results; its schema takes {} and gives 1", where,
+             n->schema(), n->args().size(), n->outputs().size(), op->schema().arguments().size());
     std::vector<c10::IValue> args;
     std::string key = n->schema();
     bool all_constant = true;

@@ -3,7 +3,8 @@
 // Note [Package layout]
 // The archive (Note [Package archives], support/archive.h) has these sections:
 //   manifest          JSON: format, the fusion_jit version and build, the torch version, the machine it was
-//                     built on, `code` (per distinct generated source: its target, arch, SHA-256 and
+//                     built on, the device its plans run on, `requires` (what the plans need of the machine
+//                     besides their code: "onednn_bf16"), `code` (per distinct generated source: its target, arch, SHA-256 and
 //                     compiled variants, each with what it requires and its section) and `signatures` (per
 //                     signature: its bytes as input_signature gives them, in hex, the inputs described, the
 //                     output kind, whether steps may write into dying arguments, and the code each of its
@@ -17,7 +18,9 @@
 // Loading checks the manifest's versions first, then loads each code's first variant this machine can run
 // (Target::cannot_load, Target::load_image), then per signature parses the graph, reads the plan against it,
 // checks that each TargetCode's source is the one whose code was loaded (its SHA-256) and that every kernel
-// is in it, unpickles the constants and resolves the ATen steps, as the JIT path does after build_plan.
+// is in it, unpickles the constants, prepacks weights (Note [Prepacked weights]: the steps the JIT folds at
+// plan build, run once here) and resolves the ATen steps, as the JIT path does after build_plan. The explain
+// text is the build's: it lists those steps among the ATen steps, and a line added at load says they ran.
 #include "fusion_jit/package.h"
 
 #include <c10/core/GradMode.h>
@@ -469,8 +472,10 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
 
     for (const json& r : manifest.at("requires")) {
       const std::string why = unmet(r.get<std::string>());
-      FJ_CHECK(why.empty(), "{}: {}: build the package on a machine like this one, or with FUSION_JIT_DISABLE=epilogue,prepack",
-               path, why);
+      FJ_CHECK(why.empty(), "{}: {}{}", path, why,
+               r.get<std::string>() == kRequiresOnednnBf16
+                   ? ": build the package on a machine like this one, or with FUSION_JIT_DISABLE=epilogue,prepack"
+                   : "");
     }
 
     // Each distinct source: the first compiled variant this machine can run.

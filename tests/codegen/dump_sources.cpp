@@ -35,10 +35,11 @@ std::unique_ptr<fj::ExecutablePlan> plan_sources(const tj::Module& m, const std:
   auto graph = frozen.get_method("forward").graph()->copy();
   fj::prepare_torchscript_graph(graph);
   fj::CaptureResult cap = fj::capture_graph(graph, inputs, /*skip_self=*/true);
-  // As compile_cuda: the host-only rule sets are left out of a plan moved to the GPU.
-  const std::set<std::string> host_only = {"epilogue", "prepack"};
-  fj::optimize_captured(cap.captured, device == fj::Device::kCUDA ? host_only : std::set<std::string>{});
-  if (device == fj::Device::kCUDA) fj::set_device(*cap.captured.graph, fj::Device::kCUDA, 0);
+  // As compile_cuda: the graph moved to the GPU for the passes.
+  if (device == fj::Device::kCUDA)
+    fj::optimize_captured_on_cuda(cap.captured, {});
+  else
+    fj::optimize_captured(cap.captured);
   fj::PlanTarget target;
   target.arch["cuda"] = "sm_90";
   target.compile = false;

@@ -443,6 +443,51 @@ def forward(self, x, y):
   EXPECT_NE(per_call.explain(in).find("aten: mkl::_mkl_reorder_linear_weight"), std::string::npos) << per_call.explain(in);
 }
 
+// The prepacking steps a package runs at load are checked against their operator's schema first (the
+// checksum guards against damage, not against a graph written by hand), and the backend's path runs them at
+// each call where the rule that folds them is left out, its first run's layout check included.
+TEST(Package, PrepackingStepsAreCheckedAndRunInTheJitWhenNotFolded) {
+  if (!at::hasMKL()) GTEST_SKIP() << "this build of torch has no MKL";
+  c10::NoGradGuard no_grad;
+  const std::string ir =
+      "graph(%0 : f32[4,16]):\n  %1 : f32[8,16] = fj::constant(0)\n  %2 : f32[8] = fj::constant(1)\n"
+      "  %3 : f32[4,8] = aten::linear(%0, %1, %2)\n  return (%3)\n";
+  at::manual_seed(9);
+  const std::vector<at::Tensor> weights = {at::randn({8, 16}), at::randn({8})};
+  const at::Tensor x = at::randn({4, 16});
+  const std::string path = scratch_dir() + "/linear.fjpkg";
+  package_graphs("linear", {{{x}, ir, weights}}, path);
+  const at::Tensor got = load_package(path)({x}).toListRef()[0].toTensor();
+  CompileOptions per_call;
+  per_call.disable = {"constant_fold.prepacked"};
+  for (const CompileOptions& options : {CompileOptions{}, per_call}) {
+    GraphFunction jit("linear", options);
+    std::vector<at::Tensor> first;
+    GraphPlanInfo info = jit.add({x}, "", ir, weights, &first);
+    ASSERT_EQ(info.eager_reason, "");
+    std::vector<at::Tensor> want;
+    ASSERT_EQ(jit.run({x}, "", &want), GraphFunction::Status::kRan);
+    EXPECT_TRUE(at::equal(first.at(0), want.at(0)));
+    EXPECT_TRUE(at::equal(got, want.at(0)));
+    EXPECT_EQ(jit.explain({x}, "").find("mkl::_mkl_reorder_linear_weight") != std::string::npos,
+              !options.disable.empty())
+        << jit.explain({x}, "");
+  }
+  // A package whose prepacking step does not fit the operator's schema is refused by name.
+  const std::string bytes = read_whole_file(path);
+  ArchiveSections s = copy_sections(decode_archive(bytes, path));
+  const std::string call = "mkl::_mkl_reorder_linear_weight(%1, 4)";
+  ASSERT_NE(s["graph/0"].find(call), std::string::npos) << s["graph/0"];
+  s["graph/0"].replace(s["graph/0"].find(call), call.size(), "mkl::_mkl_reorder_linear_weight(%1)");
+  const std::string out = scratch_dir() + "/linear-edited.fjpkg";
+  write_file_atomically(out, encode_archive(s));
+  const std::string e = error_of([&] { load_package(out); });
+  EXPECT_NE(e.find(out + ": signature 0 (f32[4,16]): not a valid package: mkl::_mkl_reorder_linear_weight with 1 "
+                         "arguments and 1 results; its schema takes 2"),
+            std::string::npos)
+      << e;
+}
+
 // Outputs are the caller's: one that is a constant (a frozen weight returned as it is) is a copy, and
 // changing it changes no later call.
 TEST(Package, OutputsDoNotAliasConstants) {
