@@ -1318,13 +1318,12 @@ int prepack_at_load(PlanInstance& inst, std::map<std::string, c10::IValue>* shar
     if (!is_prepack(n->schema())) continue;
     // The package is checked against damage, not against a graph written by hand: the step must fit the
     // operator's schema before the dispatcher sees it.
-    const size_t dot = n->schema().find('.');
-    const auto op = c10::Dispatcher::singleton().findSchema(
-        {n->schema().substr(0, dot), dot == std::string::npos ? "" : n->schema().substr(dot + 1)});
-    FJ_CHECK(op.has_value(), "{}: its plan prepacks weights with {}, which this build of torch lacks", where, n->schema());
-    FJ_CHECK(n->outputs().size() == 1 && n->args().size() == op->schema().arguments().size(),
+    FJ_CHECK(schema_in_dispatcher(n->schema()), "{}: its plan prepacks weights with {}, which this build of torch lacks",
+             where, n->schema());
+    const size_t arity = find_handle(n->schema()).schema().arguments().size();
+    FJ_CHECK(n->outputs().size() == 1 && n->args().size() == arity,
              "{}: not a valid package: {} with {} arguments and {} results; its schema takes {} and gives 1", where,
-             n->schema(), n->args().size(), n->outputs().size(), op->schema().arguments().size());
+             n->schema(), n->args().size(), n->outputs().size(), arity);
     std::vector<c10::IValue> args;
     std::string key = n->schema();
     bool all_constant = true;
