@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the programs tests/gpu/run.sh runs (gpu_tests, bench_cuda, fusion-jit) in ./build and
 # copies them into .gpu-prebuilt/ (ignored by git) with the shared libraries of this machine they need
-# that a GPU machine may lack (libfusion_jit, fmt, Google Benchmark, OpenSSL's libcrypto) and the torch
+# that a GPU machine may lack (libfusion_jit, fmt, Google Benchmark, hiredis, OpenSSL's libcrypto) and the torch
 # version they were built against. Carry .gpu-prebuilt and run FJ_GPU_PREBUILT=.gpu-prebuilt tests/gpu/run.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -12,7 +12,7 @@ rm -rf "$PACK" && mkdir -p "$PACK/lib" "$PACK/lib-fallback"
 cp "$ROOT"/build/{gpu_tests,bench_cuda,fusion-jit} "$PACK/"
 cp "$ROOT/build/libfusion_jit.so" "$PACK/lib/"
 libpath() { ldd "$ROOT/build/bench_cuda" "$ROOT/build/gpu_tests" | awk -v l="$1" '$1 == l {print $3; exit}'; }
-for lib in libfmt.so.9 libbenchmark.so.1debian; do cp -L "$(libpath $lib)" "$PACK/lib/"; done
+for lib in libfmt.so.9 libbenchmark.so.1debian libhiredis.so.0.14; do cp -L "$(libpath $lib)" "$PACK/lib/"; done
 cp -L "$(libpath libcrypto.so.3)" "$PACK/lib-fallback/"   # used only where the GPU machine has none
 "$PY" -c 'import torch; print(torch.__version__)' > "$PACK/torch_version"
 du -sh "$PACK"
