@@ -58,6 +58,10 @@ at::Tensor to_device_same_layout(const at::Tensor& t, const at::Device& device);
 // input has two rows. The ops are the same; a recipe eager rejects at the new extents (a literal slice
 // bound, a reshape of a product) is skipped by check_batch as any other.
 std::vector<Recipe> resized(const std::vector<Recipe>& batch);
+// Whether the recipe's gathers (embedding, gather) take indices within their tables: eager replayed on
+// the CPU, where an index out of range raises. On CUDA such an index stops the process (a device-side
+// assert), so check_batch with CheckOptions::cuda skips a recipe that fails this, as one eager rejects.
+bool gathers_in_range(const Recipe& r);
 
 // Makes the input tensors of a recipe (deterministic from the specs).
 std::vector<at::Tensor> make_inputs(const Recipe& r);

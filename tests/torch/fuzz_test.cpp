@@ -136,6 +136,27 @@ TEST(FuzzFindings, ExpRsubAlphaLog2) {
   EXPECT_TRUE(res.ok && res.message.empty()) << r.describe() << res.message;
 }
 
+// Fuzz finding (the GPU run of 2026-12-04, batch seed 7; on the CPU too): pow -> expand -> (expm1, reshape ->
+// gelu). views.through_pointwise moved the expand before pow, whose result is then stored densely, while
+// the reshape kept the type of a view of the expand: the plan's layout check failed at the first run.
+TEST(FuzzFindings, ExpandReadByAReshapeAndAPointwiseOp) {
+  auto r = fuzz::generate(3383459620477658245ull);
+  auto res = fuzz::check_batch({r}).at(0);
+  EXPECT_TRUE(res.ok && res.message.empty()) << r.describe() << res.message;
+}
+
+// Fuzz finding (the GPU run of 2026-12-04, FUSION_JIT_DYNAMIC=on, --second-size, seed 5): at its second
+// size a recipe's embedding took an index out of its table. The CPU's eager raised and the recipe was
+// skipped; CUDA's stopped the process with a device-side assert. check_batch on CUDA now skips a recipe
+// whose gathers eager rejects on the CPU (gathers_in_range).
+TEST(FuzzFindings, AnIndexOutOfRangeAtTheSecondSizeIsSeenBeforeEagerRunsOnCuda) {
+  auto r = fuzz::generate(11604728325661751631ull);
+  auto second = fuzz::resized({r}).at(0);
+  EXPECT_TRUE(fuzz::gathers_in_range(r)) << r.describe();
+  EXPECT_FALSE(fuzz::gathers_in_range(second)) << second.describe();
+  EXPECT_TRUE(fuzz::gathers_in_range(fuzz::generate(1)));  // no gathers
+}
+
 // add, sub and rsub with alpha != 1 are one FMA, as eager's: bit-equal results where rounding alpha * b
 // first is off by far more than the tolerance (the sum cancels).
 TEST(FuzzFindings, AddSubRsubWithAlphaAreEagersFma) {
