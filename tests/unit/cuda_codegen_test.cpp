@@ -263,6 +263,40 @@ TEST(CudaCodegen, SizesAsArgumentsGiveOneSourceForEverySize) {
   }
 }
 
+// Note [Row loops with sizes as arguments] and Note [Variance of a row in registers]: a row kept in
+// registers loops unguarded where the thread's last element lies in the row (only when the row length is
+// an argument: a literal's guard folds away), and its var is two sums, with no per-element division;
+// a row read per pass keeps Welford's update. Compiled with NVRTC without spills.
+TEST(CudaCodegen, RowsInRegistersLoopUnguardedAndTakeVarAsTwoSums) {
+  const char* graph = R"(graph(%0 : f32[64,{0}]):
+  %1 : f32[64] = aten::mean.dim(%0, [1], False, None)
+  %2 : f32[64] = aten::var.correction(%0, [1], 1, False)
+  return (%1, %2)
+)";
+  auto in_registers = cuda_specs(fmt::format(fmt::runtime(graph), 1024));
+  ASSERT_EQ(in_registers.size(), 1u);
+  const std::string dynamic = print_cuda_source(in_registers, /*size_args=*/true);
+  const std::string literal = print_cuda_source(in_registers, /*size_args=*/false);
+  for (const std::string* src : {&dynamic, &literal}) {
+    const std::string body = src->substr(src->find("fj_kernel_0"));
+    EXPECT_EQ(body.find("fj_wf<float> w"), std::string::npos) << body;  // no Welford accumulator
+    EXPECT_NE(body.find("q1 += d_ * d_"), std::string::npos) << body;  // the squared deviations' sum
+  }
+  EXPECT_NE(dynamic.find("const bool full_ = active_ && lane_ + 768 < (long long)L_;"), std::string::npos) << dynamic;
+  EXPECT_NE(dynamic.find("if (full_) {"), std::string::npos) << dynamic;
+  EXPECT_EQ(literal.find("full_"), std::string::npos) << literal;
+  // Rows of 8192 elements: 32 per thread, more than a thread keeps; read per pass, Welford's update.
+  auto per_pass = cuda_specs(fmt::format(fmt::runtime(graph), 8192));
+  const std::string long_rows = print_cuda_source(per_pass, /*size_args=*/true);
+  EXPECT_NE(long_rows.find("w1.mean += d_ / w1.n"), std::string::npos) << long_rows;
+  EXPECT_EQ(long_rows.find("full_"), std::string::npos) << long_rows;
+  for (const std::string* src : {&dynamic, &literal, &long_rows}) {
+    auto bin = compile_cuda_source(*src, "sm_90");
+    ASSERT_FALSE(bin->kernels.empty()) << bin->log;
+    for (const auto& k : bin->kernels) EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << k.name << "\n" << bin->log;
+  }
+}
+
 // Note [Run-time dividers]: the magic number and shift of every divisor give n / d exactly for every int32
 // index n: small divisors, powers of two and their neighbours, and the largest ones, each against indices
 // at the edges (0, d - 1, d, d + 1, multiples, 2^31 - 1) and spread over the range.

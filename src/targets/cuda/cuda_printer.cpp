@@ -281,6 +281,14 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
 // Column reductions (reduction_is_column) take a block tile instead: 32 neighbouring rows (neighbouring
 // threads, so loads along the kept dim coalesce) by kCudaColumnThreads threads per row along the reduced
 // dim, combined through shared memory by fj_column_reduce.
+//
+// Note [Variance of a row in registers]
+// Welford's update divides by the running count at every element, and its combine in each shuffle step
+// divides again: MeanVar's kernel was 632 SASS instructions with 14 calls to the division's slow path,
+// 22% of the copy bandwidth on an H200 (LayerNorm's 50%). Where the row is in registers, a var
+// accumulator is two sums instead: the row's sum, whose mean then centres the thread's elements, kept in
+// registers (wx), and the sum of their squared deviations; fj_welford_var reads {mean, m2, n = row
+// length} as from Welford's. Two passes over exact values are at least as accurate as Welford's.
 void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& out) {
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const bool column = reduction_is_column(k);
@@ -342,6 +350,26 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
     }
     return fmt::format("p{0}[roff{0}{1}]", b, off);
   };
+  // Note [Row loops with sizes as arguments]: with the row length a literal, the guard of the unrolled
+  // loop folds away where every element of a thread lies in the row, and its loads issue together; as an
+  // argument it stays, and each load waits behind its branch (1.2-1.4x the literal kernel's time on an
+  // H200). Such a kernel runs the loop unguarded where the thread's last element lies in the row (full_),
+  // guarded elsewhere.
+  const bool versioned = regs && z.arguments();
+  if (versioned) s += fmt::format("    const bool full_ = active_ && lane_ + {} < (long long){};\n", (K - 1) * tr, kRowLength);
+  auto row_loop = [&](const std::string& body) {
+    const std::string guard = fmt::format("active_ && e_ < (long long){}", kRowLength);
+    if (!regs)
+      return fmt::format("    for (long long e_ = lane_; {}; e_ += {}) {{\n      {{\n{}      }}\n    }}\n", guard, tr, body);
+    auto loop = [&](const std::string& g) {
+      return fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n"
+                         "      if ({}) {{\n{}      }}\n    }}\n", K, tr, g, body);
+    };
+    return versioned ? "    if (full_) {\n" + loop("true") + "    } else {\n" + loop(guard) + "    }\n" : loop(guard);
+  };
+  auto reduce = [&](const std::string& v, const std::string& op) {
+    return fmt::format("{}<{}>({}, {}())", column ? "fj_column_reduce" : "fj_row_reduce", tr, v, op);
+  };
   int acc_base = 0;
   for (const auto& pass : k.passes) {
     const size_t na = pass.accs.size();
@@ -351,26 +379,27 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
       const char* ty = compute_c_type(a.type);
       if (a.kind == AccKind::kKahanSum)
         s += fmt::format("    {0} a{1} = 0, ac{1} = 0, ap{1} = 0;\n", ty, acc_base + i);
+      else if (a.kind == AccKind::kWelford && regs)  // Note [Variance of a row in registers]
+        s += fmt::format("    {0} a{1} = 0, q{1} = 0, wx{1}[{2}];\n", ty, acc_base + i, K);
       else if (a.kind == AccKind::kWelford)
         s += fmt::format("    fj_wf<{0}> w{1}; w{1}.mean = w{1}.m2 = w{1}.n = ({0})0;\n", ty, acc_base + i);
       else
         s += fmt::format("    {} a{} = {};\n", ty, acc_base + i, reduction_identity(a.kind, a.type));
     }
-    if (regs) s += fmt::format("#pragma unroll\n    for (int u_ = 0; u_ < {}; ++u_) {{\n      const long long e_ = lane_ + u_ * {};\n      if (active_ && e_ < (long long){}) {{\n", K, tr, kRowLength);
-    else s += fmt::format("    for (long long e_ = lane_; active_ && e_ < (long long){}; e_ += {}) {{\n      {{\n", kRowLength, tr);
+    std::string body;  // the loop's statements, wrapped by row_loop below
     const std::string ind = "        ";
     if (nd - kd != 1) {
-      s += ind + "I q_ = (I)e_, d_;\n";
-      for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("{}I eoff{} = 0;\n", ind, b);
-      s += offsets_code(k, kd, nd, {"q_", "d_", "eoff", false, false, z.args_fn(), dividers(k, z)}, ind);
+      body += ind + "I q_ = (I)e_, d_;\n";
+      for (size_t b = 0; b < k.buffers.size(); ++b) body += fmt::format("{}I eoff{} = 0;\n", ind, b);
+      body += offsets_code(k, kd, nd, {"q_", "d_", "eoff", false, false, z.args_fn(), dividers(k, z)}, ind);
     }
     for (int b : pass.loads) {
       const std::string ty = compute_type(k.buffers[b].dtype);
       if (cached.count(b) && loaded.count(b)) {
-        s += fmt::format("{}const {} b{} = rc{}[u_];\n", ind, ty, b, b);
+        body += fmt::format("{}const {} b{} = rc{}[u_];\n", ind, ty, b, b);
       } else {
-        s += fmt::format("{}const {} b{} = {};\n", ind, ty, b, load_expr(k.buffers[b].dtype, load_ref(k, b, ref, z.args_fn())));
-        if (cached.count(b)) s += fmt::format("{}rc{}[u_] = b{};\n", ind, b, b);
+        body += fmt::format("{}const {} b{} = {};\n", ind, ty, b, load_expr(k.buffers[b].dtype, load_ref(k, b, ref, z.args_fn())));
+        if (cached.count(b)) body += fmt::format("{}rc{}[u_] = b{};\n", ind, b, b);
       }
     }
     for (int b : pass.loads)
@@ -379,10 +408,10 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
       std::string ty = "float";
       for (const auto& [v, t] : k.scratch)
         if (v == var) ty = compute_c_type(t);
-      s += fmt::format("{}const {} {} = sr_{}[u_];\n", ind, ty, var, var);
+      body += fmt::format("{}const {} {} = sr_{}[u_];\n", ind, ty, var, var);
     }
-    for (const auto& st : pass.body) s += ind + print_stmt(st) + "\n";
-    for (const auto& var : pass.stash_out) s += fmt::format("{}sr_{}[u_] = {};\n", ind, var, var);
+    for (const auto& st : pass.body) body += ind + print_stmt(st) + "\n";
+    for (const auto& var : pass.stash_out) body += fmt::format("{}sr_{}[u_] = {};\n", ind, var, var);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const int j = acc_base + static_cast<int>(i);
@@ -390,29 +419,39 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
       const std::string in = print_expr(*a.input);
       FJ_INTERNAL_ASSERT(a.kind != AccKind::kDoubleSum, "{}: double-sum accumulators are the CPU's", k.name);
       if (a.kind == AccKind::kKahanSum)
-        s += fmt::format("{0}{{ const {1} x_ = {2}; ap{3} += x_; fj_kahan_add(a{3}, ac{3}, x_); }}\n", ind, ty, in, j);
-      else if (a.kind == AccKind::kSum) s += fmt::format("{}a{} += {};\n", ind, j, in);
-      else if (a.kind == AccKind::kProd) s += fmt::format("{}a{} *= {};\n", ind, j, in);
+        body += fmt::format("{0}{{ const {1} x_ = {2}; ap{3} += x_; fj_kahan_add(a{3}, ac{3}, x_); }}\n", ind, ty, in, j);
+      else if (a.kind == AccKind::kSum) body += fmt::format("{}a{} += {};\n", ind, j, in);
+      else if (a.kind == AccKind::kProd) body += fmt::format("{}a{} *= {};\n", ind, j, in);
       else if (a.kind == AccKind::kMax || a.kind == AccKind::kMin)
-        s += fmt::format("{0}a{1} = fj_red_{2}(a{1}, {3});\n", ind, j, acc_kind_name(a.kind), in);
+        body += fmt::format("{0}a{1} = fj_red_{2}(a{1}, {3});\n", ind, j, acc_kind_name(a.kind), in);
+      else if (regs)
+        body += fmt::format("{0}{{ const {1} x_ = {2}; a{3} += x_; wx{3}[u_] = x_; }}\n", ind, ty, in, j);
       else
-        s += fmt::format("{0}{{ const {1} x_ = {2}; w{3}.n += ({1})1; const {1} d_ = x_ - w{3}.mean; "
+        body += fmt::format("{0}{{ const {1} x_ = {2}; w{3}.n += ({1})1; const {1} d_ = x_ - w{3}.mean; "
                          "w{3}.mean += d_ / w{3}.n; w{3}.m2 += d_ * (x_ - w{3}.mean); }}\n",
                          ind, ty, in, j);
     }
     for (const auto& [b, var] : pass.stores)
-      s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
-    s += "      }\n    }\n";
+      body += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
+    s += row_loop(body);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const size_t j = acc_base + i;
       const bool welford = a.kind == AccKind::kWelford;
+      if (welford && regs) {  // Note [Variance of a row in registers]
+        const char* ty = compute_c_type(a.type);
+        s += fmt::format("    const {} wm{} = {} / ({}){};\n", ty, j, reduce(fmt::format("a{}", j), "fj_op_sum"), ty, kRowLength);
+        s += row_loop(fmt::format("        {{ const {0} d_ = wx{1}[u_] - wm{1}; q{1} += d_ * d_; }}\n", ty, j));
+        s += fmt::format("    const fj_wf<{0}> acc{1} = {{wm{1}, {2}, ({0}){3}}};\n", ty, j,
+                         reduce(fmt::format("q{}", j), "fj_op_sum"), kRowLength);
+        continue;
+      }
       std::string op = is_sum(a.kind) ? "fj_op_sum" : std::string("fj_op_") + acc_kind_name(a.kind);
       std::string ty = welford ? fmt::format("fj_wf<{}>", compute_c_type(a.type)) : compute_c_type(a.type);
       std::string v = welford                        ? fmt::format("w{}", j)
                       : a.kind == AccKind::kKahanSum ? fmt::format("fj_kahan_value(a{0}, ac{0}, ap{0})", j)
                                                      : fmt::format("a{}", j);
-      s += fmt::format("    const {} acc{} = {}<{}>({}, {}());\n", ty, j, column ? "fj_column_reduce" : "fj_row_reduce", tr, v, op);
+      s += fmt::format("    const {} acc{} = {};\n", ty, j, reduce(v, op));
     }
     acc_base += static_cast<int>(na);
     for (const auto& st : pass.after) s += "    " + print_stmt(st) + "\n";
