@@ -438,11 +438,11 @@ TEST(GpuFuzz, BatchAgainstEagerCuda) {
   SKIP_WITHOUT_GPU();
   fuzz::Options opt;
   opt.seed = 7;
-  opt.max_graphs = 480;
+  opt.max_graphs = 320;
   opt.check.cuda = true;
   opt.shrink = true;
   auto rep = fuzz::run(opt, nullptr);
-  EXPECT_EQ(rep.graphs, 480);
+  EXPECT_EQ(rep.graphs, 320);
   std::string all;
   for (const auto& f : rep.failures) all += f + "\n";
   EXPECT_TRUE(rep.failures.empty()) << all;
