@@ -141,6 +141,9 @@ TEST(Targets, CudaGridCoversTheWorkUpToOneWave) {
   EXPECT_EQ(cuda_grid_blocks(kCudaBlockSize * 10 + 1, 132), 11);
   EXPECT_EQ(cuda_grid_blocks(int64_t{1} << 40, 132), 132 * (2048 / kCudaBlockSize));
   EXPECT_EQ(cuda_grid_blocks(int64_t{1} << 40, 0), 2048 / kCudaBlockSize);
+  // Note [One wave of blocks]: 6 blocks per SM (a kernel of 33-40 registers): one wave of 6 per SM.
+  EXPECT_EQ(cuda_grid_blocks(int64_t{1} << 40, 132, 6), 132 * 6);
+  EXPECT_EQ(cuda_grid_blocks(kCudaBlockSize * 10, 132, 6), 10);
 }
 
 // A third target is a new folder under src/targets/ and its entry in all_targets(): the layers that build,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "support/error.h"
 #include "support/log.h"
@@ -48,9 +49,11 @@ struct Driver {
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            CUstream, void**, void**) = nullptr;
   CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t) = nullptr;  // optional
   std::mutex mu;
   std::map<int, DeviceState> states;  // by device (device_state)
   std::map<int, CudaDeviceInfo> infos;
+  std::unordered_map<void*, int> resident;  // blocks of kCudaBlockSize threads an SM holds, by function
 };
 
 Driver& driver() {
@@ -93,6 +96,8 @@ Driver& driver() {
     sym(d->LaunchKernel, "cuLaunchKernel");
     sym(d->GetErrorString, "cuGetErrorString");
     if (!d->error.empty()) return d;
+    sym(d->OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    d->error.clear();  // without it, launches assume a full wave of blocks (cuda_grid_blocks)
     CUresult r = d->Init(0);
     if (r != 0) {
       const char* msg = nullptr;
@@ -190,6 +195,13 @@ void* CudaModule::function(const std::string& name) const {
   Driver& d = checked();
   CUfunction f = nullptr;
   check(d, d.ModuleGetFunction(&f, static_cast<CUmodule>(module_), name.c_str()), "cuModuleGetFunction(" + name + ")");
+  // Note [One wave of blocks]: how many of its blocks an SM holds, for the grid of its launches.
+  int blocks = 0;
+  if (d.OccupancyMaxActiveBlocksPerMultiprocessor &&
+      d.OccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, kCudaBlockSize, 0) == 0 && blocks > 0) {
+    std::lock_guard<std::mutex> g(d.mu);
+    d.resident[f] = blocks;
+  }
   return f;
 }
 
@@ -197,7 +209,13 @@ void cuda_launch(void* function, int device, int64_t work_items, void** args, Cu
   if (work_items <= 0) return;
   Driver& d = checked();
   const DeviceState& st = make_current(d, device);
-  const int64_t blocks = cuda_grid_blocks(work_items, st.sm_count);
+  int per_sm = 0;
+  {
+    std::lock_guard<std::mutex> g(d.mu);
+    auto it = d.resident.find(function);
+    if (it != d.resident.end()) per_sm = it->second;
+  }
+  const int64_t blocks = cuda_grid_blocks(work_items, st.sm_count, per_sm);
   check(d,
         d.LaunchKernel(static_cast<CUfunction>(function), static_cast<unsigned>(blocks), 1, 1, kCudaBlockSize, 1, 1,
                        0, static_cast<CUstream>(stream), args, nullptr),

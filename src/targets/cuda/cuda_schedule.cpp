@@ -70,8 +70,8 @@ uint32_t cuda_divide(uint32_t n, const CudaDivider& d) {
   return static_cast<uint32_t>((static_cast<uint64_t>(hi) + n) >> d.shift);
 }
 
-int64_t cuda_grid_blocks(int64_t work_items, int sm_count) {
-  const int64_t per_sm = 2048 / kCudaBlockSize;  // one full wave of resident threads
+int64_t cuda_grid_blocks(int64_t work_items, int sm_count, int blocks_per_sm) {
+  const int64_t per_sm = blocks_per_sm > 0 ? blocks_per_sm : 2048 / kCudaBlockSize;  // one full wave
   const int64_t blocks = (work_items + kCudaBlockSize - 1) / kCudaBlockSize;
   return std::max<int64_t>(1, std::min<int64_t>(blocks, per_sm * std::max(1, sm_count)));
 }
