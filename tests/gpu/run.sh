@@ -2,7 +2,10 @@
 # The GPU check, for a machine with an NVIDIA GPU and its own torch 2.11 (the H200 machine: python3 is
 # /opt/torch/.venv/bin/python3). Builds there, runs the gpu tests, CUDA fuzz batches (sizes as literals and
 # as kernel arguments), the demo models on
-# cuda, the demo models' CUDA packages and the GPU benchmarks, and prints a short table last. Meant to finish in about 9 minutes.
+# cuda, the demo models' CUDA packages, the torch.compile backend on five Python-test models and the GPU
+# benchmarks, and prints a short table last. Meant to finish in about 9 minutes (its steps' limits add up to
+# more than a device call's 10: where the gpu tests alone near their 330 s, give them a call of their own
+# with FJ_GPU_TEST_FILTER, and the rest another with FJ_GPU_TEST_FILTER=-*).
 #
 #   tests/gpu/run.sh            (full logs and JSON under $OUT when set, else build-gpu/out)
 #   FJ_GPU_TEST_FILTER=...      a gtest filter for the gpu tests (default: all of them)
@@ -53,7 +56,7 @@ else
 step "build"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFJ_TORCH_DIR="$TORCH_DIR" -DFJ_PYTHON="$(command -v "$PY")" \
   "${PREFIX_ARGS[@]}" > "$OUT/cmake.log"
-cmake --build "$BUILD" -j"$(nproc)" --target unit_tests gpu_tests bench_cuda fusion-jit > "$OUT/build.log" 2>&1 ||
+cmake --build "$BUILD" -j"$(nproc)" --target unit_tests gpu_tests bench_cuda fusion-jit fusion_jit_python > "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
 fi
 
@@ -74,14 +77,14 @@ grep -E '^\[  FAILED  \]|^\[==========\]|^\[  PASSED  \]' "$OUT/gpu_tests.log" |
 [ "$GPU_RC" = 124 ] && echo "stopped at the limit: $(grep -c '^\[       OK \]' "$OUT/gpu_tests.log") tests passed, last started: $(grep '^\[ RUN      \]' "$OUT/gpu_tests.log" | tail -1)"
 
 step "fuzz on cuda"
-timeout 60 "$BUILD/fusion-jit" fuzz --device cuda --graphs 800 --seed 11 --out "$BUILD/fuzz-repros" > "$OUT/fuzz.log" 2>&1
+timeout 45 "$BUILD/fusion-jit" fuzz --device cuda --graphs 800 --seed 11 --out "$BUILD/fuzz-repros" > "$OUT/fuzz.log" 2>&1
 FUZZ_RC=$?
 tail -4 "$OUT/fuzz.log"
 # One file, not one per repro: what comes back from a GPU machine is counted in files.
 [ -d "$BUILD/fuzz-repros" ] && tar -czf "$OUT/fuzz-repros.tgz" -C "$BUILD" fuzz-repros
 
 step "fuzz on cuda with sizes as kernel arguments"
-FUSION_JIT_DYNAMIC=on timeout 60 "$BUILD/fusion-jit" fuzz --device cuda --graphs 300 --seed 5 --second-size \
+FUSION_JIT_DYNAMIC=on timeout 45 "$BUILD/fusion-jit" fuzz --device cuda --graphs 300 --seed 5 --second-size \
   --out "$BUILD/fuzz-repros-dynamic" > "$OUT/fuzz_dynamic.log" 2>&1
 FUZZ_DYN_RC=$?
 tail -4 "$OUT/fuzz_dynamic.log"
@@ -140,6 +143,14 @@ for name, (_, specs) in MODELS.items():
 PYEOF
 cat "$OUT/packages.log"
 
+step "torch.compile backend on cuda"
+# The Python tests' models through torch.compile(backend="fusion_jit") on the GPU, both settings.
+NATIVE="$BUILD/libfusion_jit_python.so"
+[ -f "$NATIVE" ] || NATIVE="$BUILD/lib/libfusion_jit_python.so"
+FUSION_JIT_LIBRARY="$NATIVE" timeout 120 "$PY" "$ROOT/tests/gpu/backend_cuda.py" cuda \
+  resnet18,timm_regnetx_002,bert_tiny,gpt2_tiny,llama_tiny > "$OUT/backend.log" 2> "$OUT/backend.err"
+cat "$OUT/backend.log"
+
 step "benchmarks"
 timeout 150 "$BUILD/bench_cuda" --benchmark_format=json --benchmark_min_time=0.5 > "$OUT/bench_cuda.json" 2> "$OUT/bench_cuda.log"
 BENCH_RC=$?
@@ -175,6 +186,9 @@ for line in open(os.path.join(out, "demo.log")):
 for line in open(os.path.join(out, "packages.log")) if os.path.exists(os.path.join(out, "packages.log")) else []:
     name, _, rest = line.partition(" ")
     rows.append((f"package {name}", rest.strip()[:140]))
+for line in open(os.path.join(out, "backend.log")) if os.path.exists(os.path.join(out, "backend.log")) else []:
+    head, _, rest = line.partition(": ")
+    rows.append((f"backend {head}", rest.strip()[:150]))
 try:
     b = {x["name"].split("/")[0]: x for x in json.load(open(os.path.join(out, "bench_cuda.json")))["benchmarks"]}
     gbs = lambda n: b[n]["bytes_per_second"] / 1e9
