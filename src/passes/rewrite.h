@@ -16,8 +16,8 @@
 //   the values the rule created take that output's strides, the layout eager gives it (contiguous ones
 //   where those overlap, as an expand's: a computed value is stored densely, and the rule declines where a
 //   view, or an op the table does not know, reads that output: its type was made for the old strides),
-//   and an existing value with other strides makes the rule decline. A rule that declines leaves the graph as it was: the
-//   nodes its Builder made are erased.
+//   and an existing value with other strides makes the rule decline. A rule that declines leaves the
+//   graph as it was: the nodes its Builder made are erased.
 // - Replaced nodes, and matched intermediates left without users, are removed by DCE after each sweep.
 // - Rules named in `disabled` (by "set.rule" or by the set's name) do not run.
 // - Every application is recorded: the rule's full name ("decompose.softmax") and the node it replaced.

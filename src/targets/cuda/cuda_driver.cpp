@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "support/error.h"
 #include "support/log.h"
@@ -53,7 +52,6 @@ struct Driver {
   std::mutex mu;
   std::map<int, DeviceState> states;  // by device (device_state)
   std::map<int, CudaDeviceInfo> infos;
-  std::unordered_map<void*, int> resident;  // blocks of kCudaBlockSize threads an SM holds, by function
 };
 
 Driver& driver() {
@@ -195,27 +193,23 @@ void* CudaModule::function(const std::string& name) const {
   Driver& d = checked();
   CUfunction f = nullptr;
   check(d, d.ModuleGetFunction(&f, static_cast<CUmodule>(module_), name.c_str()), "cuModuleGetFunction(" + name + ")");
-  // Note [One wave of blocks]: how many of its blocks an SM holds, for the grid of its launches.
-  int blocks = 0;
-  if (d.OccupancyMaxActiveBlocksPerMultiprocessor &&
-      d.OccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, kCudaBlockSize, 0) == 0 && blocks > 0) {
-    std::lock_guard<std::mutex> g(d.mu);
-    d.resident[f] = blocks;
-  }
   return f;
 }
 
-void cuda_launch(void* function, int device, int64_t work_items, void** args, CudaStream stream) {
+int CudaModule::resident_blocks(void* function) const {
+  Driver& d = checked();
+  int blocks = 0;
+  if (!d.OccupancyMaxActiveBlocksPerMultiprocessor ||
+      d.OccupancyMaxActiveBlocksPerMultiprocessor(&blocks, static_cast<CUfunction>(function), kCudaBlockSize, 0) != 0)
+    return 0;
+  return std::max(blocks, 0);
+}
+
+void cuda_launch(void* function, int device, int64_t work_items, void** args, CudaStream stream, int blocks_per_sm) {
   if (work_items <= 0) return;
   Driver& d = checked();
   const DeviceState& st = make_current(d, device);
-  int per_sm = 0;
-  {
-    std::lock_guard<std::mutex> g(d.mu);
-    auto it = d.resident.find(function);
-    if (it != d.resident.end()) per_sm = it->second;
-  }
-  const int64_t blocks = cuda_grid_blocks(work_items, st.sm_count, per_sm);
+  const int64_t blocks = cuda_grid_blocks(work_items, st.sm_count, blocks_per_sm);
   check(d,
         d.LaunchKernel(static_cast<CUfunction>(function), static_cast<unsigned>(blocks), 1, 1, kCudaBlockSize, 1, 1,
                        0, static_cast<CUstream>(stream), args, nullptr),

@@ -38,6 +38,9 @@ class CudaModule {
   CudaModule& operator=(const CudaModule&) = delete;
   // The kernel's handle (a CUfunction); throws naming it when the module has none.
   void* function(const std::string& name) const;
+  // How many blocks of kCudaBlockSize threads of `function` an SM holds at once (the driver's occupancy
+  // query: its registers and shared memory decide); 0 where the driver cannot say (Note [One wave of blocks]).
+  int resident_blocks(void* function) const;
   int device() const { return device_; }
 
  private:
@@ -46,8 +49,9 @@ class CudaModule {
 };
 
 // Launches `function` with `work_items` threads' worth of work (blocks of kCudaBlockSize, the grid capped
-// at a full wave of the device's SMs; the kernels loop over the rest) on `stream`. `args` points to each
-// kernel argument, as cuLaunchKernel takes them.
-void cuda_launch(void* function, int device, int64_t work_items, void** args, CudaStream stream);
+// at one wave of `blocks_per_sm` blocks on each of the device's SMs, 0 for a full SM's 2048 threads; the
+// kernels loop over the rest) on `stream`. `args` points to each kernel argument, as cuLaunchKernel takes them.
+void cuda_launch(void* function, int device, int64_t work_items, void** args, CudaStream stream,
+                 int blocks_per_sm = 0);
 
 }  // namespace fusion_jit

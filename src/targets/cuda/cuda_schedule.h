@@ -56,8 +56,8 @@ uint32_t cuda_divide(uint32_t n, const CudaDivider& d);
 // A kernel of more than 32 registers per thread does not fit 8 blocks of 256 threads on an SM (65536
 // registers): at 39, 6 fit. A grid of 8 blocks per SM then runs as a wave of 6 and a tail of 2 per SM,
 // the tail leaving most of the GPU idle; the dynamic softmax (39 registers, its literal twin 30) took 1.2x
-// its twin's time on an H200. The driver's occupancy query, made once per function when its module
-// loads, gives the blocks per SM; the grid is one wave of those.
+// its twin's time on an H200. The driver's occupancy query (CudaModule::resident_blocks), made once per
+// kernel when its module loads, gives the blocks per SM; the grid is one wave of those.
 int64_t cuda_grid_blocks(int64_t work_items, int sm_count, int blocks_per_sm = 0);
 
 }  // namespace fusion_jit

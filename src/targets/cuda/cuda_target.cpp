@@ -41,8 +41,10 @@ class CudaKernels final : public LoadedKernels {
  public:
   CudaKernels(const CudaBinary& binary, const std::vector<const KernelSpec*>& kernels, int device)
       : module_(binary, device), device_(device) {
-    for (const KernelSpec* k : kernels)
-      kernels_.push_back({module_.function(k->name), cuda_work_items(*k), k->buffers.size(), k->args});
+    for (const KernelSpec* k : kernels) {
+      void* f = module_.function(k->name);
+      kernels_.push_back({f, module_.resident_blocks(f), cuda_work_items(*k), k->buffers.size(), k->args});
+    }
   }
   void launch(size_t i, void* const* buffers, const LaunchContext& ctx) const override {
     const Kernel& k = kernels_[i];
@@ -51,12 +53,13 @@ class CudaKernels final : public LoadedKernels {
     std::vector<void*> args(k.buffers + (k.sizes.empty() ? 0 : 1));
     for (size_t j = 0; j < k.buffers; ++j) args[j] = const_cast<void**>(&buffers[j]);
     if (!k.sizes.empty()) args[k.buffers] = const_cast<int64_t*>(k.sizes.data());
-    cuda_launch(k.function, device_, k.work_items, args.data(), ctx.stream(Device::kCUDA, device_));
+    cuda_launch(k.function, device_, k.work_items, args.data(), ctx.stream(Device::kCUDA, device_), k.blocks_per_sm);
   }
 
  private:
   struct Kernel {
     void* function;
+    int blocks_per_sm;   // Note [One wave of blocks]
     int64_t work_items;  // threads with work (cuda_work_items), for this plan's sizes
     size_t buffers;
     std::vector<int64_t> sizes;  // the kernel's size arguments (KernelSpec::args)
