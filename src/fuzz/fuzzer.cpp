@@ -1833,6 +1833,7 @@ Report run(const Options& opt, const std::function<void(const std::string&)>& lo
     if (!together.empty() && !any_alone) {
       std::string seeds;
       for (const Recipe& r : batch) seeds += (seeds.empty() ? "" : ",") + std::to_string(r.seed);
+      // The message says "at its second size" where the batch failed there (--second-size).
       std::string msg = fmt::format("a batch fails where each of its graphs passes alone (--graph-seeds {}): {}", seeds, together);
       if (log) log("FAIL " + msg);
       rep.failures.push_back(msg);

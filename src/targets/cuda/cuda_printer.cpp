@@ -286,9 +286,12 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
 // Welford's update divides by the running count at every element, and its combine in each shuffle step
 // divides again: MeanVar's kernel was 632 SASS instructions with 14 calls to the division's slow path,
 // 22% of the copy bandwidth on an H200 (LayerNorm's 50%). Where the row is in registers, a var
-// accumulator is two sums instead: the row's sum, whose mean then centres the thread's elements, kept in
-// registers (wx), and the sum of their squared deviations; fj_welford_var reads {mean, m2, n = row
-// length} as from Welford's. Two passes over exact values are at least as accurate as Welford's.
+// accumulator is two sums instead: the row's mean, summed from each thread's sum (at most 16 elements)
+// times 1 / row length (the row's sum itself would overflow where |x| * length passes the type's range
+// and Welford's mean does not), which then centres the thread's elements, kept in registers (wx), and
+// the sum of their squared deviations;
+// fj_welford_var reads {mean, m2, n = row length} as from Welford's. An error in the mean adds only its
+// square times the length to m2, so the result is as accurate as Welford's.
 void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& out) {
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const bool column = reduction_is_column(k);
@@ -440,7 +443,8 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
       const bool welford = a.kind == AccKind::kWelford;
       if (welford && regs) {  // Note [Variance of a row in registers]
         const char* ty = compute_c_type(a.type);
-        s += fmt::format("    const {} wm{} = {} / ({}){};\n", ty, j, reduce(fmt::format("a{}", j), "fj_op_sum"), ty, kRowLength);
+        s += fmt::format("    const {0} wm{1} = {2};\n", ty, j,
+                         reduce(fmt::format("a{0} * (({1})1 / ({1}){2})", j, ty, kRowLength), "fj_op_sum"));
         s += row_loop(fmt::format("        {{ const {0} d_ = wx{1}[u_] - wm{1}; q{1} += d_ * d_; }}\n", ty, j));
         s += fmt::format("    const fj_wf<{0}> acc{1} = {{wm{1}, {2}, ({0}){3}}};\n", ty, j,
                          reduce(fmt::format("q{}", j), "fj_op_sum"), kRowLength);
