@@ -631,7 +631,63 @@ class Builder {
     }
     for (const Value* o : g_.outputs)
       if (f.row_values.count(o)) spec_.row_stores.emplace_back(first_out + output_index(o), var_.at(o));
+    hoist_batch_norm_parts();
     return std::move(spec_);
+  }
+
+  // Note [batch_norm's per-channel part in reduction kernels]
+  // In a reduction group batch_norm is one call per element, fj_batch_norm(x, w, b, mean, var, eps),
+  // whose alpha = w / sqrt(var + eps) and beta = b - mean * alpha read only its per-channel operands.
+  // Where those are row buffers (a channel per row: the kept dim of a channels-last mean over H and W,
+  // efficientnet_b0's squeeze-and-excite), the two are computed once per row in the row prologue and the
+  // element's call becomes fj_bn_apply(x, alpha, beta): the same operations on the same values, so the
+  // same results, without a square root and a division per element (a column tile's loop cannot hoist them
+  // itself: they differ from lane to lane).
+  void hoist_batch_norm_parts() {
+    const std::set<int> row_bufs(spec_.row_loads.begin(), spec_.row_loads.end());
+    std::set<std::string> row_vars;
+    for (const Stmt& st : spec_.row_prologue)
+      if (st.kind == Stmt::kLet) row_vars.insert(st.name);
+    std::function<bool(const Expr&)> invariant = [&](const Expr& e) {
+      if (e.kind == ExprKind::kLoad) return row_bufs.count(e.buffer) > 0;
+      if (e.kind == ExprKind::kVar) return row_vars.count(e.name) > 0;
+      for (const ExprRef& a : e.args)
+        if (!invariant(*a)) return false;
+      return true;
+    };
+    std::map<std::string, std::string> made;  // the per-channel operands, printed -> the parts' prefix
+    std::function<ExprRef(const ExprRef&)> rewrite = [&](const ExprRef& e) -> ExprRef {
+      if (e->kind == ExprKind::kCall && e->name == "fj_batch_norm" && e->args.size() == 6 &&
+          e->args[5]->kind == ExprKind::kLiteral &&
+          std::all_of(e->args.begin() + 1, e->args.end(), [&](const ExprRef& a) { return invariant(*a); })) {
+        std::string key;
+        for (size_t i = 1; i < 6; ++i) key += print_expr(*e->args[i]) + ";";
+        auto [it, fresh] = made.emplace(key, fmt::format("bn{}_", made.size()));
+        const std::string alpha = it->second + "alpha", beta = it->second + "beta";
+        const DType ct = e->args[5]->type;  // eps, a literal of the compute type
+        if (fresh) {
+          spec_.row_prologue.push_back(
+              Stmt::let(alpha, ct, Expr::call("fj_bn_alpha", {e->args[1], e->args[4], e->args[5]}), "aten::batch_norm"));
+          spec_.row_prologue.push_back(
+              Stmt::let(beta, ct, Expr::call("fj_bn_beta", {e->args[2], e->args[3], Expr::var(alpha)}), "aten::batch_norm"));
+        }
+        return Expr::call("fj_bn_apply", {rewrite(e->args[0]), Expr::var(alpha), Expr::var(beta)});
+      }
+      std::vector<ExprRef> args;
+      bool changed = false;
+      for (const ExprRef& a : e->args) {
+        args.push_back(rewrite(a));
+        changed |= args.back() != a;
+      }
+      if (!changed) return e;
+      auto copy = std::make_shared<Expr>(*e);
+      copy->args = std::move(args);
+      return copy;
+    };
+    for (KernelPass& pass : spec_.passes) {
+      for (Stmt& st : pass.body) st.value = rewrite(st.value);
+      for (auto& a : pass.accs) a.input = rewrite(a.input);
+    }
   }
 
   int output_index(const Value* o) const {
