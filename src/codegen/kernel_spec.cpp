@@ -558,11 +558,28 @@ class Builder {
     std::map<const Value*, int> computed_in;  // element value -> the first pass that computes it
     int64_t scratch_budget = Target::kScratchStart;
     std::set<const Value*> approved;
+    // The element buffers value v reads, directly or through the element values it is made of.
+    auto element_loads = [&](const Value* v) {
+      std::set<int> bufs;
+      std::set<const Value*> seen;
+      std::vector<const Value*> stack{v};
+      while (!stack.empty()) {
+        const Value* u = stack.back();
+        stack.pop_back();
+        if (!seen.insert(u).second || !buf_deps_.count(u)) continue;
+        for (int b : buf_deps_.at(u))
+          if (!row_buffer(b)) bufs.insert(b);
+        for (const Value* d : val_deps_.at(u))
+          if (!f.row_values.count(d)) stack.push_back(d);
+      }
+      return static_cast<int>(bufs.size());
+    };
     auto stashable = [&](const Value* v) {
       const Node* n = v->producer();
-      if (!n->op() || !n->op()->has(OpFlag::kExpensive)) return false;
+      if (!n->op()) return false;
       if (approved.count(v)) return true;
-      if (!target_.may_keep_between_passes(spec_, v->tensor_type().dtype, approved.size(), &scratch_budget)) return false;
+      const KeptValue kv{v->tensor_type().dtype, n->op()->has(OpFlag::kExpensive), element_loads(v)};
+      if (!target_.may_keep_between_passes(spec_, kv, approved.size(), &scratch_budget)) return false;
       approved.insert(v);
       return true;
     };

@@ -35,6 +35,13 @@ enum class BatchNormForm { kScaleShift, kNormalize };
 
 struct KernelSpec;
 
+// An element value of a reduction kernel that a later pass needs again (Target::may_keep_between_passes).
+struct KeptValue {
+  DType dtype;
+  bool expensive;     // its op is flagged expensive (exp, erf, ...)
+  int element_loads;  // the element buffers it reads, directly or through the values it is made of
+};
+
 // Calls fn(begin, end) over [0, n) in chunks of at least `grain`.
 using ParallelFor = std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
 
@@ -118,11 +125,11 @@ class Target {
   // How a floating sum accumulating in `acc` (float32 or float64) adds up; `non_negative`: its terms
   // cannot be negative (they cannot cancel).
   virtual AccKind float_sum(DType acc, bool non_negative) const = 0;
-  // Whether a reduction kernel may keep one more element value of dtype `t` between passes (instead of
-  // computing it again), `kept` values being kept already; `budget` is the target's own account (bytes
-  // of scratch left, starting at kScratchStart).
+  // Whether a reduction kernel may keep one more element value `v` between passes (instead of computing
+  // it again), `kept` values being kept already; `budget` is the target's own account (bytes of scratch
+  // left, starting at kScratchStart).
   static constexpr int64_t kScratchStart = 256 * 1024;
-  virtual bool may_keep_between_passes(const KernelSpec& k, DType t, size_t kept, int64_t* budget) const = 0;
+  virtual bool may_keep_between_passes(const KernelSpec& k, const KeptValue& v, size_t kept, int64_t* budget) const = 0;
   // What the policy depends on besides the library's own code (eager's math on this machine), for the plan
   // cache's key; "" when nothing.
   virtual std::string policy_key() const { return ""; }

@@ -297,6 +297,44 @@ TEST(CudaCodegen, RowsInRegistersLoopUnguardedAndTakeVarAsTwoSums) {
   }
 }
 
+// Note [Values kept in registers between passes]: layer norm of x + residual + bias keeps the sum for its
+// second pass, not the three buffers it is made of, and reads the bias (the same for every row) again;
+// with sizes as arguments NVRTC gives the kernel no more registers than with literal sizes (53 against
+// 40 before).
+TEST(CudaCodegen, ReductionPassesKeepTheSumNotItsBuffers) {
+  auto specs = cuda_specs(R"(graph(%0 : f32[64,1024], %1 : f32[64,1024], %2 : f32[1024], %3 : f32[1024]):
+  %4 : f32[64,1024] = aten::add.Tensor(%0, %2, 1)
+  %5 : f32[64,1024] = aten::add.Tensor(%4, %1, 1)
+  %6 : f32[64,1] = aten::mean.dim(%5, [1], True, None)
+  %7 : f32[64,1] = aten::var.correction(%5, [1], 0.0, True)
+  %8 : f32[64,1] = aten::add.Scalar(%7, 1e-05, 1)
+  %9 : f32[64,1] = aten::rsqrt(%8)
+  %10 : f32[64,1024] = aten::sub.Tensor(%5, %6, 1)
+  %11 : f32[64,1024] = aten::mul.Tensor(%10, %9)
+  %12 : f32[64,1024] = aten::mul.Tensor(%11, %3)
+  %13 : f32[64,1024] = aten::add.Tensor(%12, %2, 1)
+  return (%13)
+)");
+  ASSERT_EQ(specs.size(), 1u);
+  const KernelSpec& k = specs[0];
+  ASSERT_EQ(k.passes.size(), 2u);
+  ASSERT_EQ(k.scratch.size(), 1u);  // x + residual + bias
+  EXPECT_EQ(k.passes[0].stash_out, std::vector<std::string>{k.scratch[0].first});
+  EXPECT_EQ(k.passes[1].stash_in, std::vector<std::string>{k.scratch[0].first});
+  int regs[2] = {0, 0};
+  for (bool size_args : {false, true}) {
+    const std::string src = print_cuda_source(specs, size_args);
+    const std::string body = src.substr(src.find("fj_kernel_0"));
+    EXPECT_EQ(body.find(" rc"), std::string::npos) << "no element buffer kept between passes\n" << body;
+    EXPECT_NE(body.find("sr_" + k.scratch[0].first + "[4]"), std::string::npos) << body;
+    auto bin = compile_cuda_source(src, "sm_90");
+    ASSERT_EQ(bin->kernels.size(), 1u) << bin->log;
+    EXPECT_EQ(bin->kernels[0].spill_stores + bin->kernels[0].spill_loads, 0) << bin->log;
+    regs[size_args] = bin->kernels[0].registers;
+  }
+  EXPECT_LE(regs[1], regs[0]) << "sizes as arguments take more registers than literal sizes";
+}
+
 // Note [Run-time dividers]: the magic number and shift of every divisor give n / d exactly for every int32
 // index n: small divisors, powers of two and their neighbours, and the largest ones, each against indices
 // at the edges (0, d - 1, d, d + 1, multiples, 2^31 - 1) and spread over the range.

@@ -123,17 +123,24 @@ TEST(Targets, EachDeviceHasOneAndTheirPoliciesDifferWhereEagerDoes) {
   EXPECT_EQ(cpu.float_sum(DType::kFloat32, true), AccKind::kSum);
   EXPECT_EQ(cpu.float_sum(DType::kFloat64, false), AccKind::kKahanSum);
   EXPECT_EQ(cuda.float_sum(DType::kFloat32, false), AccKind::kKahanSum);
-  // Keeping values between passes: CPU scratch rows within a byte budget; CUDA registers, two values.
+  // Keeping values between passes: CPU scratch rows within a byte budget, expensive values only; CUDA
+  // registers, two values, cheap ones where they read two element buffers or more.
   KernelSpec k;
   k.row_len = 1024;
   int64_t budget = 6000;
-  EXPECT_TRUE(cpu.may_keep_between_passes(k, DType::kFloat32, 0, &budget));
+  const KeptValue exp_value{DType::kFloat32, true, 1}, sum_of_two{DType::kFloat32, false, 2},
+      cheap_of_one{DType::kFloat32, false, 1};
+  EXPECT_FALSE(cpu.may_keep_between_passes(k, sum_of_two, 0, &budget));
+  EXPECT_EQ(budget, 6000);
+  EXPECT_TRUE(cpu.may_keep_between_passes(k, exp_value, 0, &budget));
   EXPECT_EQ(budget, 6000 - 4096);
-  EXPECT_FALSE(cpu.may_keep_between_passes(k, DType::kFloat32, 1, &budget));
+  EXPECT_FALSE(cpu.may_keep_between_passes(k, exp_value, 1, &budget));
   k.row_len = 32 * kCudaRowRegisters;
   k.passes.resize(1);
-  EXPECT_TRUE(cuda.may_keep_between_passes(k, DType::kFloat32, 1, &budget));
-  EXPECT_FALSE(cuda.may_keep_between_passes(k, DType::kFloat32, 2, &budget));
+  EXPECT_TRUE(cuda.may_keep_between_passes(k, exp_value, 1, &budget));
+  EXPECT_TRUE(cuda.may_keep_between_passes(k, sum_of_two, 1, &budget));
+  EXPECT_FALSE(cuda.may_keep_between_passes(k, cheap_of_one, 0, &budget));
+  EXPECT_FALSE(cuda.may_keep_between_passes(k, exp_value, 2, &budget));
 }
 
 TEST(Targets, CudaGridCoversTheWorkUpToOneWave) {

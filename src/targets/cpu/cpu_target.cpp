@@ -134,9 +134,11 @@ class CpuTarget final : public Target {
     return AccKind::kKahanSum;
   }
 
-  // In a scratch row per thread, within about a core's L2 share.
-  bool may_keep_between_passes(const KernelSpec& k, DType t, size_t, int64_t* budget) const override {
-    const int64_t bytes = k.row_len * static_cast<int64_t>(dtype_size(compute_dtype(t)));
+  // Expensive values, in a scratch row per thread, within about a core's L2 share (a cheap value is
+  // computed again from the cache's lines sooner than it is stored and read back).
+  bool may_keep_between_passes(const KernelSpec& k, const KeptValue& v, size_t, int64_t* budget) const override {
+    if (!v.expensive) return false;
+    const int64_t bytes = k.row_len * static_cast<int64_t>(dtype_size(compute_dtype(v.dtype)));
     if (bytes > *budget) return false;
     *budget -= bytes;
     return true;

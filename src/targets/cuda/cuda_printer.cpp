@@ -292,6 +292,17 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
 // the sum of their squared deviations;
 // fj_welford_var reads {mean, m2, n = row length} as from Welford's. An error in the mean adds only its
 // square times the length to m2, so the result is as accurate as Welford's.
+//
+// Note [Values kept in registers between passes]
+// A later pass that needs an element value an earlier pass computed either computes it again from the
+// element buffers, each kept in registers (rcN) since the earlier pass read it, or reads the value kept
+// (sr_). Layer norm of x + bias + residual computed x + bias + residual again in its second pass from
+// three kept buffers: 12 registers a thread at 4 elements, where the sum kept takes 4. With sizes as
+// arguments the kernel had 53 registers (40 with literal sizes), so an SM held 4 of its blocks instead
+// of 6, and it ran at 1.23x the literal plan's time on an H200. The target keeps expensive values, and
+// cheap ones made of two element buffers or more (Target::may_keep_between_passes); a buffer that is the
+// same for every row (the bias, read again for the output) is read again from L1 rather than kept. The
+// kernel's registers fall to 40, as with literal sizes.
 void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& out) {
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   const bool column = reduction_is_column(k);
@@ -333,10 +344,18 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
   std::map<int, int> passes_reading;
   for (const auto& pass : k.passes)
     for (int b : pass.loads) passes_reading[b]++;
+  // Note [Values kept in registers between passes]: a buffer that is the same for every row is read again
+  // (from L1) rather than kept.
+  auto same_for_every_row = [&](int b) {
+    if (k.buffers[b].gather >= 0) return false;
+    for (size_t d = 0; d < kd; ++d)
+      if (k.buffers[b].strides[d] != 0) return false;
+    return true;
+  };
   std::set<int> cached;
   if (regs) {
     for (auto& [b, n] : passes_reading)
-      if (n > 1) {
+      if (n > 1 && !same_for_every_row(b)) {
         cached.insert(b);
         s += fmt::format("    {} rc{}[{}];\n", compute_type(k.buffers[b].dtype), b, K);
       }

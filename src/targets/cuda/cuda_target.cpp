@@ -84,9 +84,10 @@ class CudaTarget final : public Target {
   // batch_norm_elementwise); its contiguous kernel multiplies by w before invstd (rounding only).
   BatchNormForm batch_norm_form(const Node&) const override { return BatchNormForm::kNormalize; }
   AccKind float_sum(DType, bool) const override { return AccKind::kKahanSum; }
-  // In registers: only rows a thread holds whole, two values at most.
-  bool may_keep_between_passes(const KernelSpec& k, DType, size_t kept, int64_t*) const override {
-    return cuda_row_in_registers(k) && kept < 2;
+  // In registers: only rows a thread holds whole, two values at most; a cheap value where it reads two
+  // element buffers or more (Note [Values kept in registers between passes], cuda_printer.cpp).
+  bool may_keep_between_passes(const KernelSpec& k, const KeptValue& v, size_t kept, int64_t*) const override {
+    return cuda_row_in_registers(k) && kept < 2 && (v.expensive || v.element_loads >= 2);
   }
 
   // The SM count is not asked of the device: plans stay the same on every GPU of the class.
