@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
@@ -124,6 +125,39 @@ TEST(Gelu, InfinitiesFollowEagersPathForEachLayout) {
     EXPECT_FALSE(r.plan->kernels.empty());
     EXPECT_TRUE(std::isinf(r.eager[0][0][0].item<double>())) << "eager's loop gives +inf at +inf";
   }
+}
+
+// Note [Inline float32 exp]: float32 exp, and sigmoid, silu and softmax through it, against exp in float64
+// rounded to float: at most one ulp apart (eager's own exp is within one ulp too) over the whole range,
+// from where the result underflows to 0 through the subnormals to where it overflows, and exactly
+// eager's at the edges: +-inf, NaN, +-0, the largest finite result and the first infinite one.
+TEST(Exp, Float32IsWithinAnUlpOverItsWholeRange) {
+  auto m = script("x", "    return torch.exp(x), torch.sigmoid(x), torch.silu(x), torch.softmax(x[:64], 0)");
+  at::Tensor x = at::linspace(-105.0, 90.0, 1 << 20, at::kFloat);
+  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, 88.72283172607422f, 88.72283935546875f,
+                            -87.33654f, -103.97208f, -103.9721f, -104.0f, 1e-30f, -1e-45f, 0.34657359f, -0.34657359f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[static_cast<int64_t>(i) * 997 + 64] = specials[i];
+  auto r = run_and_compare(m, {x}, "exp over the float32 range");
+  ASSERT_NE(r.plan, nullptr);
+  ASSERT_FALSE(r.plan->kernels.empty()) << r.plan->explain();
+  const at::Tensor got = r.fused[0].contiguous(), want = x.to(at::kDouble).exp().to(at::kFloat);
+  const float* g = got.data_ptr<float>();
+  const float* w = want.data_ptr<float>();
+  int64_t worst = 0, at_i = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (std::isnan(w[i]) || std::isinf(w[i]) || w[i] == 0.0f) {
+      EXPECT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i]) << "exp(" << x[i].item<float>() << ") = " << g[i];
+      continue;
+    }
+    int32_t a, b;
+    std::memcpy(&a, &g[i], 4);
+    std::memcpy(&b, &w[i], 4);
+    if (std::abs(int64_t{a} - b) > worst) worst = std::abs(int64_t{a} - b), at_i = i;
+  }
+  EXPECT_LE(worst, 1) << "ulps at exp(" << x[at_i].item<float>() << "): " << g[at_i] << " against " << w[at_i];
+  EXPECT_TRUE(at::equal(r.fused[0].isinf(), r.eager[0].isinf()));
+  EXPECT_TRUE(at::equal(r.fused[0] == 0, r.eager[0] == 0));
 }
 
 torch::jit::Module batch_norm_module() {
