@@ -92,9 +92,32 @@
 //   plain weight at each call, as eager's convolution does). This is a channels-last plan's last
 //   convolution when its result is an output (the demo's conv_bn_relu: one step), and every call of NCHW
 //   plans with the opt-in.
+//
+// Note [GEMM backend measured on this machine]
+// A float32 CPU linear whose weight comes with each call (torch.compile's graphs without freezing, where
+// the weight is a graph input; frozen weights are the rules above) runs either through ATen's GEMM (addmm:
+// MKL's sgemm in torch's builds) or through oneDNN's matmul on the plain weight
+// (mkldnn::_linear_pointwise, which also applies an activation as a post-op). Which is faster depends on
+// the machine: on this project's Intel Xeon VMs MKL's sgemm beat oneDNN (prepack.linear_mkl above), while
+// on its AMD EPYC VMs (AVX-512) it took 1.1-1.6x oneDNN's time on most of convnext_tiny's linears and
+// 0.97-1.4x on one (bench/RESULTS.md). So the rule set "gemm" measures: the torch adapter times both calls
+// on random tensors of the linear's shape, alternating (gemm_choice.cpp), and a linear becomes oneDNN's
+// where its median is under kGemmMargin of ATen's (FUSION_JIT_GEMM=measure, the default), once per shape and
+// thread count per process; `aten` never, `onednn` always (tests, comparisons).
+// - gemm.linear: aten::linear(x, W, b), or torch.compile's addmm(b, x, t(W)) with beta and alpha 1, as
+//   mkldnn::_linear_pointwise(x, W, b, "none"). CPU, float32, x, W [N, K] and the result contiguous, bias
+//   [N] or none, from 2^21 (kLinearMinMacs) to 2^33 (kGemmMaxMacs) multiply-adds: larger ones are not
+//   timed at plan build (the measurement would take seconds), and stay ATen's.
+// - gemm.linear_<act> (the activations of epilogue.linear_<act>): an activation over such a call with no
+//   post-op (or over a view of it), the call used there only, becomes the call with the activation as its
+//   post-op: one pass over the result instead of the GEMM's and our kernel's. The measurement is of the
+//   GEMM alone; the post-op only takes a pass away. Checked against eager in every activation.
+// The results are oneDNN's sums in another blocking than MKL's (float32 accumulation in both), within the
+// tolerance rule.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "passes/passes.h"
 #include "support/options.h"
@@ -571,6 +594,81 @@ Replacement conv_add(const Match& m, Builder& r, bool relu) {
                        Arg::lit(None{})})};
 }
 
+// ---- Linears whose weight comes with each call (Note [GEMM backend measured on this machine]) ----
+
+GemmProbe g_gemm_probe = nullptr;
+// Larger linears are not timed at plan build: their measurement would take seconds.
+constexpr double kGemmMaxMacs = 8589934592.0;  // 2^33
+// oneDNN's median time must be under this share of ATen's: near ties keep eager's GEMM.
+constexpr double kGemmMargin = 0.95;
+
+bool dense(const TensorType& t) { return same_strides(t, contiguous_strides(t.sizes)); }
+
+// gemm.linear: a float32 CPU linear on a plain weight -> mkldnn::_linear_pointwise(x, W, b, "none") where
+// oneDNN's GEMM is faster on this machine.
+Replacement gemm_linear(const Match& m, Builder& r) {
+  if (g_schema_probe && !g_schema_probe("mkldnn::_linear_pointwise")) return {};
+  auto l = as_linear(m.root);
+  if (!l || !l->weight) return {};
+  const TensorType& x = l->x->tensor_type();
+  const TensorType& w = l->weight->tensor_type();
+  const TensorType& y = m.root->output()->tensor_type();
+  if (x.device != Device::kCPU || x.dtype != DType::kFloat32 || w.dtype != x.dtype || y.dtype != x.dtype) return {};
+  if (x.dim() < 2 || w.dim() != 2 || y.extent() == 0 || !dense(x) || !dense(w) || !dense(y)) return {};
+  const int64_t k = x.sizes.back(), n = w.sizes[0];
+  if (w.sizes[1] != k || y.sizes.back() != n) return {};
+  if (l->bias) {
+    const TensorType& b = l->bias->tensor_type();
+    if (b.dtype != x.dtype || b.sizes != std::vector<int64_t>{n} || !dense(b)) return {};
+  }
+  const int64_t rows = x.numel() / k;
+  const double macs = static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
+  if (macs < kLinearMinMacs || macs > kGemmMaxMacs) return {};
+  switch (Options::get().gemm) {
+    case GemmChoice::kAten:
+      return {};
+    case GemmChoice::kOneDnn:
+      break;
+    case GemmChoice::kMeasure: {
+      const std::optional<GemmTiming> t = g_gemm_probe ? g_gemm_probe(rows, k, n, l->bias != nullptr) : std::nullopt;
+      if (!t) return {};
+      if (!(t->onednn_us < kGemmMargin * t->aten_us))
+        return r.decline(fmt::format("[{}, {}] x [{}, {}]: ATen's GEMM {:.0f} us, oneDNN's {:.0f} us on this machine",
+                                     rows, k, k, n, t->aten_us, t->onednn_us));
+      break;
+    }
+  }
+  return {r.op("mkldnn::_linear_pointwise",
+               {Arg::of(l->x), Arg::of(l->weight), l->bias ? Arg::of(l->bias) : Arg::lit(None{}),
+                Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})},
+               y.dtype, y.sizes)};
+}
+
+// gemm.linear_<act>: act(call) or act(view(call)), where call is gemm.linear's (a plain weight, no post-op)
+// used there only -> the call with the activation as its post-op, viewed as the activation's input was.
+Replacement gemm_linear_activation(const Match& m, Builder& r, const char* attr) {
+  Node* act = m.root;
+  auto only_use = [&r](const Value* v) { return v->producer() && r.users(v).size() == 1 && !r.returned(v); };
+  Value* in = m.value("in");
+  if (only_use(in) && (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape"))
+    in = in->producer()->value_inputs().at(0);
+  if (!only_use(in) || in->producer()->schema() != "mkldnn::_linear_pointwise") return {};
+  const Node* call = in->producer();
+  const auto& a = call->args();
+  if (a.size() != 6 || !is_literal(a[3], std::string("none")) || !a[1].is_value()) return {};
+  // The plain weight: a reordered one is prepack.linear's, whose activation epilogue.linear_<act> decided.
+  if (const Node* w = a[1].value->producer(); w && is_prepack(w->schema())) return {};
+  const TensorType& out = act->output()->tensor_type();
+  if (!dense(out) || out.dtype != in->tensor_type().dtype) return {};
+  auto post = post_op_args(act, attr);
+  if (!post) return {};
+  std::vector<Arg> args = {a[0], a[1], a[2]};
+  for (Arg& p : *post) args.push_back(std::move(p));
+  const TensorType& lt = in->tensor_type();
+  Value* y = r.op("mkldnn::_linear_pointwise", std::move(args), lt.dtype, lt.sizes);
+  return {lt.sizes == out.sizes ? y : r.reshape(y, out.sizes)};
+}
+
 // ---- CUDA epilogues (Note [Convolution rules], epilogue.cuda_*) ----
 
 // The activation a CUDA epilogue takes: relu, or (for cuBLASLt) gelu with the tanh approximation; a
@@ -902,22 +1000,26 @@ RuleSet make_fold_rules() {
   return set;
 }
 
+// The activations oneDNN applies as post-ops: the conv rule's name, the op, oneDNN's attr.
+struct Act {
+  const char* rule;
+  const char* schema;
+  const char* attr;
+};
+
+const Act kActs[] = {{"conv_relu", "aten::relu", "relu"},
+                     {"conv_sigmoid", "aten::sigmoid", "sigmoid"},
+                     {"conv_tanh", "aten::tanh", "tanh"},
+                     {"conv_hardswish", "aten::hardswish", "hardswish"},
+                     {"conv_silu", "aten::silu", "swish"},
+                     {"conv_hardsigmoid", "aten::hardsigmoid", "hardsigmoid"},
+                     {"conv_gelu", "aten::gelu", "gelu"},
+                     {"conv_leaky_relu", "aten::leaky_relu", "leaky_relu"},
+                     {"conv_hardtanh", "aten::hardtanh", "hardtanh"},
+                     {"conv_relu6", "aten::relu6", "hardtanh"}};
+
 RuleSet make_epilogue_rules() {
-  struct Act {
-    const char* rule;
-    const char* schema;
-    const char* attr;
-  };
-  const Act acts[] = {{"conv_relu", "aten::relu", "relu"},
-                      {"conv_sigmoid", "aten::sigmoid", "sigmoid"},
-                      {"conv_tanh", "aten::tanh", "tanh"},
-                      {"conv_hardswish", "aten::hardswish", "hardswish"},
-                      {"conv_silu", "aten::silu", "swish"},
-                      {"conv_hardsigmoid", "aten::hardsigmoid", "hardsigmoid"},
-                      {"conv_gelu", "aten::gelu", "gelu"},
-                      {"conv_leaky_relu", "aten::leaky_relu", "leaky_relu"},
-                      {"conv_hardtanh", "aten::hardtanh", "hardtanh"},
-                      {"conv_relu6", "aten::relu6", "hardtanh"}};
+  const auto& acts = kActs;
   RuleSet set{"epilogue", {}};
   for (const Act& a : acts) {
     const char* attr = a.attr;
@@ -950,7 +1052,25 @@ RuleSet make_epilogue_rules() {
   return set;
 }
 
+RuleSet make_gemm_rules() {
+  RuleSet set{"gemm", {{"linear", Pattern::op({"aten::linear", "aten::addmm"}), gemm_linear}}};
+  for (const Act& a : kActs) {
+    const char* attr = a.attr;
+    set.rules.push_back({std::string("linear") + (a.rule + 4),  // conv_relu -> linear_relu
+                         Pattern::op({a.schema}, {Pattern::tensor().bind("in")}).outputs(1),
+                         [attr](const Match& m, Builder& b) { return gemm_linear_activation(m, b, attr); }});
+  }
+  return set;
+}
+
 }  // namespace
+
+GemmProbe set_gemm_probe(GemmProbe probe) { return std::exchange(g_gemm_probe, probe); }
+
+const RuleSet& gemm_rules() {
+  static const RuleSet set = make_gemm_rules();
+  return set;
+}
 
 void set_schema_probe(bool (*probe)(const std::string& schema)) { g_schema_probe = probe; }
 void set_onednn_bf16_probe(bool (*probe)()) { g_onednn_bf16_probe = probe; }

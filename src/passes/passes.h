@@ -8,6 +8,9 @@
 //                (FUSION_JIT_ENABLE=epilogue): slower today, see Note [Convolution rules].
 // prepack        the rule set "prepack": the other frozen convs and linears as oneDNN calls on a reordered
 //                weight (float32 linears: MKL's packed GEMM). Opt-in, as epilogue.
+// gemm           the rule set "gemm" (Note [GEMM backend measured on this machine]): a float32 CPU linear whose
+//                weight comes with each call as oneDNN's GEMM (and its activation as a post-op) where that was
+//                measured faster than ATen's on this machine.
 // views          the rule set "views" (Note [Views through pointwise ops]): a view between pointwise ops
 //                moved to the first op's inputs, so that both ops join one kernel.
 // dce            removes nodes whose outputs are unused and that have no side effects.
@@ -59,6 +62,20 @@ void set_schema_probe(bool (*probe)(const std::string& schema));
 // AVX512BW, VL and DQ, or AVX-NE-CONVERT; its bfloat16 ops throw on other CPUs); the torch adapter sets it
 // when the library loads. Unset, bfloat16 is taken as supported.
 void set_onednn_bf16_probe(bool (*probe)());
+// "gemm": linears whose weight is given at each call (not frozen) as oneDNN's GEMM where it is faster here
+// (Note [GEMM backend measured on this machine], conv_rules.cpp).
+const RuleSet& gemm_rules();
+// Median times of one float32 linear [rows, k] x [k, n] (+ bias [n] where `bias`) on this machine, in
+// microseconds: ATen's GEMM (addmm) and oneDNN's on the plain weight (mkldnn::_linear_pointwise).
+struct GemmTiming {
+  double aten_us = 0;
+  double onednn_us = 0;
+};
+using GemmProbe = std::optional<GemmTiming> (*)(int64_t rows, int64_t k, int64_t n, bool bias);
+// Tells the gemm rules how to time a linear on this machine; the torch adapter sets it when the library
+// loads (nullopt: not measured, the rule declines). Unset, the rules fire only with FUSION_JIT_GEMM=onednn.
+// Returns the probe set before (tests set their own and put it back).
+GemmProbe set_gemm_probe(GemmProbe probe);
 bool decompose(Graph& g);
 bool dce(Graph& g);
 bool cse(Graph& g);

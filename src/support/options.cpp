@@ -79,6 +79,14 @@ DynamicSizes parse_dynamic_sizes(const std::string& what, const std::string& val
   return DynamicSizes::kAuto;
 }
 
+GemmChoice parse_gemm_choice(const std::string& what, const std::string& value) {
+  if (value == "measure") return GemmChoice::kMeasure;
+  if (value == "aten") return GemmChoice::kAten;
+  if (value == "onednn") return GemmChoice::kOneDnn;
+  FJ_CHECK(false, "{}={}: expected measure, aten or onednn", what, value);
+  return GemmChoice::kMeasure;
+}
+
 namespace {
 
 struct Entry {
@@ -122,6 +130,7 @@ const std::vector<Entry>& table() {
        }},
       {"FUSION_JIT_DYNAMIC",
        [](Options& o, const std::string& v) { o.dynamic = parse_dynamic_sizes("FUSION_JIT_DYNAMIC", v); }},
+      {"FUSION_JIT_GEMM", [](Options& o, const std::string& v) { o.gemm = parse_gemm_choice("FUSION_JIT_GEMM", v); }},
       {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; }},
       {"FUSION_JIT_CACHE_MAX_MB",
        [](Options& o, const std::string& v) {

@@ -20,6 +20,14 @@ enum class DynamicSizes { kAuto, kOn, kOff };
 // "auto", "on" or "off"; throws fusion_jit::Error naming `what` for anything else.
 DynamicSizes parse_dynamic_sizes(const std::string& what, const std::string& value);
 
+// FUSION_JIT_GEMM (Note [GEMM backend measured on this machine], passes/conv_rules.cpp): how a float32 CPU
+// linear whose weight comes with each call is computed. measure: oneDNN's where it was measured faster
+// than ATen's GEMM on this machine, for its shape; aten: always ATen's; onednn: oneDNN's wherever the rule
+// applies (for tests and comparisons).
+enum class GemmChoice { kMeasure, kAten, kOneDnn };
+// "measure", "aten" or "onednn"; throws fusion_jit::Error naming `what` for anything else.
+GemmChoice parse_gemm_choice(const std::string& what, const std::string& value);
+
 // FUSION_JIT_REMOTE_CACHE (Note [The remote tier], kernels_cache/remote_cache.h):
 // redis://[user:password@]host[:port][/db] or unix:///path/to.sock[?db=N].
 struct RemoteCacheUrl {
@@ -53,6 +61,7 @@ struct Options {
   // dropped past it (Note [Shared plans are kept by recency], torch/graph_function.h).
   int shared_plans = 64;
   DynamicSizes dynamic = DynamicSizes::kAuto;
+  GemmChoice gemm = GemmChoice::kMeasure;
   // FUSION_JIT_CACHE_DIR: the on-disk kernel cache ("" = $XDG_CACHE_HOME/fusion_jit, else
   // ~/.cache/fusion_jit). FUSION_JIT_DISABLE=cache turns it off.
   std::string cache_dir;

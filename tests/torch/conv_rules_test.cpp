@@ -5,6 +5,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
+#include "passes/passes.h"
 #include "runtime/profile.h"
 #include "support/options.h"
 #include "test_util.h"
@@ -456,6 +457,102 @@ TEST(LinearRules, PrepackOtherUsersAndSmallLinears) {
     ASSERT_NE(r2.plan, nullptr);
     EXPECT_EQ(r2.plan->aten_ops.count("aten::linear"), 1u) << r2.plan->explain();
   }
+}
+
+// ---- gemm: linears whose weight comes with each call (Note [GEMM backend measured on this machine]) ----
+
+// The gemm rules' probe replaced for a test: oneDNN measured faster (or slower) than ATen for every shape.
+struct ForcedGemmProbe {
+  static inline double onednn_us = 0;
+  GemmProbe saved;
+  explicit ForcedGemmProbe(double us) : saved(set_gemm_probe(&time)) { onednn_us = us; }
+  ~ForcedGemmProbe() { set_gemm_probe(saved); }
+  static std::optional<GemmTiming> time(int64_t, int64_t, int64_t, bool) { return GemmTiming{100, onednn_us}; }
+};
+
+// `body` over x [4, 64, 256], w [512, 256] and b [512], all given at each call.
+torch::jit::Module linear_inputs_block(const std::string& body) {
+  torch::jit::setGraphExecutorOptimize(false);
+  torch::jit::Module m("LinearInputsBlock");
+  m.define("def forward(self, x, w, b):\n" + body);
+  m.eval();
+  return m;
+}
+
+std::vector<c10::IValue> linear_inputs() {
+  return {at::randn({4, 64, 256}), at::randn({512, 256}) * 0.05, at::randn({512}) * 0.1};
+}
+
+TEST(GemmRules, EveryActivationOnOneDnnsGemmMatchesEager) {
+  ForcedGemmProbe probe(50);
+  const std::pair<std::string, std::string> acts[] = {
+      {"torch.relu(y)", "gemm.linear_relu"},
+      {"torch.gelu(y)", "gemm.linear_gelu"},
+      {"torch.gelu(y, approximate='tanh')", "gemm.linear_gelu"},
+      {"torch.silu(y)", "gemm.linear_silu"},
+      {"torch.sigmoid(y)", "gemm.linear_sigmoid"},
+      {"torch.tanh(y)", "gemm.linear_tanh"},
+      {"torch.hardswish(y)", "gemm.linear_hardswish"},
+      {"torch.hardsigmoid(y)", "gemm.linear_hardsigmoid"},
+      {"torch.leaky_relu(y, 0.2)", "gemm.linear_leaky_relu"},
+      {"torch.hardtanh(y, -0.5, 0.75)", "gemm.linear_hardtanh"},
+      {"torch.relu6(y)", "gemm.linear_relu6"},
+      {"torch.exp(y) * 0.5", ""}};
+  for (const auto& [act, rule] : acts) {
+    auto m = linear_inputs_block("    y = torch.linear(x, w, b)\n    return " + act + "\n");
+    auto r = run_and_compare(m, linear_inputs(), act);
+    ASSERT_NE(r.plan, nullptr) << act;
+    const std::string ex = r.plan->explain();
+    EXPECT_EQ(r.plan->aten_ops, (std::map<std::string, int>{{"mkldnn::_linear_pointwise", 1}})) << act << "\n" << ex;
+    EXPECT_NE(ex.find("gemm.linear x1"), std::string::npos) << act << "\n" << ex;
+    if (!rule.empty()) {
+      EXPECT_NE(ex.find(rule + " x1"), std::string::npos) << act << "\n" << ex;
+      EXPECT_TRUE(r.plan->kernels.empty()) << act << "\n" << ex;
+    }
+  }
+}
+
+// The weight is read at each call: new values in the same tensor (an optimizer step in place), or another
+// tensor, give eager's new result. torch.compile's form (addmm on t(W), viewed) too, and no bias.
+TEST(GemmRules, AWeightChangedBetweenCallsIsReadAgain) {
+  ForcedGemmProbe probe(50);
+  for (const char* body : {"    return torch.gelu(torch.linear(x, w, b))\n",
+                           "    return torch.relu(torch.addmm(b, x.reshape([256, 256]), w.t()).view([4, 64, 512]))\n",
+                           "    return torch.linear(x, w, None) + b\n"}) {
+    auto m = linear_inputs_block(body);
+    auto in = linear_inputs();
+    auto compiled = std::make_shared<CompiledModule>(compile(m));
+    auto r = compare_with_eager(*compiled, m, in, body);
+    ASSERT_NE(r.plan, nullptr) << body;
+    EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_linear_pointwise"), 1u) << body << "\n" << r.plan->explain();
+    in[1].toTensor().mul_(-2.0);
+    compare_with_eager(*compiled, m, in, std::string(body) + " after w.mul_(-2)");
+    in[1] = at::randn({512, 256}) * 0.05;
+    compare_with_eager(*compiled, m, in, std::string(body) + " with another w");
+  }
+}
+
+// Where ATen's GEMM was measured faster the linear stays ATen's; FUSION_JIT_GEMM's default measures, and the
+// adapter's probe times both candidates on this machine.
+TEST(GemmRules, AtensGemmWhereMeasuredFasterAndTheProbeTimesBoth) {
+  {
+    ForcedGemmProbe probe(150);
+    auto m = linear_inputs_block("    return torch.gelu(torch.linear(x, w, b))\n");
+    auto r = run_and_compare(m, linear_inputs(), "gelu(linear), ATen faster");
+    ASSERT_NE(r.plan, nullptr);
+    EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_linear_pointwise"), 0u) << r.plan->explain();
+    EXPECT_NE(r.plan->explain().find("declined: gemm.linear"), std::string::npos) << r.plan->explain();
+    EXPECT_NE(r.plan->explain().find("ATen's GEMM 100 us, oneDNN's 150 us on this machine"), std::string::npos)
+        << r.plan->explain();
+  }
+  EXPECT_EQ(Options::get().gemm, GemmChoice::kMeasure);
+  const GemmProbe real = set_gemm_probe(nullptr);
+  set_gemm_probe(real);
+  ASSERT_NE(real, nullptr);
+  const std::optional<GemmTiming> t = real(256, 256, 512, true);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_GT(t->aten_us, 0);
+  EXPECT_GT(t->onednn_us, 0);
 }
 
 // MKL's packed sgemm on the shapes transformers give it (3-d input, torch.compile's viewed addmm, no

@@ -462,6 +462,110 @@ TEST(ConvRules, CudaLinearEpiloguesDeclineNearMisses) {
   }
 }
 
+// ---- gemm: linears on a weight given at each call (Note [GEMM backend measured on this machine]) ----
+
+// x [64,48,32] @ W [128,32]^T + b (2^21 * 1.5 multiply-adds), W an input; `linear`: TorchScript's
+// aten::linear, else torch.compile's addmm on t(W) viewed back; `tail` reads %5 and returns.
+std::string cpu_linear(const std::string& tail, bool linear = false, const std::string& t = "f32",
+                       const std::string& x_type = "f32[64,48,32]") {
+  std::string ir = "graph(%0 : " + x_type + ", %1 : " + t + "[128,32], %2 : " + t + "[128]):\n";
+  if (linear) {
+    ir += "  %5 : " + t + "[64,48,128] = aten::linear(%0, %1, %2)\n";
+  } else {
+    ir += "  %3 : " + t + "[3072,32] = aten::view(%0, [3072, 32])\n"
+          "  %4 : " + t + "[32,128]{1,32} = aten::t(%1)\n"
+          "  %6 : " + t + "[3072,128] = aten::addmm(%2, %3, %4, 1, 1)\n"
+          "  %5 : " + t + "[64,48,128] = aten::view(%6, [64, 48, 128])\n";
+  }
+  return ir + tail;
+}
+
+// The probe the torch adapter sets, replaced for a test: oneDNN at `onednn_us`, ATen at 100 us.
+struct FakeGemmProbe {
+  static inline double onednn_us = 0;
+  static inline int calls = 0;
+  GemmProbe saved;
+  explicit FakeGemmProbe(double us) : saved(set_gemm_probe(&time)) {
+    onednn_us = us;
+    calls = 0;
+  }
+  ~FakeGemmProbe() { set_gemm_probe(saved); }
+  static std::optional<GemmTiming> time(int64_t rows, int64_t k, int64_t n, bool bias) {
+    ++calls;
+    EXPECT_EQ(rows, 3072);
+    EXPECT_EQ(k, 32);
+    EXPECT_EQ(n, 128);
+    EXPECT_TRUE(bias);
+    return GemmTiming{100, onednn_us};
+  }
+};
+
+const char* kGelu = "  %7 : f32[64,48,128] = aten::gelu(%5, \"none\")\n  return (%7)\n";
+
+TEST(GemmRules, ALinearBecomesOneDnnsWhereMeasuredFasterWithItsActivation) {
+  FakeGemmProbe probe(80);
+  for (bool linear : {false, true}) {
+    std::string fired;
+    std::string out = run(gemm_rules(), cpu_linear(kGelu, linear), &fired);
+    EXPECT_EQ(fired, "gemm.linear x1, gemm.linear_gelu x1") << out;
+    EXPECT_NE(out.find("mkldnn::_linear_pointwise(%" + std::string(linear ? "0, %1, %2" : "3, %1, %2") +
+                       ", \"gelu\", [], \"none\")"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("aten::gelu"), std::string::npos) << out;
+    EXPECT_EQ(out.find("aten::addmm"), std::string::npos) << out;
+    // Without an activation the call has no post-op; a relu6 is hardtanh's with its bounds.
+    out = run(gemm_rules(), cpu_linear("  %7 : f32[64,48,128] = aten::exp(%5)\n  return (%7)\n", linear), &fired);
+    EXPECT_EQ(fired, "gemm.linear x1") << out;
+    EXPECT_NE(out.find("\"none\", [], None)"), std::string::npos) << out;
+    out = run(gemm_rules(), cpu_linear("  %7 : f32[64,48,128] = aten::relu6(%5)\n  return (%7)\n", linear), &fired);
+    EXPECT_EQ(fired, "gemm.linear x1, gemm.linear_relu6 x1") << out;
+    EXPECT_NE(out.find("\"hardtanh\", [0.0,6.0], None)"), std::string::npos) << out;
+  }
+  EXPECT_GT(FakeGemmProbe::calls, 0);
+}
+
+TEST(GemmRules, ATieOrAtenFasterKeepsAtensGemmAndSaysWhy) {
+  FakeGemmProbe probe(96);  // within 5% of ATen's 100 us: ATen's
+  auto g = parse_graph(cpu_linear(kGelu));
+  std::vector<RuleApplication> log;
+  run_rules(*g, gemm_rules(), {}, &log);
+  EXPECT_EQ(summarize(log), "");
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log[0].declined, "[3072, 32] x [32, 128]: ATen's GEMM 100 us, oneDNN's 96 us on this machine");
+}
+
+TEST(GemmRules, NearMissesAreLeftAlone) {
+  FakeGemmProbe probe(10);
+  struct Case {
+    const char* what;
+    std::string ir;
+  } cases[] = {
+      {"bfloat16", cpu_linear("  return (%5)\n", true, "bf16", "bf16[64,48,32]")},
+      {"a non-contiguous input", cpu_linear("  return (%5)\n", true, "f32", "f32[64,48,32]{32,2048,1}")},
+      {"too little work (2^21 multiply-adds from)", cpu_linear("  return (%5)\n", true, "f32", "f32[4,48,32]")},
+      {"on CUDA (cuBLASLt's epilogue rules)",
+       "graph(%0 : f32[64,48,32]@cuda:0, %1 : f32[128,32]@cuda:0, %2 : f32[128]@cuda:0):\n"
+       "  %5 : f32[64,48,128]@cuda:0 = aten::linear(%0, %1, %2)\n  return (%5)\n"},
+      {"addmm with beta 2", [] {
+         std::string ir = cpu_linear("  return (%5)\n");
+         ir.replace(ir.find("%4, 1, 1)"), 9, "%4, 2, 1)");
+         return ir;
+       }()},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(gemm_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what << "\n" << out;
+  }
+  // The activation stays our kernel's where the call's result is also returned.
+  std::string fired;
+  const std::string out =
+      run(gemm_rules(), cpu_linear("  %7 : f32[64,48,128] = aten::relu(%5)\n  return (%7, %5)\n"), &fired);
+  EXPECT_EQ(fired, "gemm.linear x1") << out;
+  EXPECT_NE(out.find("aten::relu"), std::string::npos) << out;
+}
+
 TEST(ConvRules, CudaConvReluAndConvAddReluBecomeOneCudnnCall) {
   const std::string y = "f32[2,16,10,10]" + kCuda;
   const std::string head = "graph(%0 : f32[2,8,10,10]" + kCuda + ", %1 : f32[16,8,3,3]" + kCuda + ", %2 : f32[16]" +

@@ -1,3 +1,4 @@
+#include <array>
 #include <gtest/gtest.h>
 
 #include "support/error.h"
@@ -19,7 +20,7 @@ TEST(Options, Defaults) {
 TEST(Options, ParsesKnownVariables) {
   const char* env[] = {"FUSION_JIT_DUMP=ir,plan", "FUSION_JIT_SPECIALIZATION_LIMIT=3", "FUSION_JIT_DISABLE=cse",
                        "FUSION_JIT_ASSERT_NO_COMPILE=1", "FUSION_JIT_LOG_LEVEL=debug", "FUSION_JIT_DYNAMIC=off",
-                       "FUSION_JIT_SHARED_PLANS=7", nullptr};
+                       "FUSION_JIT_SHARED_PLANS=7", "FUSION_JIT_GEMM=aten", nullptr};
   Options o = Options::parse(env);
   EXPECT_TRUE(o.dumps("ir"));
   EXPECT_TRUE(o.dumps("plan"));
@@ -30,6 +31,8 @@ TEST(Options, ParsesKnownVariables) {
   EXPECT_EQ(o.log_level, LogLevel::kDebug);
   EXPECT_EQ(o.dynamic, DynamicSizes::kOff);
   EXPECT_EQ(o.shared_plans, 7);
+  EXPECT_EQ(o.gemm, GemmChoice::kAten);
+  EXPECT_EQ(Options::parse(std::array<const char*, 1>{nullptr}.data()).gemm, GemmChoice::kMeasure);
 }
 
 void expect_error(const char* var, const char* fragment) {
@@ -48,6 +51,7 @@ TEST(Options, RejectsUnknownAndMalformed) {
   expect_error("FUSION_JIT_SPECIALIZATION_LIMIT=many", "FUSION_JIT_SPECIALIZATION_LIMIT=many");
   expect_error("FUSION_JIT_LOG_LEVEL=loud", "expected error, warn, info or debug");
   expect_error("FUSION_JIT_DYNAMIC=yes", "FUSION_JIT_DYNAMIC=yes: expected auto, on or off");
+  expect_error("FUSION_JIT_GEMM=mkl", "FUSION_JIT_GEMM=mkl: expected measure, aten or onednn");
   expect_error("FUSION_JIT_ASSERT_NO_COMPILE=maybe", "expected 0 or 1");
   expect_error("FUSION_JIT_SHARED_PLANS=0", "FUSION_JIT_SHARED_PLANS=0: expected an integer >= 1");
 }
