@@ -8,11 +8,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "driver/build_plan.h"  // PlanInstance holds what build_plan makes; its users build plans
+#include "passes/passes.h"  // GemmTiming
 #include "torch/capture.h"
 #include "torch/cuda_support.h"
 
@@ -117,6 +119,11 @@ void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip);
 // Whether oneDNN takes bfloat16 on this CPU, as eager's mkldnn ops check it (mkldnn::_is_mkldnn_bf16_supported),
 // asked once; false without oneDNN.
 bool onednn_bf16_supported();
+// The gemm rules' timings in the kernel cache (gemm_choice.cpp, Note [GEMM backend measured on this
+// machine]): the entry's key for a float32 linear [rows, k] x [k, n] at `threads` threads on this CPU, and
+// its bytes read back (nullopt unless two positive finite numbers of microseconds and nothing else).
+std::string gemm_timing_key(int64_t rows, int64_t k, int64_t n, bool bias, int threads);
+std::optional<GemmTiming> parse_gemm_timing(const std::string& text);
 // The first line of an exception's message (c10's carry a backtrace).
 std::string message_of(const std::exception& e);
 // Note [Prepacked weights] (passes/passes.h): evaluates, once, each step of `inst.plan` that prepacks a

@@ -1,24 +1,36 @@
 // The gemm rules' probe (Note [GEMM backend measured on this machine], passes/conv_rules.cpp): ATen's GEMM
-// against oneDNN's on a plain weight, timed on this machine once per linear shape and thread count.
+// against oneDNN's on a plain weight, timed on this machine once per linear shape and thread count, and kept
+// in the kernel cache: a restarted process takes the same decision without timing again, so its rewritten
+// graph, and with it the plan cache's key, are the same as the first process's.
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/randn.h>
+#include <ATen/ops/arange.h>
 #include <c10/core/GradMode.h>
+
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
 
+#include "kernels_cache/kernels_cache.h"
 #include "passes/passes.h"
+#include "support/hash.h"
 #include "support/log.h"
+#include "support/options.h"
+#include "torch/executor.h"
 
 namespace fusion_jit {
 namespace {
@@ -43,9 +55,15 @@ double time_us(const F& f) {
 std::optional<GemmTiming> measure(int64_t rows, int64_t k, int64_t n, bool bias) {
   if (!at::hasMKLDNN()) return std::nullopt;
   c10::AutoGradMode no_grad(false);
-  const auto opts = at::TensorOptions().dtype(at::kFloat);
-  const at::Tensor x = at::randn({rows, k}, opts), w = at::randn({n, k}, opts);
-  const at::Tensor b = bias ? at::randn({n}, opts) : at::Tensor();
+  // Values of order 1 made without a random generator: timing at plan build must not move the user's
+  // random stream (a seeded model would draw other numbers than eager's).
+  auto values = [](std::vector<int64_t> sizes) {
+    int64_t count = 1;
+    for (int64_t s : sizes) count *= s;
+    return at::arange(count, at::TensorOptions().dtype(at::kFloat)).remainder_(7.0).sub_(3.0).mul_(0.25).reshape(sizes);
+  };
+  const at::Tensor x = values({rows, k}), w = values({n, k});
+  const at::Tensor b = bias ? values({n}) : at::Tensor();
   const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   auto aten = [&] { return bias ? at::addmm(b, x, w.t()) : at::mm(x, w.t()); };
   auto onednn = [&] {
@@ -73,6 +91,47 @@ std::optional<GemmTiming> measure(int64_t rows, int64_t k, int64_t n, bool bias)
   return GemmTiming{median(a), median(o)};
 }
 
+// This CPU: its model name and a hash of its feature flags (/proc/cpuinfo), as the kernel cache names the
+// host's ISA.
+const std::string& this_cpu() {
+  static const std::string cpu = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(f, line) && (model.empty() || flags.empty())) {
+      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+    }
+    return model + " | " + sha256_hex(flags).substr(0, 16);
+  }();
+  return cpu;
+}
+
+}  // namespace
+
+// The kernel cache's entry for a shape's timings: this CPU (model and flags), torch's version (its oneDNN
+// and MKL), the thread count.
+std::string gemm_timing_key(int64_t rows, int64_t k, int64_t n, bool bias, int threads) {
+  return cache_key({"gemm-timing", fmt::format("[{}, {}] x [{}, {}] bias {}", rows, k, k, n, bias),
+                    std::string("torch ") + TORCH_VERSION, fmt::format("threads {}", threads), this_cpu()});
+}
+
+// An entry read back: two positive finite numbers of microseconds and nothing else, or nothing (the bytes
+// come from disk or from the fleet's cache: a bad entry is timed again and written over).
+std::optional<GemmTiming> parse_gemm_timing(const std::string& text) {
+  if (text.size() > 64) return std::nullopt;
+  double a = 0, o = 0;
+  int used = 0;
+  if (std::sscanf(text.c_str(), "%lf %lf\n%n", &a, &o, &used) != 2 || used != static_cast<int>(text.size()))
+    return std::nullopt;
+  auto ok = [](double us) { return std::isfinite(us) && us > 0 && us < 1e9; };
+  if (!ok(a) || !ok(o)) return std::nullopt;
+  return GemmTiming{a, o};
+}
+
+namespace {
+
+std::string format_timing(const GemmTiming& t) { return fmt::format("{:.3f} {:.3f}\n", t.aten_us, t.onednn_us); }
+
 std::optional<GemmTiming> time_linear(int64_t rows, int64_t k, int64_t n, bool bias) {
   // One measurement at a time (two would time each other), each shape once per process.
   static std::mutex mu;
@@ -80,17 +139,29 @@ std::optional<GemmTiming> time_linear(int64_t rows, int64_t k, int64_t n, bool b
   std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(rows, k, n, bias, at::get_num_threads());
   if (auto it = memo.find(key); it != memo.end()) return it->second;
+  const bool use_cache = !Options::get().is_disabled("cache");
+  const std::string cache_entry = gemm_timing_key(rows, k, n, bias, std::get<4>(key));
   std::optional<GemmTiming> t;
+  if (use_cache)
+    if (auto text = KernelsCache::instance().get(cache_entry)) t = parse_gemm_timing(*text);
+  if (t) {
+    log_info("gemm: [{}, {}] x [{}, {}]{}: ATen {:.1f} us, oneDNN {:.1f} us (from the kernel cache)", rows, k, k, n,
+             bias ? " + bias" : "", t->aten_us, t->onednn_us);
+    memo.emplace(key, t);
+    return t;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   try {
     t = measure(rows, k, n, bias);
   } catch (const std::exception& e) {
     log_warn("timing a linear [{}, {}] x [{}, {}] failed, ATen's GEMM kept: {}", rows, k, k, n, e.what());
   }
-  if (t)
+  if (t) {
     log_info("gemm: [{}, {}] x [{}, {}]{}: ATen {:.1f} us, oneDNN {:.1f} us (measured in {:.1f} ms)", rows, k, k, n,
              bias ? " + bias" : "", t->aten_us, t->onednn_us,
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (use_cache) KernelsCache::instance().put(cache_entry, format_timing(*t));
+  }
   memo.emplace(key, t);
   return t;
 }

@@ -2,9 +2,12 @@
 // modules compiled through fusion_jit compute eager's results (by the tolerance rule), and the plan is
 // the one the rules promise.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
+#include "kernels_cache/kernels_cache.h"
+#include "torch/executor.h"
 #include "passes/passes.h"
 #include "runtime/profile.h"
 #include "support/options.h"
@@ -549,10 +552,37 @@ TEST(GemmRules, AtensGemmWhereMeasuredFasterAndTheProbeTimesBoth) {
   const GemmProbe real = set_gemm_probe(nullptr);
   set_gemm_probe(real);
   ASSERT_NE(real, nullptr);
+  // Timing draws no random numbers: the user's stream is where it was.
+  at::manual_seed(7);
+  const at::Tensor expected = at::randn({8});
+  at::manual_seed(7);
   const std::optional<GemmTiming> t = real(256, 256, 512, true);
+  EXPECT_TRUE(at::equal(at::randn({8}), expected));
   ASSERT_TRUE(t.has_value());
   EXPECT_GT(t->aten_us, 0);
   EXPECT_GT(t->onednn_us, 0);
+  // Kept in the kernel cache for the next process, as text that reads back to the same timings.
+  auto entry = KernelsCache::instance().get(gemm_timing_key(256, 256, 512, true, at::get_num_threads()));
+  ASSERT_TRUE(entry.has_value());
+  const std::optional<GemmTiming> back = parse_gemm_timing(*entry);
+  ASSERT_TRUE(back.has_value()) << *entry;
+  EXPECT_NEAR(back->aten_us, t->aten_us, 1e-3);
+  EXPECT_NEAR(back->onednn_us, t->onednn_us, 1e-3);
+}
+
+// An entry read back from disk or from the fleet's cache is two positive finite numbers and nothing else;
+// anything else is timed again.
+TEST(GemmRules, ATimingEntryIsCheckedBeforeItIsBelieved) {
+  const std::optional<GemmTiming> ok = parse_gemm_timing("120.500 98.250\n");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->aten_us, 120.5);
+  EXPECT_EQ(ok->onednn_us, 98.25);
+  for (const char* bad : {"", "120.5\n", "120.5 98.25 7\n", "nan 98.25\n", "120.5 inf\n", "-1 98.25\n", "0 1\n",
+                          "120.5 98.25\nrm -rf /\n", "1e300 1\n", "abc def\n"})
+    EXPECT_FALSE(parse_gemm_timing(bad).has_value()) << bad;
+  EXPECT_FALSE(parse_gemm_timing(std::string(100, '1') + " 2\n").has_value());
+  EXPECT_NE(gemm_timing_key(256, 256, 512, true, 2), gemm_timing_key(256, 256, 512, true, 1));
+  EXPECT_NE(gemm_timing_key(256, 256, 512, true, 2), gemm_timing_key(256, 256, 512, false, 2));
 }
 
 // MKL's packed sgemm on the shapes transformers give it (3-d input, torch.compile's viewed addmm, no
