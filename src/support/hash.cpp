@@ -4,6 +4,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <fstream>
+
 #include "support/error.h"
 
 namespace fusion_jit {
@@ -35,6 +37,19 @@ std::string hmac_sha256(std::string_view key, std::string_view data) {
 
 bool equal_in_constant_time(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+const std::string& host_cpu_identity() {
+  static const std::string cpu = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(f, line) && (model.empty() || flags.empty())) {
+      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+    }
+    return model + " | " + sha256_hex(flags).substr(0, 16);
+  }();
+  return cpu;
 }
 
 }  // namespace fusion_jit

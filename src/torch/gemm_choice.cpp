@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <map>
 #include <mutex>
@@ -91,28 +90,13 @@ std::optional<GemmTiming> measure(int64_t rows, int64_t k, int64_t n, bool bias)
   return GemmTiming{median(a), median(o)};
 }
 
-// This CPU: its model name and a hash of its feature flags (/proc/cpuinfo), as the kernel cache names the
-// host's ISA.
-const std::string& this_cpu() {
-  static const std::string cpu = [] {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line, model, flags;
-    while (std::getline(f, line) && (model.empty() || flags.empty())) {
-      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
-      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
-    }
-    return model + " | " + sha256_hex(flags).substr(0, 16);
-  }();
-  return cpu;
-}
-
 }  // namespace
 
 // The kernel cache's entry for a shape's timings: this CPU (model and flags), torch's version (its oneDNN
 // and MKL), the thread count.
 std::string gemm_timing_key(int64_t rows, int64_t k, int64_t n, bool bias, int threads) {
   return cache_key({"gemm-timing", fmt::format("[{}, {}] x [{}, {}] bias {}", rows, k, k, n, bias),
-                    std::string("torch ") + TORCH_VERSION, fmt::format("threads {}", threads), this_cpu()});
+                    std::string("torch ") + TORCH_VERSION, fmt::format("threads {}", threads), host_cpu_identity()});
 }
 
 // An entry read back: two positive finite numbers of microseconds and nothing else, or nothing (the bytes

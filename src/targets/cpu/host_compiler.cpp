@@ -146,18 +146,7 @@ std::string host_compiler_identity(const std::string& cxx) {
 }
 
 // The host CPU's ISA (-march=native code crashes on another CPU): model and feature flags.
-const std::string& host_isa() {
-  static const std::string isa = [] {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line, model, flags;
-    while (std::getline(f, line) && (model.empty() || flags.empty())) {
-      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
-      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
-    }
-    return model + " | " + sha256_hex(flags).substr(0, 16);
-  }();
-  return isa;
-}
+const std::string& host_isa() { return host_cpu_identity(); }
 
 namespace {
 
