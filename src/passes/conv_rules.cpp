@@ -112,6 +112,12 @@
 //   post-op (or over a view of it), the call used there only, becomes the call with the activation as its
 //   post-op: one pass over the result instead of the GEMM's and our kernel's. The measurement is of the
 //   GEMM alone; the post-op only takes a pass away. Checked against eager in every activation.
+// - Frozen weights (the rules above) take the same measurement between their two prepared forms: MKL's
+//   packed GEMM (prepack.linear_mkl, the default for a float32 linear without post-op) against oneDNN's
+//   reordered weight (prepack.linear), each weight prepared once outside the timing. prepack.linear_mkl
+//   declines, with the times, where oneDNN's was faster by the same margin, and epilogue.linear_gelu then
+//   takes a float32 gelu as oneDNN's post-op instead of declining for MKL's GEMM and our kernel.
+//   FUSION_JIT_GEMM=aten keeps MKL's, onednn takes oneDNN's (in the timed sizes).
 // The results are oneDNN's sums in another blocking than MKL's (float32 accumulation in both), within the
 // tolerance rule.
 #include <fmt/format.h>
@@ -474,6 +480,35 @@ bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) 
   return true;
 }
 
+GemmProbe g_gemm_probe = nullptr;
+// Larger linears are not timed at plan build: their measurement would take seconds.
+constexpr double kGemmMaxMacs = 8589934592.0;  // 2^33
+// oneDNN's median time must be under this share of MKL's: near ties keep the rule's default.
+constexpr double kGemmMargin = 0.95;
+
+// Which library FUSION_JIT_GEMM and the probe choose for a float32 linear [rows, k] x [k, n] (Note [GEMM
+// backend measured on this machine]): true for oneDNN's GEMM, false for MKL's (ATen's on a plain weight,
+// the packed one on a frozen weight), nullopt where nothing decides (outside the timed sizes, no probe,
+// nothing measured): the rule's default. `why`: the measured times, where measured.
+std::optional<bool> onednn_gemm_chosen(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked,
+                                       std::string* why) {
+  const double macs = static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
+  if (macs < kLinearMinMacs || macs > kGemmMaxMacs) return std::nullopt;
+  switch (Options::get().gemm) {
+    case GemmChoice::kAten:
+      return false;
+    case GemmChoice::kOneDnn:
+      return true;
+    case GemmChoice::kMeasure:
+      break;
+  }
+  const std::optional<GemmTiming> t = g_gemm_probe ? g_gemm_probe(rows, k, n, bias, prepacked) : std::nullopt;
+  if (!t) return std::nullopt;
+  *why = fmt::format("[{}, {}] x [{}, {}]: {} {:.0f} us, oneDNN's {:.0f} us on this machine", rows, k, k, n,
+                     prepacked ? "MKL's packed GEMM" : "ATen's GEMM", t->mkl_us, t->onednn_us);
+  return t->onednn_us < kGemmMargin * t->mkl_us;
+}
+
 // The frozen weight W [N, K] of a linear (t(Wt) made when only its transpose is given: folded once).
 Value* linear_weight(Builder& r, const Linear& l) {
   if (l.weight) return l.weight;
@@ -518,9 +553,16 @@ Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
   std::string why;
   if (!onednn_linear(*l, in, &why)) return why.empty() ? Replacement{} : r.decline(why);
   if (std::string(attr) == "gelu" && l->x->tensor_type().dtype == DType::kFloat32 &&
-      (!g_schema_probe || g_schema_probe("mkl::_mkl_linear")))
-    return r.decline("float32 gelu: MKL's packed GEMM (prepack.linear_mkl) and our kernel, faster than oneDNN's "
-                     "gelu post-op on this project's machine");
+      (!g_schema_probe || g_schema_probe("mkl::_mkl_linear"))) {
+    const TensorType& x = l->x->tensor_type();
+    const int64_t k = x.sizes.back();
+    std::string times;
+    if (!onednn_gemm_chosen(x.extent() / k, k, in->tensor_type().sizes.back(), l->bias != nullptr, true, &times)
+             .value_or(false))
+      return r.decline("float32 gelu: MKL's packed GEMM (prepack.linear_mkl) and our kernel, faster than oneDNN's "
+                       "gelu post-op on this project's Intel machines" +
+                       (times.empty() ? std::string() : " (measured here: " + times + ")"));
+  }
   auto post = post_op_args(act, attr);
   if (!post) return {};
   return {onednn_linear_call(r, *l, act->output(), std::move(*post))};
@@ -548,6 +590,12 @@ Replacement linear_mkl(const Match& m, Builder& r) {
   if (!l || !packable_linear(*l, y) || l->x->tensor_type().dtype != DType::kFloat32) return {};
   const TensorType& x = l->x->tensor_type();
   const int64_t rows = x.extent() / x.sizes.back();
+  std::string times;
+  if (onednn_gemm_chosen(rows, x.sizes.back(), y->tensor_type().sizes.back(), l->bias != nullptr, true, &times)
+          .value_or(false) &&
+      onednn_linear(*l, y))
+    return r.decline(times.empty() ? std::string("FUSION_JIT_GEMM=onednn: oneDNN's reordered weight (prepack.linear)")
+                                   : times + ": oneDNN's reordered weight (prepack.linear)");
   Value* w = linear_weight(r, *l);
   Value* packed = r.node("mkl::_mkl_reorder_linear_weight", {Arg::of(w), Arg::lit(rows)}, {w->type()})->output();
   const TensorType& yt = y->tensor_type();
@@ -596,12 +644,6 @@ Replacement conv_add(const Match& m, Builder& r, bool relu) {
 
 // ---- Linears whose weight comes with each call (Note [GEMM backend measured on this machine]) ----
 
-GemmProbe g_gemm_probe = nullptr;
-// Larger linears are not timed at plan build: their measurement would take seconds.
-constexpr double kGemmMaxMacs = 8589934592.0;  // 2^33
-// oneDNN's median time must be under this share of ATen's: near ties keep eager's GEMM.
-constexpr double kGemmMargin = 0.95;
-
 bool dense(const TensorType& t) { return same_strides(t, contiguous_strides(t.sizes)); }
 
 // gemm.linear: a float32 CPU linear on a plain weight -> mkldnn::_linear_pointwise(x, W, b, "none") where
@@ -621,23 +663,10 @@ Replacement gemm_linear(const Match& m, Builder& r) {
     const TensorType& b = l->bias->tensor_type();
     if (b.dtype != x.dtype || b.sizes != std::vector<int64_t>{n} || !dense(b)) return {};
   }
-  const int64_t rows = x.numel() / k;
-  const double macs = static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
-  if (macs < kLinearMinMacs || macs > kGemmMaxMacs) return {};
-  switch (Options::get().gemm) {
-    case GemmChoice::kAten:
-      return {};
-    case GemmChoice::kOneDnn:
-      break;
-    case GemmChoice::kMeasure: {
-      const std::optional<GemmTiming> t = g_gemm_probe ? g_gemm_probe(rows, k, n, l->bias != nullptr) : std::nullopt;
-      if (!t) return {};
-      if (!(t->onednn_us < kGemmMargin * t->aten_us))
-        return r.decline(fmt::format("[{}, {}] x [{}, {}]: ATen's GEMM {:.0f} us, oneDNN's {:.0f} us on this machine",
-                                     rows, k, k, n, t->aten_us, t->onednn_us));
-      break;
-    }
-  }
+  std::string why;
+  const std::optional<bool> onednn = onednn_gemm_chosen(x.numel() / k, k, n, l->bias != nullptr, false, &why);
+  if (!onednn) return {};
+  if (!*onednn) return why.empty() ? Replacement{} : r.decline(why);
   return {r.op("mkldnn::_linear_pointwise",
                {Arg::of(l->x), Arg::of(l->weight), l->bias ? Arg::of(l->bias) : Arg::lit(None{}),
                 Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})},

@@ -66,15 +66,18 @@ void set_onednn_bf16_probe(bool (*probe)());
 // (Note [GEMM backend measured on this machine], conv_rules.cpp).
 const RuleSet& gemm_rules();
 // Median times of one float32 linear [rows, k] x [k, n] (+ bias [n] where `bias`) on this machine, in
-// microseconds: ATen's GEMM (addmm) and oneDNN's on the plain weight (mkldnn::_linear_pointwise).
+// microseconds, by MKL and by oneDNN. On a plain weight (`prepacked` false): ATen's GEMM (addmm, MKL's
+// sgemm) against mkldnn::_linear_pointwise on the weight as it is. On a frozen weight (`prepacked` true):
+// MKL's packed GEMM (mkl::_mkl_linear) against mkldnn::_linear_pointwise on oneDNN's reordered weight, each
+// weight prepared once, outside the timing.
 struct GemmTiming {
-  double aten_us = 0;
+  double mkl_us = 0;
   double onednn_us = 0;
 };
-using GemmProbe = std::optional<GemmTiming> (*)(int64_t rows, int64_t k, int64_t n, bool bias);
-// Tells the gemm rules how to time a linear on this machine; the torch adapter sets it when the library
-// loads (nullopt: not measured, the rule declines). Unset, the rules fire only with FUSION_JIT_GEMM=onednn.
-// Returns the probe set before (tests set their own and put it back).
+using GemmProbe = std::optional<GemmTiming> (*)(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked);
+// Tells the gemm and prepack rules how to time a linear on this machine; the torch adapter sets it when the
+// library loads (nullopt: not measured; the rules keep their defaults, ATen's GEMM for a plain weight and
+// MKL's packed one for a frozen float32 weight). Returns the probe set before (tests set their own).
 GemmProbe set_gemm_probe(GemmProbe probe);
 bool decompose(Graph& g);
 bool dce(Graph& g);

@@ -120,9 +120,10 @@ void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip);
 // asked once; false without oneDNN.
 bool onednn_bf16_supported();
 // The gemm rules' timings in the kernel cache (gemm_choice.cpp, Note [GEMM backend measured on this
-// machine]): the entry's key for a float32 linear [rows, k] x [k, n] at `threads` threads on this CPU, and
-// its bytes read back (nullopt unless two positive finite numbers of microseconds and nothing else).
-std::string gemm_timing_key(int64_t rows, int64_t k, int64_t n, bool bias, int threads);
+// machine]): the entry's key for a float32 linear [rows, k] x [k, n] (on a plain or a prepacked weight) at
+// `threads` threads on this CPU, and its bytes read back (nullopt unless two positive finite numbers of
+// microseconds and nothing else).
+std::string gemm_timing_key(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked, int threads);
 std::optional<GemmTiming> parse_gemm_timing(const std::string& text);
 // The first line of an exception's message (c10's carry a backtrace).
 std::string message_of(const std::exception& e);

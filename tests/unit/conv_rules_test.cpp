@@ -490,8 +490,10 @@ struct FakeGemmProbe {
     calls = 0;
   }
   ~FakeGemmProbe() { set_gemm_probe(saved); }
-  static std::optional<GemmTiming> time(int64_t rows, int64_t k, int64_t n, bool bias) {
+  static inline bool prepacked = false;  // the last call's
+  static std::optional<GemmTiming> time(int64_t rows, int64_t k, int64_t n, bool bias, bool packed) {
     ++calls;
+    prepacked = packed;
     EXPECT_EQ(rows, 3072);
     EXPECT_EQ(k, 32);
     EXPECT_EQ(n, 128);
@@ -523,6 +525,48 @@ TEST(GemmRules, ALinearBecomesOneDnnsWhereMeasuredFasterWithItsActivation) {
     EXPECT_NE(out.find("\"hardtanh\", [0.0,6.0], None)"), std::string::npos) << out;
   }
   EXPECT_GT(FakeGemmProbe::calls, 0);
+  EXPECT_FALSE(FakeGemmProbe::prepacked);
+}
+
+// A frozen float32 linear: MKL's packed GEMM unless oneDNN's reordered weight was measured faster here.
+TEST(GemmRules, AFrozenLinearTakesTheLibraryMeasuredFaster) {
+  std::string ir = cpu_linear("  %7 : f32[64,48,128] = aten::exp(%5)\n  return (%7)\n", true);
+  ir.replace(ir.find(", %1 : f32[128,32], %2 : f32[128])"), 34, ")");
+  ir.replace(ir.find("  %5 :"), 0, "  %1 : f32[128,32] = fj::constant(0)\n  %2 : f32[128] = fj::constant(1)\n");
+  {
+    FakeGemmProbe probe(80);
+    std::string fired;
+    const std::string out = run(prepack_rules(), ir, &fired);
+    EXPECT_EQ(fired, "prepack.linear x1") << out;
+    EXPECT_NE(out.find("mkldnn::_reorder_linear_weight(%1, 3072)"), std::string::npos) << out;
+    EXPECT_TRUE(FakeGemmProbe::prepacked);
+  }
+  {
+    FakeGemmProbe probe(96);
+    std::string fired;
+    const std::string out = run(prepack_rules(), ir, &fired);
+    EXPECT_EQ(fired, "prepack.linear_mkl x1") << out;
+    EXPECT_NE(out.find("mkl::_mkl_linear("), std::string::npos) << out;
+  }
+  // Its gelu: oneDNN's post-op where oneDNN was measured faster, else MKL's GEMM and our kernel, and why.
+  ir.replace(ir.find("aten::exp(%5)"), 13, "aten::gelu(%5, \"none\")");
+  {
+    FakeGemmProbe probe(80);
+    std::string fired;
+    const std::string out = run(epilogue_rules(), ir, &fired);
+    EXPECT_EQ(fired, "epilogue.linear_gelu x1") << out;
+  }
+  {
+    FakeGemmProbe probe(96);
+    auto g = parse_graph(ir);
+    std::vector<RuleApplication> log;
+    run_rules(*g, epilogue_rules(), {}, &log);
+    EXPECT_EQ(summarize(log), "");
+    ASSERT_FALSE(log.empty());
+    EXPECT_NE(log[0].declined.find("(measured here: [3072, 32] x [32, 128]: MKL's packed GEMM 100 us, oneDNN's 96 us"),
+              std::string::npos)
+        << log[0].declined;
+  }
 }
 
 TEST(GemmRules, ATieOrAtenFasterKeepsAtensGemmAndSaysWhy) {
