@@ -99,8 +99,9 @@
 // MKL's sgemm in torch's builds) or through oneDNN's matmul on the plain weight
 // (mkldnn::_linear_pointwise, which also applies an activation as a post-op). Which is faster depends on
 // the machine: on this project's Intel Xeon VMs MKL's sgemm beat oneDNN (prepack.linear_mkl above), while
-// on its AMD EPYC VMs (AVX-512) it took 1.1-1.6x oneDNN's time on most of convnext_tiny's linears and
-// 0.97-1.4x on one (bench/RESULTS.md). So the rule set "gemm" measures: the torch adapter times both calls
+// on its AMD EPYC VMs (AVX-512) it took 1.05-1.4x oneDNN's time on most of convnext_tiny's and ViT's
+// linear shapes and 0.85x on one (bench/gemm_shapes.py, bench/RESULTS.md), and DeiT's small ones were even.
+// So the rule set "gemm" measures: the torch adapter times both calls
 // on random tensors of the linear's shape, alternating (gemm_choice.cpp), and a linear becomes oneDNN's
 // where its median is under kGemmMargin of ATen's (FUSION_JIT_GEMM=measure, the default), once per shape and
 // thread count per process; `aten` never, `onednn` always (tests, comparisons).
