@@ -531,14 +531,20 @@ Value* onednn_linear_call(Builder& r, const Linear& l, const Value* out, std::ve
   return lt.sizes == out->tensor_type().sizes ? y : r.reshape(y, out->tensor_type().sizes);
 }
 
-// The linear an activation reads (the pattern's "in"), directly or through a view or reshape; the linear
-// (and the view) used by the activation only. `*result`: the linear's own result.
-std::optional<Linear> linear_read_by(const Match& m, const Builder& r, Value** result) {
+// The value an activation reads (the pattern's "in"), directly or through a view or reshape, where it (and
+// the view) is used by the activation only; nullptr otherwise.
+Value* read_alone_by(const Match& m, const Builder& r) {
   auto only_use = [&r](const Value* v) { return v->producer() && r.users(v).size() == 1 && !r.returned(v); };
   Value* in = m.value("in");
   if (only_use(in) && (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape"))
     in = in->producer()->value_inputs().at(0);
-  if (!only_use(in)) return std::nullopt;
+  return only_use(in) ? in : nullptr;
+}
+
+// The linear an activation reads (read_alone_by). `*result`: the linear's own result.
+std::optional<Linear> linear_read_by(const Match& m, const Builder& r, Value** result) {
+  Value* in = read_alone_by(m, r);
+  if (!in) return std::nullopt;
   *result = in;
   return as_linear(in->producer());
 }
@@ -678,11 +684,8 @@ Replacement gemm_linear(const Match& m, Builder& r) {
 // used there only -> the call with the activation as its post-op, viewed as the activation's input was.
 Replacement gemm_linear_activation(const Match& m, Builder& r, const char* attr) {
   Node* act = m.root;
-  auto only_use = [&r](const Value* v) { return v->producer() && r.users(v).size() == 1 && !r.returned(v); };
-  Value* in = m.value("in");
-  if (only_use(in) && (in->producer()->schema() == "aten::view" || in->producer()->schema() == "aten::reshape"))
-    in = in->producer()->value_inputs().at(0);
-  if (!only_use(in) || in->producer()->schema() != "mkldnn::_linear_pointwise") return {};
+  Value* in = read_alone_by(m, r);
+  if (!in || in->producer()->schema() != "mkldnn::_linear_pointwise") return {};
   const Node* call = in->producer();
   const auto& a = call->args();
   if (a.size() != 6 || !is_literal(a[3], std::string("none")) || !a[1].is_value()) return {};
@@ -1049,16 +1052,15 @@ const Act kActs[] = {{"conv_relu", "aten::relu", "relu"},
                      {"conv_relu6", "aten::relu6", "hardtanh"}};
 
 RuleSet make_epilogue_rules() {
-  const auto& acts = kActs;
   RuleSet set{"epilogue", {}};
-  for (const Act& a : acts) {
+  for (const Act& a : kActs) {
     const char* attr = a.attr;
     set.rules.push_back({a.rule, Pattern::op({a.schema}, {conv_output()}).outputs(1),
                          [attr](const Match& m, Builder& b) { return conv_pointwise(m, b, attr); }});
   }
   // linear_<act>: the same activations over a linear's result, or over a view of it (torch.compile's
   // graphs compute a 3-d linear as a view of a 2-d addmm); linear_pointwise looks through the view.
-  for (const Act& a : acts) {
+  for (const Act& a : kActs) {
     const char* attr = a.attr;
     set.rules.push_back({std::string("linear") + (a.rule + 4),  // conv_relu -> linear_relu
                          Pattern::op({a.schema}, {Pattern::tensor().bind("in")}).outputs(1),
