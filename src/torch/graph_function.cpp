@@ -184,7 +184,7 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
   bool refused = false;  // past the limit with code of its own
   const Admit admit = [this](const std::string& code_class) {
     std::lock_guard<std::mutex> g(mu_);
-    return classes_.count(code_class) > 0;
+    return code_class.empty() || classes_.count(code_class) > 0;
   };
   try {
     try {
@@ -209,9 +209,9 @@ std::shared_ptr<const SignatureTable::Entry> SignatureTable::get_or_compile(cons
       if (current) {
         plans_++;
         const ExecutablePlan& p = *e->instance->plan;
-        // A signature whose code an earlier one brought does not count against the limit (one without
-        // kernels always counts: its plan, held per signature, is what the limit bounds then).
-        const bool shared = admit_only || (!p.code_class.empty() && !classes_.insert(p.code_class).second);
+        // A signature whose code an earlier one brought, or that has no code (its plan is ATen's and
+        // the libraries' calls only: nothing was compiled for it), does not count against the limit.
+        const bool shared = admit_only || p.code_class.empty() || !classes_.insert(p.code_class).second;
         if (shared && !admit_only) reserved_--;
         for (const auto& k : p.kernels) size_args_ = size_args_ || !k.spec.args.empty();
         e->ready = true;

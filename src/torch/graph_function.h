@@ -12,12 +12,13 @@
 //   under grad mode), is recorded as eager with its reason. Every distinct warning is given once per
 //   table, through CompileOptions::on_warning (by default the log, on stderr).
 // - The limit counts the signatures that brought code of their own (Note [Sizes as kernel arguments]):
-//   a compiled signature whose plan's code_class an earlier one has is given its reservation back. Past
-//   the limit, once the table holds a plan whose kernels read their sizes as arguments, a new signature is
-//   still captured and its plan built, admitted only if its code_class is one the table has (so no
-//   compiler runs); otherwise it runs eagerly, with the limit's warning.
+//   a compiled signature whose plan's code_class an earlier one has, or whose plan has no kernel of ours
+//   (ATen's and the libraries' calls only, nothing compiled), is given its reservation back. Past the
+//   limit, once the table holds a plan whose kernels read their sizes as arguments, a new signature is
+//   still captured and its plan built, admitted only if its code_class is one the table has or it has no
+//   kernels (so no compiler runs); otherwise it runs eagerly, with the limit's warning.
 // - Note [Shared plans are kept by recency]: the entries that the limit does not bound (plans whose code an
-//   earlier signature brought, and signatures recorded as eager) are kept up to a bound per table
+//   earlier signature brought or that have none, and signatures recorded as eager) are kept up to a bound per table
 //   (CompileOptions::shared_plans, FUSION_JIT_SHARED_PLANS); past it the least recently called of them is
 //   dropped, and, should its signature come again, built again (capture, passes and code generation:
 //   milliseconds, no compiler, since the plan that brought its code is kept) or recorded as eager again.

@@ -80,3 +80,42 @@ def test_five_lengths_in_training_compile_at_most_twice_per_graph(name, tmp_path
     assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
     assert 0 < s["compiles"] <= 2 * s["graphs"], s
     assert s["lowerings"] == s["graphs"] and s["symbolic_plans"] == s["plans"] - s["graphs"], s
+
+
+# A 512-1024-512 MLP whose linears take oneDNN's GEMM, the gelu as the first one's post-op: the plans hold no
+# kernel of ours. Each new length built a plan that counted against the specialization limit (8), so from
+# the ninth length on the graph ran eagerly, with the limit's warning. FUSION_JIT_GEMM=onednn fixes the
+# library (a separate process: options are read once per process).
+MLP_LENGTHS = """
+import sys
+import warnings
+import torch
+import fusion_jit
+from test_backend import assert_close
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512)).eval()
+m64 = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512)).double().eval()
+m64.load_state_dict(m.state_dict())
+f = torch.compile(m, backend="fusion_jit")
+with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    with torch.no_grad():
+        for length in range(20, 68, 4):
+            x = torch.randn(2, length, 512)
+            assert_close(f(x), m(x), m64(x.double()), f"[2,{length},512]")
+s = fusion_jit.stats()
+assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
+assert s["compiles"] == 0 and s["kernels"] == 0, s
+print("served", s["plans"], "plans")
+"""
+
+
+def test_a_graph_of_library_calls_only_serves_every_length(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, FUSION_JIT_GEMM="onednn", FUSION_JIT_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", MLP_LENGTHS], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "served 12 plans" in p.stdout, p.stdout + p.stderr[-3000:]

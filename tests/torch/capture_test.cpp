@@ -251,6 +251,39 @@ TEST(DynamicSizes, SharedPlansAreKeptByRecency) {
   EXPECT_EQ(fused.stats().eager_calls, 10);
 }
 
+// A graph whose plan has no kernel of ours (here a matmul and a view: ATen's steps only) compiles nothing
+// for a new signature, so signatures past the specialization limit still get plans, kept by recency as the
+// shared ones are. Before, each of them counted against the limit, and a served model whose graph ran
+// entirely in library calls (a linear with oneDNN's post-op after another) ran eagerly from its ninth
+// length on.
+TEST(DynamicSizes, PlansWithoutKernelsDoNotCountAgainstTheLimit) {
+  auto m = script("x", "    return torch.matmul(x, x.t()).view(-1)");
+  CompileOptions o;
+  o.specialization_limit = 2;
+  o.shared_plans = 3;
+  std::vector<std::string> warnings;
+  o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  auto fused = compile(m, o);
+  const int64_t compiles = counters().host_compiles;
+  for (int64_t n = 2; n < 14; ++n) {
+    at::Tensor x = at::randn({n, 5});
+    auto c = check_close(fused({x}).toTensor(), m.forward({x}).toTensor());
+    EXPECT_TRUE(c.ok) << n << ": " << c.message;
+    EXPECT_LE(fused.stats().plans_kept, 3) << n;
+  }
+  EXPECT_EQ(fused.stats().eager_calls, 0);
+  EXPECT_EQ(fused.stats().signatures, 12);
+  EXPECT_EQ(fused.stats().plans_dropped, 12 - 3);
+  EXPECT_EQ(counters().host_compiles, compiles);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  // The limit still stops every compile at 0.
+  o.specialization_limit = 0;
+  auto none = compile(m, o);
+  at::Tensor x = at::randn({3, 5});
+  EXPECT_TRUE(check_close(none({x}).toTensor(), m.forward({x}).toTensor()).ok);
+  EXPECT_EQ(none.stats().eager_calls, 1);
+}
+
 // A model compiled again (a restarted process, here a second module with a table of its own) whose first
 // signature is a new size of a class compiled before: under auto its first plan reads its sizes, because
 // that code is compiled already, and no compiler runs.
