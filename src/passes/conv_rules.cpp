@@ -104,7 +104,13 @@
 // So the rule set "gemm" measures: the torch adapter times both calls
 // on random tensors of the linear's shape, alternating (gemm_choice.cpp), and a linear becomes oneDNN's
 // where its median is under kGemmMargin of ATen's (FUSION_JIT_GEMM=measure, the default), once per shape and
-// thread count per process; `aten` never, `onednn` always (tests, comparisons).
+// thread count per process; `aten` never, `onednn` always (tests, comparisons). The rows are timed at the
+// next power of two (gemm_timed_rows), and the bounds below apply to that count: one decision per octave
+// of rows. A served model sees new row counts (batch x sequence length) in nearly every request; timed at
+// its exact rows, each new length cost a measurement (about 40 ms for a 512-1024-512 MLP) and could
+// take the other library where the two were near a tie, which changes the plan's kernels (an activation
+// as oneDNN's post-op or in our kernel) and compiles them again. On the suite's linear shapes the ratio at
+// the next power of two was within 0.08 of the ratio at the exact rows (bench/RESULTS.md).
 // - gemm.linear: aten::linear(x, W, b), or torch.compile's addmm(b, x, t(W)) with beta and alpha 1, as
 //   mkldnn::_linear_pointwise(x, W, b, "none"). CPU, float32, x, W [N, K] and the result contiguous, bias
 //   [N] or none, from 2^21 (kLinearMinMacs) to 2^33 (kGemmMaxMacs) multiply-adds: larger ones are not
@@ -493,7 +499,9 @@ constexpr double kGemmMargin = 0.95;
 // nothing measured): the rule's default. `why`: the measured times, where measured.
 std::optional<bool> onednn_gemm_chosen(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked,
                                        std::string* why) {
-  const double macs = static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
+  // Decided for the octave of rows (Note [GEMM backend measured on this machine]).
+  const int64_t timed = gemm_timed_rows(rows);
+  const double macs = static_cast<double>(timed) * static_cast<double>(k) * static_cast<double>(n);
   if (macs < kLinearMinMacs || macs > kGemmMaxMacs) return std::nullopt;
   switch (Options::get().gemm) {
     case GemmChoice::kAten:
@@ -503,9 +511,10 @@ std::optional<bool> onednn_gemm_chosen(int64_t rows, int64_t k, int64_t n, bool 
     case GemmChoice::kMeasure:
       break;
   }
-  const std::optional<GemmTiming> t = g_gemm_probe ? g_gemm_probe(rows, k, n, bias, prepacked) : std::nullopt;
+  const std::optional<GemmTiming> t = g_gemm_probe ? g_gemm_probe(timed, k, n, bias, prepacked) : std::nullopt;
   if (!t) return std::nullopt;
-  *why = fmt::format("[{}, {}] x [{}, {}]: {} {:.0f} us, oneDNN's {:.0f} us on this machine", rows, k, k, n,
+  *why = fmt::format("[{}, {}] x [{}, {}]{}: {} {:.0f} us, oneDNN's {:.0f} us on this machine", rows, k, k, n,
+                     timed == rows ? std::string() : fmt::format(" (timed at [{}, {}])", timed, k),
                      prepacked ? "MKL's packed GEMM" : "ATen's GEMM", t->mkl_us, t->onednn_us);
   return t->onednn_us < kGemmMargin * t->mkl_us;
 }
@@ -1098,6 +1107,12 @@ RuleSet make_gemm_rules() {
 }  // namespace
 
 GemmProbe set_gemm_probe(GemmProbe probe) { return std::exchange(g_gemm_probe, probe); }
+
+int64_t gemm_timed_rows(int64_t rows) {
+  int64_t timed = 1;
+  while (timed < rows && timed <= (int64_t{1} << 61)) timed *= 2;
+  return timed;
+}
 
 const RuleSet& gemm_rules() {
   static const RuleSet set = make_gemm_rules();

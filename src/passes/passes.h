@@ -79,6 +79,9 @@ using GemmProbe = std::optional<GemmTiming> (*)(int64_t rows, int64_t k, int64_t
 // library loads (nullopt: not measured; the rules keep their defaults, ATen's GEMM for a plain weight and
 // MKL's packed one for a frozen float32 weight). Returns the probe set before (tests set their own).
 GemmProbe set_gemm_probe(GemmProbe probe);
+// The row count a linear of `rows` rows is timed at: the next power of two (rows >= 1). One decision per
+// octave of rows, so that the sizes of a dynamic dimension share the measurement and the rewrite.
+int64_t gemm_timed_rows(int64_t rows);
 bool decompose(Graph& g);
 bool dce(Graph& g);
 bool cse(Graph& g);

@@ -494,7 +494,7 @@ struct FakeGemmProbe {
   static std::optional<GemmTiming> time(int64_t rows, int64_t k, int64_t n, bool bias, bool packed) {
     ++calls;
     prepacked = packed;
-    EXPECT_EQ(rows, 3072);
+    EXPECT_EQ(rows, 4096);  // 3072 rows, timed at the next power of two
     EXPECT_EQ(k, 32);
     EXPECT_EQ(n, 128);
     EXPECT_TRUE(bias);
@@ -563,7 +563,7 @@ TEST(GemmRules, AFrozenLinearTakesTheLibraryMeasuredFaster) {
     run_rules(*g, epilogue_rules(), {}, &log);
     EXPECT_EQ(summarize(log), "");
     ASSERT_FALSE(log.empty());
-    EXPECT_NE(log[0].declined.find("(measured here: [3072, 32] x [32, 128]: MKL's packed GEMM 100 us, oneDNN's 96 us"),
+    EXPECT_NE(log[0].declined.find("(measured here: [3072, 32] x [32, 128] (timed at [4096, 32]): MKL's packed GEMM 100 us, oneDNN's 96 us"),
               std::string::npos)
         << log[0].declined;
   }
@@ -576,7 +576,28 @@ TEST(GemmRules, ATieOrAtenFasterKeepsAtensGemmAndSaysWhy) {
   run_rules(*g, gemm_rules(), {}, &log);
   EXPECT_EQ(summarize(log), "");
   ASSERT_FALSE(log.empty());
-  EXPECT_EQ(log[0].declined, "[3072, 32] x [32, 128]: ATen's GEMM 100 us, oneDNN's 96 us on this machine");
+  EXPECT_EQ(log[0].declined,
+            "[3072, 32] x [32, 128] (timed at [4096, 32]): ATen's GEMM 100 us, oneDNN's 96 us on this machine");
+}
+
+// Rows are timed by octave: every row count from 2049 to 4096 asks the probe for 4096 rows, so that the
+// lengths of a dynamic dimension share one measurement and one decision; a power of two is timed as is.
+TEST(GemmRules, RowsAreTimedAtTheNextPowerOfTwo) {
+  EXPECT_EQ(gemm_timed_rows(1), 1);
+  EXPECT_EQ(gemm_timed_rows(3), 4);
+  EXPECT_EQ(gemm_timed_rows(2049), 4096);
+  EXPECT_EQ(gemm_timed_rows(4096), 4096);
+  EXPECT_EQ(gemm_timed_rows(4097), 8192);
+  for (const char* rows : {"43", "48", "64"}) {  // x [rows, 48, 32]: 2064, 2304 and 3072 rows
+    FakeGemmProbe probe(80);
+    std::string ir = cpu_linear(kGelu, true);
+    for (size_t at = ir.find("64,48"); at != std::string::npos; at = ir.find("64,48", at + 1))
+      ir.replace(at, 2, rows);
+    std::string fired;
+    const std::string out = run(gemm_rules(), ir, &fired);
+    EXPECT_EQ(fired, "gemm.linear x1, gemm.linear_gelu x1") << out;
+    EXPECT_EQ(FakeGemmProbe::calls, 1) << rows;
+  }
 }
 
 TEST(GemmRules, NearMissesAreLeftAlone) {
