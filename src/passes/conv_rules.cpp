@@ -531,7 +531,10 @@ Value* linear_weight(Builder& r, const Linear& l) {
 Value* onednn_linear_call(Builder& r, const Linear& l, const Value* out, std::vector<Arg> post) {
   const TensorType& x = l.x->tensor_type();
   Value* w = linear_weight(r, l);
-  const int64_t rows = x.extent() / x.sizes.back();
+  // The batch-size hint by octave (the layout oneDNN picks did not change within one on the suite's shapes):
+  // the signatures of a dynamic dimension fold the same step and share its result (Note [Folded constants
+  // shared across signatures], torch/executor.h).
+  const int64_t rows = gemm_timed_rows(x.extent() / x.sizes.back());
   Value* packed = r.node("mkldnn::_reorder_linear_weight", {Arg::of(w), Arg::lit(rows)}, {w->type()})->output();
   std::vector<Arg> args = {Arg::of(l.x), Arg::of(packed), l.bias ? Arg::of(l.bias) : Arg::lit(None{})};
   for (Arg& a : post) args.push_back(std::move(a));

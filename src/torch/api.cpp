@@ -65,6 +65,7 @@ struct CompiledModule::Impl {
   // The tensors of the graph's prim::Constant nodes (frozen weights and what freezing folded): results
   // that alias them, from the capture run or the eager fallback, are copied before they are returned.
   std::vector<c10::IValue> graph_constants;
+  FoldedConstants folded;  // Note [Folded constants shared across signatures]
 
   std::atomic<int64_t> calls{0}, eager_calls{0}, graph_replays{0};
   mutable std::mutex report_mu;
@@ -113,7 +114,7 @@ struct CompiledModule::Impl {
     if (to_cuda)
       optimize_captured_on_cuda(inst->captured, skip);
     else
-      optimize_captured(inst->captured, skip);
+      optimize_captured(inst->captured, skip, &folded);
     *passes_ms = ms_since(t1);
     return inst;
   }
@@ -151,11 +152,11 @@ struct CompiledModule::Impl {
     try {
       double capture_ms = 0, passes_ms = 0;
       c10::IValue result;
-      auto inst = prepare(inputs, &result, &capture_ms, &passes_ms, disable);
       PlanTarget target;
       target.enable_fusion = enable_fusion;
       set_plan_size_args(dynamic, table, &target);
       target.admit = admit;
+      auto inst = prepare(inputs, &result, &capture_ms, &passes_ms, passes_skipped(disable, target));
       inst->plan = build_plan(std::move(inst->captured.graph), target);
       inst->captured.graph = nullptr;
       resolve_aten_steps(*inst, !disable.count("in_place"));

@@ -1266,12 +1266,87 @@ void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip) {
   set_device(*cap.graph, Device::kCUDA, 0);
 }
 
-void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
+std::string FoldedConstants::key_of(const Node& n, const std::vector<c10::IValue>& args) {
+  std::string key = n.schema();
+  for (const c10::IValue& a : args) {
+    if (a.isTensor()) {
+      const at::Tensor& t = a.toTensor();
+      key += fmt::format(" {}@{}", static_cast<const void*>(t.unsafeGetTensorImpl()),
+                         t.defined() && !t.is_inference() ? t._version() : 0);
+    } else if (a.isInt() || a.isDouble() || a.isBool() || a.isNone()) {
+      key += " " + c10::str(a.tagKind(), ":", a);
+    } else {
+      return "";
+    }
+  }
+  for (const Arg& a : n.args())
+    if (!a.is_value()) key += " " + literal_str(a.literal);
+  return key;
+}
+
+std::optional<std::vector<c10::IValue>> FoldedConstants::find(const std::string& key) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  std::vector<c10::IValue> results;
+  for (const Weak& w : it->second.results) {
+    auto strong = w.lock();
+    if (!strong) return std::nullopt;  // no plan holds it any more: made again
+    results.emplace_back(at::Tensor(std::move(strong)));
+  }
+  return results;
+}
+
+void FoldedConstants::put(const std::string& key, const std::vector<c10::IValue>& args,
+                          const std::vector<c10::IValue>& results) {
+  Entry e;
+  for (const c10::IValue& a : args)
+    if (a.isTensor()) e.args.emplace_back(a.toTensor().getIntrusivePtr());
+  for (const c10::IValue& r : results) {
+    if (!r.isTensor() || !r.toTensor().defined()) return;  // tensors only
+    e.results.emplace_back(r.toTensor().getIntrusivePtr());
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  entries_[key] = std::move(e);
+  if (entries_.size() > 2 * live_after_sweep_ + 16) {
+    // Entries whose results every plan dropped are forgotten (their arguments' objects freed with them).
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      bool live = true;
+      for (const Weak& w : it->second.results) live = live && !w.expired();
+      it = live ? std::next(it) : entries_.erase(it);
+    }
+    live_after_sweep_ = entries_.size();
+  }
+}
+
+void FoldedConstants::clear() {
+  std::lock_guard<std::mutex> g(mu_);
+  entries_.clear();
+  live_after_sweep_ = 0;
+}
+
+size_t FoldedConstants::size() {
+  std::lock_guard<std::mutex> g(mu_);
+  return entries_.size();
+}
+
+void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, FoldedConstants* shared) {
   cap.eager_peak_bytes = eager_peak_bytes(*cap.graph);
   auto& constants = cap.constants;
-  ConstantEvaluator eval = [&constants](const Node& n) -> std::optional<std::vector<int64_t>> {
+  ConstantEvaluator eval = [&constants, shared](const Node& n) -> std::optional<std::vector<int64_t>> {
     std::vector<c10::IValue> args;
     for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
+    auto keep = [&constants](std::vector<c10::IValue> outs) {
+      std::vector<int64_t> idx;
+      for (auto& o : outs) {
+        idx.push_back(static_cast<int64_t>(constants.size()));
+        constants.push_back(std::move(o));
+      }
+      return idx;
+    };
+    const std::string key = shared ? FoldedConstants::key_of(n, args) : std::string();
+    if (!key.empty())
+      if (auto found = shared->find(key)) return keep(std::move(*found));
     try {
       auto outs = call_aten(n, args);
       // A folded tensor takes the strides its type says (ATen may have chosen others from its inputs'
@@ -1289,12 +1364,8 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip) {
           outs[i] = c;
         }
       }
-      std::vector<int64_t> idx;
-      for (auto& o : outs) {
-        idx.push_back(static_cast<int64_t>(constants.size()));
-        constants.push_back(std::move(o));
-      }
-      return idx;
+      if (!key.empty()) shared->put(key, args, outs);
+      return keep(std::move(outs));
     } catch (const std::exception&) {
       return std::nullopt;
     }

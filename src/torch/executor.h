@@ -108,9 +108,43 @@ int grad_requiring_input(const std::vector<c10::IValue>& inputs);
 // dropout with a literal train=False excepted) and those with mutating schemas as having side effects:
 // passes then never merge, fold, remove or reorder them, and fusion leaves them to ATen in order.
 void mark_side_effects(Graph& g);
+// Note [Folded constants shared across signatures]
+// With frozen weights, each input signature's plan folds its constants again: batch norm into the
+// convolution's weight, the weights reordered for oneDNN (passes/conv_rules.cpp). A served model that sees
+// a new sequence length in every request built, per length, a new copy of every prepacked weight (35 MB
+// per length for a 1024-4096-1024 MLP; a BERT-base would hold 440 MB per plan kept). A module or graph
+// function therefore keeps, per folded step, the step's key (schema, literals, and for each constant
+// argument its TensorImpl and version counter) and weak references to its results: a later signature
+// whose step has the same key takes the same tensors while a plan holds them. The weak references to the
+// arguments keep their TensorImpl objects (not their storage) allocated, so an address in a key is never
+// another tensor's; a result no plan holds any more is freed and made again when asked. The oneDNN linear
+// reorder takes the octave of rows (gemm_timed_rows) as its batch-size hint, so lengths share it; MKL's
+// packed GEMM is packed for its exact row count (ATen runs a plain GEMM for any other), so it is shared only
+// between signatures of the same rows.
+class FoldedConstants {
+ public:
+  // Results of an earlier step with this key that a plan still holds, or nullopt.
+  std::optional<std::vector<c10::IValue>> find(const std::string& key);
+  void put(const std::string& key, const std::vector<c10::IValue>& args, const std::vector<c10::IValue>& results);
+  void clear();
+  size_t size();
+  // The key of a step of node `n` over these constant arguments, or "" where it is not kept (an argument
+  // that is neither a tensor nor a number).
+  static std::string key_of(const Node& n, const std::vector<c10::IValue>& args);
+
+ private:
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Entry {
+    std::vector<Weak> args, results;
+  };
+  std::mutex mu_;
+  std::map<std::string, Entry> entries_;
+  size_t live_after_sweep_ = 0;
+};
 // Runs the pass pipeline on a captured graph (marking side effects first); ATen evaluates the subgraphs of constants (into the
-// constants table). `skip`: passes, rule sets or rules left out (run_pipeline).
-void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip = {});
+// constants table). `skip`: passes, rule sets or rules left out (run_pipeline). `shared`: Note [Folded
+// constants shared across signatures] (nullptr: none).
+void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip = {}, FoldedConstants* shared = nullptr);
 // optimize_captured for a plan on cuda:0 from a capture on the CPU (compile_cuda, CUDA packages): the graph
 // is moved to cuda:0 before the passes, whose rules depend on the device (decompose's rms_norm; the oneDNN
 // and MKL rules take CPU tensors only, the cuBLASLt and cuDNN epilogues CUDA tensors only), and the values

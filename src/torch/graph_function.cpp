@@ -28,6 +28,12 @@ void set_plan_size_args(DynamicSizes mode, const SignatureTable& table, PlanTarg
   target->size_args_if_compiled = mode == DynamicSizes::kAuto && !later;
 }
 
+std::set<std::string> passes_skipped(const std::set<std::string>& disable, const PlanTarget& target) {
+  std::set<std::string> skip = disable;
+  if (target.size_args) skip.insert("prepack.linear_mkl");
+  return skip;
+}
+
 void apply_process_options(const CompileOptions& options) {
   FJ_CHECK(options.remote_cache.has_value() == options.remote_cache_key_file.has_value(),
            "CompileOptions::remote_cache and remote_cache_key_file go together (entries are code, signed with the "
@@ -309,6 +315,7 @@ struct GraphFunction::Impl {
   CompileOptions options;
   std::set<std::string> disable;  // CompileOptions::disable, checked
   DynamicSizes dynamic;
+  mutable FoldedConstants folded;  // Note [Folded constants shared across signatures]
 
   static std::string signature(const std::vector<at::Tensor>& inputs, const std::string& key,
                                std::vector<c10::IValue>* boxed) {
@@ -323,11 +330,11 @@ struct GraphFunction::Impl {
     auto inst = std::make_unique<PlanInstance>();
     CapturedGraph& cap = inst->captured;
     cap = captured_from_ir(name(), inputs, ir, constants);
-    optimize_captured(cap, disable);
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
     set_plan_size_args(dynamic, table, &target);
     target.admit = admit;
+    optimize_captured(cap, passes_skipped(disable, target), &folded);
     inst->plan = build_plan(std::move(cap.graph), target);
     resolve_aten_steps(*inst, !disable.count("in_place"));
     return inst;
@@ -392,6 +399,9 @@ std::string GraphFunction::explain(const std::vector<at::Tensor>& inputs, const 
 int GraphFunction::num_plans() const { return impl_->table.num_plans(); }
 int GraphFunction::plans_dropped() const { return impl_->table.num_dropped(); }
 
-void GraphFunction::clear() { impl_->table.clear(); }
+void GraphFunction::clear() {
+  impl_->table.clear();
+  impl_->folded.clear();
+}
 
 }  // namespace fusion_jit

@@ -123,6 +123,12 @@ DynamicSizes dynamic_sizes(const CompileOptions& options);
 // second compiled plan for auto; auto's first plan reads its sizes only where that code is compiled
 // already (PlanTarget::size_args_if_compiled).
 void set_plan_size_args(DynamicSizes mode, const SignatureTable& table, PlanTarget* target);
+// The passes and rules left out of a plan's pipeline: `disable`, and for a plan whose kernels read their
+// sizes (a dynamic class, `target.size_args`) prepack.linear_mkl: MKL's packed weight serves only its exact
+// row count, so every length of a served model would hold a packed copy of each weight; oneDNN's
+// reordered weight serves any rows and is shared by octave (Note [Folded constants shared across
+// signatures], torch/executor.h).
+std::set<std::string> passes_skipped(const std::set<std::string>& disable, const PlanTarget& target);
 // CompileOptions::disable as a set, checked: Error naming an unknown or process-wide name and the names
 // it takes. `module`: the module's name, for the message.
 std::set<std::string> module_disable(const CompileOptions& options, const std::string& module);

@@ -6,8 +6,11 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "kernels_cache/kernels_cache.h"
 #include "torch/executor.h"
+#include "torch/graph_function.h"
 #include "passes/passes.h"
 #include "runtime/profile.h"
 #include "support/options.h"
@@ -633,6 +636,27 @@ TEST(LinearRules, MklPackedLinearMatchesEager) {
   EXPECT_FALSE(is_compute_schema("aten::view"));
 }
 
+// A plan whose kernels read their sizes (dynamic "on", or a table's later signatures under auto) takes
+// oneDNN's reordered weight where MKL's packed GEMM would be chosen: MKL's packs for one row count, so a
+// served model would hold a packed copy of every weight per length (passes_skipped).
+TEST(LinearRules, DynamicPlansTakeOneDnnsReorderInsteadOfMklsPackedWeight) {
+  ForcedGemmProbe probe(150);  // MKL measured faster
+  const std::string body = "    return torch.linear(x, self.w, self.b) * 2.0\n";
+  auto m = linear_block(body);
+  for (const char* dynamic : {"off", "on"}) {
+    CompileOptions o;
+    o.dynamic = dynamic;
+    auto compiled = std::make_shared<CompiledModule>(compile(m, o));
+    for (int64_t rows : {48, 56}) {
+      auto r = compare_with_eager(*compiled, m, {at::randn({rows, 256})}, body + " rows " + std::to_string(rows));
+      ASSERT_NE(r.plan, nullptr) << dynamic;
+      const bool on = std::string(dynamic) == "on";
+      EXPECT_EQ(r.plan->aten_ops.count("mkl::_mkl_linear"), on ? 0u : 1u) << dynamic << r.plan->explain();
+      EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_linear_pointwise"), on ? 1u : 0u) << dynamic << r.plan->explain();
+    }
+  }
+}
+
 // BatchNorm1d after a frozen linear with a 2-d result folds into it (fold.linear_bn), then takes the relu
 // as a post-op; over a 3-d result the batch_norm's channels are not the features: left as written.
 TEST(LinearRules, BatchNormAfterALinearFoldsIntoItAndMatchesEager) {
@@ -672,6 +696,43 @@ TEST(LinearRules, ConstantScalesAndShiftsFoldIntoTheLinearAndMatchEager) {
   auto r = run_and_compare(m, {linear_input()}, "linear / tensor");
   ASSERT_NE(r.plan, nullptr);
   EXPECT_EQ(r.plan->explain().find("fold.linear_div"), std::string::npos) << r.plan->explain();
+}
+
+// Note [Folded constants shared across signatures]: the frozen weight's oneDNN reorder, folded at plan build,
+// is one tensor for every row count of an octave (its batch-size hint), made again for another octave or
+// once the weight changed in place, and the same values as a plan folding alone.
+TEST(FoldedConstants, PrepackedWeightsAreSharedAcrossSignatures) {
+  ForcedGemmProbe probe(50);  // oneDNN's GEMM measured faster: prepack.linear
+  at::manual_seed(0);
+  at::Tensor w = at::randn({512, 256}) * 0.05, b = at::randn({512});
+  FoldedConstants shared;
+  // The reordered weight the plan for x [rows, 256] reads, folded through `memo`.
+  auto reordered = [&](int64_t rows, FoldedConstants* memo) {
+    const std::string ir = fmt::format(
+        "graph(%0 : f32[{0},256]):\n  %1 : f32[512,256] = fj::constant(0)\n  %2 : f32[512] = fj::constant(1)\n"
+        "  %3 : f32[{0},512] = aten::linear(%0, %1, %2)\n  return (%3)\n",
+        rows);
+    CapturedGraph cap = captured_from_ir("linear", {at::randn({rows, 256})}, ir, {w, b});
+    optimize_captured(cap, {}, memo);
+    for (const Node* n : cap.graph->nodes())
+      if (n->schema() == "mkldnn::_linear_pointwise")
+        return cap.constants.at(n->args()[1].value->producer()->constant_index()).toTensor();
+    ADD_FAILURE() << print_graph(*cap.graph);
+    return at::Tensor();
+  };
+  const at::Tensor at40 = reordered(40, &shared), at50 = reordered(50, &shared);
+  ASSERT_TRUE(at40.defined());
+  EXPECT_TRUE(at40.is_same(at50)) << "40 and 50 rows: one octave, one reorder";
+  const at::Tensor at100 = reordered(100, &shared);
+  EXPECT_FALSE(at100.is_same(at40)) << "100 rows: the next octave";
+  auto dense = [](const at::Tensor& t) { return t.to_dense(); };  // oneDNN's tensor, read back
+  EXPECT_TRUE(at::equal(dense(reordered(40, nullptr)), dense(at40))) << "the same values as a plan folding alone";
+  w.mul_(-2.0);  // changed in place: its version moved, so the reorder is made again from the new values
+  const at::Tensor changed = reordered(40, &shared);
+  EXPECT_FALSE(changed.is_same(at40));
+  EXPECT_TRUE(at::equal(dense(changed), dense(reordered(40, nullptr))));
+  EXPECT_TRUE(at::equal(dense(changed), w));
+  EXPECT_FALSE(at::equal(dense(changed), dense(at40)));
 }
 
 }  // namespace
