@@ -193,6 +193,7 @@ class _CompiledGraph:
                          and _enabled("symbolic", opts))
         self.template = None
         self.no_template = None     # why a symbolic graph has none (debugging)
+        self.channels_last_copies = {}  # Note [Folded constants shared across signatures] (_lowering.py)
         with _stats.lock:
             _stats.graphs += 1
         _graphs.add(self)
@@ -271,7 +272,8 @@ class _CompiledGraph:
                 # the backward graph was traced with.)
                 acts, layout = channels_last_activations(self.gm)
             try:
-                low = lower(self.gm, args, freeze, cl, acts, symbolic=self.symbolic and self.template is None)
+                low = lower(self.gm, args, freeze, cl, acts, symbolic=self.symbolic and self.template is None,
+                            copies=self.channels_last_copies)
             except ((LayoutMismatch, RuntimeError) if cl or acts else ()) as e:
                 # Channels-last weights or activations are an optimization: where an op of the graph
                 # refuses the layout (a view of a channels-last tensor that only a copy could give), lower
@@ -373,6 +375,7 @@ class _CompiledGraph:
     def clear(self):
         self.fn.clear()
         self.template = None
+        self.channels_last_copies.clear()
         self.outputs.clear()
         self.positions = None
         self.frozen = []

@@ -266,13 +266,31 @@ def _memory_format_of(t):
     return None
 
 
-def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbolic=False):
+def _channels_last_copy(v, position, copies):
+    """A frozen weight made channels-last, the same tensor for every lowering of the graph while the weight
+    is unchanged (the same object, the same version counter): the C++ side then folds it once for all the
+    signatures (Note [Folded constants shared across signatures], src/torch/executor.h), where a copy per
+    lowering held a copy of every weight, and of what was folded from it, per input signature."""
+    try:
+        version = v._version
+    except RuntimeError:  # an inference tensor has no version counter: not kept
+        return v.contiguous(memory_format=torch.channels_last)
+    kept = copies.get(position)
+    if kept is not None and kept[0] is v and kept[1] == version:
+        return kept[2]
+    cl = v.contiguous(memory_format=torch.channels_last)
+    copies[position] = (v, version, cl)
+    return cl
+
+
+def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbolic=False, copies=None):
     """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR. The tensor arguments at the
     positions in `frozen` become constants of the plan instead of inputs; those in `channels_last` (frozen
     convolution weights) are made channels-last first, as is the input of each convolution node in
     `channels_last_inputs` (Note [Channels-last activations]); with either, every output is given eager's
     layout back. `symbolic`: also write the template of Note [Symbolic graphs] (low.template), unless the
-    layout changes."""
+    layout changes. `copies`: the channels-last copies of frozen weights kept between lowerings
+    (_channels_last_copy), or None."""
     relayout = bool(channels_last) or bool(channels_last_inputs)
     marks = _symbolic.Marks() if symbolic and not relayout else None
     low = Lowered()
@@ -370,7 +388,8 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
             env[node] = v
             if isinstance(v, torch.Tensor) and position in frozen:
                 if position in channels_last:
-                    v = v.contiguous(memory_format=torch.channels_last)
+                    v = (v.contiguous(memory_format=torch.channels_last) if copies is None
+                         else _channels_last_copy(v, position, copies))
                     env[node] = v
                 r = _Ref(new_name())
                 emit([(r, ttype(v, 'input ' + node.name, node.meta.get("val")))], "fj::constant",

@@ -105,7 +105,7 @@
 // on random tensors of the linear's shape, alternating (gemm_choice.cpp), and a linear becomes oneDNN's
 // where its median is under kGemmMargin of ATen's (FUSION_JIT_GEMM=measure, the default), once per shape and
 // thread count per process; `aten` never, `onednn` always (tests, comparisons). The rows are timed at the
-// next power of two (gemm_timed_rows), and the bounds below apply to that count: one decision per octave
+// next power of two (size_octave), and the bounds below apply to that count: one decision per octave
 // of rows. A served model sees new row counts (batch x sequence length) in nearly every request; timed at
 // its exact rows, each new length cost a measurement (about 40 ms for a 512-1024-512 MLP) and could
 // take the other library where the two were near a tie, which changes the plan's kernels (an activation
@@ -331,10 +331,14 @@ bool onednn_conv(const Conv& conv, const Value* result, std::string* why = nullp
 // its result channels-last, and aten::contiguous gives eager's layout back.
 Value* onednn_call(Builder& r, const Conv& conv, const Value* out, const std::string& schema, Value* other,
                    std::vector<Arg> post) {
-  const TensorType& x = conv.x->tensor_type();
+  // The input size hint with the batch by octave (oneDNN's layout and times did not change within one on
+  // the shapes measured): the batch sizes of a served model share the folded weight (Note [Folded
+  // constants shared across signatures], torch/executor.h).
+  std::vector<int64_t> hint = conv.x->tensor_type().sizes;
+  if (!hint.empty()) hint[0] = size_octave(hint[0]);
   Value* packed = r.node("mkldnn::_reorder_convolution_weight",
                          {Arg::of(conv.weight), Arg::lit(conv.padding), Arg::lit(conv.stride), Arg::lit(conv.dilation),
-                          Arg::lit(conv.groups), Arg::lit(x.sizes)},
+                          Arg::lit(conv.groups), Arg::lit(hint)},
                          {conv.weight->type()})
                       ->output();
   std::vector<Arg> args = {Arg::of(conv.x)};
@@ -500,7 +504,7 @@ constexpr double kGemmMargin = 0.95;
 std::optional<bool> onednn_gemm_chosen(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked,
                                        std::string* why) {
   // Decided for the octave of rows (Note [GEMM backend measured on this machine]).
-  const int64_t timed = gemm_timed_rows(rows);
+  const int64_t timed = size_octave(rows);
   const double macs = static_cast<double>(timed) * static_cast<double>(k) * static_cast<double>(n);
   if (macs < kLinearMinMacs || macs > kGemmMaxMacs) return std::nullopt;
   switch (Options::get().gemm) {
@@ -534,7 +538,7 @@ Value* onednn_linear_call(Builder& r, const Linear& l, const Value* out, std::ve
   // The batch-size hint by octave (the layout oneDNN picks did not change within one on the suite's shapes):
   // the signatures of a dynamic dimension fold the same step and share its result (Note [Folded constants
   // shared across signatures], torch/executor.h).
-  const int64_t rows = gemm_timed_rows(x.extent() / x.sizes.back());
+  const int64_t rows = size_octave(x.extent() / x.sizes.back());
   Value* packed = r.node("mkldnn::_reorder_linear_weight", {Arg::of(w), Arg::lit(rows)}, {w->type()})->output();
   std::vector<Arg> args = {Arg::of(l.x), Arg::of(packed), l.bias ? Arg::of(l.bias) : Arg::lit(None{})};
   for (Arg& a : post) args.push_back(std::move(a));
@@ -1111,10 +1115,10 @@ RuleSet make_gemm_rules() {
 
 GemmProbe set_gemm_probe(GemmProbe probe) { return std::exchange(g_gemm_probe, probe); }
 
-int64_t gemm_timed_rows(int64_t rows) {
-  int64_t timed = 1;
-  while (timed < rows && timed <= (int64_t{1} << 61)) timed *= 2;
-  return timed;
+int64_t size_octave(int64_t n) {
+  int64_t octave = 1;
+  while (octave < n && octave <= (int64_t{1} << 61)) octave *= 2;
+  return octave;
 }
 
 const RuleSet& gemm_rules() {

@@ -79,9 +79,10 @@ using GemmProbe = std::optional<GemmTiming> (*)(int64_t rows, int64_t k, int64_t
 // library loads (nullopt: not measured; the rules keep their defaults, ATen's GEMM for a plain weight and
 // MKL's packed one for a frozen float32 weight). Returns the probe set before (tests set their own).
 GemmProbe set_gemm_probe(GemmProbe probe);
-// The row count a linear of `rows` rows is timed at: the next power of two (rows >= 1). One decision per
-// octave of rows, so that the sizes of a dynamic dimension share the measurement and the rewrite.
-int64_t gemm_timed_rows(int64_t rows);
+// The next power of two from `n` (n >= 1): the row count a linear is timed at, and the batch-size hint of
+// the oneDNN weight reorders. One decision and one reordered weight per octave, so that the sizes of a
+// dynamic dimension share the measurement, the rewrite and the folded weight.
+int64_t size_octave(int64_t n);
 bool decompose(Graph& g);
 bool dce(Graph& g);
 bool cse(Graph& g);

@@ -66,6 +66,7 @@ struct CompiledModule::Impl {
   // that alias them, from the capture run or the eager fallback, are copied before they are returned.
   std::vector<c10::IValue> graph_constants;
   FoldedConstants folded;  // Note [Folded constants shared across signatures]
+  ChannelsLastCopies channels_last_copies;  // CaptureOptions's
 
   std::atomic<int64_t> calls{0}, eager_calls{0}, graph_replays{0};
   mutable std::mutex report_mu;
@@ -102,7 +103,8 @@ struct CompiledModule::Impl {
       // A graph that refuses the layout (a view that only a copy could give of a channels-last tensor)
       // keeps the NCHW capture: the layout is an optimization.
       try {
-        CaptureResult cl = capture_graph(graph, inputs, skip_self, CaptureOptions{/*channels_last_weights=*/true});
+        CaptureResult cl = capture_graph(graph, inputs, skip_self,
+                                         CaptureOptions{/*channels_last_weights=*/true, &channels_last_copies});
         if (restore_eager_layouts(cl.captured, cap.captured)) cap.captured = std::move(cl.captured);
       } catch (const std::exception&) {
       }

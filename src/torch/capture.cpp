@@ -154,8 +154,11 @@ class Importer {
     if (n->kind() == c10::prim::Constant) {
       auto v = tj::toIValue(n->output());
       FJ_CHECK(v.has_value(), "prim::Constant %{}: unsupported constant", n->output()->debugName());
-      if (options_.channels_last_weights && v->isTensor() && is_conv_weight(n->output()))
-        v = v->toTensor().contiguous(at::MemoryFormat::ChannelsLast);
+      if (options_.channels_last_weights && v->isTensor() && is_conv_weight(n->output())) {
+        const at::Tensor& w = v->toTensor();
+        v = options_.channels_last_copies ? options_.channels_last_copies->of(w)
+                                          : w.contiguous(at::MemoryFormat::ChannelsLast);
+      }
       values_[n->output()] = *v;
       return;
     }
@@ -422,6 +425,14 @@ void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph) 
   drop_identity_ops(graph->block());
   tj::RemoveTensorMutation(graph, removable_mutation);
   tj::InplaceToFunctionalActivation(graph);
+}
+
+at::Tensor ChannelsLastCopies::of(const at::Tensor& weight) {
+  if (weight.is_inference()) return weight.contiguous(at::MemoryFormat::ChannelsLast);  // no version counter
+  std::lock_guard<std::mutex> g(mu_);
+  auto [it, fresh] = copies_.try_emplace({weight.unsafeGetTensorImpl(), weight._version()});
+  if (fresh) it->second = weight.contiguous(at::MemoryFormat::ChannelsLast);
+  return it->second;
 }
 
 CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,

@@ -13,7 +13,9 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,8 +63,22 @@ void inline_all_calls(torch::jit::Graph& graph);
 // only, and cuDNN's NHWC float32 convolution was 1.3e-3 off float64 on an H200 where eager's NCHW one
 // was 1.8e-6 (tests/gpu/run.sh, conv_bn_relu). The torch.compile backend does the same with frozen inputs
 // (python/fusion_jit/_lowering.py).
+// The channels-last copies of a module's frozen conv weights, kept between its captures: the same copy for
+// every input signature, so that what the plans fold from it is shared too (Note [Folded constants shared
+// across signatures], torch/executor.h). By weight: its TensorImpl (held by the graph's constant, so never
+// another tensor's) and version counter. Thread-safe.
+class ChannelsLastCopies {
+ public:
+  at::Tensor of(const at::Tensor& weight);
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<const void*, int64_t>, at::Tensor> copies_;
+};
+
 struct CaptureOptions {
   bool channels_last_weights = false;  // frozen 4-d convolution weights made channels-last first
+  ChannelsLastCopies* channels_last_copies = nullptr;  // where set, copies are taken from it
 };
 
 // Runs the graph on `inputs` (without the module's `self` when `skip_self`) and imports it.

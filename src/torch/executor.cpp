@@ -26,6 +26,7 @@
 
 #include "support/error.h"
 #include "passes/passes.h"
+#include "support/hash.h"
 #include "support/log.h"
 #include "support/options.h"
 
@@ -1266,22 +1267,15 @@ void optimize_captured_on_cuda(CapturedGraph& cap, std::set<std::string> skip) {
   set_device(*cap.graph, Device::kCUDA, 0);
 }
 
-std::string FoldedConstants::key_of(const Node& n, const std::vector<c10::IValue>& args) {
-  std::string key = n.schema();
-  for (const c10::IValue& a : args) {
-    if (a.isTensor()) {
-      const at::Tensor& t = a.toTensor();
-      key += fmt::format(" {}@{}", static_cast<const void*>(t.unsafeGetTensorImpl()),
-                         t.defined() && !t.is_inference() ? t._version() : 0);
-    } else if (a.isInt() || a.isDouble() || a.isBool() || a.isNone()) {
-      key += " " + c10::str(a.tagKind(), ":", a);
-    } else {
-      return "";
-    }
+std::string FoldedConstants::root_key(const c10::IValue& v) {
+  if (v.isInt() || v.isDouble() || v.isBool() || v.isNone()) return c10::str(v.tagKind(), ":", v);
+  if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().is_inference()) return "";
+  const at::Tensor& t = v.toTensor();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    roots_.try_emplace(t.unsafeGetTensorImpl(), t);
   }
-  for (const Arg& a : n.args())
-    if (!a.is_value()) key += " " + literal_str(a.literal);
-  return key;
+  return fmt::format("{}@{}", static_cast<const void*>(t.unsafeGetTensorImpl()), t._version());
 }
 
 std::optional<std::vector<c10::IValue>> FoldedConstants::find(const std::string& key) {
@@ -1289,7 +1283,7 @@ std::optional<std::vector<c10::IValue>> FoldedConstants::find(const std::string&
   auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   std::vector<c10::IValue> results;
-  for (const Weak& w : it->second.results) {
+  for (const Weak& w : it->second) {
     auto strong = w.lock();
     if (!strong) return std::nullopt;  // no plan holds it any more: made again
     results.emplace_back(at::Tensor(std::move(strong)));
@@ -1297,22 +1291,19 @@ std::optional<std::vector<c10::IValue>> FoldedConstants::find(const std::string&
   return results;
 }
 
-void FoldedConstants::put(const std::string& key, const std::vector<c10::IValue>& args,
-                          const std::vector<c10::IValue>& results) {
-  Entry e;
-  for (const c10::IValue& a : args)
-    if (a.isTensor()) e.args.emplace_back(a.toTensor().getIntrusivePtr());
+void FoldedConstants::put(const std::string& key, const std::vector<c10::IValue>& results) {
+  std::vector<Weak> kept;
   for (const c10::IValue& r : results) {
     if (!r.isTensor() || !r.toTensor().defined()) return;  // tensors only
-    e.results.emplace_back(r.toTensor().getIntrusivePtr());
+    kept.emplace_back(r.toTensor().getIntrusivePtr());
   }
   std::lock_guard<std::mutex> g(mu_);
-  entries_[key] = std::move(e);
+  entries_[key] = std::move(kept);
   if (entries_.size() > 2 * live_after_sweep_ + 16) {
-    // Entries whose results every plan dropped are forgotten (their arguments' objects freed with them).
+    // Entries whose results every plan dropped are forgotten.
     for (auto it = entries_.begin(); it != entries_.end();) {
       bool live = true;
-      for (const Weak& w : it->second.results) live = live && !w.expired();
+      for (const Weak& w : it->second) live = live && !w.expired();
       it = live ? std::next(it) : entries_.erase(it);
     }
     live_after_sweep_ = entries_.size();
@@ -1322,6 +1313,7 @@ void FoldedConstants::put(const std::string& key, const std::vector<c10::IValue>
 void FoldedConstants::clear() {
   std::lock_guard<std::mutex> g(mu_);
   entries_.clear();
+  roots_.clear();
   live_after_sweep_ = 0;
 }
 
@@ -1333,18 +1325,34 @@ size_t FoldedConstants::size() {
 void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, FoldedConstants* shared) {
   cap.eager_peak_bytes = eager_peak_bytes(*cap.graph);
   auto& constants = cap.constants;
-  ConstantEvaluator eval = [&constants, shared](const Node& n) -> std::optional<std::vector<int64_t>> {
+  // Note [Folded constants shared across signatures]: each constant's key, by index ("" where not known).
+  std::vector<std::string> keys(constants.size());
+  const size_t roots = constants.size();
+  for (size_t i = 0; i < roots && shared; ++i) keys[i] = shared->root_key(constants[i]);
+  ConstantEvaluator eval = [&constants, &keys, shared](const Node& n) -> std::optional<std::vector<int64_t>> {
     std::vector<c10::IValue> args;
-    for (const Value* v : n.value_inputs()) args.push_back(constants.at(v->producer()->constant_index()));
-    auto keep = [&constants](std::vector<c10::IValue> outs) {
+    std::string key = shared ? n.schema() : std::string();
+    for (const Value* v : n.value_inputs()) {
+      const auto index = static_cast<size_t>(v->producer()->constant_index());
+      args.push_back(constants.at(index));
+      const std::string& k = index < keys.size() ? keys[index] : std::string();
+      key = key.empty() || k.empty() ? std::string() : key + " (" + k + ")";
+    }
+    if (!key.empty()) {
+      for (const Arg& a : n.args())
+        if (!a.is_value()) key += " " + literal_str(a.literal);
+      key = sha256_hex(key);
+    }
+    auto keep = [&constants, &keys, &key](std::vector<c10::IValue> outs) {
       std::vector<int64_t> idx;
-      for (auto& o : outs) {
+      for (size_t i = 0; i < outs.size(); ++i) {
         idx.push_back(static_cast<int64_t>(constants.size()));
-        constants.push_back(std::move(o));
+        constants.push_back(std::move(outs[i]));
+        keys.resize(constants.size());
+        if (!key.empty()) keys.back() = fmt::format("{}#{}", key, i);
       }
       return idx;
     };
-    const std::string key = shared ? FoldedConstants::key_of(n, args) : std::string();
     if (!key.empty())
       if (auto found = shared->find(key)) return keep(std::move(*found));
     try {
@@ -1364,7 +1372,7 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, Fo
           outs[i] = c;
         }
       }
-      if (!key.empty()) shared->put(key, args, outs);
+      if (!key.empty()) shared->put(key, outs);
       return keep(std::move(outs));
     } catch (const std::exception&) {
       return std::nullopt;

@@ -111,34 +111,36 @@ void mark_side_effects(Graph& g);
 // Note [Folded constants shared across signatures]
 // With frozen weights, each input signature's plan folds its constants again: batch norm into the
 // convolution's weight, the weights reordered for oneDNN (passes/conv_rules.cpp). A served model that sees
-// a new sequence length in every request built, per length, a new copy of every prepacked weight (35 MB
-// per length for a 1024-4096-1024 MLP; a BERT-base would hold 440 MB per plan kept). A module or graph
-// function therefore keeps, per folded step, the step's key (schema, literals, and for each constant
-// argument its TensorImpl and version counter) and weak references to its results: a later signature
-// whose step has the same key takes the same tensors while a plan holds them. The weak references to the
-// arguments keep their TensorImpl objects (not their storage) allocated, so an address in a key is never
-// another tensor's; a result no plan holds any more is freed and made again when asked. The oneDNN linear
-// reorder takes the octave of rows (gemm_timed_rows) as its batch-size hint, so lengths share it; MKL's
-// packed GEMM is packed for its exact row count (ATen runs a plain GEMM for any other), so it is shared only
-// between signatures of the same rows.
+// a new sequence length or batch size in every request built, per signature, a new copy of every folded
+// weight (35 MB per length for a 1024-4096-1024 MLP, 129 MB per batch size for resnet18; 64 plans are
+// kept). A module or graph function therefore keeps, per folded step, weak references to its results under
+// a key made of the step's schema, its literals and its arguments' keys: a constant given with the graph
+// (a root) by its TensorImpl and version counter, a folded one by the key of the step that made it. A later
+// signature whose step has the same key takes the same tensors while a plan holds them, and a result no
+// plan holds any more is made again. Roots are held here (they are the module's weights and their
+// channels-last copies, alive anyway), so an address in a key is never another tensor's. The oneDNN
+// reorders take the octave of their batch size as its hint (size_octave), so the signatures of an octave
+// share them; MKL's packed GEMM is packed for its exact row count (ATen runs a plain GEMM for others), so
+// dynamic plans leave it out (passes_skipped, torch/graph_function.h). The channels-last copies of frozen
+// conv weights are kept between captures (ChannelsLastCopies, torch/capture.h; the backend's lowering in
+// Python likewise), so that they are roots of the same key.
 class FoldedConstants {
  public:
+  // The key of a constant given with the graph: a tensor's TensorImpl (held from then on) and version
+  // counter, a number's value; "" for anything else (its steps are not shared).
+  std::string root_key(const c10::IValue& v);
   // Results of an earlier step with this key that a plan still holds, or nullopt.
   std::optional<std::vector<c10::IValue>> find(const std::string& key);
-  void put(const std::string& key, const std::vector<c10::IValue>& args, const std::vector<c10::IValue>& results);
+  // Keeps weak references to `results` (tensors only; otherwise nothing is kept).
+  void put(const std::string& key, const std::vector<c10::IValue>& results);
   void clear();
   size_t size();
-  // The key of a step of node `n` over these constant arguments, or "" where it is not kept (an argument
-  // that is neither a tensor nor a number).
-  static std::string key_of(const Node& n, const std::vector<c10::IValue>& args);
 
  private:
   using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-  struct Entry {
-    std::vector<Weak> args, results;
-  };
   std::mutex mu_;
-  std::map<std::string, Entry> entries_;
+  std::map<const void*, at::Tensor> roots_;
+  std::map<std::string, std::vector<Weak>> entries_;
   size_t live_after_sweep_ = 0;
 };
 // Runs the pass pipeline on a captured graph (marking side effects first); ATen evaluates the subgraphs of constants (into the

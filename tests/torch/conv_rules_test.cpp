@@ -5,12 +5,14 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
+#include <iostream>
 
 #include <fmt/format.h>
 
 #include "kernels_cache/kernels_cache.h"
 #include "torch/executor.h"
 #include "torch/graph_function.h"
+#include "torch/module_access.h"
 #include "passes/passes.h"
 #include "runtime/profile.h"
 #include "support/options.h"
@@ -733,6 +735,32 @@ TEST(FoldedConstants, PrepackedWeightsAreSharedAcrossSignatures) {
   EXPECT_TRUE(at::equal(dense(changed), dense(reordered(40, nullptr))));
   EXPECT_TRUE(at::equal(dense(changed), w));
   EXPECT_FALSE(at::equal(dense(changed), dense(at40)));
+}
+
+// The same across a module's captures: the conv weight with the batch norm folded into it is one tensor for
+// every batch size (here an NCHW plan, whose call takes the folded weight without a reorder); every batch
+// size's result is eager's. Before, each signature folded a copy of its own.
+TEST(FoldedConstants, AModulesFoldedConvWeightIsOneTensorForEveryBatchSize) {
+  auto m = conv_block("torch.relu(y)", true, at::kFloat);
+  CompiledModule cm = compile(m);
+  auto reordered = [&](int64_t batch) {
+    c10::IValue result;
+    auto inst = ModuleAccess::prepare(cm, {at::randn({batch, 8, 12, 12})}, {}, &result);
+    for (const Node* n : inst->captured.graph->nodes())
+      if (n->schema().rfind("mkldnn::_convolution_pointwise", 0) == 0)
+        return inst->captured.constants.at(n->args()[1].value->producer()->constant_index()).toTensor();
+    ADD_FAILURE() << print_graph(*inst->captured.graph);
+    return at::Tensor();
+  };
+  const at::Tensor b3 = reordered(3), b4 = reordered(4), b9 = reordered(9);
+  ASSERT_TRUE(b3.defined());
+  EXPECT_TRUE(b3.is_same(b4));
+  EXPECT_TRUE(b3.is_same(b9));
+  for (int64_t batch : {3, 4, 5, 9}) {
+    at::Tensor x = at::randn({batch, 8, 12, 12});
+    auto c = check_close(cm({x}).toTensor(), m.forward({x}).toTensor());
+    EXPECT_TRUE(c.ok) << batch << ": " << c.message;
+  }
 }
 
 }  // namespace

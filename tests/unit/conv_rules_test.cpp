@@ -141,6 +141,14 @@ TEST(ConvRules, ConvAndActivationBecomeOneOneDnnCall) {
   EXPECT_EQ(fired, "epilogue.conv_relu x1") << "bfloat16 has the post-op too";
   const std::string out = run(epilogue_rules(), conv_act("f32[2,8,10,10]{800,1,80,8}", "aten::relu(%3)"), &fired);
   EXPECT_EQ(fired, "epilogue.conv_relu x1") << "a channels-last input\n" << out;
+  // The reorder's input-size hint takes the batch by octave (size_octave): batch 3 folds batch 4's reorder,
+  // which the plans of batch sizes 3 and 4 then share (Note [Folded constants shared across signatures]).
+  std::string batch3 = conv_act("f32[3,8,10,10]", "aten::relu(%3)");
+  for (size_t at = batch3.find("[2,16"); at != std::string::npos; at = batch3.find("[2,16", at + 1))
+    batch3.replace(at, 5, "[3,16");
+  const std::string out3 = run(epilogue_rules(), batch3, &fired);
+  EXPECT_NE(out3.find("mkldnn::_reorder_convolution_weight(%1, [1,1], [1,1], [1,1], 1, [4,8,10,10])"), std::string::npos)
+      << out3;
 }
 
 // On a CPU where oneDNN takes no bfloat16 (set_onednn_bf16_probe: eager's own check), the bfloat16 conv
@@ -583,11 +591,11 @@ TEST(GemmRules, ATieOrAtenFasterKeepsAtensGemmAndSaysWhy) {
 // Rows are timed by octave: every row count from 2049 to 4096 asks the probe for 4096 rows, so that the
 // lengths of a dynamic dimension share one measurement and one decision; a power of two is timed as is.
 TEST(GemmRules, RowsAreTimedAtTheNextPowerOfTwo) {
-  EXPECT_EQ(gemm_timed_rows(1), 1);
-  EXPECT_EQ(gemm_timed_rows(3), 4);
-  EXPECT_EQ(gemm_timed_rows(2049), 4096);
-  EXPECT_EQ(gemm_timed_rows(4096), 4096);
-  EXPECT_EQ(gemm_timed_rows(4097), 8192);
+  EXPECT_EQ(size_octave(1), 1);
+  EXPECT_EQ(size_octave(3), 4);
+  EXPECT_EQ(size_octave(2049), 4096);
+  EXPECT_EQ(size_octave(4096), 4096);
+  EXPECT_EQ(size_octave(4097), 8192);
   for (const char* rows : {"43", "48", "64"}) {  // x [rows, 48, 32]: 2064, 2304 and 3072 rows
     FakeGemmProbe probe(80);
     std::string ir = cpu_linear(kGelu, true);
