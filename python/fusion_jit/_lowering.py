@@ -288,11 +288,10 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
     positions in `frozen` become constants of the plan instead of inputs; those in `channels_last` (frozen
     convolution weights) are made channels-last first, as is the input of each convolution node in
     `channels_last_inputs` (Note [Channels-last activations]); with either, every output is given eager's
-    layout back. `symbolic`: also write the template of Note [Symbolic graphs] (low.template), unless the
-    layout changes. `copies`: the channels-last copies of frozen weights kept between lowerings
+    layout back. `symbolic`: also write the template of Note [Symbolic graphs] (low.template). `copies`: the channels-last copies of frozen weights kept between lowerings
     (_channels_last_copy), or None."""
     relayout = bool(channels_last) or bool(channels_last_inputs)
-    marks = _symbolic.Marks() if symbolic and not relayout else None
+    marks = _symbolic.Marks() if symbolic else None
     low = Lowered()
     graph = gm.graph
     nodes = list(graph.nodes)
@@ -424,7 +423,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
             if node in channels_last_inputs:
                 # The input and, with default settings, the weight (Note [Channels-last activations]).
                 for x in node.args[:2]:
-                    s = _channels_last_input(x, env, ref, converted, emit, new_name)
+                    s = _channels_last_input(x, env, ref, converted, emit, new_name, ttype)
                     if s is not None:
                         swapped.append((x, s))
             fargs = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
@@ -470,7 +469,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
                     r = ref[o]
                     v = env[o]
                     if relayout and isinstance(r, _Ref):
-                        r, v = _eager_layout(o, r, v, emit, new_name)
+                        r, v = _eager_layout(o, r, v, emit, new_name, ttype)
                     results.append(v)
                     if isinstance(r, _Ref):
                         low.outputs.append(("ir", len(ir_outs)))
@@ -503,7 +502,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
     return low
 
 
-def _channels_last_input(x, env, ref, converted, emit, new_name):
+def _channels_last_input(x, env, ref, converted, emit, new_name, ttype):
     """Gives the FX node `x` (a convolution's input or weight) its channels-last copy for the convolution's
     lowering: emits aten::clone(x, channels_last), a kernel of the plan, once per node where `x` is not
     channels-last already. Returns what to restore after the convolution (None when nothing was swapped)."""
@@ -516,7 +515,7 @@ def _channels_last_input(x, env, ref, converted, emit, new_name):
     if x not in converted:
         cv = v.contiguous(memory_format=torch.channels_last)
         cr = _Ref(new_name())
-        emit([(cr, tensor_type(cv, f"{x.name} made channels-last"))], "aten::clone",
+        emit([(cr, ttype(cv, f"{x.name} made channels-last", x.meta.get("val")))], "aten::clone",
              [r.name, _literal(torch.channels_last, "")])
         converted[x] = (cr, cv)
     saved = (v, r)
@@ -534,7 +533,7 @@ def _check_no_shared_outputs(values):
                 raise LayoutMismatch("outputs share storage")
 
 
-def _eager_layout(node, r, v, emit, new_name):
+def _eager_layout(node, r, v, emit, new_name, ttype):
     """An output computed under channels-last weights, with the layout eager gives it (its FX value's)."""
     want = node.meta.get("val")
     if not isinstance(want, torch.Tensor) or not isinstance(v, torch.Tensor):
@@ -547,7 +546,7 @@ def _eager_layout(node, r, v, emit, new_name):
         raise LayoutMismatch(f"output {node.name}: eager's strides {tuple(want.stride())}")
     v = v.contiguous(memory_format=fmt)
     out = _Ref(new_name())
-    emit([(out, tensor_type(v, f"output {node.name}"))], "aten::contiguous", [r.name, _literal(fmt, "")])
+    emit([(out, ttype(v, f"output {node.name}", want))], "aten::contiguous", [r.name, _literal(fmt, "")])
     return out, v
 
 

@@ -27,8 +27,11 @@ Exactness:
   a mismatch drops the template, and that call and every later new signature of the graph are lowered. The inputs' types are checked by add as for any
   graph: an input laid out otherwise than the template says (a transposed view) is lowered, the template
   kept.
-- Graphs whose lowering changes layouts (channels-last) keep no template, nor do graphs under
-  dynamic_kernels="off" or with "symbolic" among the disable option's or FUSION_JIT_DISABLE's names.
+- A tensor the lowering makes channels-last (Note [Channels-last plans]: frozen conv weights and what
+  follows them, or Note [Channels-last activations]) where the graph's fake value is not has the strides of
+  that layout over the fake value's sizes; every other number as above, checked the same way.
+- Graphs under dynamic_kernels="off" or with "symbolic" among the disable option's or FUSION_JIT_DISABLE's
+  names keep no template.
 """
 
 import torch
@@ -83,8 +86,15 @@ class Marks:
             self.fail(f"{what}: no fake value of rank {t.dim()}")
             return None
         sizes = [self.num(s, m) for s, m in zip(t.shape, meta.shape)]
+        meta_strides = meta.stride()
+        if (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+                and not meta.is_contiguous(memory_format=torch.channels_last)):
+            # Made channels-last by the lowering (Note [Channels-last plans]) where the graph's value is not:
+            # its strides are those of that layout over the fake value's sizes.
+            _, c, h, w = meta.shape
+            meta_strides = (c * h * w, 1, w * c, c)
         strides = [self.num(s, m, loose=(n == 1 or t.numel() == 0))
-                   for s, m, n in zip(t.stride(), meta.stride(), t.shape)]
+                   for s, m, n in zip(t.stride(), meta_strides, t.shape)]
         return ",".join(sizes), ",".join(strides)
 
     def render(self, text):

@@ -349,3 +349,26 @@ def test_disabling_channels_last_keeps_nchw_with_default_settings(monkeypatch):
     with torch.no_grad():
         text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
     assert "layout:" not in text and "aten::clone" not in text, text
+
+
+@pytest.mark.parametrize("net, freezing, shapes", [
+    (DepthwiseNet, False, [(2, 3, 32, 32), (3, 3, 32, 32), (2, 3, 24, 40), (5, 3, 16, 16)]),
+    (FlattenedFeatures, True, [(2, 3, 16, 16), (3, 3, 16, 16), (5, 3, 16, 16), (1, 3, 16, 16)]),
+])
+def test_channels_last_plans_of_a_symbolic_graph_come_from_its_template(net, freezing, shapes):
+    """Note [Symbolic graphs]: a lowering that makes tensors channels-last (activations under default
+    settings, frozen conv weights under freezing) writes its template with that layout's strides over the
+    graph's symbolic sizes, so later sizes are filled in instead of lowered again. Every output as eager's,
+    strides included."""
+    torch.manual_seed(0)
+    m = net().eval()
+    compiled = fusion_jit.compile(m, dynamic=True, freezing=freezing)
+    for shape in shapes:
+        x = torch.randn(*shape)
+        if net is FlattenedFeatures:
+            check_outputs_and_strides(m, compiled, x)
+        else:
+            check(m, compiled, x, f"{net.__name__} {shape}")
+    s = fusion_jit.stats()
+    assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
+    assert s["symbolic_plans"] >= 2 and s["lowerings"] < len(shapes), s
