@@ -263,6 +263,35 @@ TEST(Serving, ThreadsCyclingSizesPastTheSharedBound) {
   EXPECT_EQ(fused.stats().eager_calls, 0);
 }
 
+// A frozen conv net (batch norm folded into the conv, Note [Folded constants shared across signatures])
+// served from four threads at nine batch sizes, plans dropped past the shared bound and built again while
+// other threads fold the same weights: every result is eager's.
+TEST(Serving, ThreadsFoldingOneFrozenWeightForManyBatchSizes) {
+  auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat);
+  CompileOptions o;
+  o.shared_plans = 3;
+  auto fused = compile(m, o);
+  std::vector<std::vector<c10::IValue>> inputs;
+  std::vector<std::vector<at::Tensor>> expected;
+  for (int64_t n = 1; n < 10; ++n) {
+    inputs.push_back({at::randn({n, 8, 12, 12})});
+    expected.push_back(flatten(m.forward(inputs.back())));
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 24; ++i) {
+        size_t k = static_cast<size_t>(t * 5 + i) % inputs.size();
+        auto got = flatten(fused(inputs[k]));
+        for (size_t j = 0; j < got.size(); ++j) bad += !check_close(got[j], expected[k][j]).ok;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(fused.stats().eager_calls, 0);
+}
+
 // CompileOptions::remote_cache and remote_cache_key_file (process-wide, as the environment): both or
 // neither, a malformed URL named; nothing is compiled or changed on error. (The tier itself:
 // tests/unit/remote_cache_test.cpp, tests/cli_test.py, tests/python/test_remote_cache.py.)
