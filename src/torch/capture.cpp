@@ -430,9 +430,12 @@ void prepare_torchscript_graph(const std::shared_ptr<torch::jit::Graph>& graph) 
 at::Tensor ChannelsLastCopies::of(const at::Tensor& weight) {
   if (weight.is_inference()) return weight.contiguous(at::MemoryFormat::ChannelsLast);  // no version counter
   std::lock_guard<std::mutex> g(mu_);
-  auto [it, fresh] = copies_.try_emplace({weight.unsafeGetTensorImpl(), weight._version()});
-  if (fresh) it->second = weight.contiguous(at::MemoryFormat::ChannelsLast);
-  return it->second;
+  auto& [version, copy] = copies_[weight.unsafeGetTensorImpl()];
+  if (!copy.defined() || version != weight._version()) {
+    version = weight._version();
+    copy = weight.contiguous(at::MemoryFormat::ChannelsLast);
+  }
+  return copy;
 }
 
 CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,

@@ -66,14 +66,15 @@ void inline_all_calls(torch::jit::Graph& graph);
 // The channels-last copies of a module's frozen conv weights, kept between its captures: the same copy for
 // every input signature, so that what the plans fold from it is shared too (Note [Folded constants shared
 // across signatures], torch/executor.h). By weight: its TensorImpl (held by the graph's constant, so never
-// another tensor's) and version counter. Thread-safe.
+// another tensor's); a weight whose version counter moved is copied again, its old copy dropped.
+// Thread-safe.
 class ChannelsLastCopies {
  public:
   at::Tensor of(const at::Tensor& weight);
 
  private:
   std::mutex mu_;
-  std::map<std::pair<const void*, int64_t>, at::Tensor> copies_;
+  std::map<const void*, std::pair<int64_t, at::Tensor>> copies_;  // weight -> (its version, the copy)
 };
 
 struct CaptureOptions {

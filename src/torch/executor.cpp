@@ -1341,6 +1341,8 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, Fo
     if (!key.empty()) {
       for (const Arg& a : n.args())
         if (!a.is_value()) key += " " + literal_str(a.literal);
+      // The results' types too: a folded tensor takes the strides its type says (below).
+      for (const Value* o : n.outputs()) key += " -> " + o->type().str();
       key = sha256_hex(key);
     }
     auto keep = [&constants, &keys, &key](std::vector<c10::IValue> outs) {

@@ -763,5 +763,21 @@ TEST(FoldedConstants, AModulesFoldedConvWeightIsOneTensorForEveryBatchSize) {
   }
 }
 
+// A module's channels-last weight copies: one per weight while it is unchanged, made again (and the old one
+// dropped) once the weight changed in place.
+TEST(FoldedConstants, ChannelsLastCopiesFollowTheWeightsVersion) {
+  ChannelsLastCopies copies;
+  at::Tensor w = at::randn({16, 8, 3, 3});
+  const at::Tensor first = copies.of(w);
+  EXPECT_TRUE(first.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(at::equal(first, w));
+  EXPECT_TRUE(copies.of(w).is_same(first));
+  w.mul_(2.0);
+  const at::Tensor again = copies.of(w);
+  EXPECT_FALSE(again.is_same(first));
+  EXPECT_TRUE(at::equal(again, w));
+  EXPECT_TRUE(copies.of(w).is_same(again));
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing
