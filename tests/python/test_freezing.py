@@ -126,15 +126,18 @@ def test_a_changed_parameter_is_seen_at_the_next_call():
 
 
 def test_frozen_weights_are_shared_by_the_batch_sizes_of_a_served_model():
-    """Note [Folded constants shared across signatures]: each new batch size is lowered again; the
-    channels-last copy of a frozen conv weight (and with it what the plans fold from it) is the same tensor
-    for all of them while the weight is unchanged. Before, each lowering made a copy of every weight, and a
+    """Note [Folded constants shared across signatures]: each lowering of the model's graphs (the static
+    one, the symbolic one, any lowered again) makes the frozen conv weight channels-last; that copy (and
+    with it what the plans fold from it) is one tensor for all of them while the weight is unchanged. Before, each lowering made a copy of every weight, and a
     plan per batch size held its own copies (resnet18: +129 MB per batch size)."""
     m, _ = conv_bn_relu()
     compiled = fusion_jit.compile(m, freezing=True)
 
-    def copies():
-        return {id(kept[2]) for g in list(fusion_jit._backend._graphs) for kept in g.channels_last_copies.values()}
+    def copies():  # the tensors themselves: holding them keeps a new copy from taking a freed one's id
+        return [kept[2] for g in list(fusion_jit._backend._graphs) for kept in g.channels_last_copies.values()]
+
+    def same(a, b):
+        return len(a) == len(b) and all(any(x is y for y in b) for x in a)
 
     def serve(batches, what):
         for b in batches:
@@ -144,13 +147,14 @@ def test_frozen_weights_are_shared_by_the_batch_sizes_of_a_served_model():
     kept = copies()
     assert kept, "the conv weight is made channels-last"
     serve((5, 6, 7), "later batch sizes")
-    assert copies() == kept, "no new copy for a new batch size"
+    assert same(copies(), kept), "no new copy for a new batch size"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.no_grad():
             m.conv.weight.add_(0.5)
         serve((7, 9), "after conv.weight.add_")
-    assert copies() - kept, "a changed weight is copied again (by the graph that served batch sizes 7 and 9)"
+    assert any(all(x is not y for y in kept) for x in copies()), \
+        "a changed weight is copied again (by the graph that served batch sizes 7 and 9)"
     assert fusion_jit.stats()["eager_calls"] == 0
 
 

@@ -231,6 +231,24 @@ TEST(Serving, ManyThreadsGetEagersResults) {
   EXPECT_EQ(fused.stats().calls, 8 * 40);
 }
 
+// Four threads each calling `fused` `calls` times, thread t on inputs[(t * stride + i) % size]: the number of
+// outputs unlike `expected` (eager's).
+int wrong_results_from_threads(CompiledModule& fused, const std::vector<std::vector<c10::IValue>>& inputs,
+                               const std::vector<std::vector<at::Tensor>>& expected, int calls, int stride) {
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < calls; ++i) {
+        size_t k = static_cast<size_t>(t * stride + i) % inputs.size();
+        auto got = flatten(fused(inputs[k]));
+        for (size_t j = 0; j < got.size(); ++j) bad += !check_close(got[j], expected[k][j]).ok;
+      }
+    });
+  for (auto& th : threads) th.join();
+  return bad.load();
+}
+
 // Threads calling more sizes than the table keeps (Note [Shared plans are kept by recency]): plans are
 // dropped and built again while other threads run them; every result is eager's.
 TEST(Serving, ThreadsCyclingSizesPastTheSharedBound) {
@@ -246,18 +264,7 @@ TEST(Serving, ThreadsCyclingSizesPastTheSharedBound) {
   }
   fused(inputs[0]);
   fused(inputs[1]);  // the code every later size reuses
-  std::atomic<int> bad{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 30; ++i) {
-        size_t k = static_cast<size_t>(t * 3 + i) % inputs.size();
-        auto got = flatten(fused(inputs[k]));
-        for (size_t j = 0; j < got.size(); ++j) bad += !check_close(got[j], expected[k][j]).ok;
-      }
-    });
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(wrong_results_from_threads(fused, inputs, expected, 30, 3), 0);
   EXPECT_GT(fused.stats().plans_dropped, 0);
   EXPECT_LE(fused.stats().plans_kept, 2 + 2);
   EXPECT_EQ(fused.stats().eager_calls, 0);
@@ -277,18 +284,7 @@ TEST(Serving, ThreadsFoldingOneFrozenWeightForManyBatchSizes) {
     inputs.push_back({at::randn({n, 8, 12, 12})});
     expected.push_back(flatten(m.forward(inputs.back())));
   }
-  std::atomic<int> bad{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 24; ++i) {
-        size_t k = static_cast<size_t>(t * 5 + i) % inputs.size();
-        auto got = flatten(fused(inputs[k]));
-        for (size_t j = 0; j < got.size(); ++j) bad += !check_close(got[j], expected[k][j]).ok;
-      }
-    });
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(wrong_results_from_threads(fused, inputs, expected, 24, 5), 0);
   EXPECT_EQ(fused.stats().eager_calls, 0);
 }
 
