@@ -1317,11 +1317,6 @@ void FoldedConstants::clear() {
   live_after_sweep_ = 0;
 }
 
-size_t FoldedConstants::size() {
-  std::lock_guard<std::mutex> g(mu_);
-  return entries_.size();
-}
-
 void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, FoldedConstants* shared) {
   cap.eager_peak_bytes = eager_peak_bytes(*cap.graph);
   auto& constants = cap.constants;

@@ -134,7 +134,6 @@ class FoldedConstants {
   // Keeps weak references to `results` (tensors only; otherwise nothing is kept).
   void put(const std::string& key, const std::vector<c10::IValue>& results);
   void clear();
-  size_t size();
 
  private:
   using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
