@@ -29,8 +29,8 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
                           a parameter changed later is detected and the graph compiled again;
                           default FUSION_JIT_FREEZING or False
     disable               str (comma-separated) or list of str: passes, rule sets and rules left out for
-                          this model (FUSION_JIT_DISABLE's names, e.g. "prepack.linear_mkl", and
-                          "channels_last"), besides those FUSION_JIT_DISABLE names; an unknown or
+                          this model (FUSION_JIT_DISABLE's names, e.g. "prepack.linear_mkl",
+                          "channels_last" and "weight_memo"), besides those FUSION_JIT_DISABLE names; an unknown or
                           process-wide name ("fusion", "cache", ...) is a ValueError; default none
     dynamic_kernels       "auto", "on" or "off": whether CPU kernels read their sizes as arguments, so
                           that a graph's signatures differing only in sizes share compiled kernels (auto:

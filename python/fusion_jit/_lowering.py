@@ -196,10 +196,13 @@ def channels_last_weights(gm, frozen):
 #   channels-last already (copied on each call: a kh x kw > 1 kernel over more than one input channel per
 #   group; 1x1 and depthwise weights are both layouts at once), and 0.3 ns per element copied at the
 #   plan's edges (4-d graph inputs read by a convolution, 4-d outputs given eager's layout back).
-# resnet18 (11M weight elements, 2.5M written) stays NCHW: channels-last took it from 26 to 45 ms, and
-# Inductor, which makes every CPU conv net channels-last with default settings, is slower than eager on
-# it. Inference graphs only: in training the forward's saved activations would be copied back to the
-# layout the backward graph was traced with. explain prints the decision with both estimates;
+# resnet18 (11M weight elements, 2.5M written) stays NCHW where its weights are reordered in every call:
+# channels-last took it from 26 to 45 ms, and Inductor, which makes every CPU conv net channels-last with
+# default settings, is slower than eager on it. A weight reordered once per version (_memo_conv; Note
+# [Weights reordered once per version], src/torch/executor.h) costs nothing per call and is not copied, so
+# its convolution counts no weight cost: resnet18 then goes channels-last (27.1 to 18.9 ms per call,
+# bench/RESULTS.md). Inference graphs only: in training the forward's saved activations would be copied
+# back to the layout the backward graph was traced with. explain prints the decision with both estimates;
 # FUSION_JIT_DISABLE=channels_last keeps NCHW.
 _CL_GAIN_NS_PER_WRITTEN = 0.75
 _CL_NS_PER_WEIGHT = 0.6
@@ -215,28 +218,62 @@ def _numel_hint(t):
     return int(n)
 
 
-def channels_last_activations(gm):
+def _memo_conv(n, placeholders):
+    """Whether the convolution node `n` of a channels-last plan takes its weight through a reorder kept
+    across calls (Note [Weights reordered once per version], src/torch/executor.h): a float32 CPU weight
+    that is a graph input (given at each call, not frozen), an input image of more than one pixel (over a
+    1x1 image ATen's convolution on the plain weight was faster: efficientnet_b0's 32 squeeze-excite
+    convolutions 0.79 against 1.49 ms), static sizes, and oneDNN in this build of torch."""
+    if not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
+        return False
+    if len(n.args) != 9 or n.kwargs or n.args[6]:
+        return False
+    x, w, b = n.args[0], n.args[1], n.args[2]
+    if not isinstance(w, torch.fx.Node) or w not in placeholders:
+        return False
+    if b is not None and not isinstance(b, torch.fx.Node):
+        return False
+    xv, wv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None, w.meta.get("val")
+    bv = b.meta.get("val") if b is not None else None
+    for t in (xv, wv) + ((bv,) if b is not None else ()):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.device.type != "cpu":
+            return False
+    if xv.dim() != 4 or wv.dim() != 4:
+        return False
+    numbers = list(xv.shape) + list(wv.shape) + [a for lst in n.args[3:6] for a in lst] + [n.args[8]]
+    if not all(type(v) is int for v in numbers):
+        return False
+    return xv.shape[2] * xv.shape[3] > 1
+
+
+def channels_last_activations(gm, memo_weights=False, frozen=()):
     """Default settings: the convolutions whose input the plan makes channels-last (Note [Channels-last
     activations]) and a line for explain saying what was decided and why; (set(), None) where the graph
-    has no CPU 2-d convolution."""
+    has no CPU 2-d convolution. `memo_weights`: the convolutions that _memo_conv takes cost nothing per
+    weight element (Note [Weights reordered once per version], src/torch/executor.h); `frozen`: positions
+    of inputs that are constants of the plan (not reordered through a memo)."""
     convs = list(_cpu_conv2d_nodes(gm))
     if not convs:
         return set(), None
     if not _layout_may_change(gm):
         return set(), "layout: NCHW kept (an op reads memory by strides or draws random numbers)\n"
     placeholders = set(gm.graph.find_nodes(op="placeholder"))
+    graph_inputs = {p for i, p in enumerate(gm.graph.find_nodes(op="placeholder")) if i not in frozen}
 
     def numel(node):
         v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         return _numel_hint(v) if isinstance(v, torch.Tensor) else 0
 
-    weights = copied = written = edges = 0
+    weights = copied = written = edges = memo = 0
     inputs = set()
     for n, w, val in convs:
+        written += numel(n)
+        if memo_weights and _memo_conv(n, graph_inputs):
+            memo += 1
+            continue
         weights += _numel_hint(val)
         if not val.is_contiguous(memory_format=torch.channels_last):
             copied += _numel_hint(val)
-        written += numel(n)
         x = n.args[0]
         if x in placeholders and x not in inputs:
             inputs.add(x)
@@ -252,7 +289,7 @@ def channels_last_activations(gm):
     cost_us = (weights * _CL_NS_PER_WEIGHT + copied * _CL_NS_PER_COPIED + edges * _CL_NS_PER_EDGE) / 1000.0
     why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
            f"{cost_us:.1f} us ({weights} weight elements, {copied} of them copied per call, {edges} copied at "
-           f"the edges)")
+           f"the edges{f'; {memo} weight(s) reordered once per version' if memo else ''})")
     if gain_us <= cost_us:
         return set(), f"layout: NCHW kept, channels-last activations would not pay: {why}\n"
     return {n for n, _, _ in convs}, f"layout: channels-last activations: {why}\n"
@@ -283,14 +320,18 @@ def _channels_last_copy(v, position, copies):
     return cl
 
 
-def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbolic=False, copies=None):
+def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbolic=False, copies=None,
+          memo_weights=False):
     """Runs `gm` (an ATen-level FX GraphModule) on `args` and writes it as IR. The tensor arguments at the
     positions in `frozen` become constants of the plan instead of inputs; those in `channels_last` (frozen
     convolution weights) are made channels-last first, as is the input of each convolution node in
     `channels_last_inputs` (Note [Channels-last activations]); with either, every output is given eager's
     layout back. `symbolic`: also write the template of Note [Symbolic graphs] (low.template). `copies`: the channels-last copies of frozen weights kept between lowerings
-    (_channels_last_copy), or None."""
+    (_channels_last_copy), or None. `memo_weights`: those convolutions of `channels_last_inputs` that
+    _memo_conv takes read their weight through a reorder the executor keeps across calls (Note [Weights
+    reordered once per version], src/torch/executor.h); not in a symbolic lowering."""
     relayout = bool(channels_last) or bool(channels_last_inputs)
+    graph_inputs = set()  # placeholders lowered as tensor inputs of the plan
     marks = _symbolic.Marks() if symbolic else None
     low = Lowered()
     graph = gm.graph
@@ -396,6 +437,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
                 low.constants.append(v)
                 ref[node] = r
             elif isinstance(v, torch.Tensor):
+                graph_inputs.add(node)
                 r = _Ref(new_name())
                 inputs.append(f"{r.name} : {ttype(v, 'input ' + node.name, node.meta.get('val'))}")
                 low.tensor_positions.append(position)
@@ -420,9 +462,12 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
                 # Checked before running it: a graph given up on is run again eagerly from the start.
                 raise Unsupported(f"{what} mutates an argument")
             swapped = []
+            memo = (memo_weights and marks is None and node in channels_last_inputs
+                    and _memo_conv(node, graph_inputs))
             if node in channels_last_inputs:
-                # The input and, with default settings, the weight (Note [Channels-last activations]).
-                for x in node.args[:2]:
+                # The input and, with default settings, the weight (Note [Channels-last activations]); a
+                # weight reordered once per version is read as it is.
+                for x in node.args[:1 if memo else 2]:
                     s = _channels_last_input(x, env, ref, converted, emit, new_name, ttype)
                     if s is not None:
                         swapped.append((x, s))
@@ -447,6 +492,8 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
                     ref[node] = v
                 else:
                     raise Unsupported(f"{what}: indexing a tensor value")
+            elif memo:
+                ref[node] = _lower_memo_conv(node, v, what, env, ref, emit, new_name, ttype)
             elif isinstance(target, torch._ops.OpOverload):
                 ref[node] = _lower_op(node, v, what, as_text, emit, new_name, target, ttype,
                                       lambda x: ref.get(x) if isinstance(x, torch.fx.Node) else x)
@@ -521,6 +568,25 @@ def _channels_last_input(x, env, ref, converted, emit, new_name, ttype):
     saved = (v, r)
     ref[x], env[x] = converted[x]
     return saved
+
+
+def _lower_memo_conv(node, v, what, env, ref, emit, new_name, ttype):
+    """A convolution that _memo_conv takes (its input made channels-last): mkldnn::_reorder_convolution_weight
+    of the weight input, with the input size hint's batch by octave as the C++ rules give it (Note [Folded
+    constants shared across signatures]), and mkldnn::_convolution_pointwise on its result, which the
+    executor keeps across calls (Note [Weights reordered once per version], src/torch/executor.h)."""
+    x, w, b = node.args[0], node.args[1], node.args[2]
+    stride, padding, dilation, groups = list(node.args[3]), list(node.args[4]), list(node.args[5]), node.args[8]
+    hint = list(env[x].shape)
+    hint[0] = 1 << max(0, int(hint[0]) - 1).bit_length()  # size_octave (passes/conv_rules.cpp)
+    conv = [_literal(padding, what), _literal(stride, what), _literal(dilation, what), _literal(groups, what)]
+    packed = _Ref(new_name())
+    emit([(packed, ttype(env[w], f"{w.name} reordered", None))], "mkldnn::_reorder_convolution_weight",
+         [ref[w].name] + conv + [_literal(hint, what)])
+    out = _Ref(new_name())
+    emit([(out, ttype(v, what, node.meta.get("val")))], "mkldnn::_convolution_pointwise",
+         [ref[x].name, packed.name, ref[b].name if b is not None else "None"] + conv + ['"none"', "[]", "None"])
+    return out
 
 
 def _check_no_shared_outputs(values):

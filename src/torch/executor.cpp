@@ -610,6 +610,11 @@ void resolve_aten_steps(PlanInstance& inst, bool in_place) {
       c.kind = AtenCall::Kind::kOp;
       c.op = &find_handle(s);
       convert_literals(*c.op, c.stack);
+      // Note [Weights reordered once per version]: the reorder of a weight given at each call.
+      const auto& ins = plan.graph->inputs();
+      if (s == "mkldnn::_reorder_convolution_weight" && !c.ids.empty() && c.slots.at(0) == 0 &&
+          std::any_of(ins.begin(), ins.end(), [&](const Value* v) { return v->id() == c.ids[0]; }))
+        c.memo = std::make_shared<ReorderMemo>();
     }
   }
   // Views made at plan build: decided last to first, since whether a view may be one depends on its users.
@@ -1157,6 +1162,22 @@ bool sole_reference(const c10::IValue& v) {
 void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack) {
   switch (c.kind) {
     case AtenCall::Kind::kOp:
+      if (c.memo) {
+        // Note [Weights reordered once per version]
+        const at::Tensor w = stack[c.slots[0]].toTensor();
+        c10::IValue kept = c.memo->find(w);
+        if (kept.isNone()) {
+          // Kept under the version the reorder started from: a weight written while it read it is
+          // reordered again at the next call.
+          const int64_t version = w.defined() ? w._version() : 0;
+          const void* data = w.defined() && w.has_storage() ? w.const_data_ptr() : nullptr;
+          c.op->callBoxed(stack);
+          c.memo->put(w, version, data, stack.at(0));
+        } else {
+          stack.assign(1, std::move(kept));
+        }
+        return;
+      }
       if (c.fast_view || c.fast_split) {
         const at::Tensor& base = stack[c.slots[0]].toTensor();
         if ((!base.requires_grad() || !at::GradMode::is_enabled()) && plain_tensor(base)) {
@@ -1466,6 +1487,24 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
   if (!inst.cuda_graph) return run_plan(inst, inputs);
   *replayed = true;
   return inst.cuda_graph->replay(inputs);
+}
+
+c10::IValue ReorderMemo::find(const at::Tensor& w) {
+  std::lock_guard<std::mutex> lock(mu);
+  // The weak reference tells a live tensor from another one made later at the same address.
+  if (!w.defined() || w.unsafeGetTensorImpl() != impl || !weight || weight->expired() || !w.has_storage()) return {};
+  if (w._version() != version || w.const_data_ptr() != data) return {};
+  return result;
+}
+
+void ReorderMemo::put(const at::Tensor& w, int64_t at_version, const void* at_data, const c10::IValue& r) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!w.defined() || !w.has_storage() || !at_data) return;
+  weight.emplace(w.getIntrusivePtr());
+  impl = w.unsafeGetTensorImpl();
+  version = at_version;
+  data = at_data;
+  result = r;
 }
 
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts) {

@@ -20,6 +20,32 @@
 
 namespace fusion_jit {
 
+// Note [Weights reordered once per version]
+// With default settings a convolution's weight is an input of each call (torch.compile's graphs without
+// freezing), and oneDNN reorders it into its blocked layout inside every call: for a conv net's weights
+// that is a pass over every weight per call (timm_regnetx_002 at batch 1: 5.7 ms of convolutions with the
+// reorder, 4.5 ms without; bench/RESULTS.md). The backend's lowering therefore writes a channels-last
+// plan's convolutions on a weight input as mkldnn::_reorder_convolution_weight(W) and
+// mkldnn::_convolution_pointwise on its result (Note [Channels-last activations], _lowering.py), and the
+// executor keeps the reorder's last result with the step: a later call whose W is the same tensor (the
+// same TensorImpl, alive, at the same version counter and data pointer) takes it without reordering. A
+// weight changed in place (an optimizer step, load_state_dict, .data.copy_()) moves its version, another
+// tensor has another TensorImpl: either is reordered again at that call, so results are always those of
+// the weight the call was given. The memo holds the last reorder (the size of the weight) per step; it
+// refers to the weight weakly.
+struct ReorderMemo {
+  std::mutex mu;
+  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> weight;
+  const c10::TensorImpl* impl = nullptr;
+  int64_t version = 0;
+  const void* data = nullptr;
+  c10::IValue result;
+  // The memo's result where `w` is the tensor it was made from, unchanged; None otherwise.
+  c10::IValue find(const at::Tensor& w);
+  // Keeps `result`, made from `w` when it had `version` and data pointer `data` (read before the reorder).
+  void put(const at::Tensor& w, int64_t version, const void* data, const c10::IValue& result);
+};
+
 // One ATen step resolved at plan build (Note [ATen steps resolved at plan build]): the operator handle,
 // the boxed stack with every literal argument converted once, and where the step's values go in it.
 struct AtenCall {
@@ -48,6 +74,8 @@ struct AtenCall {
   // argument at stack position in_place_slot is, at run time, the only reference to its tensor and storage.
   const c10::OperatorHandle* in_place_op = nullptr;
   int in_place_slot = -1;
+  // Note [Weights reordered once per version]: set for a reorder of a graph input.
+  std::shared_ptr<ReorderMemo> memo;
 };
 
 // A kernel input read through folded views: the value whose data it reads and the byte offset.

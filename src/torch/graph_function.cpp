@@ -59,6 +59,7 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
   known.insert("channels_last");
   known.insert("in_place");
   known.insert("symbolic");
+  known.insert("weight_memo");  // read by the Python package (Note [Weights reordered once per version])
   std::set<std::string> out;
   for (const std::string& name : options.disable) {
     if (!known.count(name)) {

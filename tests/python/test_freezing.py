@@ -295,7 +295,7 @@ class WideWeights(nn.Module):
         self.b = nn.Conv2d(256, 256, 3, padding=1)
 
     def forward(self, x):
-        return self.b(torch.relu(self.a(x))).flatten(1)
+        return self.b(torch.relu(self.a(x))).mean((2, 3))
 
 
 class FlattenedFeatures(nn.Module):
@@ -325,54 +325,132 @@ def test_a_view_the_layout_makes_impossible_becomes_a_copy_where_only_read():
     check_outputs_and_strides(m, compiled, x)
 
 
-@pytest.mark.parametrize("net, x, layout", [
-    (DepthwiseNet, (2, 3, 32, 32), "channels-last activations"),
-    (WideWeights, (1, 64, 7, 7), "NCHW kept"),
+@pytest.mark.parametrize("net, x, disable, layout, clones", [
+    (DepthwiseNet, (2, 3, 32, 32), "weight_memo", "channels-last activations", 2),
+    (WideWeights, (1, 64, 7, 7), "weight_memo", "NCHW kept", 0),
+    # Weights reordered once per version cost nothing per call: WideWeights pays too, and the stem's weight
+    # is read as it is (only the input is copied).
+    (DepthwiseNet, (2, 3, 32, 32), "", "channels-last activations", 1),
+    (WideWeights, (1, 64, 7, 7), "", "channels-last activations", 1),
 ])
-def test_default_settings_choose_the_layout_by_cost(net, x, layout):
+def test_default_settings_choose_the_layout_by_cost(net, x, disable, layout, clones):
     torch.manual_seed(0)
     m = net().eval()
     x = torch.randn(*x)
     with torch.no_grad():
-        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+        text = fusion_jit.explain(m, x, disable=disable, file=open("/dev/null", "w"))
     assert f"layout: {layout}" in text, text
     # The copies to channels-last are kernels of the plan: DepthwiseNet's input and its stem's weight (the
-    # depthwise and 1x1 weights are channels-last already).
-    assert text.count("aten::clone") == (2 if layout != "NCHW kept" else 0), text
+    # depthwise and 1x1 weights are channels-last already), the input alone where the weights are reordered
+    # once per version.
+    assert text.count("aten::clone") == clones, text
     fusion_jit.reset()
     torch._dynamo.reset()
-    check(m, fusion_jit.compile(m), x, net.__name__)
+    check(m, fusion_jit.compile(m, disable=disable), x, net.__name__)
     assert fusion_jit.stats()["eager_graphs"] == 0
 
 
-def test_disabling_channels_last_keeps_nchw_with_default_settings(monkeypatch):
-    monkeypatch.setenv("FUSION_JIT_DISABLE", "channels_last")
+def reorders_in(fn):
+    """fn()'s result and how many conv weight reorders it ran (torch.profiler sees the plan's ATen steps)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = fn()
+    return out, sum(1 for e in prof.events() if e.name == "mkldnn::_reorder_convolution_weight")
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this build of torch has no oneDNN")
+def test_default_settings_reorder_each_conv_weight_once_per_version():
+    """Note [Weights reordered once per version] (src/torch/executor.h): a channels-last plan's conv weights,
+    inputs of each call, are reordered for oneDNN at the plan's first run and again only for a weight
+    changed in place or replaced; every result is eager's for the weights of that call."""
     torch.manual_seed(0)
     m = DepthwiseNet().eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
-    assert "layout:" not in text and "aten::clone" not in text, text
-
-
-@pytest.mark.parametrize("net, freezing, shapes", [
-    (DepthwiseNet, False, [(2, 3, 32, 32), (3, 3, 32, 32), (2, 3, 24, 40), (5, 3, 16, 16)]),
-    (FlattenedFeatures, True, [(2, 3, 16, 16), (3, 3, 16, 16), (5, 3, 16, 16), (1, 3, 16, 16)]),
-])
-def test_channels_last_plans_of_a_symbolic_graph_come_from_its_template(net, freezing, shapes):
-    """Note [Symbolic graphs]: a lowering that makes tensors channels-last (activations under default
-    settings, frozen conv weights under freezing) writes its template with that layout's strides over the
-    graph's symbolic sizes, so later sizes are filled in instead of lowered again. Every output as eager's,
-    strides included."""
-    torch.manual_seed(0)
-    m = net().eval()
-    compiled = fusion_jit.compile(m, dynamic=True, freezing=freezing)
-    for shape in shapes:
-        x = torch.randn(*shape)
-        if net is FlattenedFeatures:
-            check_outputs_and_strides(m, compiled, x)
-        else:
-            check(m, compiled, x, f"{net.__name__} {shape}")
+    assert "3 weight(s) reordered once per version" in text, text
+    assert text.count("mkldnn::_reorder_convolution_weight") == 3, text
+    torch._dynamo.reset()
+    fusion_jit.reset()
+    compiled = fusion_jit.compile(m)
+    check(m, compiled, x, "the compiling call")
+    _, n = reorders_in(lambda: check(m, compiled, x, "the plan's first run"))
+    assert n == 3
+    _, n = reorders_in(lambda: check(m, compiled, x, "a later call"))
+    assert n == 0, "the three weights are the same tensors at the same versions"
+    with torch.no_grad():
+        m.pw.weight.mul_(-0.5)                       # in place: its version moves
+    _, n = reorders_in(lambda: check(m, compiled, x, "after pw.weight.mul_"))
+    assert n == 1
+    m.dw.weight.data = torch.randn_like(m.dw.weight)  # .data assignment: new storage
+    _, n = reorders_in(lambda: check(m, compiled, x, "after dw.weight.data ="))
+    assert n == 1
+    m.stem.weight = nn.Parameter(torch.randn_like(m.stem.weight))  # replaced
+    check(m, compiled, x, "after stem.weight replaced")
+    check(m, compiled, x, "the call after")
     s = fusion_jit.stats()
-    assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
-    assert s["symbolic_plans"] >= 2 and s["lowerings"] < len(shapes), s
+    assert s["eager_graphs"] == 0 and s["eager_calls"] == 0, s
+
+
+class SqueezeExcite(nn.Module):
+    """A squeeze-excite block's convolutions over a 1x1 image: ATen's on the plain weight (faster there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 32, 3, padding=1)
+        self.reduce = nn.Conv2d(32, 8, 1)
+        self.expand = nn.Conv2d(8, 32, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        s = torch.sigmoid(self.expand(torch.relu(self.reduce(y.mean((2, 3), keepdim=True)))))
+        return (y * s).mean((2, 3))
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this build of torch has no oneDNN")
+def test_weights_over_a_one_pixel_image_and_disabled_memos_stay_atens():
+    torch.manual_seed(0)
+    m = SqueezeExcite().eval()
+    x = torch.randn(2, 16, 32, 32)
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+    assert "layout: channels-last activations" in text, text
+    assert text.count("mkldnn::_reorder_convolution_weight") == 1, text  # the 3x3 conv over 32x32 only
+    check(m, fusion_jit.compile(m), x, "SqueezeExcite")
+    torch._dynamo.reset()
+    fusion_jit.reset()
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, disable="weight_memo", file=open("/dev/null", "w"))
+    assert "mkldnn::_reorder_convolution_weight" not in text and "reordered once" not in text, text
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this build of torch has no oneDNN")
+def test_threads_serving_a_plan_after_each_weight_change_get_eagers_results():
+    """Threads calling one plan right after a weight changed all find the reorder missing at once; each
+    call's result is eager's for the new weight."""
+    import threading
+    torch.manual_seed(0)
+    m = DepthwiseNet().eval()
+    x = torch.randn(2, 3, 32, 32)
+    compiled = fusion_jit.compile(m)
+    with torch.no_grad():
+        compiled(x)
+        for change in range(4):
+            m.pw.weight.mul_(-1.5)
+            m.stem.weight.add_(0.25)
+            expected = m(x)
+            results = []
+            barrier = threading.Barrier(3)
+
+            def serve():
+                barrier.wait()
+                for _ in range(5):
+                    results.append(compiled(x))
+
+            threads = [threading.Thread(target=serve) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(results) == 15
+            for got in results:
+                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, msg=f"change {change}")

@@ -779,5 +779,33 @@ TEST(FoldedConstants, ChannelsLastCopiesFollowTheWeightsVersion) {
   EXPECT_TRUE(copies.of(w).is_same(again));
 }
 
+// Note [Weights reordered once per version]: the memo gives its result back only for the tensor it was
+// made from, at the version and data pointer read before the reorder.
+TEST(ReorderMemo, KeepsTheReorderWhileTheWeightIsTheSameTensorUnchanged) {
+  ReorderMemo memo;
+  at::Tensor w = at::randn({16, 8, 3, 3});
+  const at::Tensor r = w.clone();
+  EXPECT_TRUE(memo.find(w).isNone());
+  memo.put(w, w._version(), w.const_data_ptr(), r);
+  ASSERT_TRUE(memo.find(w).isTensor());
+  EXPECT_TRUE(memo.find(w).toTensor().is_same(r));
+  const at::Tensor same = w;  // another reference to the same tensor
+  EXPECT_TRUE(memo.find(same).isTensor());
+  EXPECT_TRUE(memo.find(w.clone()).isNone()) << "another tensor with equal values";
+  EXPECT_TRUE(memo.find(w.detach()).isNone()) << "another TensorImpl on the same storage";
+  w.mul_(2.0);
+  EXPECT_TRUE(memo.find(w).isNone()) << "changed in place";
+  memo.put(w, w._version(), w.const_data_ptr(), r);
+  EXPECT_TRUE(memo.find(w).isTensor());
+  w.set_data(at::randn({16, 8, 3, 3}));
+  EXPECT_TRUE(memo.find(w).isNone()) << "new storage (.data =)";
+  // Kept under the version before a write that came during the reorder: found stale at the next call.
+  const int64_t before = w._version();
+  const void* data = w.const_data_ptr();
+  w.add_(1.0);
+  memo.put(w, before, data, r);
+  EXPECT_TRUE(memo.find(w).isNone());
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing
