@@ -217,9 +217,9 @@ class _CompiledGraph:
         return self._compile_and_run(args)
 
     def _memo_weights(self):
-        """Note [Weights reordered once per version] (src/torch/executor.h): not in a symbolic lowering,
-        whose template has no such step; FUSION_JIT_DISABLE=weight_memo (or the disable option) leaves it out."""
-        return _enabled("weight_memo", self.opts) and not (self.symbolic and self.template is None)
+        """Note [Weights reordered once per version] (src/torch/executor.h); FUSION_JIT_DISABLE=weight_memo
+        (or the disable option) leaves it out."""
+        return _enabled("weight_memo", self.opts)
 
     def _unfreeze_changed(self, args):
         """Note [Freezing]: a frozen parameter or buffer was replaced or changed in place since the plans

@@ -223,7 +223,8 @@ def _memo_conv(n, placeholders):
     across calls (Note [Weights reordered once per version], src/torch/executor.h): a float32 CPU weight
     that is a graph input (given at each call, not frozen), an input image of more than one pixel (over a
     1x1 image ATen's convolution on the plain weight was faster: efficientnet_b0's 32 squeeze-excite
-    convolutions 0.79 against 1.49 ms), static sizes, and oneDNN in this build of torch."""
+    convolutions 0.79 against 1.49 ms; for symbolic sizes, at the sizes traced), a static weight, literal
+    stride, padding, dilation and groups, and oneDNN in this build of torch."""
     if not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
         return False
     if len(n.args) != 9 or n.kwargs or n.args[6]:
@@ -240,10 +241,18 @@ def _memo_conv(n, placeholders):
             return False
     if xv.dim() != 4 or wv.dim() != 4:
         return False
-    numbers = list(xv.shape) + list(wv.shape) + [a for lst in n.args[3:6] for a in lst] + [n.args[8]]
+    numbers = list(wv.shape) + [a for lst in n.args[3:6] for a in lst] + [n.args[8]]
     if not all(type(v) is int for v in numbers):
         return False
-    return xv.shape[2] * xv.shape[3] > 1
+    h, w_ = (_int_hint(d) for d in xv.shape[2:])
+    return h * w_ > 1
+
+
+def _int_hint(d):
+    """A size as an int; a symbolic one's value in the example that traced it (0 where it has none)."""
+    if isinstance(d, torch.SymInt):
+        return int(d.node.hint) if d.node.has_hint() else 0
+    return int(d)
 
 
 def channels_last_activations(gm, memo_weights=False, frozen=()):
@@ -329,7 +338,9 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
     layout back. `symbolic`: also write the template of Note [Symbolic graphs] (low.template). `copies`: the channels-last copies of frozen weights kept between lowerings
     (_channels_last_copy), or None. `memo_weights`: those convolutions of `channels_last_inputs` that
     _memo_conv takes read their weight through a reorder the executor keeps across calls (Note [Weights
-    reordered once per version], src/torch/executor.h); not in a symbolic lowering."""
+    reordered once per version], src/torch/executor.h). In a symbolic lowering the reorder's input size
+    hint is this run's: a hint is not a promise (oneDNN's convolution reorders the weight again where its
+    layout differs from the one it wants), and the batch sizes measured kept one layout."""
     relayout = bool(channels_last) or bool(channels_last_inputs)
     graph_inputs = set()  # placeholders lowered as tensor inputs of the plan
     marks = _symbolic.Marks() if symbolic else None
@@ -462,8 +473,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
                 # Checked before running it: a graph given up on is run again eagerly from the start.
                 raise Unsupported(f"{what} mutates an argument")
             swapped = []
-            memo = (memo_weights and marks is None and node in channels_last_inputs
-                    and _memo_conv(node, graph_inputs))
+            memo = memo_weights and node in channels_last_inputs and _memo_conv(node, graph_inputs)
             if node in channels_last_inputs:
                 # The input and, with default settings, the weight (Note [Channels-last activations]); a
                 # weight reordered once per version is read as it is.
@@ -581,7 +591,7 @@ def _lower_memo_conv(node, v, what, env, ref, emit, new_name, ttype):
     hint[0] = 1 << max(0, int(hint[0]) - 1).bit_length()  # size_octave (passes/conv_rules.cpp)
     conv = [_literal(padding, what), _literal(stride, what), _literal(dilation, what), _literal(groups, what)]
     packed = _Ref(new_name())
-    emit([(packed, ttype(env[w], f"{w.name} reordered", None))], "mkldnn::_reorder_convolution_weight",
+    emit([(packed, ttype(env[w], f"{w.name} reordered", w.meta.get("val")))], "mkldnn::_reorder_convolution_weight",
          [ref[w].name] + conv + [_literal(hint, what)])
     out = _Ref(new_name())
     emit([(out, ttype(v, what, node.meta.get("val")))], "mkldnn::_convolution_pointwise",

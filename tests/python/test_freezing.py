@@ -442,9 +442,13 @@ def test_threads_serving_a_plan_after_each_weight_change_get_eagers_results():
             barrier = threading.Barrier(3)
 
             def serve():
-                barrier.wait()
-                for _ in range(5):
-                    results.append(compiled(x))
+                try:
+                    with torch.no_grad():  # (grad mode is per thread)
+                        barrier.wait()
+                        for _ in range(5):
+                            results.append(compiled(x))
+                except Exception as e:  # reported below, with the thread's results missing
+                    results.append(e)
 
             threads = [threading.Thread(target=serve) for _ in range(3)]
             for t in threads:
@@ -452,5 +456,45 @@ def test_threads_serving_a_plan_after_each_weight_change_get_eagers_results():
             for t in threads:
                 t.join()
             assert len(results) == 15
+            errors = [r for r in results if isinstance(r, Exception)]
+            assert not errors, errors
             for got in results:
                 torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, msg=f"change {change}")
+
+
+
+def test_disabling_channels_last_keeps_nchw_with_default_settings(monkeypatch):
+    monkeypatch.setenv("FUSION_JIT_DISABLE", "channels_last")
+    torch.manual_seed(0)
+    m = DepthwiseNet().eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+    assert "layout:" not in text and "aten::clone" not in text, text
+
+
+@pytest.mark.parametrize("net, freezing, shapes", [
+    (DepthwiseNet, False, [(2, 3, 32, 32), (3, 3, 32, 32), (2, 3, 24, 40), (5, 3, 16, 16)]),
+    (FlattenedFeatures, True, [(2, 3, 16, 16), (3, 3, 16, 16), (5, 3, 16, 16), (1, 3, 16, 16)]),
+])
+def test_channels_last_plans_of_a_symbolic_graph_come_from_its_template(net, freezing, shapes):
+    """Note [Symbolic graphs]: a lowering that makes tensors channels-last (activations under default
+    settings, frozen conv weights under freezing) writes its template with that layout's strides over the
+    graph's symbolic sizes, so later sizes are filled in instead of lowered again. Every output as eager's,
+    strides included."""
+    torch.manual_seed(0)
+    m = net().eval()
+    compiled = fusion_jit.compile(m, dynamic=True, freezing=freezing)
+    for shape in shapes:
+        x = torch.randn(*shape)
+        if net is FlattenedFeatures:
+            check_outputs_and_strides(m, compiled, x)
+        else:
+            check(m, compiled, x, f"{net.__name__} {shape}")
+    s = fusion_jit.stats()
+    assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
+    assert s["symbolic_plans"] >= 2 and s["lowerings"] < len(shapes), s
+    if net is DepthwiseNet and torch.backends.mkldnn.is_available():
+        # The template's plans reorder their weights once too (Note [Weights reordered once per version]).
+        _, n = reorders_in(lambda: check(m, compiled, x, "again"))
+        assert n == 0
