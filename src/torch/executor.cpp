@@ -1162,8 +1162,9 @@ bool sole_reference(const c10::IValue& v) {
 void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack) {
   switch (c.kind) {
     case AtenCall::Kind::kOp:
-      if (c.memo) {
-        // Note [Weights reordered once per version]
+      if (c.memo && !stack[c.slots[0]].toTensor().is_inference()) {
+        // Note [Weights reordered once per version]. (An inference tensor has no version counter: one
+        // made and changed under torch.inference_mode is reordered at every call.)
         const at::Tensor w = stack[c.slots[0]].toTensor();
         c10::IValue kept = c.memo->find(w);
         if (kept.isNone()) {
@@ -1490,6 +1491,7 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
 }
 
 c10::IValue ReorderMemo::find(const at::Tensor& w) {
+  if (w.defined() && w.is_inference()) return {};
   std::lock_guard<std::mutex> lock(mu);
   // The weak reference tells a live tensor from another one made later at the same address.
   if (!w.defined() || w.unsafeGetTensorImpl() != impl || !weight || weight->expired() || !w.has_storage()) return {};
@@ -1499,7 +1501,7 @@ c10::IValue ReorderMemo::find(const at::Tensor& w) {
 
 void ReorderMemo::put(const at::Tensor& w, int64_t at_version, const void* at_data, const c10::IValue& r) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!w.defined() || !w.has_storage() || !at_data) return;
+  if (!w.defined() || !w.has_storage() || !at_data || w.is_inference()) return;
   weight.emplace(w.getIntrusivePtr());
   impl = w.unsafeGetTensorImpl();
   version = at_version;

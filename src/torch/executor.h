@@ -32,7 +32,8 @@ namespace fusion_jit {
 // weight changed in place (an optimizer step, load_state_dict, .data.copy_()) moves its version, another
 // tensor has another TensorImpl: either is reordered again at that call, so results are always those of
 // the weight the call was given. The memo holds the last reorder (the size of the weight) per step; it
-// refers to the weight weakly.
+// refers to the weight weakly. An inference tensor (made under torch.inference_mode) has no version
+// counter and may be changed in place there unseen: it is reordered at every call.
 struct ReorderMemo {
   std::mutex mu;
   std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> weight;

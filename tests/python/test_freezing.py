@@ -391,6 +391,22 @@ def test_default_settings_reorder_each_conv_weight_once_per_version():
     assert s["eager_graphs"] == 0 and s["eager_calls"] == 0, s
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this build of torch has no oneDNN")
+def test_weights_made_and_changed_under_inference_mode_are_reordered_at_each_call():
+    """Inference tensors have no version counter, and torch.inference_mode lets them change in place
+    unseen: such weights are reordered at every call (before, reading their version threw)."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        m = DepthwiseNet().eval()
+        x = torch.randn(2, 3, 32, 32)
+        compiled = fusion_jit.compile(m)
+        for step in range(3):
+            torch.testing.assert_close(compiled(x), m(x), atol=1e-4, rtol=1e-4, msg=f"call {step}")
+            m.pw.weight.mul_(-1.5)                     # no version counter moves
+        _, n = reorders_in(lambda: compiled(x))
+    assert n == 3, "each weight reordered at the call"
+
+
 class SqueezeExcite(nn.Module):
     """A squeeze-excite block's convolutions over a 1x1 image: ATen's on the plain weight (faster there)."""
 

@@ -805,6 +805,14 @@ TEST(ReorderMemo, KeepsTheReorderWhileTheWeightIsTheSameTensorUnchanged) {
   w.add_(1.0);
   memo.put(w, before, data, r);
   EXPECT_TRUE(memo.find(w).isNone());
+  // An inference tensor has no version counter: never kept, never found.
+  at::Tensor frozen_in_inference;
+  {
+    c10::InferenceMode guard;
+    frozen_in_inference = at::randn({16, 8, 3, 3});
+  }
+  memo.put(frozen_in_inference, 0, frozen_in_inference.const_data_ptr(), r);
+  EXPECT_TRUE(memo.find(frozen_in_inference).isNone());
 }
 
 }  // namespace
