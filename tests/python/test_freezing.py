@@ -334,11 +334,7 @@ def test_a_view_the_layout_makes_impossible_becomes_a_copy_where_only_read():
     (WideWeights, (1, 64, 7, 7), "", "channels-last activations", 1),
 ])
 def test_default_settings_choose_the_layout_by_cost(net, x, disable, layout, clones):
-    torch.manual_seed(0)
-    m = net().eval()
-    x = torch.randn(*x)
-    with torch.no_grad():
-        text = fusion_jit.explain(m, x, disable=disable, file=open("/dev/null", "w"))
+    m, x, text = explained(net, x, disable=disable)
     assert f"layout: {layout}" in text, text
     # The copies to channels-last are kernels of the plan: DepthwiseNet's input and its stem's weight (the
     # depthwise and 1x1 weights are channels-last already), the input alone where the weights are reordered
@@ -348,6 +344,16 @@ def test_default_settings_choose_the_layout_by_cost(net, x, disable, layout, clo
     torch._dynamo.reset()
     check(m, fusion_jit.compile(m, disable=disable), x, net.__name__)
     assert fusion_jit.stats()["eager_graphs"] == 0
+
+
+def explained(net, shape, **options):
+    """A seeded `net` in eval mode, an input of `shape`, and explain's text for it (no_grad)."""
+    torch.manual_seed(0)
+    m = net().eval()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"), **options)
+    return m, x, text
 
 
 def reorders_in(fn):
@@ -362,11 +368,7 @@ def test_default_settings_reorder_each_conv_weight_once_per_version():
     """Note [Weights reordered once per version] (src/torch/executor.h): a channels-last plan's conv weights,
     inputs of each call, are reordered for oneDNN at the plan's first run and again only for a weight
     changed in place or replaced; every result is eager's for the weights of that call."""
-    torch.manual_seed(0)
-    m = DepthwiseNet().eval()
-    x = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+    m, x, text = explained(DepthwiseNet, (2, 3, 32, 32))
     assert "3 weight(s) reordered once per version" in text, text
     assert text.count("mkldnn::_reorder_convolution_weight") == 3, text
     torch._dynamo.reset()
@@ -424,11 +426,7 @@ class SqueezeExcite(nn.Module):
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this build of torch has no oneDNN")
 def test_weights_over_a_one_pixel_image_and_disabled_memos_stay_atens():
-    torch.manual_seed(0)
-    m = SqueezeExcite().eval()
-    x = torch.randn(2, 16, 32, 32)
-    with torch.no_grad():
-        text = fusion_jit.explain(m, x, file=open("/dev/null", "w"))
+    m, x, text = explained(SqueezeExcite, (2, 16, 32, 32))
     assert "layout: channels-last activations" in text, text
     assert text.count("mkldnn::_reorder_convolution_weight") == 1, text  # the 3x3 conv over 32x32 only
     check(m, fusion_jit.compile(m), x, "SqueezeExcite")
