@@ -216,11 +216,6 @@ class _CompiledGraph:
                 return self._eager(args)
         return self._compile_and_run(args)
 
-    def _memo_weights(self):
-        """Note [Weights reordered once per version] (src/torch/executor.h); FUSION_JIT_DISABLE=weight_memo
-        (or the disable option) leaves it out."""
-        return _enabled("weight_memo", self.opts)
-
     def _unfreeze_changed(self, args):
         """Note [Freezing]: a frozen parameter or buffer was replaced or changed in place since the plans
         were compiled. The plans are dropped and the next lowering takes the new values; one found changed
@@ -269,16 +264,18 @@ class _CompiledGraph:
                 return results
         t0 = time.perf_counter()
         freeze = {i for i in self.freeze if isinstance(args[i], torch.Tensor)}
+        # Note [Weights reordered once per version] (src/torch/executor.h).
+        memo = _enabled("weight_memo", self.opts)
         try:
             cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last(self.opts) else set()
             acts, layout = set(), None
             if not cl and self.inference and _channels_last(self.opts):
                 # (Not in training: the forward's saved activations would be copied back to the layout
                 # the backward graph was traced with.)
-                acts, layout = channels_last_activations(self.gm, memo_weights=self._memo_weights(), frozen=freeze)
+                acts, layout = channels_last_activations(self.gm, memo_weights=memo, frozen=freeze)
             try:
                 low = lower(self.gm, args, freeze, cl, acts, symbolic=self.symbolic and self.template is None,
-                            copies=self.channels_last_copies, memo_weights=self._memo_weights())
+                            copies=self.channels_last_copies, memo_weights=memo)
             except ((LayoutMismatch, RuntimeError) if cl or acts else ()) as e:
                 # Channels-last weights or activations are an optimization: where an op of the graph
                 # refuses the layout (a view of a channels-last tensor that only a copy could give), lower

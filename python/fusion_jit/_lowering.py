@@ -212,10 +212,7 @@ _CL_NS_PER_EDGE = 0.3
 
 def _numel_hint(t):
     """A FX value's element count; for a dynamic shape, the one of the example that traced it."""
-    n = t.numel()
-    if isinstance(n, torch.SymInt):
-        n = n.node.hint if n.node.has_hint() else 0
-    return int(n)
+    return _int_hint(t.numel())
 
 
 def _memo_conv(n, placeholders):

@@ -1162,22 +1162,24 @@ bool sole_reference(const c10::IValue& v) {
 void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack) {
   switch (c.kind) {
     case AtenCall::Kind::kOp:
-      if (c.memo && !stack[c.slots[0]].toTensor().is_inference()) {
+      if (c.memo) {
         // Note [Weights reordered once per version]. (An inference tensor has no version counter: one
         // made and changed under torch.inference_mode is reordered at every call.)
         const at::Tensor w = stack[c.slots[0]].toTensor();
-        c10::IValue kept = c.memo->find(w);
-        if (kept.isNone()) {
-          // Kept under the version the reorder started from: a weight written while it read it is
-          // reordered again at the next call.
-          const int64_t version = w.defined() ? w._version() : 0;
-          const void* data = w.defined() && w.has_storage() ? w.const_data_ptr() : nullptr;
-          c.op->callBoxed(stack);
-          c.memo->put(w, version, data, stack.at(0));
-        } else {
-          stack.assign(1, std::move(kept));
+        if (w.defined() && w.has_storage() && !w.is_inference()) {
+          c10::IValue kept = c.memo->find(w);
+          if (kept.isNone()) {
+            // Kept under the version the reorder started from: a weight written while it read it is
+            // reordered again at the next call.
+            const int64_t version = w._version();
+            const void* data = w.const_data_ptr();
+            c.op->callBoxed(stack);
+            c.memo->put(w, version, data, stack.at(0));
+          } else {
+            stack.assign(1, std::move(kept));
+          }
+          return;
         }
-        return;
       }
       if (c.fast_view || c.fast_split) {
         const at::Tensor& base = stack[c.slots[0]].toTensor();
