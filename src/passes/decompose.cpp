@@ -15,6 +15,8 @@
 //   bias viewed as [G, C/G, 1]; the result viewed back
 // - std (std.correction, std.dim, std) = sqrt(var of the same arguments)
 // - max_dim, min_dim: max.dim / min.dim whose indices are unused = amax / amin
+// - max_pool2d, max_pool2d_indices: max_pool2d (with_indices, its indices unused) of a 4-d floating CPU
+//   tensor = a maximum of strided slices per edge piece, the pieces cats (Note [Max pooling as loads])
 // - batch_norm_inference: _native_batch_norm_legit_no_training whose saved statistics are unused =
 //   batch_norm (inference)
 // - embedding_range: embedding(w, idx) where idx is an ascending range (arange of step 1, plus literal
@@ -250,6 +252,139 @@ Replacement max_values(const Match& m, Builder& r, bool is_max) {
   return {r.reduce(is_max ? "aten::amax" : "aten::amin", x, {*d}, std::get<bool>(*keep)), nullptr};
 }
 
+// Note [Max pooling as loads]: max_pool2d(x, k, s, p, d, ceil_mode) (and max_pool2d_with_indices whose
+// indices nobody uses) of a 4-d floating CPU tensor, at most kMaxPoolTaps window elements, becomes the
+// maximum of strided slices of x, one slice per window element (tap): output row o reads input row
+// o*s - p + i*d for tap i. Near the edges some taps fall in the padding, which eager skips (its -inf);
+// so along each spatial dim the output rows are grouped into runs whose valid taps are the same, each
+// run of H by each run of W is a piece computing the maximum of its own taps, and the pieces are cats
+// along W, then along H. The slices are views that kernels read where they lie (no copy, Note [Views
+// folded into kernel loads]), and the cats of unequal items make one kernel of it all (Note [Cats of
+// unequal items]): one read of each tap, one write of the result, where ATen's CPU kernel also computes
+// and writes the indices (and its NCHW loop is slower still). The taps are combined in window order as
+// maximum(tap, acc): a NaN propagates and, of equal values, the earlier stays, as in eager's loop.
+// Left to ATen: other dims and dtypes, CUDA (eager's kernel is one already), a window of one element
+// (its slice would alias x), a window of more than kMaxPoolTaps elements, empty results or inputs,
+// arguments eager would reject.
+constexpr int64_t kMaxPoolTaps = 25;
+
+// `n` ints from an int or an int list literal (one value repeated); nullopt otherwise.
+std::optional<std::vector<int64_t>> pair_arg(const std::optional<Literal>& l, size_t n = 2) {
+  if (!l) return std::nullopt;
+  if (std::holds_alternative<int64_t>(*l)) return std::vector<int64_t>(n, std::get<int64_t>(*l));
+  if (!std::holds_alternative<std::vector<int64_t>>(*l)) return std::nullopt;
+  const auto& v = std::get<std::vector<int64_t>>(*l);
+  if (v.size() == 1) return std::vector<int64_t>(n, v[0]);
+  if (v.size() != n) return std::nullopt;
+  return v;
+}
+
+Replacement max_pool(const Match& m, Builder& b, bool with_indices) {
+  const Node& n = *m.root;
+  Value* x = m.value("x");
+  const TensorType& xt = x->tensor_type();
+  const TensorType& ot = n.output(0)->tensor_type();
+  if (xt.dim() != 4 || ot.dim() != 4 || !is_floating(xt.dtype) || xt.device != Device::kCPU || xt.numel() == 0 ||
+      ot.numel() == 0 || ot.dtype != xt.dtype || ot.sizes[0] != xt.sizes[0] || ot.sizes[1] != xt.sizes[1])
+    return {};
+  auto k = pair_arg(literal_arg(m.arg("k")));
+  auto s = pair_arg(literal_arg(m.arg("s"), std::vector<int64_t>{}));
+  auto p = pair_arg(literal_arg(m.arg("p"), int64_t{0}));
+  auto d = pair_arg(literal_arg(m.arg("d"), int64_t{1}));
+  if (auto sl = literal_arg(m.arg("s"), std::vector<int64_t>{});
+      sl && std::holds_alternative<std::vector<int64_t>>(*sl) && std::get<std::vector<int64_t>>(*sl).empty())
+    s = k;  // stride [] is the window's size
+  auto ceil = literal_arg(m.arg("ceil"), false);
+  if (!k || !s || !p || !d || !ceil || !std::holds_alternative<bool>(*ceil)) return {};
+  for (int i = 0; i < 2; ++i)
+    if ((*k)[i] < 1 || (*s)[i] < 1 || (*p)[i] < 0 || (*d)[i] < 1 || 2 * (*p)[i] > (*k)[i]) return {};
+  if ((*k)[0] * (*k)[1] == 1) return {};
+  if ((*k)[0] * (*k)[1] > kMaxPoolTaps)
+    return b.decline(fmt::format("a {}x{} window is more than {} loads per element", (*k)[0], (*k)[1], kMaxPoolTaps));
+  // Runs of output rows along spatial dim `dim` (2 or 3) whose valid taps are the same: [first, end), taps.
+  struct Run {
+    int64_t first, end;
+    std::vector<int64_t> taps;
+  };
+  auto runs = [&](int dim) {
+    const int i = dim - 2;
+    std::vector<Run> out;
+    for (int64_t o = 0; o < ot.sizes[dim]; ++o) {
+      std::vector<int64_t> taps;
+      for (int64_t t = 0; t < (*k)[i]; ++t) {
+        const int64_t at = o * (*s)[i] - (*p)[i] + t * (*d)[i];
+        if (at >= 0 && at < xt.sizes[dim]) taps.push_back(t);
+      }
+      if (taps.empty()) return std::vector<Run>{};  // a window wholly in the padding: eager's to judge
+      if (!out.empty() && out.back().taps == taps) out.back().end = o + 1;
+      else out.push_back({o, o + 1, taps});
+    }
+    return out;
+  };
+  const std::vector<Run> rows = runs(2), cols = runs(3);
+  if (rows.empty() || cols.empty()) return {};
+  // Values laid out as the result is (channels-last or contiguous), as eager lays out each part.
+  const bool cl = ot.strides == channels_last_strides(ot.sizes) && ot.strides != contiguous_strides(ot.sizes);
+  auto typed = [&](std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    TensorType t = xt;
+    t.sizes = std::move(sizes);
+    t.strides = std::move(strides);
+    return ValueType{t, ""};
+  };
+  auto dense = [&](const std::vector<int64_t>& sizes) {
+    return typed(sizes, cl ? channels_last_strides(sizes) : contiguous_strides(sizes));
+  };
+  // x[:, :, rows of run r at tap i, cols of run c at tap j]
+  auto tap = [&](const Run& r, int64_t i, const Run& c, int64_t j) {
+    Value* v = x;
+    const Run* run[2] = {&r, &c};
+    const int64_t t[2] = {i, j};
+    for (int q = 0; q < 2; ++q) {
+      const int dim = 2 + q;
+      const TensorType& vt = v->tensor_type();
+      const int64_t first = run[q]->first * (*s)[q] - (*p)[q] + t[q] * (*d)[q];
+      const int64_t len = run[q]->end - run[q]->first;
+      std::vector<int64_t> sizes = vt.sizes, strides = vt.strides;
+      sizes[dim] = len;
+      strides[dim] *= (*s)[q];
+      v = b.node("aten::slice.Tensor",
+                 {Arg::of(v), Arg::lit(int64_t{dim}), Arg::lit(first), Arg::lit(first + (len - 1) * (*s)[q] + 1),
+                  Arg::lit((*s)[q])},
+                 {typed(sizes, strides)})
+              ->output();
+    }
+    return v;
+  };
+  auto cat = [&](std::vector<Value*> items, int64_t dim, const ValueType& type) {
+    std::vector<Arg> args;
+    for (Value* v : items) args.push_back(Arg::of(v));
+    Value* l = b.node("prim::ListConstruct", std::move(args), {ValueType{std::nullopt, "Tensor[]"}})->output();
+    return b.node("aten::cat", {Arg::of(l), Arg::lit(dim)}, {type})->output();
+  };
+  std::vector<Value*> bands;
+  for (const Run& r : rows) {
+    std::vector<Value*> pieces;
+    for (const Run& c : cols) {
+      const std::vector<int64_t> sizes = {ot.sizes[0], ot.sizes[1], r.end - r.first, c.end - c.first};
+      Value* acc = nullptr;
+      for (int64_t i : r.taps)
+        for (int64_t j : c.taps) {
+          Value* t = tap(r, i, c, j);
+          acc = acc ? b.node("aten::maximum", {Arg::of(t), Arg::of(acc)}, {dense(sizes)})->output() : t;
+        }
+      pieces.push_back(acc);
+    }
+    std::vector<int64_t> sizes = ot.sizes;
+    sizes[2] = r.end - r.first;
+    bands.push_back(pieces.size() == 1 ? pieces[0] : cat(pieces, 3, dense(sizes)));
+  }
+  Value* y = bands.size() == 1 ? bands[0] : cat(bands, 2, ValueType{ot, ""});
+  // A single piece of one tap would be a view of x: eager's result is a tensor of its own.
+  if (y->producer()->schema() == "aten::slice.Tensor") return {};
+  if (with_indices) return {y, nullptr};
+  return {y};
+}
+
 // _native_batch_norm_legit_no_training (what AOT autograd makes of an inference batch_norm) whose saved
 // mean and rstd nobody uses (the pattern says so): batch_norm in inference mode, an op of the table.
 Replacement batch_norm_inference(const Match& m, Builder& r) {
@@ -339,6 +474,14 @@ RuleSet make_decompositions() {
            [](const Match& m, Builder& b) { return max_values(m, b, false); }},
           {"embedding_range", op({"aten::embedding"}, {P::tensor().bind("w"), P::tensor().bind("idx")}),
            embedding_range},
+          {"max_pool2d",
+           op({"aten::max_pool2d"}, {t, any("k"), any("s"), any("p"), any("d"), any("ceil")}).outputs(1),
+           [](const Match& m, Builder& b) { return max_pool(m, b, false); }},
+          {"max_pool2d_indices",
+           op({"aten::max_pool2d_with_indices"}, {t, any("k"), any("s"), any("p"), any("d"), any("ceil")})
+               .outputs(2)
+               .unused(1),
+           [](const Match& m, Builder& b) { return max_pool(m, b, true); }},
           {"batch_norm_inference", op({"aten::_native_batch_norm_legit_no_training"}, {x}).outputs(3).unused(1).unused(2),
            batch_norm_inference},
       }};

@@ -512,3 +512,36 @@ def test_channels_last_plans_of_a_symbolic_graph_come_from_its_template(net, fre
         # The template's plans reorder their weights once too (Note [Weights reordered once per version]).
         _, n = reorders_in(lambda: check(m, compiled, x, "again"))
         assert n == 0
+
+
+class Stem(nn.Module):
+    """A ResNet stem: conv, batch norm, relu, 3x3 max pool of stride 2, then a residual block."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.block = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn(self.conv(x))))
+        return torch.relu(self.block(y) + y)
+
+
+@pytest.mark.parametrize("freezing", [True, False])
+def test_a_stems_max_pool_is_our_kernel_in_both_settings(freezing):
+    # Note [Max pooling as loads]: torch.compile's max_pool2d_with_indices, its indices unused, is read as
+    # strided loads of the conv's result in one kernel (an odd input size: pieces at both ends), with eager's
+    # results; turned off, ATen's pool runs.
+    torch.manual_seed(0)
+    m = Stem().eval()
+    x = torch.randn(2, 3, 45, 37)
+    for disable, fired in (("", True), ("decompose.max_pool2d_indices", False)):
+        with torch.no_grad():
+            text = fusion_jit.explain(m, x, file=open("/dev/null", "w"), freezing=freezing, disable=disable)
+        assert ("decompose.max_pool2d_indices x1" in text) == fired, text
+        assert ("aten: aten::max_pool2d_with_indices" in text) != fired, text
+        torch._dynamo.reset()
+        check(m, torch.compile(copy.deepcopy(m), backend="fusion_jit", options={"freezing": freezing, "disable": disable}),
+              x, f"freezing={freezing} disable={disable!r}")

@@ -222,6 +222,46 @@ TEST(BatchNorm, FollowsEagersFormulaForEachLayout) {
     }
 }
 
+// Note [Max pooling as loads]: max_pool2d as one kernel of strided loads, against eager over window shapes
+// (padding at both ends, ceil_mode, dilation, stride 1, a rectangular window), a pointwise producer, NaN,
+// +-inf and +-0 in the windows, every floating dtype, and NCHW, channels-last and sliced inputs. Pools whose
+// indices are used stay ATen's.
+TEST(MaxPool, IsOneKernelOfStridedLoadsAndMatchesEager) {
+  auto m = script("x", R"(    a = torch.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], False)
+    b = torch.max_pool2d(x, [2, 2], [2, 2], [0, 0], [1, 1], True)
+    c = torch.max_pool2d(x, [3, 2], [1, 2], [1, 1], [2, 1], False)
+    d = torch.max_pool2d(x * 2.0 - 1.0, [3, 3], [1, 1], [1, 1], [1, 1], True)
+    e, i = torch.max_pool2d_with_indices(x, [2, 2], [2, 2], [1, 1], [1, 1], False)
+    return (a, b, c, d, e, i))");
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (at::ScalarType t : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf})
+    for (const char* layout : {"nchw", "channels_last", "sliced"}) {
+      if (t != at::kFloat && std::strcmp(layout, "sliced") == 0) continue;
+      at::manual_seed(1);
+      at::Tensor x = at::randn({2, 3, 9, 11}, at::kDouble);
+      x.index_put_({0, 0, 0, 0}, nan);   // a corner window
+      x.index_put_({1, 2, 4, 5}, nan);   // an interior one
+      x.index_put_({0, 1, 8, 10}, inf);
+      x.index_put_({1, 1}, -inf);        // a whole channel of -inf
+      x.index_put_({0, 2, 3}, 0.0);      // +0 beside -0
+      x.index_put_({0, 2, 3, at::indexing::Slice(0, at::indexing::None, 2)}, -0.0);
+      x = x.to(t);
+      if (std::strcmp(layout, "channels_last") == 0) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+      if (std::strcmp(layout, "sliced") == 0) x = at::cat({x, x}, 3).slice(3, 3, 14);
+      const std::string what = fmt::format("max_pool2d {} {}", c10::toString(t), layout);
+      auto r = run_and_compare(m, {x}, what);
+      ASSERT_NE(r.plan, nullptr) << what;
+      const std::string text = r.plan->explain();
+      EXPECT_NE(text.find("decompose.max_pool2d x4"), std::string::npos) << what << "\n" << text;
+      size_t aten_pools = 0;
+      for (size_t at = text.find("aten: aten::max_pool2d"); at != std::string::npos; at = text.find("aten: aten::max_pool2d", at + 1))
+        ++aten_pools;
+      EXPECT_EQ(aten_pools, 1u) << what << ": only the pool whose indices are returned runs through ATen\n" << text;
+      for (int k = 0; k < 4; ++k)
+        EXPECT_EQ(r.fused[k].strides(), r.eager[k].strides()) << what << ": output " << k;
+    }
+}
+
 // Note [Gathered loads]: embedding is read inside the kernel of its consumers, as eager computes it, in
 // every kernel form, table dtype and layout of the gather corpus, with int64 and int32 indices.
 TEST(Gather, EmbeddingIsReadInsideItsConsumersKernel) {

@@ -132,6 +132,94 @@ TEST(ConstantFold, LeavesNodesTheEvaluatorRefuses) {
   EXPECT_EQ(g->num_nodes(), 2u);
 }
 
+
+// decompose.max_pool2d (Note [Max pooling as loads]): a window without padding is one piece, the maximum
+// of its taps (strided slices of the input, in window order, each the first argument); padding splits the
+// result into pieces, each the maximum of its valid taps, joined by cats along W, then H.
+TEST(Decompose, MaxPoolIsAMaximumOfStridedSlicesPerEdgePiece) {
+  EXPECT_EQ(run(decompose, R"(graph(%0 : f32[1,2,4,4]):
+  %1 : f32[1,2,2,2], %2 : i64[1,2,2,2] = aten::max_pool2d_with_indices(%0, [2,2], [2,2])
+  return (%1)
+)"),
+            R"(graph(%0 : f32[1,2,4,4]):
+  %1 : f32[1,2,2,4]{32,16,8,1} = aten::slice.Tensor(%0, 2, 0, 3, 2)
+  %2 : f32[1,2,2,2]{32,16,8,2} = aten::slice.Tensor(%1, 3, 0, 3, 2)
+  %3 : f32[1,2,2,4]{32,16,8,1} = aten::slice.Tensor(%0, 2, 0, 3, 2)
+  %4 : f32[1,2,2,2]{32,16,8,2} = aten::slice.Tensor(%3, 3, 1, 4, 2)
+  %5 : f32[1,2,2,2] = aten::maximum(%4, %2)
+  %6 : f32[1,2,2,4]{32,16,8,1} = aten::slice.Tensor(%0, 2, 1, 4, 2)
+  %7 : f32[1,2,2,2]{32,16,8,2} = aten::slice.Tensor(%6, 3, 0, 3, 2)
+  %8 : f32[1,2,2,2] = aten::maximum(%7, %5)
+  %9 : f32[1,2,2,4]{32,16,8,1} = aten::slice.Tensor(%0, 2, 1, 4, 2)
+  %10 : f32[1,2,2,2]{32,16,8,2} = aten::slice.Tensor(%9, 3, 1, 4, 2)
+  %11 : f32[1,2,2,2] = aten::maximum(%10, %8)
+  return (%11)
+)");
+  // 3x3, stride 2, padding 1 over a channels-last 5x5 input: rows and columns run [0,1) without tap 0, [1,2)
+  // with all three, [2,3) without tap 2; nine pieces of 2 or 3 taps by 2 or 3 (49 in all), the result laid
+  // out as the input.
+  auto g = parse_graph(R"(graph(%0 : f32[2,8,5,5]{200,1,40,8}):
+  %1 : f32[2,8,3,3]{72,1,24,8} = aten::max_pool2d(%0, [3,3], [2,2], [1,1], [1,1], False)
+  return (%1)
+)");
+  EXPECT_TRUE(decompose(*g));
+  dce(*g);
+  verify_graph(*g);
+  int slices = 0, maxima = 0, cats = 0;
+  for (const Node* n : g->nodes()) {
+    slices += n->schema() == "aten::slice.Tensor";
+    maxima += n->schema() == "aten::maximum";
+    cats += n->schema() == "aten::cat";
+    EXPECT_NE(n->schema(), "aten::max_pool2d");
+  }
+  EXPECT_EQ(slices, 2 * 49);  // a slice along H, then one along W, per tap
+  EXPECT_EQ(maxima, 49 - 9);
+  EXPECT_EQ(cats, 3 + 1);  // each band's W cat, then H
+  EXPECT_EQ(g->outputs()[0]->producer()->schema(), "aten::cat");
+  EXPECT_EQ(g->outputs()[0]->tensor_type().strides, (std::vector<int64_t>{72, 1, 24, 8}));
+  const char* kept[] = {
+      // the indices are used
+      R"(graph(%0 : f32[1,2,4,4]):
+  %1 : f32[1,2,2,2], %2 : i64[1,2,2,2] = aten::max_pool2d_with_indices(%0, [2,2], [2,2])
+  return (%1, %2)
+)",
+      // unbatched (3-d)
+      R"(graph(%0 : f32[2,4,4]):
+  %1 : f32[2,2,2] = aten::max_pool2d(%0, [2,2], [2,2], [0,0], [1,1], False)
+  return (%1)
+)",
+      // not floating
+      R"(graph(%0 : i64[1,2,4,4]):
+  %1 : i64[1,2,2,2] = aten::max_pool2d(%0, [2,2], [2,2], [0,0], [1,1], False)
+  return (%1)
+)",
+      // a window of one element: its slice would alias the input
+      R"(graph(%0 : f32[1,2,4,4]):
+  %1 : f32[1,2,2,2] = aten::max_pool2d(%0, [1,1], [2,2], [0,0], [1,1], False)
+  return (%1)
+)",
+      // 7x7: more loads per element than the rule takes
+      R"(graph(%0 : f32[1,2,8,8]):
+  %1 : f32[1,2,2,2] = aten::max_pool2d(%0, [7,7], [1,1], [0,0], [1,1], False)
+  return (%1)
+)",
+      // on CUDA, eager's kernel is one already
+      R"(graph(%0 : f32[1,2,4,4]@cuda:0):
+  %1 : f32[1,2,2,2]@cuda:0 = aten::max_pool2d(%0, [2,2], [2,2], [0,0], [1,1], False)
+  return (%1)
+)",
+      // padding over half the window: eager raises
+      R"(graph(%0 : f32[1,2,4,4]):
+  %1 : f32[1,2,4,4] = aten::max_pool2d(%0, [2,2], [1,1], [2,2], [1,1], False)
+  return (%1)
+)"};
+  for (const char* ir : kept) {
+    auto k = parse_graph(ir);
+    decompose(*k);
+    EXPECT_NE(print_graph(*k).find("aten::max_pool2d"), std::string::npos) << ir;
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit
 
