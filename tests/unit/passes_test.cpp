@@ -177,43 +177,27 @@ TEST(Decompose, MaxPoolIsAMaximumOfStridedSlicesPerEdgePiece) {
   EXPECT_EQ(cats, 3 + 1);  // each band's W cat, then H
   EXPECT_EQ(g->outputs()[0]->producer()->schema(), "aten::cat");
   EXPECT_EQ(g->outputs()[0]->tensor_type().strides, (std::vector<int64_t>{72, 1, 24, 8}));
-  const char* kept[] = {
+  auto pool = [](const char* in, const char* out, const char* args) {
+    return "graph(%0 : " + std::string(in) + "):\n  %1 : " + out + " = aten::max_pool2d(%0, " + args +
+           ")\n  return (%1)\n";
+  };
+  const std::string kept[] = {
       // the indices are used
       R"(graph(%0 : f32[1,2,4,4]):
   %1 : f32[1,2,2,2], %2 : i64[1,2,2,2] = aten::max_pool2d_with_indices(%0, [2,2], [2,2])
   return (%1, %2)
 )",
-      // unbatched (3-d)
-      R"(graph(%0 : f32[2,4,4]):
-  %1 : f32[2,2,2] = aten::max_pool2d(%0, [2,2], [2,2], [0,0], [1,1], False)
-  return (%1)
-)",
-      // not floating
-      R"(graph(%0 : i64[1,2,4,4]):
-  %1 : i64[1,2,2,2] = aten::max_pool2d(%0, [2,2], [2,2], [0,0], [1,1], False)
-  return (%1)
-)",
+      pool("f32[2,4,4]", "f32[2,2,2]", "[2,2], [2,2], [0,0], [1,1], False"),  // unbatched (3-d)
+      pool("i64[1,2,4,4]", "i64[1,2,2,2]", "[2,2], [2,2], [0,0], [1,1], False"),  // not floating
       // a window of one element: its slice would alias the input
-      R"(graph(%0 : f32[1,2,4,4]):
-  %1 : f32[1,2,2,2] = aten::max_pool2d(%0, [1,1], [2,2], [0,0], [1,1], False)
-  return (%1)
-)",
+      pool("f32[1,2,4,4]", "f32[1,2,2,2]", "[1,1], [2,2], [0,0], [1,1], False"),
       // 7x7: more loads per element than the rule takes
-      R"(graph(%0 : f32[1,2,8,8]):
-  %1 : f32[1,2,2,2] = aten::max_pool2d(%0, [7,7], [1,1], [0,0], [1,1], False)
-  return (%1)
-)",
+      pool("f32[1,2,8,8]", "f32[1,2,2,2]", "[7,7], [1,1], [0,0], [1,1], False"),
       // on CUDA, eager's kernel is one already
-      R"(graph(%0 : f32[1,2,4,4]@cuda:0):
-  %1 : f32[1,2,2,2]@cuda:0 = aten::max_pool2d(%0, [2,2], [2,2], [0,0], [1,1], False)
-  return (%1)
-)",
+      pool("f32[1,2,4,4]@cuda:0", "f32[1,2,2,2]@cuda:0", "[2,2], [2,2], [0,0], [1,1], False"),
       // padding over half the window: eager raises
-      R"(graph(%0 : f32[1,2,4,4]):
-  %1 : f32[1,2,4,4] = aten::max_pool2d(%0, [2,2], [1,1], [2,2], [1,1], False)
-  return (%1)
-)"};
-  for (const char* ir : kept) {
+      pool("f32[1,2,4,4]", "f32[1,2,4,4]", "[2,2], [1,1], [2,2], [1,1], False")};
+  for (const std::string& ir : kept) {
     auto k = parse_graph(ir);
     decompose(*k);
     EXPECT_NE(print_graph(*k).find("aten::max_pool2d"), std::string::npos) << ir;
