@@ -288,12 +288,11 @@ Replacement max_pool(const Match& m, Builder& b, bool with_indices) {
       ot.numel() == 0 || ot.dtype != xt.dtype || ot.sizes[0] != xt.sizes[0] || ot.sizes[1] != xt.sizes[1])
     return {};
   auto k = pair_arg(literal_arg(m.arg("k")));
-  auto s = pair_arg(literal_arg(m.arg("s"), std::vector<int64_t>{}));
+  const auto sl = literal_arg(m.arg("s"), std::vector<int64_t>{});
+  const bool no_stride = sl && sl == Literal{std::vector<int64_t>{}};  // stride []: the window's size
+  auto s = no_stride ? k : pair_arg(sl);
   auto p = pair_arg(literal_arg(m.arg("p"), int64_t{0}));
   auto d = pair_arg(literal_arg(m.arg("d"), int64_t{1}));
-  if (auto sl = literal_arg(m.arg("s"), std::vector<int64_t>{});
-      sl && std::holds_alternative<std::vector<int64_t>>(*sl) && std::get<std::vector<int64_t>>(*sl).empty())
-    s = k;  // stride [] is the window's size
   auto ceil = literal_arg(m.arg("ceil"), false);
   if (!k || !s || !p || !d || !ceil || !std::holds_alternative<bool>(*ceil)) return {};
   for (int i = 0; i < 2; ++i)

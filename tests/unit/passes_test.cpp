@@ -155,6 +155,15 @@ TEST(Decompose, MaxPoolIsAMaximumOfStridedSlicesPerEdgePiece) {
   %11 : f32[1,2,2,2] = aten::maximum(%10, %8)
   return (%11)
 )");
+  // stride [] is the window's size
+  EXPECT_EQ(run(decompose, R"(graph(%0 : f32[1,2,4,4]):
+  %1 : f32[1,2,2,2], %2 : i64[1,2,2,2] = aten::max_pool2d_with_indices(%0, [2,2], [])
+  return (%1)
+)"),
+            run(decompose, R"(graph(%0 : f32[1,2,4,4]):
+  %1 : f32[1,2,2,2], %2 : i64[1,2,2,2] = aten::max_pool2d_with_indices(%0, [2,2], [2,2])
+  return (%1)
+)"));
   // 3x3, stride 2, padding 1 over a channels-last 5x5 input: rows and columns run [0,1) without tap 0, [1,2)
   // with all three, [2,3) without tap 2; nine pieces of 2 or 3 taps by 2 or 3 (49 in all), the result laid
   // out as the input.
