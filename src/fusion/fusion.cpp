@@ -649,31 +649,52 @@ class GreedyFuser {
     return nodes_[i]->output()->tensor_type().sizes;
   }
 
-  std::vector<int> super_succ(int s) const {
-    std::set<int> out;
-    for (int m : super_members(s)) {
-      if (next_effect_[m] >= 0 && super(next_effect_[m]) != s) out.insert(super(next_effect_[m]));
+  // Calls f(t) for each super node t that reads what super node s writes or follows its side effect
+  // (with repeats).
+  template <typename F>
+  void for_each_succ(int s, F&& f) const {
+    auto from_node = [&](int m) {
+      if (next_effect_[m] >= 0 && super(next_effect_[m]) != s) f(super(next_effect_[m]));
       for (const Value* o : nodes_[m]->outputs())
         for (const Node* u : users_[o->id()]) {
           int t = super(index_.at(u));
-          if (t != s) out.insert(t);
+          if (t != s) f(t);
         }
+    };
+    if (s >= 0) {
+      for (int m : members_[s]) from_node(m);
+    } else if (units_ && companion_[-1 - s] >= 0) {
+      from_node(companion_[-1 - s]);
+      from_node(-1 - s);
+    } else {
+      from_node(-1 - s);
     }
+  }
+
+  std::vector<int> super_succ(int s) const {
+    std::set<int> out;
+    for_each_succ(s, [&](int t) { out.insert(t); });
     return {out.begin(), out.end()};
   }
 
-  // A path from `from` to `to` of length >= 2 in the graph of super nodes.
+  // A path from `from` to `to` of length >= 2 in the graph of super nodes. Super nodes are numbered
+  // densely for the walk: groups first, then single nodes. Called for every candidate of every group, so
+  // it allocates only its two vectors.
   bool indirect_path(int from, int to) const {
-    std::set<int> seen;
+    const size_t groups = members_.size();
+    std::vector<char> seen(groups + nodes_.size(), 0);
     std::vector<int> stack;
-    for (int s : super_succ(from))
-      if (s != to) stack.push_back(s);
+    for_each_succ(from, [&](int t) {
+      if (t != to) stack.push_back(t);
+    });
     while (!stack.empty()) {
       int s = stack.back();
       stack.pop_back();
       if (s == to) return true;
-      if (!seen.insert(s).second) continue;
-      for (int t : super_succ(s)) stack.push_back(t);
+      char& c = seen[s >= 0 ? static_cast<size_t>(s) : groups + static_cast<size_t>(-1 - s)];
+      if (c) continue;
+      c = 1;
+      for_each_succ(s, [&](int t) { stack.push_back(t); });
     }
     return false;
   }

@@ -200,6 +200,17 @@ std::vector<std::vector<Node*>> Graph::users() const {
   return u;
 }
 
+std::vector<Node*> Graph::users_of(const Value* v) const {
+  std::vector<Node*> u;
+  for (const auto& n : nodes_)
+    for (const auto& a : n->args_)
+      if (a.value == v) {
+        u.push_back(n.get());
+        break;
+      }
+  return u;
+}
+
 void Graph::erase(Node* n) {
   auto pos = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& p) { return p.get() == n; });
   FJ_INTERNAL_ASSERT(pos != nodes_.end());

@@ -161,6 +161,8 @@ class Graph {
   void make_constant(Node* n, int64_t index);
   // Users of each value, by value id: the nodes that take it as an argument (once per node).
   std::vector<std::vector<Node*>> users() const;
+  // The users of one value, as users()[v->id()], without building the table.
+  std::vector<Node*> users_of(const Value* v) const;
   int num_value_ids() const { return next_id_; }
   // Renumbers values in definition order, so that the printed form is canonical.
   void renumber();

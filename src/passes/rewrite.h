@@ -150,7 +150,7 @@ class Builder {
   Value* reshape(Value* x, const std::vector<int64_t>& to);
 
   // The nodes that use `v` (a graph output is not a node).
-  std::vector<Node*> users(const Value* v) const { return g_.users().at(v->id()); }
+  std::vector<Node*> users(const Value* v) const { return g_.users_of(v); }
   // Whether a node with side effects runs after `first` and before `last` (both in the graph).
   bool side_effects_between(const Node* first, const Node* last) const;
   // Whether `v` is one of the graph's outputs.
