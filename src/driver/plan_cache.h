@@ -21,7 +21,10 @@ std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::
 // `*graph` is left as it was.
 std::unique_ptr<ExecutablePlan> find_cached_plan(const std::string& key, std::unique_ptr<Graph>* graph);
 
-// Stores `plan` under `key`.
+// Stores `plan` under `key`, its sources each under plan_source_key (Note [Plan sources stored once]).
 void store_plan(const std::string& key, const ExecutablePlan& plan);
+
+// The key a plan's generated source is kept under: the cache key of its text.
+std::string plan_source_key(const std::string& source);
 
 }  // namespace fusion_jit

@@ -12,7 +12,9 @@ namespace {
 // The layout's version, written into every plan: a change of layout changes it, and a plan of another
 // format is never read (the plan cache counts it as a miss).
 // 3: kernels keep their shape, not their code (the source holds it). 4: sources per target. 5: pieces
-// (Note [Cats of unequal items]). 6: kernels' size arguments (Note [Sizes as kernel arguments]).
+// (Note [Cats of unequal items]). 6: kernels' size arguments (Note [Sizes as kernel arguments]); a source
+// may be a `source_ref` instead (the plan cache's, which a reader without one refuses as it refuses any
+// field missing).
 constexpr int kPlanFormat = 6;
 
 // How many of its arguments kernel `name` of `source` reads: the `z_[` (CPU) and `z_.v[` (CUDA) in its
@@ -31,12 +33,16 @@ size_t arguments_read(const std::string& source, const std::string& name) {
 
 // Everything a plan holds besides the graph, as JSON: kernels (specs with value ids), steps (a kernel or
 // a node's position), what explain shows.
-std::string serialize_plan(const ExecutablePlan& p) {
+std::string serialize_plan(const ExecutablePlan& p, const KeepSource& keep) {
   nlohmann::json j;
   j["format"] = kPlanFormat;
   j["code"] = nlohmann::json::array();
-  for (const auto& c : p.code)
-    j["code"].push_back({{"target", c.target->name()}, {"arch", c.arch}, {"source", c.source}});
+  for (const auto& c : p.code) {
+    nlohmann::json cj{{"target", c.target->name()}, {"arch", c.arch}};
+    if (keep) cj["source_ref"] = keep(c.source);
+    else cj["source"] = c.source;
+    j["code"].push_back(std::move(cj));
+  }
   j["fusion_text"] = p.fusion_text;
   j["num_groups"] = p.num_groups;
   j["group_ops"] = p.group_ops;
@@ -73,7 +79,7 @@ std::string serialize_plan(const ExecutablePlan& p) {
 
 namespace {
 
-bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
+bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& find) {
   std::vector<Node*> nodes = p->graph->nodes();
   std::map<int, const Value*> values;
   for (const Value* v : p->graph->inputs()) values[v->id()] = v;
@@ -84,7 +90,14 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
     c.target = target_named(cj.at("target").get<std::string>());
     if (!c.target) return false;  // a target this build does not have
     c.arch = cj.at("arch").get<std::string>();
-    c.source = cj.at("source").get<std::string>();
+    if (cj.contains("source_ref")) {
+      if (!find) return false;
+      std::optional<std::string> source = find(cj.at("source_ref").get<std::string>());
+      if (!source) return false;
+      c.source = std::move(*source);
+    } else {
+      c.source = cj.at("source").get<std::string>();
+    }
     p->code.push_back(std::move(c));
   }
   p->fusion_text = j.at("fusion_text").get<std::string>();
@@ -211,11 +224,11 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p) {
 
 // Fills `p` (whose graph is set) from serialize_plan's text; false when it does not fit the graph or a
 // field is missing or of another type (nlohmann's exceptions stop here).
-bool deserialize_plan(const std::string& text, ExecutablePlan* p) {
+bool deserialize_plan(const std::string& text, ExecutablePlan* p, const FindSource& find) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || j.value("format", 0) != kPlanFormat) return false;
   try {
-    if (read_plan(j, p)) return true;
+    if (read_plan(j, p, find)) return true;
   } catch (const nlohmann::json::exception&) {
   }
   p->code.clear();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "driver/build_plan.h"
+#include "driver/plan_cache.h"
 #include "kernels_cache/kernels_cache.h"
 #include "targets/cpu/cpu_launch.h"
 #include "targets/cpu/cpu_printer.h"
@@ -457,6 +458,44 @@ TEST(PlanCache, ASecondBuildOfAGraphSkipsFusionAndCodegenAndComputesTheSame) {
   EXPECT_EQ(second->fused_ops, 3);
   EXPECT_NE(second->explain().find("plan from the plan cache"), std::string::npos);
   EXPECT_EQ(run(*second), run(*first));
+}
+
+// Note [Plan sources stored once]: the plans of one shape class (sizes as kernel arguments) name their
+// one source by its key instead of holding a copy each; a plan whose source is missing or is not the
+// text its key names is a miss, built again, never read with another source.
+TEST(PlanCache, PlansOfOneShapeClassShareOneStoredSource) {
+  const std::string salt = std::to_string(::getpid()) + "." + std::to_string(std::time(nullptr)) + "2";
+  auto ir = [&](int rows) {
+    const std::string t = "f32[" + std::to_string(rows) + ",7]";
+    return "graph(%0 : " + t + "):\n  %1 : " + t + " = aten::mul.Scalar(%0, " + salt + ")\n  %2 : " + t +
+           " = aten::tanh(%1)\n  return (%2)\n";
+  };
+  PlanTarget target;
+  target.size_args = true;
+  auto a = build_plan(parse_graph(ir(5)), target);
+  auto b = build_plan(parse_graph(ir(9)), target);
+  ASSERT_FALSE(a->from_plan_cache);
+  ASSERT_FALSE(b->from_plan_cache);
+  const std::string source = a->code.at(0).source;
+  ASSERT_EQ(b->code.at(0).source, source) << "one class, one source";
+  KernelsCache& cache = KernelsCache::instance();
+  const std::string ref = plan_source_key(source);
+  ASSERT_EQ(cache.get(ref), source) << "the source is an entry of its own";
+  auto again = build_plan(parse_graph(ir(9)), target);
+  EXPECT_TRUE(again->from_plan_cache);
+  EXPECT_EQ(again->code.at(0).source, source);
+  // Another text under the source's key (damage, or a hostile writer): the plan is a miss and is built
+  // again with its own source, which is stored again.
+  cache.put(ref, "extern \"C\" void fj_not_the_source() {}\n");
+  auto rebuilt = build_plan(parse_graph(ir(5)), target);
+  EXPECT_FALSE(rebuilt->from_plan_cache);
+  EXPECT_EQ(rebuilt->code.at(0).source, source);
+  // The source gone: a miss too, not a failure.
+  cache.erase(ref);
+  auto missing = build_plan(parse_graph(ir(9)), target);
+  EXPECT_FALSE(missing->from_plan_cache);
+  EXPECT_EQ(cache.get(ref), source) << "stored again with the rebuilt plan";
+  EXPECT_TRUE(build_plan(parse_graph(ir(5)), target)->from_plan_cache);
 }
 
 // Issue 13 item 8: a cached library that loads but lacks a kernel's function costs that group only: it

@@ -2,6 +2,8 @@
 // plan, and text that does not fit the graph is refused. Plans are built with sources only (no compiler).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "driver/build_plan.h"
 #include "driver/plan_io.h"
 
@@ -171,6 +173,37 @@ TEST(PlanIo, ACudaPlanWrittenAndReadBackIsTheSamePlan) {
   ASSERT_TRUE(ok) << text;
   expect_same_plan(*plan, *back);
   EXPECT_EQ(serialize_plan(*back), text);
+}
+
+// Sources kept elsewhere (the plan cache's form): the text names each by the reference `keep` gave, and
+// reads back only through a `find` that gives it.
+TEST(PlanIo, SourcesKeptByReferenceReadBackThroughFind) {
+  auto plan = sources_only_plan(/*cuda=*/false);
+  const std::string source = plan->code.at(0).source;
+  std::map<std::string, std::string> kept;
+  const std::string text = serialize_plan(*plan, [&](const std::string& s) {
+    kept["ref" + std::to_string(kept.size())] = s;
+    return "ref" + std::to_string(kept.size() - 1);
+  });
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept.begin()->second, source);
+  EXPECT_EQ(text.find("source\":"), std::string::npos) << "no copy of the source in the plan: " << text;
+  EXPECT_LT(text.size(), source.size());
+  auto read = [&](const FindSource& find) {
+    auto p = std::make_unique<ExecutablePlan>();
+    p->graph = parse_graph(kPlanGraph);
+    bool ok = deserialize_plan(text, p.get(), find);
+    return ok ? std::move(p) : nullptr;
+  };
+  auto back = read([&](const std::string& ref) -> std::optional<std::string> {
+    auto it = kept.find(ref);
+    if (it == kept.end()) return std::nullopt;
+    return it->second;
+  });
+  ASSERT_NE(back, nullptr);
+  expect_same_plan(*plan, *back);
+  EXPECT_EQ(read(nullptr), nullptr) << "a reference with nothing to resolve it";
+  EXPECT_EQ(read([](const std::string&) { return std::nullopt; }), nullptr) << "a source that is gone";
 }
 
 TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
