@@ -12,11 +12,13 @@ what a served model's run over many sequence lengths costs in all, compiles incl
                                                      total time to run them all, compiles included, and the
                                                      compiler runs; eager, fusion_jit (auto, the default),
                                                      fusion_jit with dynamic_kernels="off", Inductor (dynamic=None)
-    ./run python bench/dynamic_sizes.py newsize      the first call of each new length once the graph is
-                                                     symbolic (lengths 3-20 of LENGTHS, batch 2): its plan built
+    ./run python bench/dynamic_sizes.py newsize [N]  the first call of each new length once the graph is
+                                                     symbolic (lengths 3-20 of LENGTHS, batch 2; with N: N
+                                                     lengths from 11 on, after 8 and 9): its plan built
                                                      from the graph's template (Note [Symbolic graphs], the
                                                      default) against the graph lowered again for each length
-                                                     (disable="symbolic"), and the call once planned; median ms
+                                                     (disable="symbolic"), and the call once planned; median ms;
+                                                     and the bytes the plan cache grew by per templated length
     ./run python bench/dynamic_sizes.py manylengths  every sequence length 2-128 at batch sizes 1-4 (508 signatures)
                                                      of gpt2_tiny and bert_tiny, once each, in a fresh process per
                                                      setting: the process's resident memory after the first
@@ -137,17 +139,30 @@ def lengths_child(name, backend):
                       "plans": s["plans"]}))
 
 
-def newsize():
+def newsize(count=None):
     import torch
     import fusion_jit
     from models import make, main_output
 
     print(f"{'model':12} {'template: first call ms':>24} {'lowered: first call ms':>23} {'planned call ms':>16} "
-          f"{'lowerings':>10}")
+          f"{'lowerings':>10} {'cache KB per length':>20}")
+    cache_dir = torch.ops.fusion_jit.cache_dir()
+
+    def cache_bytes():
+        total = 0
+        for root, _, files in os.walk(cache_dir):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_size
+                except OSError:  # an entry replaced meanwhile
+                    pass
+        return total
+
     for name in MODELS:
         model, _ = make(name)
         model.eval()
-        inputs = [torch.randint(0, 1000, (2, n), generator=torch.Generator().manual_seed(n)) for n in LENGTHS]
+        lengths = LENGTHS if count is None else [8, 9] + list(range(11, 11 + count))
+        inputs = [torch.randint(0, 1000, (2, n), generator=torch.Generator().manual_seed(n)) for n in lengths]
         row = {}
         for kind, options in (("template", {}), ("lowered", {"disable": "symbolic"})):
             torch._dynamo.reset()
@@ -156,6 +171,8 @@ def newsize():
             first, again = [], []
             with torch.no_grad():
                 for k, ids in enumerate(inputs):
+                    if k == 2:
+                        grown = -cache_bytes()
                     t0 = time.perf_counter()
                     main_output(f(ids))
                     t1 = time.perf_counter()
@@ -164,9 +181,11 @@ def newsize():
                     if k >= 2:  # the static graph's length and the symbolic graph's first are lowered by both
                         first.append((t1 - t0) * 1e3)
                         again.append((t2 - t1) * 1e3)
-            row[kind] = (statistics.median(first), statistics.median(again), fusion_jit.stats()["lowerings"])
+            grown += cache_bytes()
+            row[kind] = (statistics.median(first), statistics.median(again), fusion_jit.stats()["lowerings"],
+                         grown / len(first) / 1024)
         print(f"{name:12} {row['template'][0]:24.2f} {row['lowered'][0]:23.2f} {row['template'][1]:16.3f} "
-              f"{row['template'][2]:>4} / {row['lowered'][2]:<4}", flush=True)
+              f"{row['template'][2]:>4} / {row['lowered'][2]:<4} {row['template'][3]:20.1f}", flush=True)
 
 
 def rss_mb():
@@ -280,7 +299,7 @@ if __name__ == "__main__":
     elif len(sys.argv) >= 2 and sys.argv[1] == "lengths":
         lengths()
     elif len(sys.argv) >= 2 and sys.argv[1] == "newsize":
-        newsize()
+        newsize(int(sys.argv[2]) if len(sys.argv) > 2 else None)
     elif len(sys.argv) >= 2 and sys.argv[1] == "manylengths":
         manylengths()
     elif len(sys.argv) >= 2 and sys.argv[1] == "frozen":
