@@ -60,8 +60,8 @@ std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::
 // source once instead of once per plan (gpt2_tiny: 74 KB per plan before, of it 50 KB of source), and
 // storing a new size's plan writes and hashes only the plan's own part. The reference is checked when read:
 // the text found must hash to the key that names it, or the plan is a miss (built again) and the entry is
-// removed. A source evicted
-// while plans still name it makes those plans misses too; a plan is never read without its source.
+// removed. A source evicted while plans still name it makes those plans misses too; a plan is never read
+// without its source.
 std::unique_ptr<ExecutablePlan> find_cached_plan(const std::string& key, std::unique_ptr<Graph>* graph) {
   KernelsCache& cache = KernelsCache::instance();
   auto text = cache.get(key);

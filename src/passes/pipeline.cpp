@@ -68,13 +68,14 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
   if (opt.dumps("ir")) std::fprintf(stderr, "== IR after capture ==\n%s", print_graph(g).c_str());
   std::set<std::string> disabled = opt.disabled;
   disabled.insert(skip.begin(), skip.end());
+  verify_graph(g);  // as the steps get it; then after each step that changes it
   for (const Step& p : steps(eval, disabled)) {
     if (disabled.count(p.name)) continue;
     PassTiming t{p.name, 0, false, {}};
     auto t0 = std::chrono::steady_clock::now();
     t.changed = p.rules ? run_rules(g, *p.rules, disabled, &t.rewrites) : p.run(g);
     t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    // A step that changed nothing left the graph as verified before it (capture verifies the first).
+    // A step that changed nothing left the graph as verified before it.
     if (t.changed) verify_graph(g);
     if (t.changed && opt.dumps("ir")) {
       std::string rules = summarize(t.rewrites);
