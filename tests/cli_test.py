@@ -547,12 +547,13 @@ def _():
     p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]")
     assert p.returncode == 0, p.stderr
     p = run("cache", "stats")
-    assert p.returncode == 0 and "entries: 2" in p.stdout, p.stdout  # the kernels and the plan
+    # The kernels, the plan and the plan's source (Note [Plan sources stored once]).
+    assert p.returncode == 0 and "entries: 3" in p.stdout, p.stdout
     p = run("cache", "ls")
-    assert p.returncode == 0 and len(p.stdout.splitlines()) == 2, p.stdout
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 3, p.stdout
     key = p.stdout.split()[0]
     p = run("cache", "verify")
-    assert p.returncode == 0 and "2 entries checked, 0 bad" in p.stdout, p.stdout
+    assert p.returncode == 0 and "3 entries checked, 0 bad" in p.stdout, p.stdout
     path = os.path.join(TMP, "cache-cli", "v1", key[:2], key + ".fjk")
     data = bytearray(read(path, "rb"))
     data[len(data) // 2] ^= 0x40
@@ -569,7 +570,7 @@ def _():
     assert p.returncode == 0 and "0 entries left" in p.stdout, p.stdout
     run("run", MODEL, "--input", "f32[16,8]", "f32[8]")
     p = run("cache", "clear")
-    assert p.returncode == 0 and "removed 2 entries" in p.stdout, p.stdout
+    assert p.returncode == 0 and "removed 3 entries" in p.stdout, p.stdout
     expect_error(["cache", "prune", "--max-size", "lots"], "expected a size")
     expect_error(["cache", "frob"], "unknown command 'frob'")
 
