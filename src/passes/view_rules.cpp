@@ -233,6 +233,10 @@ Replacement through_pointwise(const Match& m, Builder& b) {
     if (!a.is_value()) continue;
     Value* x = a.value;
     const TensorType& t = x->tensor_type();
+    // A 0-d operand is the same at every position of any view: kept 0-d, so that it keeps its part in
+    // type promotion (expanded, maximum(i32[1], i64[]) became maximum(i32[1], i64[1]), an i64 result
+    // where eager's is i32, and a comparison would compute in i64: fuzz seed 3803078624763686185).
+    if (t.dim() == 0) continue;
     TensorType wide = t;
     if (t.sizes != mid.sizes) {
       wide.sizes = mid.sizes;

@@ -588,6 +588,11 @@ TEST(ViewsInKernels, AViewBetweenFusedOpsIsAnIndexMapOfOneKernel) {
       // The moved producer's result is stored in the view's layout for an ATen op to read.
       {"into an op that runs through ATen", "x", "    return torch.remainder((x * 3).t(), x.t())",
        {at::randint(1, 50, {3, 9}).to(at::kInt)}, 1},
+      // A 0-d int64 operand of an int32 comparison: eager compares in int32 (2^32 + 1 becomes 1), and so
+      // must the moved comparison; expanded with the view it compared in int64 (fuzz seed
+      // 3803078624763686185, Note [Views through pointwise ops]).
+      {"0-d operand of another dtype", "x, s", "    return torch.le(x, s).reshape(-1).logical_not()",
+       {at::randint(-3, 4, {3, 4}).to(at::kInt), at::scalar_tensor(int64_t{4294967297}, at::kLong)}, 1},
   };
   for (auto& c : cases) {
     auto m = script(c.args, c.body);

@@ -60,6 +60,28 @@ TEST(ViewRules, AChainOfPointwiseOpsTakesTheViewToItsFirstInputs) {
 )");
 }
 
+// Fuzz finding (seed 3803078624763686185): a 0-d operand of another dtype stays 0-d when the view moves
+// to the inputs. Expanded and viewed, it took part in type promotion as a dimensioned tensor: the
+// maximum's result became i64 where eager's is i32 (the verifier refused the graph, so the signature ran
+// eagerly), and a comparison would have computed in i64 where eager's computes in i32.
+TEST(ViewRules, AZeroDimOperandStaysZeroDimAndKeepsItsPartInPromotion) {
+  std::string fired;
+  const std::string out = run(R"(graph(%0 : i32[2,3], %1 : i64[]):
+  %2 : i32[2,3] = aten::maximum(%0, %1)
+  %3 : i32[6] = aten::reshape(%2, [-1])
+  %4 : b8[6] = aten::le.Scalar(%3, -1)
+  return (%4)
+)",
+                              &fired);
+  EXPECT_EQ(fired, "views.through_pointwise x1") << out;
+  EXPECT_EQ(out, R"(graph(%0 : i32[2,3], %1 : i64[]):
+  %2 : i32[6] = aten::view(%0, [6])
+  %3 : i32[6] = aten::maximum(%2, %1)
+  %4 : b8[6] = aten::le.Scalar(%3, -1)
+  return (%4)
+)");
+}
+
 // repeat_kv: unsqueeze, expand and a clone of the expanded view. The pointwise producer is computed at
 // each broadcast position and stored densely by the clone's kernel.
 TEST(ViewRules, AnExpandBeforeACloneMovesAndTheResultIsDense) {
