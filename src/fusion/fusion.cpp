@@ -625,9 +625,15 @@ class GreedyFuser {
     return units_ && owner_[i] >= 0 ? -1 - owner_[i] : -1 - i;
   }
 
-  std::vector<int> super_members(int s) const {
-    if (s >= 0) return members_[s];
-    return units_ ? unit(-1 - s) : std::vector<int>{-1 - s};
+  // Calls f(m) for each node m of super node s, without copying its members.
+  template <typename F>
+  void for_each_member(int s, F&& f) const {
+    if (s >= 0) {
+      for (int m : members_[s]) f(m);
+    } else {
+      if (units_ && companion_[-1 - s] >= 0) f(companion_[-1 - s]);
+      f(-1 - s);
+    }
   }
 
   // A node with the list it alone reads (cat, stack), in graph order.
@@ -661,14 +667,7 @@ class GreedyFuser {
           if (t != s) f(t);
         }
     };
-    if (s >= 0) {
-      for (int m : members_[s]) from_node(m);
-    } else if (units_ && companion_[-1 - s] >= 0) {
-      from_node(companion_[-1 - s]);
-      from_node(-1 - s);
-    } else {
-      from_node(-1 - s);
-    }
+    for_each_member(s, from_node);
   }
 
   std::vector<int> super_succ(int s) const {
