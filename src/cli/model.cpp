@@ -82,7 +82,7 @@ at::Tensor make_input(const std::string& spec, size_t index) {
   for (int64_t d : sizes)
     if (!fj::checked_mul(numel, d, &numel))
       usage_error(where + "SPEC '" + spec + "' has more elements than int64_t can count");
-  std::vector<int64_t> strides = m[3].matched ? ints(m[4], "stride") : fj::contiguous_strides(sizes);
+  std::vector<int64_t> strides = m[3].matched ? ints(m[4], "stride") : std::vector<int64_t>(fj::contiguous_strides(sizes));
   if (strides.size() != sizes.size())
     usage_error(where + "SPEC '" + spec + "' has " + std::to_string(sizes.size()) + " sizes but " +
                 std::to_string(strides.size()) + " strides");

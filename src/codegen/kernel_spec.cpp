@@ -189,7 +189,7 @@ class Builder {
         if (t.sizes[0] != 1) b.strides[static_cast<size_t>(channel)] = t.strides[0];
       } else {
         FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than group {}", t.str(), g_.id);
-        for (int64_t d = 0; d < t.dim(); ++d) b.strides[off + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+        for (int64_t d = 0; d < t.dim(); ++d) b.strides[off + d] = t.sizes[d] == 1 ? SymInt(0) : t.strides[d];
       }
     }
     inputs_.push_back(b);

@@ -476,7 +476,7 @@ class GreedyFuser {
     }
     // Cost: the group and the candidate apart, against together.
     WorkEstimate apart = group_work(members_[gid], shape, forms_[gid]);
-    apart += group_work(unit(cand), is_reduction(n) ? n->args()[0].value->tensor_type().sizes : out_shape,
+    apart += group_work(unit(cand), is_reduction(n) ? std::vector<int64_t>(n->args()[0].value->tensor_type().sizes) : out_shape,
                         is_reduction(n) ? form_of({cand}, nullptr) : std::nullopt);
     WorkEstimate together = group_work(merged, new_shape, form);
     double t_apart = cost_.estimate_us(apart), t_together = cost_.estimate_us(together);

@@ -10,14 +10,14 @@
 
 namespace fusion_jit {
 
-int64_t TensorType::numel() const {
-  int64_t n = 1;
-  for (auto s : sizes) n *= s;
+SymInt TensorType::sym_numel() const {
+  SymInt n = 1;
+  for (const SymInt& s : sizes) n *= s;
   return n;
 }
 
 bool TensorType::is_contiguous() const {
-  int64_t expected = 1;
+  SymInt expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (sizes[d] == 1) continue;
     if (strides[d] != expected) return false;
@@ -30,19 +30,19 @@ int64_t TensorType::extent() const {
   int64_t hi = 0;
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 0) return 0;
-    hi += (sizes[d] - 1) * std::abs(strides[d]);
+    hi += (sizes[d] - 1) * std::abs(static_cast<int64_t>(strides[d]));
   }
   return hi + 1;
 }
 
-std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sz) {
+SymSizes channels_last_strides(const SymSizes& sz) {
   return {sz[1] * sz[2] * sz[3], 1, sz[3] * sz[1], sz[1]};
 }
 
 bool contiguous_in_some_format(const TensorType& t) {
   // Dims from the fastest-varying: the innermost first, or the channel dim (1) first.
   auto dense = [&](const std::vector<int64_t>& order) {
-    int64_t expected = 1;
+    SymInt expected = 1;
     for (int64_t d : order) {
       if (t.sizes[d] == 1) continue;
       if (t.strides[d] != expected) return false;
@@ -56,29 +56,104 @@ bool contiguous_in_some_format(const TensorType& t) {
   return false;
 }
 
-bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+bool broadcasts_to(const SymSizes& from, const SymSizes& to) {
   if (from.size() > to.size()) return false;
   for (size_t i = 0; i < from.size(); ++i) {
-    const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    const SymInt& f = from[from.size() - 1 - i];
+    const SymInt& t = to[to.size() - 1 - i];
     if (f != t && f != 1) return false;
   }
   return true;
 }
 
-bool same_strides(const TensorType& t, const std::vector<int64_t>& strides) {
+bool same_strides(const TensorType& t, const SymSizes& strides) {
   for (size_t d = 0; d < t.sizes.size(); ++d)
     if (t.sizes[d] != 1 && t.strides[d] != strides[d]) return false;
   return true;
 }
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> st(sizes.size());
-  int64_t acc = 1;
+SymSizes contiguous_strides(const SymSizes& sizes) {
+  SymSizes st(sizes.size());
+  SymInt acc = 1;
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     st[d] = acc;
-    acc *= std::max<int64_t>(sizes[d], 1);
+    acc *= sym_max(sizes[d], 1);
   }
   return st;
+}
+
+namespace {
+std::string shape_str(const SymSizes& s) { return "[" + s.str() + "]"; }
+}  // namespace
+
+SymSizes broadcast_shapes(const SymSizes& a, const SymSizes& b) {
+  SymSizes out(std::max(a.size(), b.size()), SymInt(1));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const SymInt x = i < a.size() ? a[a.size() - 1 - i] : SymInt(1);
+    const SymInt y = i < b.size() ? b[b.size() - 1 - i] : SymInt(1);
+    SymInt& o = out[out.size() - 1 - i];
+    if (x == 1) o = y;
+    else if (y == 1 || x.same(y)) o = x;
+    else {
+      FJ_CHECK(x == y, "shapes {} and {} do not broadcast", shape_str(a), shape_str(b));
+      o = x;
+    }
+  }
+  return out;
+}
+
+SymSizes reduced_shape(const SymSizes& sizes, const std::vector<int64_t>& dims, bool keepdim) {
+  for (int64_t d : dims)
+    FJ_CHECK(d >= 0 && d < static_cast<int64_t>(sizes.size()), "reducing dim {} of shape {}", d, shape_str(sizes));
+  SymSizes out;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
+    const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!reduced) out.push_back(sizes[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+SymSizes view_shape(const SymSizes& from, const SymSizes& to) {
+  SymInt numel = 1, known = 1;
+  for (const SymInt& s : from) numel *= s;
+  int infer = -1;
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (!to[i].is_symbolic() && to[i].hint() == -1) {
+      FJ_CHECK(infer < 0, "a view to {} infers more than one dim", shape_str(to));
+      infer = static_cast<int>(i);
+    } else {
+      FJ_CHECK(to[i].hint() >= 0, "a view to {} has a negative size", shape_str(to));
+      known *= to[i];
+    }
+  }
+  SymSizes out = to;
+  if (infer >= 0) {
+    FJ_CHECK(known.hint() != 0, "a view of {} to {}: the -1 cannot be inferred next to a 0", shape_str(from),
+             shape_str(to));
+    out[static_cast<size_t>(infer)] = floor_div(numel, known);
+    known *= out[static_cast<size_t>(infer)];
+  }
+  FJ_CHECK(numel.same(known) || numel == known, "a view of {} ({} elements) to {}: the element counts differ",
+           shape_str(from), numel.str(), shape_str(to));
+  return out;
+}
+
+SymSizes cat_shape(const std::vector<SymSizes>& items, int64_t dim) {
+  FJ_CHECK(!items.empty(), "cat of no tensors");
+  SymSizes out = items[0];
+  FJ_CHECK(dim >= 0 && dim < static_cast<int64_t>(out.size()), "cat along dim {} of {}", dim, shape_str(out));
+  for (size_t k = 1; k < items.size(); ++k) {
+    const SymSizes& it = items[k];
+    FJ_CHECK(it.size() == out.size(), "cat of {} and {}: ranks differ", shape_str(items[0]), shape_str(it));
+    for (size_t d = 0; d < out.size(); ++d) {
+      if (static_cast<int64_t>(d) == dim) out[d] += it[d];
+      else
+        FJ_CHECK(it[d].same(out[d]) || it[d] == out[d], "cat along dim {} of {} and {}: dim {} differs", dim,
+                 shape_str(items[0]), shape_str(it), d);
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -90,8 +165,8 @@ std::string join(const std::vector<int64_t>& v) {
 }  // namespace
 
 std::string TensorType::str() const {
-  std::string s = std::string(dtype_name(dtype)) + "[" + join(sizes) + "]";
-  if (strides != contiguous_strides(sizes)) s += "{" + join(strides) + "}";
+  std::string s = std::string(dtype_name(dtype)) + "[" + sizes.str() + "]";
+  if (!strides.same(contiguous_strides(sizes))) s += "{" + strides.str() + "}";
   if (device == Device::kCUDA) s += "@cuda:" + std::to_string(device_index);
   return s;
 }
@@ -259,7 +334,26 @@ std::unique_ptr<Graph> Graph::clone() const {
   }
   for (auto* o : outputs_) g->add_output(map.at(o));
   g->notes_ = notes_;
+  g->symbols_ = symbols_;
   return g;
+}
+
+std::unique_ptr<Graph> concretize(const Graph& g, const SymBindings& b) {
+  auto out = g.clone();
+  out->clear_symbols();
+  auto fix = [&](Value* v) {
+    if (!v->is_tensor() || !v->tensor_type().is_symbolic()) return;
+    TensorType& t = *v->mutable_type().tensor;
+    for (SymInt& s : t.sizes) {
+      s = SymInt(s.evaluate(b));
+      FJ_CHECK(s.hint() >= 0, "{} has a negative size at {}", v->name(), t.str());
+    }
+    for (SymInt& s : t.strides) s = SymInt(s.evaluate(b));
+  };
+  for (Value* v : out->inputs()) fix(v);
+  for (Node* n : out->nodes())
+    for (Value* v : n->outputs()) fix(v);
+  return out;
 }
 
 void set_device(Graph& g, Device device, int index) {

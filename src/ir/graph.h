@@ -6,8 +6,9 @@
 // - A Node is named by an ATen schema, `aten::add.Tensor`; its arguments follow that schema's positions.
 //   An argument is either a Value (a tensor or a non-tensor computed at run time) or a Literal (a constant
 //   known at compile time: None, bool, int, float, string, or a list of ints or floats).
-// - Tensor Values carry their concrete type from capture: dtype, sizes, strides, device. Plans are
-//   specialized on it, so sizes are numbers, never symbols.
+// - Tensor Values carry their type from capture: dtype, sizes, strides, device. Sizes and strides are
+//   SymInts (ir/sym.h): numbers, or in the graph of a shape class expressions over its symbols, each
+//   decision on them recorded as a guard (Note [Symbolic sizes]).
 // - Tensor constants (frozen weights) are Nodes `fj::constant(INDEX)`; INDEX refers to a table of
 //   tensors held outside the IR by the torch adapter.
 // - Broadcasting is numpy's (sizes right-aligned, size 1 stretches), except where the op table says an
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/sym.h"
 
 namespace fusion_jit {
 
@@ -35,12 +37,14 @@ enum class Device : uint8_t { kCPU, kCUDA };
 
 struct TensorType {
   DType dtype = DType::kFloat32;
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
+  SymSizes sizes;
+  SymSizes strides;
   Device device = Device::kCPU;
   int device_index = 0;
 
-  int64_t numel() const;
+  int64_t numel() const { return sym_numel(); }  // specializes the product, not each size
+  SymInt sym_numel() const;
+  bool is_symbolic() const { return sizes.is_symbolic() || strides.is_symbolic(); }
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   bool is_contiguous() const;
   // The number of elements the strides reach: max offset + 1 (0 when empty).
@@ -54,16 +58,27 @@ struct TensorType {
   std::string str() const;
 };
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+SymSizes contiguous_strides(const SymSizes& sizes);
 // The strides of a 4-d [N, C, H, W] tensor laid out channels-last (NHWC).
-std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
+SymSizes channels_last_strides(const SymSizes& sizes);
 // Whether `t` has `strides`, but for those of its size-1 dims, which no index reads.
-bool same_strides(const TensorType& t, const std::vector<int64_t>& strides);
+bool same_strides(const TensorType& t, const SymSizes& strides);
 // Whether `t` is laid out densely in one of eager's memory formats: contiguous, channels-last (4-d) or
 // channels-last-3d (5-d), size-1 dims ignored (at::Tensor::is_contiguous for some MemoryFormat).
 bool contiguous_in_some_format(const TensorType& t);
 // Whether sizes `from` broadcast to `to` (numpy's rule: right-aligned, each dim 1 or equal).
-bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
+bool broadcasts_to(const SymSizes& from, const SymSizes& to);
+
+// Shape arithmetic that keeps symbols (Note [Symbolic sizes]); each throws Error naming the shapes where
+// they do not fit.
+// numpy's broadcasting of two shapes.
+SymSizes broadcast_shapes(const SymSizes& a, const SymSizes& b);
+// What reducing `dims` (in [0, rank)) leaves: the dims dropped, or kept as 1.
+SymSizes reduced_shape(const SymSizes& sizes, const std::vector<int64_t>& dims, bool keepdim);
+// view and reshape's result: `to` with at most one -1, inferred from the element count of `from`.
+SymSizes view_shape(const SymSizes& from, const SymSizes& to);
+// cat's result: the items' sizes along `dim` summed, the others equal.
+SymSizes cat_shape(const std::vector<SymSizes>& items, int64_t dim);
 
 // Non-tensor values are described by a kind name: int, float, bool, str, None, int[], Tensor[], ...
 struct ValueType {
@@ -171,6 +186,11 @@ class Graph {
   // graphs that print alike are the same program, whatever made them.
   std::vector<std::string>& notes() { return notes_; }
   const std::vector<std::string>& notes() const { return notes_; }
+  // The hints of the symbols its sizes are expressions over (Note [Symbolic sizes]); empty when every
+  // size is a number. Printed as "graph[s0=37](...)".
+  const SymBindings& symbols() const { return symbols_; }
+  void set_symbol(const std::string& name, int64_t hint) { symbols_[name] = hint; }
+  void clear_symbols() { symbols_.clear(); }
 
  private:
   Value* new_value(ValueType type, Node* producer);
@@ -178,8 +198,14 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::string> notes_;
+  SymBindings symbols_;
   int next_id_ = 0;
 };
+
+// The graph of a shape class at one binding of its symbols: every size and stride the number its
+// expression takes there, no symbols left. Throws Error naming a symbol `b` lacks, or a size that comes out
+// negative. Valid as the class's program where the guards its builder recorded hold (Note [Symbolic sizes]).
+std::unique_ptr<Graph> concretize(const Graph& g, const SymBindings& b);
 
 // Moves every tensor of the graph to `device` (types only): a plan captured on CPU tensors becomes the
 // plan of the same model on a GPU, for ahead-of-time CUDA compilation without a GPU.

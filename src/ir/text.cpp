@@ -7,6 +7,8 @@
 //     %5 : Tensor = !aten::relu_(%4)          <- '!' marks a node with side effects
 //     return (%4)
 //
+// A graph of a shape class names its symbols' hints, "graph[s0=37,s1=5](...)", and its sizes and strides
+// may be expressions over them, "f32[2,s0,64]{64*s0,1,s0}" (Note [Symbolic sizes], ir/sym.h).
 // Types: DTYPE[SIZES]{STRIDES}@cuda:N for tensors (strides and device only when not the default), else
 // a kind name (int, float, bool, str, None, int[], Tensor[]). Literals: None, True, False, integers,
 // floats (always with '.', 'e', or nan/inf), "strings", [lists].
@@ -22,7 +24,13 @@
 namespace fusion_jit {
 
 std::string print_graph(const Graph& g) {
-  std::string s = "graph(";
+  std::string s = "graph";
+  if (!g.symbols().empty()) {
+    s += "[";
+    for (const auto& [name, hint] : g.symbols()) s += (s.size() > 6 ? "," : "") + name + "=" + std::to_string(hint);
+    s += "]";
+  }
+  s += "(";
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const Value* v = g.inputs()[i];
     s += (i ? ", " : "") + v->name() + " : " + v->type().str();
@@ -56,6 +64,25 @@ class Parser {
   std::unique_ptr<Graph> parse() {
     auto g = std::make_unique<Graph>();
     expect_word("graph");
+    if (try_consume('[')) {  // the symbols' hints
+      do {
+        skip_ws();
+        const size_t start = pos_;
+        while (pos_ < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[pos_])) || t_[pos_] == '_')) ++pos_;
+        const std::string name = t_.substr(start, pos_ - start);
+        expect('=');
+        const int64_t hint = integer();
+        try {
+          (void)SymInt::symbol(name, hint);
+        } catch (const Error& e) {
+          FJ_CHECK(false, "IR text, line {}: {}", line(), e.what());
+        }
+        FJ_CHECK(!hints_.count(name), "IR text, line {}: the symbol {} is given twice", line(), name);
+        hints_[name] = hint;
+        g->set_symbol(name, hint);
+      } while (try_consume(','));
+      expect(']');
+    }
     expect('(');
     if (!try_consume(')')) {
       do {
@@ -120,8 +147,8 @@ class Parser {
       FJ_CHECK(dt.has_value(), "IR text, line {}: unknown dtype '{}'", line(), word);
       TensorType tt;
       tt.dtype = *dt;
-      tt.sizes = int_list('[', ']');
-      tt.strides = peek() == '{' ? int_list('{', '}') : contiguous_strides(tt.sizes);
+      tt.sizes = sym_list('[', ']');
+      tt.strides = peek() == '{' ? sym_list('{', '}') : contiguous_strides(tt.sizes);
       FJ_CHECK(tt.strides.size() == tt.sizes.size(), "IR text, line {}: {} strides for {} sizes", line(),
                tt.strides.size(), tt.sizes.size());
       if (try_consume('@')) {
@@ -145,12 +172,19 @@ class Parser {
     return vt;
   }
 
-  std::vector<int64_t> int_list(char open, char close) {
+  // Sizes or strides: numbers, or expressions over the graph's symbols.
+  SymSizes sym_list(char open, char close) {
     expect(open);
-    std::vector<int64_t> v;
+    SymSizes v;
     if (try_consume(close)) return v;
-    do v.push_back(integer());
-    while (try_consume(','));
+    do {
+      skip_ws();
+      try {
+        v.push_back(parse_sym(t_, pos_, hints_));
+      } catch (const Error& e) {
+        FJ_CHECK(false, "IR text, line {}: {}", line(), e.what());
+      }
+    } while (try_consume(','));
     expect(close);
     return v;
   }
@@ -286,6 +320,7 @@ class Parser {
   const std::string& t_;
   size_t pos_ = 0;
   std::unordered_map<std::string, Value*> values_;
+  SymBindings hints_;
 };
 
 }  // namespace

@@ -9,12 +9,26 @@
 namespace fusion_jit {
 namespace {
 
-void verify_type(const ValueType& t, const std::string& what) {
+// A symbolic size or stride reads only the graph's symbols, and is its hint at their hints.
+void verify_sym(const SymInt& x, const SymBindings& symbols, const std::string& what, const TensorType& tt) {
+  if (!x.is_symbolic()) return;
+  for (const std::string& s : x.expr()->symbols())
+    FJ_INTERNAL_ASSERT(symbols.count(s), "{}: {} reads the symbol {}, which the graph does not name", what,
+                       tt.str(), s);
+  FJ_INTERNAL_ASSERT(x.expr()->evaluate(symbols) == x.hint(), "{}: {} in {} is {} at the symbols' hints, not {}",
+                     what, x.str(), tt.str(), x.expr()->evaluate(symbols), x.hint());
+}
+
+void verify_type(const ValueType& t, const SymBindings& symbols, const std::string& what) {
   if (!t.is_tensor()) return;
   const TensorType& tt = *t.tensor;
   FJ_INTERNAL_ASSERT(tt.sizes.size() == tt.strides.size(), "{}: {} sizes but {} strides", what, tt.sizes.size(),
                      tt.strides.size());
-  for (auto s : tt.sizes) FJ_INTERNAL_ASSERT(s >= 0, "{}: negative size in {}", what, tt.str());
+  for (const SymInt& s : tt.sizes) {
+    FJ_INTERNAL_ASSERT(s.hint() >= 0, "{}: negative size in {}", what, tt.str());
+    verify_sym(s, symbols, what, tt);
+  }
+  for (const SymInt& s : tt.strides) verify_sym(s, symbols, what, tt);
 }
 
 }  // namespace
@@ -23,7 +37,7 @@ void verify_graph(const Graph& g) {
   std::unordered_set<const Value*> defined;
   for (const Value* v : g.inputs()) {
     FJ_INTERNAL_ASSERT(defined.insert(v).second, "graph input {} listed twice", v->name());
-    verify_type(v->type(), "input " + v->name());
+    verify_type(v->type(), g.symbols(), "input " + v->name());
   }
   for (const Node* n : g.nodes()) {
     std::string where = n->schema() + " defining " + (n->outputs().empty() ? "nothing" : n->output()->name());
@@ -34,7 +48,7 @@ void verify_graph(const Graph& g) {
     for (const Value* o : n->outputs()) {
       FJ_INTERNAL_ASSERT(o->producer() == n, "{}: output {} has another producer", where, o->name());
       FJ_INTERNAL_ASSERT(defined.insert(o).second, "{}: {} is defined twice", where, o->name());
-      verify_type(o->type(), where);
+      verify_type(o->type(), g.symbols(), where);
     }
     if (n->is_constant()) {
       FJ_INTERNAL_ASSERT(n->args().size() == 1 && !n->args()[0].is_value() &&

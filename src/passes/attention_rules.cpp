@@ -259,7 +259,7 @@ Replacement sdpa(const Match& m, Builder& r) {
     const auto ms = Builder::sizes(mask);
     if (!mask->tensor_type().is_contiguous())  // the view below is typed contiguous
       mask = r.op("aten::contiguous", {Arg::of(mask), Arg::lit(int64_t{0})}, dt, ms);
-    mask = r.reshape(mask, {1, ms.empty() ? 1 : ms[0]});
+    mask = r.reshape(mask, {1, ms.empty() ? int64_t{1} : static_cast<int64_t>(ms[0])});
   }
   const std::vector<int64_t> o4 = {tq.sizes[0], tq.sizes[1], tq.sizes[2], tv.sizes[3]};
   Value* y = r.op("aten::scaled_dot_product_attention",

@@ -988,7 +988,7 @@ Replacement linear_binary(const Match& m, Builder& r, const std::string& op) {
     if (tc.dim() > to.dim()) return {};
     for (int64_t i = 0; i + 1 < tc.dim(); ++i)
       if (tc.sizes[i] != 1) return {};
-    const int64_t k = tc.dim() ? tc.sizes.back() : 1;
+    const int64_t k = tc.dim() ? static_cast<int64_t>(tc.sizes.back()) : 1;
     if (k != 1 && k != features) return {};
     // W [N, K] scaled by row, t(W) [K, N] by column.
     f = fold_tensor(r, op, w0, l->bias, features, r.reshape(v, {k}),

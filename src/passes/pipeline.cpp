@@ -72,6 +72,7 @@ std::vector<PassTiming> run_pipeline(Graph& g, const ConstantEvaluator& eval, co
   for (const Step& p : steps(eval, disabled)) {
     if (disabled.count(p.name)) continue;
     PassTiming t{p.name, 0, false, {}};
+    if (ShapeGuards* guards = current_guards()) guards->set_phase(std::string("pass ") + p.name);
     auto t0 = std::chrono::steady_clock::now();
     t.changed = p.rules ? run_rules(g, *p.rules, disabled, &t.rewrites) : p.run(g);
     t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -210,7 +210,7 @@ Node* Builder::node(const std::string& schema, std::vector<Arg> args, std::vecto
   return n;
 }
 
-Value* Builder::op(const std::string& schema, std::vector<Arg> args, DType dtype, const std::vector<int64_t>& sizes) {
+Value* Builder::op(const std::string& schema, std::vector<Arg> args, DType dtype, const SymSizes& sizes) {
   const TensorType* like = nullptr;
   for (const Arg& a : args)
     if (!like && a.is_value() && a.value->is_tensor()) like = &a.value->tensor_type();
@@ -233,12 +233,7 @@ bool Builder::side_effects_between(const Node* first, const Node* last) const {
 Value* Builder::unary(const std::string& schema, Value* x) { return op(schema, {Arg::of(x)}, dt(x), sizes(x)); }
 
 Value* Builder::binary(const std::string& schema, Value* a, Value* b, bool alpha) {
-  const auto &sa = sizes(a), &sb = sizes(b);
-  std::vector<int64_t> out(std::max(sa.size(), sb.size()), 1);
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t x = i < sa.size() ? sa[sa.size() - 1 - i] : 1, y = i < sb.size() ? sb[sb.size() - 1 - i] : 1;
-    out[out.size() - 1 - i] = x == 1 ? y : x;
-  }
+  const SymSizes out = broadcast_shapes(sizes(a), sizes(b));
   std::vector<Arg> args = {Arg::of(a), Arg::of(b)};
   if (alpha) args.push_back(Arg::lit(int64_t{1}));
   return op(schema, std::move(args), promote_types(dt(a), dt(b)), out);
@@ -262,12 +257,7 @@ Value* Builder::cast(Value* x, DType to) {
 
 Value* Builder::reduce(const std::string& schema, Value* x, const std::vector<int64_t>& dims, bool keepdim,
                        std::optional<double> correction) {
-  std::vector<int64_t> out;
-  for (int64_t d = 0; d < static_cast<int64_t>(sizes(x).size()); ++d) {
-    bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (!reduced) out.push_back(sizes(x)[d]);
-    else if (keepdim) out.push_back(1);
-  }
+  const SymSizes out = reduced_shape(sizes(x), dims, keepdim);
   std::vector<Arg> args = {Arg::of(x), Arg::lit(dims)};
   if (schema == "aten::var.correction") {
     args.push_back(Arg::lit(correction.value_or(1.0)));
@@ -300,11 +290,11 @@ std::string describe(const Node& n) {
 // Whether two indices of `t` reach one element (a dim of size > 1 with stride 0, as an expand makes, or
 // strides that interleave).
 bool overlaps(const TensorType& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  std::vector<std::pair<SymInt, SymInt>> dims;  // (stride, size) of the dims of size > 1
   for (size_t i = 0; i < t.sizes.size(); ++i)
     if (t.sizes[i] > 1) dims.emplace_back(t.strides[i], t.sizes[i]);
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 1;  // elements spanned by the dims so far
+  std::sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  SymInt reach = 1;  // elements spanned by the dims so far
   for (const auto& [stride, size] : dims) {
     if (stride < reach) return true;
     reach = stride * size;

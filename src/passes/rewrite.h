@@ -131,7 +131,7 @@ using Replacement = std::vector<Value*>;
 class Builder {
  public:
   Builder(Graph& g, Node* before) : g_(g), before_(before) {}
-  Value* op(const std::string& schema, std::vector<Arg> args, DType dtype, const std::vector<int64_t>& sizes);
+  Value* op(const std::string& schema, std::vector<Arg> args, DType dtype, const SymSizes& sizes);
   // A node whose output types are given (several outputs, non-tensor outputs).
   Node* node(const std::string& schema, std::vector<Arg> args, std::vector<ValueType> output_types);
   Value* unary(const std::string& schema, Value* x);
@@ -170,7 +170,7 @@ class Builder {
   const std::string& declined() const { return declined_; }
 
   static DType dt(const Value* v) { return v->tensor_type().dtype; }
-  static const std::vector<int64_t>& sizes(const Value* v) { return v->tensor_type().sizes; }
+  static const SymSizes& sizes(const Value* v) { return v->tensor_type().sizes; }
   const std::vector<Node*>& created() const { return created_; }
 
  private:

@@ -85,7 +85,7 @@ std::vector<int64_t> expanded_strides(const TensorType& x, const std::vector<int
   std::vector<int64_t> o(to.size(), 0);
   for (size_t i = 0; i < x.sizes.size(); ++i) {
     const size_t j = to.size() - x.sizes.size() + i;
-    o[j] = x.sizes[i] == to[j] ? x.strides[i] : 0;
+    o[j] = x.sizes[i] == to[j] ? x.strides[i] : SymInt(0);
   }
   return o;
 }
@@ -308,10 +308,10 @@ Replacement pointwise_of_cat(const Match& m, Builder& b) {
   for (const Value* item : items)
     if (item->tensor_type().sizes != items[0]->tensor_type().sizes) return {};
   std::vector<Arg> parts;
-  int64_t at = 0;
+  SymInt at = 0;
   for (Value* item : items) {
-    const int64_t len = item->tensor_type().sizes[d];
-    std::vector<int64_t> sizes = out.sizes;
+    const SymInt len = item->tensor_type().sizes[d];
+    SymSizes sizes = out.sizes;
     sizes[d] = len;
     std::vector<Arg> args = f.args();
     for (size_t i = 0; i < args.size(); ++i) {
@@ -336,7 +336,8 @@ Replacement pointwise_of_cat(const Match& m, Builder& b) {
       TensorType part = wide;
       part.sizes = sizes;
       args[i] = Arg::of(b.node("aten::slice.Tensor",
-                               {Arg::of(y), Arg::lit(d), Arg::lit(at), Arg::lit(at + len), Arg::lit(int64_t{1})},
+                               {Arg::of(y), Arg::lit(d), Arg::lit(static_cast<int64_t>(at)),
+                                Arg::lit(static_cast<int64_t>(at + len)), Arg::lit(int64_t{1})},
                                {ValueType{part, ""}})
                             ->output());
     }

@@ -11,6 +11,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/gelu.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <functional>
@@ -78,12 +79,22 @@ PoolAllocator& pool_allocator() {
   return *a;
 }
 
+// A type's sizes or strides as ATen takes them, without allocating. A plan's types are numbers; a symbolic
+// one is read at its hint, specializing (Note [Symbolic sizes]).
+using Ints = c10::SmallVector<int64_t, 6>;
+Ints ints(const SymSizes& s) {
+  Ints v;
+  v.reserve(s.size());
+  for (const SymInt& x : s) v.push_back(x);
+  return v;
+}
+
 // An output tensor with eager's layout.
 at::Tensor allocate_output(const TensorType& t) {
   const auto dtype = static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype));
   if (t.device == Device::kCUDA)  // torch's caching allocator (a graph's private pool under capture)
-    return at::empty_strided(t.sizes, t.strides, at::TensorOptions().dtype(dtype).device(at::Device(at::kCUDA, t.device_index)));
-  return at::detail::empty_strided_generic(t.sizes, t.strides, &pool_allocator(),
+    return at::empty_strided(ints(t.sizes), ints(t.strides), at::TensorOptions().dtype(dtype).device(at::Device(at::kCUDA, t.device_index)));
+  return at::detail::empty_strided_generic(ints(t.sizes), ints(t.strides), &pool_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
 }
 
@@ -102,7 +113,7 @@ at::Tensor arena_tensor(const at::Tensor& arena, const TensorType& t, int64_t of
   const auto dtype = static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype));
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.storage()), arena.key_set(),
                                                    c10::scalarTypeToTypeMeta(dtype));
-  impl->set_sizes_and_strides(t.sizes, t.strides, offset / static_cast<int64_t>(c10::elementSize(dtype)));
+  impl->set_sizes_and_strides(ints(t.sizes), ints(t.strides), offset / static_cast<int64_t>(c10::elementSize(dtype)));
   return at::Tensor(std::move(impl));
 }
 
@@ -123,7 +134,7 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 // no kernel reads (lowering drops those dims) and which ATen leaves as it likes: contiguous() keeps a
 // [1,16,1,1] tensor with strides [16,1,16,16] (it is contiguous), where the plan types [16,1,1,1].
 bool same_layout(const at::Tensor& in, const TensorType& t) {
-  if (!in.sizes().equals(t.sizes)) return false;
+  if (!in.sizes().equals(ints(t.sizes))) return false;
   for (size_t d = 0; d < t.sizes.size(); ++d)
     if (t.sizes[d] != 1 && in.strides()[d] != t.strides[d]) return false;
   return true;
@@ -140,7 +151,7 @@ void check_step_layouts(const Node& n, const std::vector<c10::IValue>& results) 
     const at::Tensor& r = results[i].toTensor();
     const TensorType& t = v->tensor_type();
     const bool ok = r.defined() && r.scalar_type() == static_cast<at::ScalarType>(dtype_to_torch_code(t.dtype)) &&
-                    (same_layout(r, t) || (r.numel() == 0 && r.sizes().equals(t.sizes)));
+                    (same_layout(r, t) || (r.numel() == 0 && r.sizes().equals(ints(t.sizes))));
     FJ_CHECK(ok, "{}: {} {} is {} at run time; the graph's type is {}", n.schema(),
              n.outputs().size() > 1 ? fmt::format("result {}", i) : std::string("its result"), v->name(),
              r.defined() ? fmt::format("{} sizes {} strides {}", c10::toString(r.scalar_type()), c10::str(r.sizes()),
@@ -1387,8 +1398,8 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, Fo
         if (!outs[i].isTensor() || !n.output(i)->is_tensor()) continue;
         const at::Tensor& t = outs[i].toTensor();
         const TensorType& want = n.output(i)->tensor_type();
-        if (t.defined() && t.has_storage() && t.sizes().equals(want.sizes) && !same_layout(t, want)) {
-          at::Tensor c = at::empty_strided(want.sizes, want.strides, t.options());
+        if (t.defined() && t.has_storage() && t.sizes().equals(ints(want.sizes)) && !same_layout(t, want)) {
+          at::Tensor c = at::empty_strided(ints(want.sizes), ints(want.strides), t.options());
           c.copy_(t);
           outs[i] = c;
         }

@@ -183,7 +183,7 @@ void left_aligned_broadcast(const FusionGroup& g, KernelSpec& k) {
     const TensorType& t = b.value->tensor_type();
     if (b.is_output || t.dim() >= nd) continue;
     b.strides.assign(nd, 0);
-    for (int64_t d = 0; d < t.dim(); ++d) b.strides[d] = t.sizes[d] == 1 || t.sizes[d] != g.shape[d] ? 0 : t.strides[d];
+    for (int64_t d = 0; d < t.dim(); ++d) b.strides[d] = t.sizes[d] == 1 || t.sizes[d] != g.shape[d] ? SymInt(0) : t.strides[d];
   }
 }
 // int32 offsets even where an extent needs int64.

@@ -1,6 +1,7 @@
 // Symbolic sizes (Note [Symbolic sizes]): canonical expressions, ranges, guards, the text form.
 #include <gtest/gtest.h>
 
+#include "ir/graph.h"
 #include "ir/sym.h"
 #include "support/error.h"
 
@@ -123,6 +124,152 @@ TEST(Sym, ParsesItsOwnText) {
     size_t p = 0;
     EXPECT_THROW(parse_sym(bad, p, hints), Error) << bad;
   }
+}
+
+TEST(SymGraph, TextRoundTripsAndVerifies) {
+  const std::string text =
+      "graph[s0=37,s1=5](%0 : f32[2,s0,64], %1 : f32[s1,1,64]{64,64*s1,1}):\n"
+      "  %2 : f32[2,s0,64] = aten::relu(%0)\n"
+      "  %3 : f32[2,s0]{1,2} = aten::sum.dim_IntList(%2, [2], False, None)\n"
+      "  return (%3)\n";
+  auto g = parse_graph(text);
+  EXPECT_EQ(print_graph(*g), text);
+  EXPECT_EQ(g->symbols(), (SymBindings{{"s0", 37}, {"s1", 5}}));
+  const TensorType& t = g->inputs()[0]->tensor_type();
+  EXPECT_TRUE(t.is_symbolic());
+  EXPECT_EQ(t.sym_numel().str(), "128*s0");
+  EXPECT_EQ(t.strides.str(), "64*s0,64,1");  // derived from the sizes
+  EXPECT_EQ(g->inputs()[1]->tensor_type().strides.str(), "64,64*s1,1");
+  EXPECT_NO_THROW(verify_graph(*g));
+  EXPECT_EQ(print_graph(*g->clone()), text);
+}
+
+TEST(SymGraph, BadSymbolicTextAndTypesAreRefused) {
+  // Sizes 0 and 1 are not symbols; every symbol needs its hint.
+  EXPECT_THROW(parse_graph("graph[s0=1](%0 : f32[s0]):\n  return (%0)\n"), Error);
+  try {
+    parse_graph("graph(%0 : f32[4,s0]):\n  return (%0)\n");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("s0 has no hint"), std::string::npos) << e.what();
+  }
+  // A type over a symbol the graph does not name, or off its hint, fails verification.
+  Graph g;
+  TensorType t;
+  t.sizes = {SymInt::symbol("s0", 40)};
+  t.strides = {1};
+  ValueType vt;
+  vt.tensor = t;
+  g.add_output(g.add_input(vt));
+  EXPECT_THROW(verify_graph(g), InternalError);
+  g.set_symbol("s0", 37);
+  EXPECT_THROW(verify_graph(g), InternalError);
+  g.set_symbol("s0", 40);
+  EXPECT_NO_THROW(verify_graph(g));
+}
+
+TEST(SymGraph, ShapeArithmeticStaysSymbolic) {
+  const SymInt s0 = SymInt::symbol("s0", 37), s1 = SymInt::symbol("s1", 5);
+  ShapeGuards g;
+  GuardScope scope(g);
+  EXPECT_EQ(broadcast_shapes({s0, 1, 64}, {s1, 64}).str(), "s0,s1,64");
+  EXPECT_EQ(reduced_shape({2, s0, 64}, {1}, true).str(), "2,1,64");
+  EXPECT_EQ(reduced_shape({2, s0, 64}, {2}, false).str(), "2,s0");
+  EXPECT_EQ(view_shape({2, s0, 64}, {-1, 64}).str(), "2*s0,64");
+  EXPECT_EQ(view_shape({2, s0, 64}, {2, s0, 8, -1}).str(), "2,s0,8,8");
+  EXPECT_EQ(cat_shape({{s0, 64}, {3, 64}, {s1, 64}}, 0).str(), "s0+s1+3,64");
+  EXPECT_EQ(contiguous_strides({2, s0, 64}).str(), "64*s0,64,1");
+  EXPECT_EQ(channels_last_strides({s1, 64, s0, s0}).str(), "64*s0*s0,1,64*s0,64");
+  EXPECT_TRUE(g.guards().empty());
+  // Where the shapes fit at the hints only under a condition, the condition is a guard.
+  EXPECT_EQ(broadcast_shapes({s0}, {SymInt::symbol("s2", 37)}).str(), "s0");
+  EXPECT_EQ(view_shape({s0 + 1, 6}, {-1, 4}).str(), "((6*s0+6)//4),4");
+  EXPECT_EQ(texts(g), (std::vector<std::string>{"s0-s2 == 0", "2*((6*s0+6)//4)-3*s0 == 3"}));
+  // Where they do not fit at the hints, an Error names them.
+  EXPECT_THROW(broadcast_shapes({s0}, {s1}), Error);
+  EXPECT_THROW(view_shape({s0, 6}, {-1, 4}), Error);
+  EXPECT_THROW(cat_shape({{s0, 64}, {s0, 32}}, 0), Error);
+}
+
+}  // namespace
+}  // namespace fusion_jit
+
+#include "driver/build_plan.h"
+#include "passes/passes.h"
+#include "runtime/plan.h"
+
+namespace fusion_jit {
+namespace {
+
+// The transformer-like fragment below at sizes [2, s0, 64], or at [2, n, 64] when concretized.
+const char* kFragment =
+    "graph[s0=37](%0 : f32[2,s0,64], %1 : f32[64], %w : f32[64,64]):\n"
+    "  %2 : f32[2,s0,64] = aten::add.Tensor(%0, %1, 1)\n"
+    "  %3 : f32[2,s0,64] = aten::relu(%2)\n"
+    "  %4 : f32[2,s0] = aten::sum.dim_IntList(%3, [2], False, None)\n"
+    "  %5 : f32[2,s0,64] = aten::softmax.int(%3, 2, None)\n"
+    "  %6 : f32[2,s0,64], %7 : f32[2,s0,1], %8 : f32[2,s0,1] = aten::native_layer_norm(%5, [64], %1, %1, 1e-05)\n"
+    "  %9 : f32[2,s0,64] = aten::gelu(%6, \"none\")\n"
+    "  %10 : f32[2,64,s0]{64*s0,1,64} = aten::transpose.int(%9, 1, 2)\n"
+    "  %11 : f32[2,64,s0] = aten::mul.Scalar(%10, 2.0)\n"
+    "  %12 : f32[2,s0,64] = aten::matmul(%6, %w)\n"
+    "  %13 : f32[2,s0,64] = aten::tanh(%12)\n"
+    "  %14 : Tensor[] = prim::ListConstruct(%13, %9)\n"
+    "  %15 : f32[2,2*s0,64] = aten::cat(%14, 1)\n"
+    "  %16 : f32[2,2*s0,64] = aten::sigmoid(%15)\n"
+    "  return (%4, %11, %16)\n";
+
+TEST(SymGraph, ThePassPipelineKeepsTheClassAndCodegenSaysWhatItFixes) {
+  auto g = parse_graph(kFragment);
+  ShapeGuards guards;
+  GuardScope scope(guards);
+  run_pipeline(*g, nullptr);
+  // Decomposed softmax and layer norm, the cat moved after the sigmoid: every decision held for all s0.
+  EXPECT_TRUE(guards.guards().empty()) << guards.guards()[0].str() << " (" << guards.guards()[0].phase << ")";
+  const std::string optimized = print_graph(*g);
+  EXPECT_NE(optimized.find("aten::amax"), std::string::npos) << optimized;
+  EXPECT_NE(optimized.find("f32[2,s0,1] = aten::var.correction"), std::string::npos) << optimized;
+  EXPECT_EQ(optimized.find("37", optimized.find('(')), std::string::npos) << optimized;
+  // So the class's optimized graph at any size is that size's optimized graph.
+  for (int64_t n : {37, 2, 3, 64, 1000}) {
+    auto concrete = concretize(*parse_graph(kFragment), {{"s0", n}});
+    EXPECT_TRUE(concrete->symbols().empty());
+    run_pipeline(*concrete, nullptr);
+    concrete->renumber();
+    EXPECT_EQ(print_graph(*concretize(*g, {{"s0", n}})), print_graph(*concrete)) << "s0 = " << n;
+  }
+  EXPECT_TRUE(guards.guards().empty());
+  // Code generation reads sizes as numbers today: the plan is valid at s0 = 37 alone, and says so.
+  guards.set_phase("build_plan");
+  PlanTarget t;
+  t.compile = false;
+  t.size_args = true;
+  auto plan = build_plan(std::move(g), t);
+  ASSERT_FALSE(guards.guards().empty());
+  EXPECT_TRUE(guards.specializes("s0"));
+  EXPECT_EQ(guards.guards()[0].phase, "build_plan");
+  EXPECT_TRUE(guards.holds({{"s0", 37}}));
+  EXPECT_FALSE(guards.holds({{"s0", 38}}));
+}
+
+TEST(SymGraph, APassDecisionTheClassDoesNotShareIsAGuard) {
+  // slice(x, 1, 0, 40) is all of x where s0 <= 40 only: the slice goes, under that guard.
+  auto g = parse_graph(
+      "graph[s0=37](%0 : f32[2,s0]):\n"
+      "  %1 : f32[2,s0] = aten::slice.Tensor(%0, 1, 0, 40, 1)\n"
+      "  %2 : f32[2,s0] = aten::exp(%1)\n"
+      "  return (%2)\n");
+  ShapeGuards guards;
+  {
+    GuardScope scope(guards);
+    run_pipeline(*g, nullptr);
+  }
+  EXPECT_EQ(print_graph(*g).find("slice"), std::string::npos) << print_graph(*g);
+  EXPECT_EQ(texts(guards), (std::vector<std::string>{"s0 <= 40"}));
+  EXPECT_EQ(guards.guards()[0].phase, "pass views");
+  EXPECT_TRUE(guards.holds({{"s0", 40}}));
+  EXPECT_FALSE(guards.holds({{"s0", 41}}));
 }
 
 }  // namespace
