@@ -30,7 +30,7 @@ std::string literal_text(const Literal& l, DType t) {
   int64_t i = 0;
   bool is_int = false;
   if (std::holds_alternative<double>(l)) d = std::get<double>(l);
-  else if (std::holds_alternative<int64_t>(l)) i = std::get<int64_t>(l), is_int = true;
+  else if (std::holds_alternative<SymInt>(l)) i = std::get<SymInt>(l), is_int = true;
   else if (std::holds_alternative<bool>(l)) i = std::get<bool>(l), is_int = true;
   else FJ_INTERNAL_ASSERT(false, "literal {} is not a number", literal_str(l));
   DType c = compute_dtype(t);

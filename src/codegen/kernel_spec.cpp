@@ -370,8 +370,8 @@ class Builder {
         bool rounds = target_.rounds_argument(op, i, nullptr, out, promoting) && is_reduced_float(promoted);
         if (rounds && std::holds_alternative<double>(l)) l = round_to(std::get<double>(l), promoted);
         // Integers too: float16 has no 2049.
-        if (rounds && std::holds_alternative<int64_t>(l))
-          l = round_to(static_cast<double>(std::get<int64_t>(l)), promoted);
+        if (rounds && std::holds_alternative<SymInt>(l))
+          l = round_to(static_cast<double>(std::get<SymInt>(l)), promoted);
         lits.push_back(l);
       }
     }
@@ -766,7 +766,7 @@ class Builder {
   // sqrt(-inf) NaN in float32 and bfloat16.)
   ExprRef pow_scalar(const ExprRef& x, const Literal& exp, DType ct, bool reduced) {
     double p = std::holds_alternative<double>(exp) ? std::get<double>(exp)
-               : std::holds_alternative<int64_t>(exp) ? static_cast<double>(std::get<int64_t>(exp))
+               : std::holds_alternative<SymInt>(exp) ? static_cast<double>(std::get<SymInt>(exp))
                                                       : static_cast<double>(std::get<bool>(exp));
     if (is_floating(ct)) {
       if (p == 2) return Expr::call("fj_sq", {x});

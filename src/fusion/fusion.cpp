@@ -909,9 +909,9 @@ bool can_fuse_node(const Node& n, std::string* why) {
     if (divisor.is_value() || out.dtype == DType::kBool)
       return no(fmt::format("integer {} by a tensor runs through ATen: eager raises on a zero divisor",
                             op->kernel_fn));
-    if (!std::holds_alternative<int64_t>(divisor.literal))
+    if (!std::holds_alternative<SymInt>(divisor.literal))
       return no(fmt::format("integer {} by a non-integer literal runs through ATen", op->kernel_fn));
-    int64_t d = wrap_integer(std::get<int64_t>(divisor.literal), out.dtype);
+    int64_t d = wrap_integer(std::get<SymInt>(divisor.literal), out.dtype);
     if (d == 0) return no(fmt::format("integer {} by zero: eager raises", op->kernel_fn));
     if (d == -1 && is_signed_integer(out.dtype))
       return no(fmt::format("integer {} by -1 runs through ATen (the minimum value overflows)", op->kernel_fn));
@@ -945,10 +945,10 @@ std::optional<GatherForm> gather_form(const Node& n) {
     return f;
   }
   const Arg& d = n.args().at(1);
-  if (d.is_value() || !std::holds_alternative<int64_t>(d.literal)) return std::nullopt;
+  if (d.is_value() || !std::holds_alternative<SymInt>(d.literal)) return std::nullopt;
   f.index = n.args().at(2).value;
   f.embedding = false;
-  f.dim = std::get<int64_t>(d.literal);
+  f.dim = std::get<SymInt>(d.literal);
   const int64_t rank = f.table->tensor_type().dim();
   if (f.dim < 0) f.dim += rank;
   return f;
@@ -969,8 +969,8 @@ std::optional<CatForm> cat_form(const Node& n, std::string* why) {
   const int64_t rank = out.dim();
   if (n.args().size() > 1) {
     const Arg& d = n.args()[1];
-    if (d.is_value() || !std::holds_alternative<int64_t>(d.literal)) return no("dim is not a constant");
-    f.dim = std::get<int64_t>(d.literal);
+    if (d.is_value() || !std::holds_alternative<SymInt>(d.literal)) return no("dim is not a constant");
+    f.dim = std::get<SymInt>(d.literal);
   }
   if (rank == 0 || f.dim < -rank || f.dim >= rank) return no(fmt::format("dim {} of a {}-d result", f.dim, rank));
   if (f.dim < 0) f.dim += rank;

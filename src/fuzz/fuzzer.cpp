@@ -671,7 +671,7 @@ bool replay(const Recipe& r, const std::vector<at::Tensor>& inputs, bool to64, G
         continue;
       }
       Literal l = a.literal;
-      if (to64 && op.schema == "aten::to.dtype" && i == 1 && is_float_code(static_cast<int>(std::get<int64_t>(l))))
+      if (to64 && op.schema == "aten::to.dtype" && i == 1 && is_float_code(static_cast<int>(std::get<SymInt>(l))))
         l = int64_t{7};
       stack.push_back(literal_to_ivalue(l));
       if (g) args.push_back(Arg::lit(l));
@@ -1470,7 +1470,7 @@ std::vector<Recipe> resized(const std::vector<Recipe>& batch) {
                          op.schema.rfind("aten::expand", 0) == 0;
       if (!sizes) continue;
       for (auto& a : op.args)
-        if (auto* list = std::get_if<std::vector<int64_t>>(&a.literal))
+        if (auto* list = std::get_if<SymSizes>(&a.literal))
           for (auto& s : *list) s = map(s);
     }
   }

@@ -175,7 +175,7 @@ std::string literal_str(const Literal& l) {
   struct V {
     std::string operator()(const None&) const { return "None"; }
     std::string operator()(bool b) const { return b ? "True" : "False"; }
-    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(const SymInt& i) const { return i.str(); }
     std::string operator()(double d) const {
       if (std::isnan(d)) return "nan";
       if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
@@ -185,7 +185,7 @@ std::string literal_str(const Literal& l) {
       return s;
     }
     std::string operator()(const std::string& s) const { return "\"" + s + "\""; }
-    std::string operator()(const std::vector<int64_t>& v) const { return "[" + join(v) + "]"; }
+    std::string operator()(const SymSizes& v) const { return "[" + v.str() + "]"; }
     std::string operator()(const std::vector<double>& v) const {
       std::string s = "[";
       for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + (*this)(v[i]);
@@ -208,8 +208,8 @@ std::vector<Value*> Node::value_inputs() const {
 }
 
 int64_t Node::constant_index() const {
-  FJ_INTERNAL_ASSERT(is_constant() && args_.size() == 1 && std::holds_alternative<int64_t>(args_[0].literal));
-  return std::get<int64_t>(args_[0].literal);
+  FJ_INTERNAL_ASSERT(is_constant() && args_.size() == 1 && std::holds_alternative<SymInt>(args_[0].literal));
+  return std::get<SymInt>(args_[0].literal);
 }
 
 Value* Graph::new_value(ValueType type, Node* producer) {
@@ -351,8 +351,15 @@ std::unique_ptr<Graph> concretize(const Graph& g, const SymBindings& b) {
     for (SymInt& s : t.strides) s = SymInt(s.evaluate(b));
   };
   for (Value* v : out->inputs()) fix(v);
-  for (Node* n : out->nodes())
+  for (Node* n : out->nodes()) {
     for (Value* v : n->outputs()) fix(v);
+    for (Arg& a : n->mutable_args()) {
+      if (a.is_value()) continue;
+      if (auto* i = std::get_if<SymInt>(&a.literal); i && i->is_symbolic()) a.literal = SymInt(i->evaluate(b));
+      if (auto* l = std::get_if<SymSizes>(&a.literal); l && l->is_symbolic())
+        for (SymInt& x : *l) x = SymInt(x.evaluate(b));
+    }
+  }
   return out;
 }
 

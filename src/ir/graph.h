@@ -5,7 +5,7 @@
 //   Values. Every Value is defined once: by a graph input or by exactly one Node.
 // - A Node is named by an ATen schema, `aten::add.Tensor`; its arguments follow that schema's positions.
 //   An argument is either a Value (a tensor or a non-tensor computed at run time) or a Literal (a constant
-//   known at compile time: None, bool, int, float, string, or a list of ints or floats).
+//   known at compile time: None, bool, int, float, string, or a list of ints or floats; ints are SymInts).
 // - Tensor Values carry their type from capture: dtype, sizes, strides, device. Sizes and strides are
 //   SymInts (ir/sym.h): numbers, or in the graph of a shape class expressions over its symbols, each
 //   decision on them recorded as a guard (Note [Symbolic sizes]).
@@ -91,7 +91,9 @@ struct ValueType {
 struct None {
   bool operator==(const None&) const { return true; }
 };
-using Literal = std::variant<None, bool, int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+// Integers and lists of them are SymInts: numbers, or in a class's graph expressions over its symbols
+// (a view's sizes, a slice's end), read as numbers where code needs them (Note [Symbolic sizes]).
+using Literal = std::variant<None, bool, SymInt, double, std::string, SymSizes, std::vector<double>>;
 std::string literal_str(const Literal& l);
 
 class Node;
@@ -202,8 +204,8 @@ class Graph {
   int next_id_ = 0;
 };
 
-// The graph of a shape class at one binding of its symbols: every size and stride the number its
-// expression takes there, no symbols left. Throws Error naming a symbol `b` lacks, or a size that comes out
+// The graph of a shape class at one binding of its symbols: every size, stride and integer literal the
+// number its expression takes there, no symbols left. Throws Error naming a symbol `b` lacks, or a size that comes out
 // negative. Valid as the class's program where the guards its builder recorded hold (Note [Symbolic sizes]).
 std::unique_ptr<Graph> concretize(const Graph& g, const SymBindings& b);
 

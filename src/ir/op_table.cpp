@@ -76,7 +76,7 @@ std::vector<PromotionOperand> promotion_operands(const OpInfo& op, const std::ve
       if (a.is_value()) continue;
       if (std::holds_alternative<double>(a.literal))
         ops.push_back({DType::kFloat64, OperandRank::kWrappedNumber});
-      else if (std::holds_alternative<int64_t>(a.literal))
+      else if (std::holds_alternative<SymInt>(a.literal))
         ops.push_back({DType::kInt64, OperandRank::kWrappedNumber});
       else if (std::holds_alternative<bool>(a.literal))
         ops.push_back({DType::kBool, OperandRank::kWrappedNumber});
@@ -169,8 +169,8 @@ std::optional<DType> infer_dtype(const OpInfo& op, const std::vector<Arg>& args)
     case DR::kCastArg:
       for (size_t i = 0; i < op.args.size() && i < args.size(); ++i)
         if (op.args[i].kind == ArgKind::kDTypeArg && !args[i].is_value() &&
-            std::holds_alternative<int64_t>(args[i].literal)) {
-          DType d = dtype_from_torch_code(static_cast<int>(std::get<int64_t>(args[i].literal)));
+            std::holds_alternative<SymInt>(args[i].literal)) {
+          DType d = dtype_from_torch_code(static_cast<int>(std::get<SymInt>(args[i].literal)));
           if (d != DType::kOther) return d;
         }
       return std::nullopt;
@@ -180,8 +180,8 @@ std::optional<DType> infer_dtype(const OpInfo& op, const std::vector<Arg>& args)
       auto in = tensor_dtype(0);
       for (size_t i = 0; i < op.args.size() && i < args.size(); ++i)
         if (op.args[i].kind == ArgKind::kDTypeArg && !args[i].is_value() &&
-            std::holds_alternative<int64_t>(args[i].literal)) {
-          DType d = dtype_from_torch_code(static_cast<int>(std::get<int64_t>(args[i].literal)));
+            std::holds_alternative<SymInt>(args[i].literal)) {
+          DType d = dtype_from_torch_code(static_cast<int>(std::get<SymInt>(args[i].literal)));
           return d == DType::kOther ? std::nullopt : std::optional<DType>(d);
         }
       if (in && (op.kernel_fn == "sum" || op.kernel_fn == "prod") && is_integral(*in, true)) return DType::kInt64;
@@ -211,8 +211,8 @@ std::optional<ReductionInfo> reduction_info(const Node& n) {
     if (i < n.args().size() && n.args()[i].is_value()) return std::nullopt;  // computed at run time
     switch (op->args[i].kind) {
       case ArgKind::kDims:
-        if (std::holds_alternative<int64_t>(l)) dims = {std::get<int64_t>(l)};
-        else if (std::holds_alternative<std::vector<int64_t>>(l)) dims = std::get<std::vector<int64_t>>(l);
+        if (std::holds_alternative<SymInt>(l)) dims = {std::get<SymInt>(l)};
+        else if (std::holds_alternative<SymSizes>(l)) dims = std::get<SymSizes>(l);
         else if (!std::holds_alternative<None>(l)) return std::nullopt;
         all = dims.empty();
         break;
@@ -225,7 +225,7 @@ std::optional<ReductionInfo> reduction_info(const Node& n) {
         unbiased = std::get<bool>(l);
         break;
       case ArgKind::kCorrection:
-        if (std::holds_alternative<int64_t>(l)) correction = static_cast<double>(std::get<int64_t>(l));
+        if (std::holds_alternative<SymInt>(l)) correction = static_cast<double>(std::get<SymInt>(l));
         else if (std::holds_alternative<double>(l)) correction = std::get<double>(l);
         else if (!std::holds_alternative<None>(l)) return std::nullopt;
         break;

@@ -585,8 +585,20 @@ class SymParser {
   }
   SymInt unary() {
     ws();
+    if (pos_ + 1 < t_.size() && t_[pos_] == '-' && std::isdigit(static_cast<unsigned char>(t_[pos_ + 1])))
+      return number();  // with its sign, so that INT64_MIN reads
     if (eat('-')) return -unary();
     return primary();
+  }
+  SymInt number() {
+    const size_t start = pos_;
+    if (t_[pos_] == '-') ++pos_;
+    while (pos_ < t_.size() && std::isdigit(static_cast<unsigned char>(t_[pos_]))) ++pos_;
+    errno = 0;
+    const long long v = std::strtoll(t_.c_str() + start, nullptr, 10);
+    FJ_CHECK(errno == 0, "size expression at offset {}: {} is out of int64's range", start,
+             t_.substr(start, pos_ - start));
+    return SymInt(static_cast<int64_t>(v));
   }
   SymInt primary() {
     ws();
@@ -598,15 +610,7 @@ class SymParser {
       FJ_CHECK(eat(')'), "size expression at offset {}: expected ')'", pos_);
       return v;
     }
-    if (std::isdigit(static_cast<unsigned char>(c))) {
-      const size_t start = pos_;
-      while (pos_ < t_.size() && std::isdigit(static_cast<unsigned char>(t_[pos_]))) ++pos_;
-      errno = 0;
-      const long long v = std::strtoll(t_.c_str() + start, nullptr, 10);
-      FJ_CHECK(errno == 0, "size expression at offset {}: {} is out of int64's range", start,
-               t_.substr(start, pos_ - start));
-      return SymInt(static_cast<int64_t>(v));
-    }
+    if (std::isdigit(static_cast<unsigned char>(c))) return number();
     FJ_CHECK(std::isalpha(static_cast<unsigned char>(c)) || c == '_',
              "size expression at offset {}: expected a number or a symbol, got '{}'", pos_, c);
     const size_t start = pos_;

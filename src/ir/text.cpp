@@ -11,7 +11,8 @@
 // may be expressions over them, "f32[2,s0,64]{64*s0,1,s0}" (Note [Symbolic sizes], ir/sym.h).
 // Types: DTYPE[SIZES]{STRIDES}@cuda:N for tensors (strides and device only when not the default), else
 // a kind name (int, float, bool, str, None, int[], Tensor[]). Literals: None, True, False, integers,
-// floats (always with '.', 'e', or nan/inf), "strings", [lists].
+// floats (always with '.', 'e', or nan/inf), "strings", [lists]; an integer may be an expression over the
+// graph's symbols, as sizes may ("[2,s0,4,16]").
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -212,17 +213,23 @@ class Parser {
       for (auto& it : items) any_double |= std::holds_alternative<double>(it);
       if (any_double) {
         std::vector<double> v;
-        for (auto& it : items)
-          v.push_back(std::holds_alternative<double>(it) ? std::get<double>(it) : std::get<int64_t>(it));
+        for (auto& it : items) {
+          FJ_CHECK(std::holds_alternative<double>(it) ||
+                       (std::holds_alternative<SymInt>(it) && !std::get<SymInt>(it).is_symbolic()),
+                   "IR text, line {}: bad item in a list of floats", line());
+          v.push_back(std::holds_alternative<double>(it) ? std::get<double>(it)
+                                                         : static_cast<double>(std::get<SymInt>(it).hint()));
+        }
         return v;
       }
-      std::vector<int64_t> v;
+      SymSizes v;
       for (auto& it : items) {
-        FJ_CHECK(std::holds_alternative<int64_t>(it), "IR text, line {}: bad list item", line());
-        v.push_back(std::get<int64_t>(it));
+        FJ_CHECK(std::holds_alternative<SymInt>(it), "IR text, line {}: bad list item", line());
+        v.push_back(std::get<SymInt>(it));
       }
       return v;
     }
+    const size_t start = pos_;
     std::string w = token();
     if (w == "None") return None{};
     if (w == "True") return true;
@@ -231,14 +238,21 @@ class Parser {
     if (w == "inf") return HUGE_VAL;
     if (w == "-inf") return -HUGE_VAL;
     char* end = nullptr;
-    if (w.find_first_of(".eE") != std::string::npos) {
+    const bool number = !w.empty() && (std::isdigit(static_cast<unsigned char>(w[0])) || w[0] == '-');
+    if (number && w.find_first_of(".eE") != std::string::npos) {
       double d = std::strtod(w.c_str(), &end);
-      FJ_CHECK(!w.empty() && *end == '\0', "IR text, line {}: bad literal '{}'", line(), w);
+      FJ_CHECK(*end == '\0', "IR text, line {}: bad literal '{}'", line(), w);
       return d;
     }
-    long long i = std::strtoll(w.c_str(), &end, 10);
-    FJ_CHECK(!w.empty() && *end == '\0', "IR text, line {}: bad literal '{}'", line(), w);
-    return static_cast<int64_t>(i);
+    // An integer, or an expression over the graph's symbols.
+    pos_ = start;
+    FJ_CHECK(peek() != ',' && peek() != ')' && peek() != ']', "IR text, line {}: expected a literal", line());
+    try {
+      return parse_sym(t_, pos_, hints_);
+    } catch (const Error& e) {
+      FJ_CHECK(false, "IR text, line {}: bad literal '{}': {}", line(), w, e.what());
+    }
+    return None{};
   }
 
   int64_t integer() {

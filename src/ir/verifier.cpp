@@ -52,7 +52,7 @@ void verify_graph(const Graph& g) {
     }
     if (n->is_constant()) {
       FJ_INTERNAL_ASSERT(n->args().size() == 1 && !n->args()[0].is_value() &&
-                             std::holds_alternative<int64_t>(n->args()[0].literal),
+                             std::holds_alternative<SymInt>(n->args()[0].literal),
                          "{}: fj::constant takes one integer index", where);
       continue;
     }

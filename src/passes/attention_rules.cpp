@@ -208,8 +208,8 @@ Replacement sdpa(const Match& m, Builder& r) {
   } else {
     auto perm = literal_arg(&transpose->args().at(1));
     const std::vector<int64_t> want = {0, 1, 3, 2}, want_neg = {0, 1, -1, -2};
-    if (!perm || !std::holds_alternative<std::vector<int64_t>>(*perm) ||
-        (std::get<std::vector<int64_t>>(*perm) != want && std::get<std::vector<int64_t>>(*perm) != want_neg))
+    if (!perm || !std::holds_alternative<SymSizes>(*perm) ||
+        (std::get<SymSizes>(*perm) != want && std::get<SymSizes>(*perm) != want_neg))
       return r.decline("k^T is not a transpose of k's last two dims");
   }
   Value* k = transpose->args()[0].value;

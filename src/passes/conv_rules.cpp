@@ -185,8 +185,8 @@ struct Conv {
 };
 
 std::optional<std::vector<int64_t>> int_list(const Arg& a) {
-  if (a.is_value() || !std::holds_alternative<std::vector<int64_t>>(a.literal)) return std::nullopt;
-  return std::get<std::vector<int64_t>>(a.literal);
+  if (a.is_value() || !std::holds_alternative<SymSizes>(a.literal)) return std::nullopt;
+  return std::get<SymSizes>(a.literal);
 }
 
 std::optional<Conv> as_conv(Node* n) {
@@ -211,8 +211,8 @@ std::optional<Conv> as_conv(Node* n) {
   c.dilation = *dilation;
   const Arg& groups = a[conv2d ? 6 : 8];
   if (!conv2d && !is_literal(a[6], false)) return std::nullopt;  // transposed
-  if (groups.is_value() || !std::holds_alternative<int64_t>(groups.literal)) return std::nullopt;
-  c.groups = std::get<int64_t>(groups.literal);
+  if (groups.is_value() || !std::holds_alternative<SymInt>(groups.literal)) return std::nullopt;
+  c.groups = std::get<SymInt>(groups.literal);
   return c;
 }
 

@@ -48,8 +48,8 @@ std::optional<Value*> tensor_or_none(const Arg* a) {
   return std::holds_alternative<None>(a->literal) ? std::optional<Value*>(nullptr) : std::nullopt;
 }
 std::optional<int64_t> as_dim(const std::optional<Literal>& l, int64_t rank) {
-  if (!l || !std::holds_alternative<int64_t>(*l)) return std::nullopt;
-  int64_t d = std::get<int64_t>(*l);
+  if (!l || !std::holds_alternative<SymInt>(*l)) return std::nullopt;
+  int64_t d = std::get<SymInt>(*l);
   if (d < 0) d += rank;
   if (d < 0 || d >= rank) return std::nullopt;
   return d;
@@ -66,8 +66,8 @@ bool reducible(const Value* x, const std::vector<int64_t>& dims) {
 // The dims a normalization over `shape` (the trailing sizes of x) reduces; empty when the literal is not
 // such a shape or a dim is empty.
 std::vector<int64_t> normalized_dims(const Value* x, const std::optional<Literal>& shape) {
-  if (!x->is_tensor() || !shape || !std::holds_alternative<std::vector<int64_t>>(*shape)) return {};
-  const auto& ns = std::get<std::vector<int64_t>>(*shape);
+  if (!x->is_tensor() || !shape || !std::holds_alternative<SymSizes>(*shape)) return {};
+  const auto& ns = std::get<SymSizes>(*shape);
   const int64_t rank = x->tensor_type().dim(), k = static_cast<int64_t>(ns.size());
   if (k == 0 || k > rank) return {};
   std::vector<int64_t> dims;
@@ -107,8 +107,8 @@ Replacement logsumexp(const Match& m, Builder& r) {
   if (!single_tensor_output(*n) || !dl || !keep || !std::holds_alternative<bool>(*keep)) return {};
   const int64_t rank = x->tensor_type().dim();
   std::vector<int64_t> dims;
-  if (std::holds_alternative<int64_t>(*dl)) dims = {std::get<int64_t>(*dl)};
-  else if (std::holds_alternative<std::vector<int64_t>>(*dl)) dims = std::get<std::vector<int64_t>>(*dl);
+  if (std::holds_alternative<SymInt>(*dl)) dims = {std::get<SymInt>(*dl)};
+  else if (std::holds_alternative<SymSizes>(*dl)) dims = std::get<SymSizes>(*dl);
   else return {};
   for (auto& d : dims) {
     auto nd = as_dim(Literal(d), rank);
@@ -195,12 +195,12 @@ Replacement group_norm(const Match& m, Builder& r) {
   auto groups = literal_arg(m.arg("groups"));
   auto w = tensor_or_none(m.arg("weight")), b = tensor_or_none(m.arg("bias"));
   auto eps = as_double(literal_arg(m.arg("eps"), 1e-5));
-  if (!single_tensor_output(*n) || !groups || !std::holds_alternative<int64_t>(*groups) || !w || !b || !eps)
+  if (!single_tensor_output(*n) || !groups || !std::holds_alternative<SymInt>(*groups) || !w || !b || !eps)
     return {};
   const TensorType& xt = x->tensor_type();
   const TensorType& ot = n->output()->tensor_type();
   if (xt.dim() < 2 || !xt.is_contiguous() || !ot.is_contiguous() || ot.sizes != xt.sizes) return {};
-  const int64_t N = xt.sizes[0], C = xt.sizes[1], G = std::get<int64_t>(*groups);
+  const int64_t N = xt.sizes[0], C = xt.sizes[1], G = std::get<SymInt>(*groups);
   if (G <= 0 || C % G != 0 || N == 0) return {};
   int64_t hw = 1;
   for (int64_t d = 2; d < xt.dim(); ++d) hw *= xt.sizes[d];
@@ -271,9 +271,9 @@ constexpr int64_t kMaxPoolTaps = 25;
 // `n` ints from an int or an int list literal (one value repeated); nullopt otherwise.
 std::optional<std::vector<int64_t>> pair_arg(const std::optional<Literal>& l, size_t n = 2) {
   if (!l) return std::nullopt;
-  if (std::holds_alternative<int64_t>(*l)) return std::vector<int64_t>(n, std::get<int64_t>(*l));
-  if (!std::holds_alternative<std::vector<int64_t>>(*l)) return std::nullopt;
-  const auto& v = std::get<std::vector<int64_t>>(*l);
+  if (std::holds_alternative<SymInt>(*l)) return std::vector<int64_t>(n, std::get<SymInt>(*l));
+  if (!std::holds_alternative<SymSizes>(*l)) return std::nullopt;
+  const auto& v = std::get<SymSizes>(*l);
   if (v.size() == 1) return std::vector<int64_t>(n, v[0]);
   if (v.size() != n) return std::nullopt;
   return v;
@@ -413,18 +413,18 @@ Replacement embedding_range(const Match& m, Builder& b) {
     if (s == "aten::arange" || s == "aten::arange.start" || s == "aten::arange.start_step") {
       const bool from_0 = s == "aten::arange";
       if (a.empty() || a[0].is_value() || (!from_0 && (a.size() < 2 || a[1].is_value()))) return {};
-      if (!from_0 && !std::holds_alternative<int64_t>(a[0].literal)) return {};
-      start = from_0 ? 0 : std::get<int64_t>(a[0].literal);
+      if (!from_0 && !std::holds_alternative<SymInt>(a[0].literal)) return {};
+      start = from_0 ? int64_t{0} : static_cast<int64_t>(std::get<SymInt>(a[0].literal));
       if (s == "aten::arange.start_step" && (a.size() < 3 || as_int(literal_arg(&a[2])) != int64_t{1})) return {};
       break;
     }
     if (a.empty() || !a[0].is_value()) return {};
     if (s == "aten::unsqueeze" || s == "aten::view" || s == "aten::reshape" || s == "aten::_unsafe_view") {
       v = a[0].value;
-    } else if (s == "aten::add.Scalar" && a.size() == 3 && std::holds_alternative<int64_t>(a[1].literal)) {
+    } else if (s == "aten::add.Scalar" && a.size() == 3 && std::holds_alternative<SymInt>(a[1].literal)) {
       auto alpha = as_int(literal_arg(&a[2]));
       if (!alpha) return {};
-      shift += std::get<int64_t>(a[1].literal) * *alpha;
+      shift += std::get<SymInt>(a[1].literal) * *alpha;
       v = a[0].value;
     } else {
       return {};

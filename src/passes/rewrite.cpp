@@ -410,13 +410,18 @@ std::optional<Literal> literal_arg(const Arg* a, Literal dflt) {
 std::optional<double> as_double(const std::optional<Literal>& l) {
   if (!l) return std::nullopt;
   if (std::holds_alternative<double>(*l)) return std::get<double>(*l);
-  if (std::holds_alternative<int64_t>(*l)) return static_cast<double>(std::get<int64_t>(*l));
+  if (std::holds_alternative<SymInt>(*l)) return static_cast<double>(std::get<SymInt>(*l));
   return std::nullopt;
 }
 
 std::optional<int64_t> as_int(const std::optional<Literal>& l) {
-  if (!l || !std::holds_alternative<int64_t>(*l)) return std::nullopt;
-  return std::get<int64_t>(*l);
+  if (!l || !std::holds_alternative<SymInt>(*l)) return std::nullopt;
+  return std::get<SymInt>(*l);
+}
+
+std::optional<SymInt> as_sym(const std::optional<Literal>& l) {
+  if (!l || !std::holds_alternative<SymInt>(*l)) return std::nullopt;
+  return std::get<SymInt>(*l);
 }
 
 std::string summarize(const std::vector<RuleApplication>& log) {

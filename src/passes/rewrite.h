@@ -186,6 +186,8 @@ std::optional<Literal> literal_arg(const Arg* a, Literal dflt = None{});
 // A literal as a number (an integer converted) or as an integer; nullopt for absent or another kind.
 std::optional<double> as_double(const std::optional<Literal>& l);
 std::optional<int64_t> as_int(const std::optional<Literal>& l);
+// An integer literal as it is: symbolic in a class's graph (Note [Symbolic sizes]).
+std::optional<SymInt> as_sym(const std::optional<Literal>& l);
 
 using RewriteFn = std::function<Replacement(const Match&, Builder&)>;
 

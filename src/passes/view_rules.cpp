@@ -76,13 +76,15 @@ bool reshapes(const std::string& s) {
          s == "aten::unsqueeze" || s == "aten::squeeze.dim" || s == "aten::alias";
 }
 
-int64_t numel(const std::vector<int64_t>& s) {
-  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>());
+SymInt numel(const SymSizes& s) {
+  SymInt n = 1;
+  for (const SymInt& x : s) n *= x;
+  return n;
 }
 
 // The strides of `x` expanded to `to` (which its sizes broadcast to): 0 for new and stretched dims.
-std::vector<int64_t> expanded_strides(const TensorType& x, const std::vector<int64_t>& to) {
-  std::vector<int64_t> o(to.size(), 0);
+SymSizes expanded_strides(const TensorType& x, const SymSizes& to) {
+  SymSizes o(to.size(), SymInt(0));
   for (size_t i = 0; i < x.sizes.size(); ++i) {
     const size_t j = to.size() - x.sizes.size() + i;
     o[j] = x.sizes[i] == to[j] ? x.strides[i] : SymInt(0);
@@ -94,14 +96,13 @@ int64_t norm_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_
 
 // The strides of a tensor of sizes `from` and strides `stride` viewed as `to`, where it is a view (ATen's
 // computeStride: each run of dims that is contiguous in memory may be split or merged); nullopt otherwise.
-std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& from, const std::vector<int64_t>& stride,
-                                                 const std::vector<int64_t>& to) {
-  std::vector<int64_t> out(to.size(), 1);
-  const int64_t n = numel(from);
+std::optional<SymSizes> view_strides(const SymSizes& from, const SymSizes& stride, const SymSizes& to) {
+  SymSizes out(to.size(), SymInt(1));
+  const SymInt n = numel(from);
   if (n == 0 || numel(to) != n) return std::nullopt;
   if (from.empty()) return out;
   int64_t view_d = static_cast<int64_t>(to.size()) - 1;
-  int64_t base = stride.back(), tensor_numel = 1, view_numel = 1;
+  SymInt base = stride.back(), tensor_numel = 1, view_numel = 1;
   for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
     tensor_numel *= from[d];
     if (d == 0 || (from[d - 1] != 1 && stride[d - 1] != tensor_numel * base)) {
@@ -123,10 +124,10 @@ std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& fro
 }
 
 // The strides `x` (of the view's input sizes) has after the view `v`; nullopt where it is no view.
-std::optional<std::vector<int64_t>> strides_after(const Node& v, const TensorType& x, const TensorType& out) {
+std::optional<SymSizes> strides_after(const Node& v, const TensorType& x, const TensorType& out) {
   const std::string& s = v.schema();
   if (reshapes(s)) return view_strides(x.sizes, x.strides, out.sizes);
-  std::vector<int64_t> st = x.strides;
+  SymSizes st = x.strides;
   const size_t r = st.size();
   if (s == "aten::t") {
     if (r == 2) std::swap(st[0], st[1]);
@@ -140,10 +141,10 @@ std::optional<std::vector<int64_t>> strides_after(const Node& v, const TensorTyp
   }
   if (s == "aten::permute") {
     auto dims = literal_arg(&v.args()[1]);
-    if (!dims || !std::holds_alternative<std::vector<int64_t>>(*dims)) return std::nullopt;
-    const auto& p = std::get<std::vector<int64_t>>(*dims);
+    if (!dims || !std::holds_alternative<SymSizes>(*dims)) return std::nullopt;
+    const auto& p = std::get<SymSizes>(*dims);
     if (p.size() != r) return std::nullopt;
-    std::vector<int64_t> o;
+    SymSizes o;
     for (int64_t d : p) o.push_back(st.at(norm_dim(d, r)));
     return o;
   }
@@ -157,8 +158,8 @@ bool plain_slice(const Node& v) {
   if (v.schema() != "aten::slice.Tensor" || v.args().size() != 5 || !v.args()[0].is_value()) return false;
   const TensorType& in = v.args()[0].value->tensor_type();
   auto dim = as_int(literal_arg(&v.args()[1]));
-  auto start = as_int(literal_arg(&v.args()[2]));
-  auto end = as_int(literal_arg(&v.args()[3]));
+  auto start = as_sym(literal_arg(&v.args()[2]));
+  auto end = as_sym(literal_arg(&v.args()[3]));
   auto step = as_int(literal_arg(&v.args()[4]));
   if (!dim || !start || !end || step != int64_t{1}) return false;
   const int64_t d = norm_dim(*dim, in.sizes.size());
@@ -225,7 +226,7 @@ Replacement through_pointwise(const Match& m, Builder& b) {
   if (!feeds_pointwise(v.output(), b)) return {};
   const TensorType& mid = fv->tensor_type();
   const TensorType& out = v.output()->tensor_type();
-  if (v.schema() == "aten::expand" && numel(out.sizes) > kMaxExpand * std::max<int64_t>(numel(mid.sizes), 1)) return {};
+  if (v.schema() == "aten::expand" && numel(out.sizes) > kMaxExpand * sym_max(numel(mid.sizes), 1)) return {};
   if (b.side_effects_between(f, &v)) return {};
   // Each tensor argument broadcast to f's result shape, then viewed as v views f's result.
   std::vector<Arg> args = f->args();
@@ -254,7 +255,7 @@ Replacement through_pointwise(const Match& m, Builder& b) {
     }
     auto st = strides_after(v, wide, out);
     if (!st) return b.decline(fmt::format("{} of {}: not a view for its strides [{}]", v.schema(), x->name(),
-                                          fmt::join(wide.strides, ",")));
+                                          wide.strides.str()));
     viewed.strides = *st;
     if (t.sizes != mid.sizes)
       x = b.node("aten::expand", {Arg::of(x), Arg::lit(mid.sizes)}, {ValueType{wide, ""}})->output();
@@ -366,8 +367,8 @@ Replacement full_slice(const Match& m, Builder& b) {
   if (!dim || !start || !end || !step || *step != 1 || r == 0) return {};
   const int64_t d = norm_dim(*dim, r);
   if (d < 0 || d >= static_cast<int64_t>(r)) return {};
-  const bool from_0 = std::holds_alternative<None>(*start) || as_int(start) == int64_t{0};
-  const bool to_end = std::holds_alternative<None>(*end) || (as_int(end) && *as_int(end) >= sizes[d]);
+  const bool from_0 = std::holds_alternative<None>(*start) || as_sym(start) == int64_t{0};
+  const bool to_end = std::holds_alternative<None>(*end) || (as_sym(end) && *as_sym(end) >= sizes[d]);
   if (!from_0 || !to_end) return {};
   return {x};
 }

@@ -433,8 +433,8 @@ std::optional<int64_t> view_offset(const Node& n) {
   const int64_t rank = in.dim();
   auto int_at = [&](size_t i, std::optional<int64_t> dflt) -> std::optional<int64_t> {
     if (i >= n.args().size() || std::holds_alternative<None>(n.args()[i].literal)) return dflt;
-    if (!std::holds_alternative<int64_t>(n.args()[i].literal)) return std::nullopt;
-    return std::get<int64_t>(n.args()[i].literal);
+    if (!std::holds_alternative<SymInt>(n.args()[i].literal)) return std::nullopt;
+    return std::get<SymInt>(n.args()[i].literal);
   };
   auto dim = int_at(1, slice ? std::optional<int64_t>(0) : std::nullopt);
   if (!dim || rank == 0) return std::nullopt;
@@ -496,8 +496,8 @@ void resolve_split(const Node& n, const std::vector<std::vector<Node*>>& users, 
   const TensorType& in = n.args()[0].value->tensor_type();
   int64_t dim = 0;
   if (n.args().size() > 2) {
-    if (!std::holds_alternative<int64_t>(n.args()[2].literal)) return;
-    dim = std::get<int64_t>(n.args()[2].literal);
+    if (!std::holds_alternative<SymInt>(n.args()[2].literal)) return;
+    dim = std::get<SymInt>(n.args()[2].literal);
   }
   if (dim < 0) dim += in.dim();
   if (dim < 0 || dim >= in.dim()) return;
