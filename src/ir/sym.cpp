@@ -285,6 +285,17 @@ Range range_of(SymRef e) {
   return full();
 }
 
+bool compare(int64_t x, SymRel rel, int64_t y) {  // no subtraction: INT64_MAX > -1 holds
+  switch (rel) {
+    case SymRel::kEq: return x == y;
+    case SymRel::kNe: return x != y;
+    case SymRel::kLt: return x < y;
+    case SymRel::kLe: return x <= y;
+    case SymRel::kGt: return x > y;
+    case SymRel::kGe: return x >= y;
+  }
+  return false;
+}
 bool compare(int64_t d, SymRel rel) {
   switch (rel) {
     case SymRel::kEq: return d == 0;
@@ -460,7 +471,7 @@ SymInt sym_max(const SymInt& a, const SymInt& b) {
 }
 
 bool sym_compare(const SymInt& a, SymRel rel, const SymInt& b) {
-  if (!a.is_symbolic() && !b.is_symbolic()) return compare(a.hint() - b.hint(), rel);
+  if (!a.is_symbolic() && !b.is_symbolic()) return compare(a.hint(), rel, b.hint());
   const SymInt d = a - b;
   if (!d.is_symbolic()) return compare(d.hint(), rel);
   if (auto decided = by_range(range_of(d.expr()), rel)) return *decided;

@@ -1,6 +1,8 @@
 // Symbolic sizes (Note [Symbolic sizes]): canonical expressions, ranges, guards, the text form.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "ir/graph.h"
 #include "ir/sym.h"
 #include "support/error.h"
@@ -49,6 +51,15 @@ TEST(Sym, DivisionModMinMaxSimplifyWhereExact) {
   EXPECT_EQ(m.str(), "max(s0,s1)");
   EXPECT_EQ(m.hint(), 37);
   EXPECT_EQ(m.evaluate({{"s0", 3}, {"s1", 9}}), 9);
+}
+
+TEST(Sym, NumbersCompareAsNumbersAtTheEndsOfInt64) {
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  EXPECT_TRUE(SymInt(hi) > SymInt(-1));
+  EXPECT_TRUE(SymInt(lo) < 1);
+  EXPECT_FALSE(SymInt(lo) == 1);
+  EXPECT_TRUE(SymInt(lo) != SymInt(hi));
+  EXPECT_TRUE(hi >= SymInt(lo));
 }
 
 TEST(Sym, DecisionsRecordGuardsUnlessRangesDecide) {
