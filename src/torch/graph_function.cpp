@@ -281,6 +281,8 @@ CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Te
   cap.graph = parse_graph(ir);
   cap.output_kind = OutputKind::kList;
   const Graph& g = *cap.graph;
+  FJ_CHECK(g.symbols().empty(), "{}: the graph has symbolic sizes ({}); plans are built from graphs of numbers",
+           what, print_graph(g).substr(0, print_graph(g).find('(')));
   FJ_CHECK(g.inputs().size() == inputs.size(), "{}: the graph takes {} inputs, {} were given", what, g.inputs().size(),
            inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

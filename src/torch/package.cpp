@@ -532,6 +532,9 @@ LoadedPackage load_package(const std::string& path, LoadOptions options) {
       const std::string described = s.at("inputs").get<std::string>();
       auto plan = std::make_unique<ExecutablePlan>();
       plan->graph = parse_graph(std::string(section(fmt::format("graph/{}", i))));
+      FJ_CHECK(plan->graph->symbols().empty(),
+               "{}: not a valid package: the graph of signature {} {} has symbolic sizes; a package holds plans "
+               "for numbers", path, i, described);
       FJ_CHECK(deserialize_plan(std::string(section(fmt::format("plan/{}", i))), plan.get()),
                "{}: not a valid package: the plan of signature {} {} does not fit its graph", path, i, described);
       const json& refs = s.at("code");

@@ -178,6 +178,9 @@ def test_cpp_errors_are_value_and_type_errors():
         fn.add([torch.zeros(4, dtype=torch.float64)], "", ir, [])
     with pytest.raises(ValueError, match="IR text, line 2"):
         fn.add([torch.zeros(4)], "", ir.replace("%0)", "%9)"), [])
+    symbolic = ir.replace("graph(", "graph[s0=4](").replace("f32[4]", "f32[s0]")
+    with pytest.raises(ValueError, match=r"the graph has symbolic sizes \(graph\[s0=4\]\)"):
+        fn.add([torch.zeros(4)], "", symbolic, [])
     with pytest.raises(ValueError, match="must not be empty"):
         torch.ops.fusion_jit.use_cache_dir("")
     assert fn.num_plans() == 0  # nothing was added by the failed calls

@@ -486,6 +486,17 @@ TEST(Package, PrepackingStepsAreCheckedAndRunInTheJitWhenNotFolded) {
                          "arguments and 1 results; its schema takes 2"),
             std::string::npos)
       << e;
+  // Nor is one whose graph has symbolic sizes (Note [Symbolic sizes]): a package's plans are for numbers.
+  ArchiveSections sym = copy_sections(decode_archive(bytes, path));
+  std::string& g = sym["graph/0"];
+  ASSERT_EQ(g.rfind("graph(", 0), 0u) << g;
+  g.replace(0, 6, "graph[s0=4](");
+  for (size_t at = g.find("f32[4,"); at != std::string::npos; at = g.find("f32[4,", at)) g.replace(at, 6, "f32[s0,");
+  const std::string out2 = scratch_dir() + "/linear-symbolic.fjpkg";
+  write_file_atomically(out2, encode_archive(sym));
+  const std::string e2 = error_of([&] { load_package(out2); });
+  EXPECT_NE(e2.find(out2 + ": not a valid package: the graph of signature 0 "), std::string::npos) << e2;
+  EXPECT_NE(e2.find("has symbolic sizes"), std::string::npos) << e2;
 }
 
 // Outputs are the caller's: one that is a constant (a frozen weight returned as it is) is a copy, and
