@@ -296,17 +296,7 @@ bool compare(int64_t x, SymRel rel, int64_t y) {  // no subtraction: INT64_MAX >
   }
   return false;
 }
-bool compare(int64_t d, SymRel rel) {
-  switch (rel) {
-    case SymRel::kEq: return d == 0;
-    case SymRel::kNe: return d != 0;
-    case SymRel::kLt: return d < 0;
-    case SymRel::kLe: return d <= 0;
-    case SymRel::kGt: return d > 0;
-    case SymRel::kGe: return d >= 0;
-  }
-  return false;
-}
+bool compare(int64_t d, SymRel rel) { return compare(d, rel, 0); }
 SymRel negate(SymRel r) {
   switch (r) {
     case SymRel::kEq: return SymRel::kNe;
