@@ -13,7 +13,7 @@ int64_t op_flops(const Node& n) { return n.op() && n.op()->has(OpFlag::kExpensiv
 
 int64_t tensor_bytes(const Value* v) {
   const TensorType& t = v->tensor_type();
-  return t.numel() * static_cast<int64_t>(dtype_size(t.dtype));
+  return t.sym_numel().hint() * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
 WorkEstimate node_work(const Node& n) {
@@ -26,14 +26,14 @@ WorkEstimate node_work(const Node& n) {
   for (const Value* o : n.outputs())
     if (o->is_tensor()) {
       w.bytes += tensor_bytes(o);
-      w.flops += op_flops(n) * o->tensor_type().numel();
+      w.flops += op_flops(n) * o->tensor_type().sym_numel().hint();
     }
   return w;
 }
 
 int64_t row_input_bytes(const std::vector<const Node*>& nodes, const RowWalk& rows) {
   const std::set<const Node*> members(nodes.begin(), nodes.end());
-  const std::vector<int64_t>& shape = *rows.shape;
+  const size_t rank = rows.shape->size();
   std::set<const Value*> seen;
   int64_t per_element = 0;
   for (const Node* n : nodes)
@@ -44,8 +44,8 @@ int64_t row_input_bytes(const std::vector<const Node*>& nodes, const RowWalk& ro
       const auto& vs = v->tensor_type().sizes;
       bool varies = false;
       for (int64_t d : *rows.dims) {
-        int64_t k = d - static_cast<int64_t>(shape.size() - vs.size());
-        varies |= k >= 0 && vs[k] != 1;
+        int64_t k = d - static_cast<int64_t>(rank - vs.size());
+        varies |= k >= 0 && vs[k].hint() != 1;
       }
       if (varies) per_element += static_cast<int64_t>(dtype_size(v->tensor_type().dtype));
     }

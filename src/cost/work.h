@@ -6,6 +6,9 @@
 // (OpFlag::kExpensive), else 1; a value computed once per row of a reduction costs once per row. A
 // reduction kernel walking its rows in several passes reads its row inputs again in every pass after the
 // first when a row does not fit on chip (DeviceDescription::on_chip_row_bytes).
+// Symbolic sizes are counted at their hints, with no guard (Note [Symbolic sizes]): an estimate decides
+// what runs together, never what a kernel computes, so a plan of a shape class stays valid at every size
+// of the class, priced at the example it was built from.
 #pragma once
 
 #include <cstdint>
@@ -19,18 +22,18 @@
 namespace fusion_jit {
 
 // How a kernel with reductions walks its rows (fusion's ReductionForm, as far as cost needs it): `shape`
-// is the reduced shape, split into rows over `dims` of `row_len` elements, walked `passes` times;
-// `row_values` are computed once per row.
+// is the reduced shape, split into rows over `dims` of `row_len` elements (at the hints), walked `passes`
+// times; `row_values` are computed once per row.
 struct RowWalk {
-  const std::vector<int64_t>* shape = nullptr;
+  const SymSizes* shape = nullptr;
   const std::vector<int64_t>* dims = nullptr;
   const std::set<const Value*>* row_values = nullptr;
   int passes = 1;
   int64_t row_len = 0;
 };
 
-// A candidate kernel: the nodes it runs (each returns one tensor), its iteration space, the values it
-// writes (read after it or returned by the graph) and, for reductions, its rows.
+// A candidate kernel: the nodes it runs (each returns one tensor), its iteration space (at the hints), the
+// values it writes (read after it or returned by the graph) and, for reductions, its rows.
 struct KernelSketch {
   std::vector<const Node*> nodes;
   std::vector<int64_t> shape;
@@ -40,7 +43,7 @@ struct KernelSketch {
 
 // Flops of one application of the node's op: 20 for expensive ops (OpFlag::kExpensive), else 1.
 int64_t op_flops(const Node& n);
-// Bytes of a tensor value: elements times the dtype's size.
+// Bytes of a tensor value: elements (at the hints) times the dtype's size.
 int64_t tensor_bytes(const Value* v);
 // One node run alone (through ATen or as its own kernel): its tensor inputs read once, its tensor
 // outputs written, flops per output element, one launch.

@@ -15,11 +15,7 @@
 namespace fusion_jit {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
+std::string shape_str(const SymSizes& s) { return "[" + s.str() + "]"; }
 
 std::string node_name(const Node* n) {
   return n->schema() + (n->outputs().empty() ? "" : " " + n->output()->name());
@@ -42,13 +38,13 @@ std::string node_name(const Node* n) {
 bool is_reduction(const Node* n) { return n->op() && n->op()->category == OpCategory::kReduction; }
 bool is_gather(const Node* n) { return n->op() && n->op()->category == OpCategory::kGather; }
 
-bool row_shape(const std::vector<int64_t>& v, const std::vector<int64_t>& S, const std::vector<int64_t>& R) {
+bool row_shape(const SymSizes& v, const SymSizes& S, const std::vector<int64_t>& R) {
   if (v.size() == S.size()) {
-    std::vector<int64_t> srow = S;
+    SymSizes srow = S;
     for (int64_t d : R) srow[d] = 1;
     return broadcasts_to(v, srow);
   }
-  std::vector<int64_t> sr;
+  SymSizes sr;
   for (size_t d = 0; d < S.size(); ++d)
     if (!std::count(R.begin(), R.end(), static_cast<int64_t>(d))) sr.push_back(S[d]);
   return v == sr;
@@ -56,7 +52,7 @@ bool row_shape(const std::vector<int64_t>& v, const std::vector<int64_t>& S, con
 
 // Whether a row value of shape v, read by an element value (broadcast to S, right-aligned), lands on the
 // kept dims its row frame gives it.
-bool row_consistent(const std::vector<int64_t>& v, const std::vector<int64_t>& S, const std::vector<int64_t>& R) {
+bool row_consistent(const SymSizes& v, const SymSizes& S, const std::vector<int64_t>& R) {
   if (v.size() == S.size()) return true;
   std::vector<int64_t> kept;
   for (int64_t d = 0; d < static_cast<int64_t>(S.size()); ++d)
@@ -302,15 +298,16 @@ class GreedyFuser {
 
   // Whether the two groups read in common a tensor (from outside both) with an element per point of the
   // iteration space `shape`: a shared scalar or broadcast row saves next to nothing.
-  bool shares_input(const std::vector<int>& a, const std::vector<int>& b, const std::vector<int64_t>& shape) const {
+  // A question of cost, answered at the hints (Note [Symbolic sizes]).
+  bool shares_input(const std::vector<int>& a, const std::vector<int>& b, const SymSizes& shape) const {
     int64_t points = 1;
-    for (int64_t s : shape) points *= s;
+    for (const SymInt& s : shape) points *= s.hint();
     auto inputs = [&](const std::vector<int>& ms) {
       std::set<int> members(ms.begin(), ms.end());
       std::set<const Value*> in;
       for (int m : ms)
         for (const Value* v : nodes_[m]->value_inputs())
-          if (v->is_tensor() && v->tensor_type().numel() == points &&
+          if (v->is_tensor() && v->tensor_type().sym_numel().hint() == points &&
               !(v->producer() && members.count(index_.at(v->producer()))))
             in.insert(v);
       return in;
@@ -413,10 +410,10 @@ class GreedyFuser {
             return false;
           }
         }
-    const std::vector<int64_t> out_shape = iteration_shape(cand);
+    const SymSizes out_shape = iteration_shape(cand);
     bool recompute = false;
     std::optional<ReductionForm> form;
-    std::vector<int64_t> new_shape = shape;
+    SymSizes new_shape = shape;
     std::string two_cats;
     const Node* ragged = ragged_cat(merged, &two_cats);
     if (!two_cats.empty()) {
@@ -476,7 +473,7 @@ class GreedyFuser {
     }
     // Cost: the group and the candidate apart, against together.
     WorkEstimate apart = group_work(members_[gid], shape, forms_[gid]);
-    apart += group_work(unit(cand), is_reduction(n) ? std::vector<int64_t>(n->args()[0].value->tensor_type().sizes) : out_shape,
+    apart += group_work(unit(cand), is_reduction(n) ? n->args()[0].value->tensor_type().sizes : out_shape,
                         is_reduction(n) ? form_of({cand}, nullptr) : std::nullopt);
     WorkEstimate together = group_work(merged, new_shape, form);
     double t_apart = cost_.estimate_us(apart), t_together = cost_.estimate_us(together);
@@ -606,13 +603,13 @@ class GreedyFuser {
   }
 
   static RowWalk row_walk(const ReductionForm& f) {
-    return RowWalk{&f.shape, &f.dims, &f.row_values, f.passes, f.row_len};
+    return RowWalk{&f.shape, &f.dims, &f.row_values, f.passes, f.row_len.hint()};
   }
 
   // Work of a kernel over `shape` made of `ms` (cost/work.h counts it).
-  WorkEstimate group_work(const std::vector<int>& ms, const std::vector<int64_t>& shape,
+  WorkEstimate group_work(const std::vector<int>& ms, const SymSizes& shape,
                           const std::optional<ReductionForm>& form = std::nullopt) const {
-    KernelSketch k{nodes_of(ms), shape, outside_of(ms), std::nullopt};
+    KernelSketch k{nodes_of(ms), shape.hints(), outside_of(ms), std::nullopt};
     if (form) k.rows = row_walk(*form);
     return kernel_work(k, cost_.device());
   }
@@ -649,7 +646,7 @@ class GreedyFuser {
   }
 
   // The iteration space a node brings to a pointwise group: its output's shape, or a cat's items'.
-  std::vector<int64_t> iteration_shape(int i) const {
+  SymSizes iteration_shape(int i) const {
     if (companion_[i] >= 0)
       if (auto cf = cat_form(*nodes_[i], nullptr)) return cf->shape;
     return nodes_[i]->output()->tensor_type().sizes;
@@ -797,7 +794,7 @@ class GreedyFuser {
   std::vector<int> owner_;      // by node index: the cat a list belongs to, or -1
   bool units_ = true;
   std::vector<std::vector<int>> members_;
-  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<SymSizes> shapes_;
   std::vector<std::optional<ReductionForm>> forms_;
   std::vector<std::vector<Decision>> decisions_;
 };
@@ -856,7 +853,7 @@ bool can_fuse_node(const Node& n, std::string* why) {
       return no(fmt::format("{} indices: eager raises", dtype_name(index.dtype)));
     if (gf->embedding) {
       if (table.dim() != 2) return no(fmt::format("a table of {} dims: 2 expected", table.dim()));
-      std::vector<int64_t> want = index.sizes;
+      SymSizes want = index.sizes;
       want.push_back(table.sizes[1]);
       if (out.sizes != want || out.dtype != table.dtype)
         return no(fmt::format("result {} is not the table's rows for indices {}", out.str(), index.str()));
@@ -883,7 +880,7 @@ bool can_fuse_node(const Node& n, std::string* why) {
       return no(fmt::format("{} of {}: runs through ATen", k, dtype_name(in.dtype)));
     if (is_floating(in.dtype) && !is_floating(out.dtype))
       return no("a floating reduction into an integer dtype runs through ATen");
-    int64_t len = 1;
+    SymInt len = 1;
     for (int64_t d : info->dims) len *= in.sizes[d];
     if (len == 0 && (k == "max" || k == "min")) return no(fmt::format("{} over an empty dim: eager raises", k));
   }
@@ -897,7 +894,7 @@ bool can_fuse_node(const Node& n, std::string* why) {
     if (out.dim() < 2) return no("batch_norm of a tensor with fewer than 2 dims");
     for (int i : {1, 2, 3, 4})
       if (i < static_cast<int>(n.args().size()) && n.args()[i].is_value() &&
-          n.args()[i].value->tensor_type().sizes != std::vector<int64_t>{out.sizes[1]})
+          n.args()[i].value->tensor_type().sizes != SymSizes{out.sizes[1]})
         return no("batch_norm statistics of an unexpected shape");
   }
   if (op->has(OpFlag::kIntegerDivision) && is_integral(out.dtype, true)) {
@@ -982,7 +979,7 @@ std::optional<CatForm> cat_form(const Node& n, std::string* why) {
       return no(fmt::format("item {} is {}, the result {}: runs through ATen", i, dtype_name(t.dtype),
                             dtype_name(out.dtype)));
     if (t.device != out.device || t.device_index != out.device_index) return no(fmt::format("item {} is on another device", i));
-    if (t.numel() == 0 && !f.stack) continue;  // cat skips it
+    if (t.sym_numel() == 0 && !f.stack) continue;  // cat skips it
     if (f.items.empty()) {
       f.shape = t.sizes;
     } else if (t.sizes != f.shape) {
@@ -996,17 +993,17 @@ std::optional<CatForm> cat_form(const Node& n, std::string* why) {
     }
     f.items.push_back(a.value);
   }
-  if (f.items.empty() || out.numel() == 0) return no("an empty result");
+  if (f.items.empty() || out.sym_numel() == 0) return no("an empty result");
   if (f.items.size() > 64) return no(fmt::format("{} items: 64 at most", f.items.size()));
   if (f.ragged) {
-    int64_t at = 0;
+    SymInt at = 0;
     for (const Value* v : f.items) at += v->tensor_type().sizes[f.dim];
     if (at != out.sizes[f.dim])
       return no(fmt::format("result shape {} is not its items' joined along dim {}", shape_str(out.sizes), f.dim));
     f.shape = out.sizes;
     return f;
   }
-  std::vector<int64_t> want = f.shape;
+  SymSizes want = f.shape;
   const int64_t k = static_cast<int64_t>(f.items.size());
   if (f.stack) want.insert(want.begin() + std::min<int64_t>(f.dim, static_cast<int64_t>(want.size())), k);
   else if (static_cast<int64_t>(want.size()) == rank) want[f.dim] *= k;

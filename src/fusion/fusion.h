@@ -3,6 +3,12 @@
 // Legality (can_fuse_node, and the shape and cycle rules in fusion.cpp), cost (cost/cost_model.h) and
 // mechanism (the greedy grouping) are separate; every decision, yes or no, is recorded with its reason and
 // printed by explain_plan.
+//
+// A graph of a shape class (Note [Symbolic sizes] in ir/sym.h) fuses as it is: iteration spaces, rows,
+// cat regions and strides are SymSizes and SymInts, legality compares them (shapes equal or broadcasting
+// for every size of the class need no guard; one that holds only at some sizes records the guard it
+// needs), and the cost model prices each candidate at the hints, with no guard: an estimate decides what
+// runs together, never what a kernel computes.
 #pragma once
 
 #include <map>
@@ -36,13 +42,13 @@ std::optional<GatherForm> gather_form(const Node& n);
 // reduces the same shape over the same dims; the other values are computed per element of that shape or
 // once per row (a row: one index of the kept dims).
 struct ReductionForm {
-  std::vector<int64_t> shape;          // the reductions' input shape: the iteration space
+  SymSizes shape;                      // the reductions' input shape: the iteration space
   std::vector<int64_t> dims;           // the reduced dims of `shape`, sorted
   std::set<const Value*> row_values;   // values computed once per row
   std::map<const Value*, int> phase;   // element values: the pass over the row that first computes them
   std::map<const Value*, int> ready;   // row values: the pass after which they are known (0: before any)
   int passes = 0;                      // passes over each row
-  int64_t row_len = 0;                 // elements per row
+  SymInt row_len = 0;                  // elements per row
 };
 // The form of `nodes` (in graph order, at least one a reduction) as one kernel; nullopt with the reason
 // when they cannot run together. `outside` holds the values read after the group or returned by the graph.
@@ -78,14 +84,14 @@ struct CatForm {
   std::vector<const Value*> items;   // inputs with elements, in order: the stores' regions
   // Items of one shape: that shape, the kernel's iteration space. Items of unequal sizes along `dim`
   // (ragged): the result's shape.
-  std::vector<int64_t> shape;
+  SymSizes shape;
   bool ragged = false;
   // The offset (in elements of the result) of region k, and the result's strides over `shape`.
-  int64_t offset(size_t k) const { return static_cast<int64_t>(k) * step; }
+  SymInt offset(size_t k) const { return static_cast<int64_t>(k) * step; }
   // A cat left with one item is a copy of it, of the same shape: a value the kernel may read on.
   bool copies() const { return !stack && items.size() == 1; }
-  std::vector<int64_t> strides;
-  int64_t step = 0;
+  SymSizes strides;
+  SymInt step = 0;
 };
 // The form of a cat or stack node as one kernel's stores; nullopt (and the reason) when it cannot be, or
 // when `n` is neither. It does not check the list's other users (the fuser does).
@@ -111,7 +117,7 @@ struct FusionGroup {
   std::vector<Node*> nodes;       // in graph order
   std::vector<Value*> inputs;     // tensors read by the kernel, first use order
   std::vector<Value*> outputs;    // tensors written: used outside the group or graph outputs
-  std::vector<int64_t> shape;     // the iteration space
+  SymSizes shape;                 // the iteration space
   std::optional<ReductionForm> reduction;  // set for groups with reductions
   double estimated_us = 0;        // fused
   double unfused_us = 0;          // the same ops run one by one

@@ -290,6 +290,10 @@ std::string describe(const Node& n) {
 // Whether two indices of `t` reach one element (a dim of size > 1 with stride 0, as an expand makes, or
 // strides that interleave).
 bool overlaps(const TensorType& t) {
+  // A dense layout's strides, expression for expression: no overlap at any size, and no guard.
+  if (t.strides.same(contiguous_strides(t.sizes)) ||
+      (t.dim() == 4 && t.strides.same(channels_last_strides(t.sizes))))
+    return false;
   std::vector<std::pair<SymInt, SymInt>> dims;  // (stride, size) of the dims of size > 1
   for (size_t i = 0; i < t.sizes.size(); ++i)
     if (t.sizes[i] > 1) dims.emplace_back(t.strides[i], t.sizes[i]);
