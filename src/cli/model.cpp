@@ -237,7 +237,7 @@ int compile_cuda(const Args& a, torch::jit::Module& module, const std::vector<c1
     nlohmann::json kj;
     kj["name"] = k.spec.name;
     kj["ops"] = plan->group_ops.at(&k - plan->kernels.data());
-    kj["elements"] = k.spec.numel;
+    kj["elements"] = static_cast<int64_t>(k.spec.numel);
     kj["vector_width"] = fj::cuda_vector_width(k.spec);
     kj["index_bits"] = k.spec.index32 ? 32 : 64;
     if (binary)

@@ -41,19 +41,20 @@ KernelHooks g_kernel_hooks;
 
 // Dims of an iteration space with one stride per dim for each buffer.
 struct Dims {
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<int64_t>> strides;  // [buffer][dim]
+  SymSizes sizes;
+  std::vector<SymSizes> strides;  // [buffer][dim]
   // Per barrier dim: the merged dim that starts at it, and its elements per index of the barrier dim.
-  std::map<int64_t, std::pair<int, int64_t>> barriers;
+  std::map<int64_t, std::pair<int, SymInt>> barriers;
 };
+
 
 // The dims `order` of (sizes, strides), outermost first, with size-1 dims dropped and each dim merged into
 // the one before it when every buffer allows (stride[before] == stride[d] * size[d]); at least one dim.
 // The one dimension-merge routine of both kernel kinds. A dim among `barriers` (a piece's: Note [Cats of
 // unequal items]) never merges into the dim before it, nor is it dropped; the dims after it may merge
 // into it.
-Dims merge_dims(const std::vector<int64_t>& order, const std::vector<int64_t>& sizes,
-                const std::vector<std::vector<int64_t>>& strides, const std::set<int64_t>& barriers = {}) {
+Dims merge_dims(const std::vector<int64_t>& order, const SymSizes& sizes, const std::vector<SymSizes>& strides,
+                const std::set<int64_t>& barriers = {}) {
   Dims m;
   m.strides.resize(strides.size());
   int64_t last_barrier = -1;
@@ -85,15 +86,16 @@ Dims merge_dims(const std::vector<int64_t>& order, const std::vector<int64_t>& s
 
 // Whether int32 offsets suffice: the element count and, for every buffer, its extent (storage offset
 // included) and the furthest element the iteration reaches stay below 2^31 - 1. The one index-width rule.
+// Where the sizes are symbolic it is one comparison, of the largest of them (the ranges order most), so
+// the class's index width is one guard.
 bool fits_int32(const KernelSpec& k) {
-  const int64_t lim = std::numeric_limits<int32_t>::max();
-  if (k.numel >= lim) return false;
+  SymInt largest = k.numel;
   for (const auto& b : k.buffers) {
-    int64_t reach = 1 + b.offset + std::max<int64_t>(b.gather_rows - 1, 0) * b.gather_stride;
-    for (size_t d = 0; d < k.sizes.size(); ++d) reach += (k.sizes[d] - 1) * std::abs(b.strides[d]);
-    if (b.extent >= lim || reach >= lim) return false;
+    SymInt reach = 1 + b.offset + sym_max(b.gather_rows - 1, 0) * b.gather_stride;
+    for (size_t d = 0; d < k.sizes.size(); ++d) reach += (k.sizes[d] - 1) * sym_abs(b.strides[d]);
+    largest = sym_max(largest, sym_max(b.extent, reach));
   }
-  return true;
+  return largest < std::numeric_limits<int32_t>::max();
 }
 
 class Builder {
@@ -218,13 +220,13 @@ class Builder {
       p.parent = cp.parent;
       p.dim = static_cast<int>(f->dim);
       // Starts along the group's dims: a piece of the same dim as its parent's lies at its parent's start.
-      int64_t base = 0;
+      SymInt base = 0;
       for (int q = cp.parent; q >= 0; q = pieces_[static_cast<size_t>(q)].parent)
         if (pieces_[static_cast<size_t>(q)].dim == p.dim) {
           base = pieces_[static_cast<size_t>(q)].start;
           break;
         }
-      int64_t at = 0;
+      SymInt at = 0;
       for (int k = 0; k < cp.item; ++k) at += f->items[k]->tensor_type().sizes[f->dim];
       p.start = base + at;
       p.end = p.start + f->items[cp.item]->tensor_type().sizes[f->dim];
@@ -457,10 +459,10 @@ class Builder {
 
   // Strides of `t` over the reduced shape S: right-aligned against S (or, in the squeezed frame, against
   // the kept dims of S); size-1 dims have stride 0.
-  std::vector<int64_t> strides_over_shape(const TensorType& t, bool squeezed) const {
+  SymSizes strides_over_shape(const TensorType& t, bool squeezed) const {
     const auto& f = *g_.reduction;
     const std::vector<int64_t> target = frame_dims(squeezed);
-    std::vector<int64_t> st(f.shape.size(), 0);
+    SymSizes st(f.shape.size(), 0);
     const int64_t off = static_cast<int64_t>(target.size()) - t.dim();
     FJ_INTERNAL_ASSERT(off >= 0, "{} has more dims than the reduction's frame", t.str());
     for (int64_t k = 0; k < t.dim(); ++k)
@@ -733,19 +735,19 @@ class Builder {
     std::vector<int64_t> kept, red;
     for (int64_t d = 0; d < static_cast<int64_t>(f.shape.size()); ++d)
       (std::count(f.dims.begin(), f.dims.end(), d) ? red : kept).push_back(d);
-    std::vector<std::vector<int64_t>> all(nb);
+    std::vector<SymSizes> all(nb);
     for (size_t k = 0; k < nb; ++k) all[k] = spec_.buffers[k].strides;
     Dims merged;
     merged.strides.resize(nb);
     // Each of the two parts ordered by the main buffer's strides (outermost first), then merged.
     auto place = [&](std::vector<int64_t> dims) {
       const auto& ms = spec_.buffers[main].strides;
-      std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return std::abs(ms[a]) > std::abs(ms[b]); });
+      std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return sym_abs(ms[a]) > sym_abs(ms[b]); });
       Dims part = merge_dims(dims, f.shape, all);
       merged.sizes.insert(merged.sizes.end(), part.sizes.begin(), part.sizes.end());
       for (size_t k = 0; k < nb; ++k) merged.strides[k].insert(merged.strides[k].end(), part.strides[k].begin(), part.strides[k].end());
-      int64_t n = 1;
-      for (int64_t x : part.sizes) n *= x;
+      SymInt n = 1;
+      for (const SymInt& x : part.sizes) n *= x;
       return n;
     };
     spec_.rows = place(kept);
@@ -756,7 +758,7 @@ class Builder {
     for (size_t k = 0; k < nb; ++k) {
       auto& b = spec_.buffers[k];
       b.strides = merged.strides[k];
-      b.extent = b.value->tensor_type().extent();
+      b.extent = b.value->tensor_type().sym_extent();
     }
     spec_.index32 = fits_int32(spec_);
   }
@@ -784,7 +786,7 @@ class Builder {
     spec_.buffers = inputs_;
     for (auto& o : outputs_) spec_.buffers.push_back(o);
     if (g_kernel_hooks.before_layout) g_kernel_hooks.before_layout(g_, spec_);
-    std::vector<int64_t> sizes = g_.shape;
+    const SymSizes& sizes = g_.shape;
     int64_t nd = static_cast<int64_t>(sizes.size());
     // Order dims by the first output's strides, outermost (largest stride) first; stable.
     std::vector<int64_t> perm(nd);
@@ -796,7 +798,7 @@ class Builder {
         return os[a] > os[b];
       });
     }
-    std::vector<std::vector<int64_t>> all(spec_.buffers.size());
+    std::vector<SymSizes> all(spec_.buffers.size());
     for (size_t k = 0; k < all.size(); ++k) all[k] = spec_.buffers[k].strides;
     std::set<int64_t> barriers;
     for (const auto& p : pieces_) barriers.insert(p.dim);
@@ -823,11 +825,11 @@ class Builder {
     }
     spec_.pieces = std::move(pieces_);
     spec_.numel = 1;
-    for (auto s : m.sizes) spec_.numel *= s;
+    for (const SymInt& s : m.sizes) spec_.numel *= s;
     for (size_t k = 0; k < spec_.buffers.size(); ++k) {
       auto& b = spec_.buffers[k];
       b.strides = m.strides[k];
-      b.extent = b.value->tensor_type().extent();
+      b.extent = b.value->tensor_type().sym_extent();
     }
     spec_.index32 = fits_int32(spec_);
   }
@@ -855,8 +857,8 @@ class Builder {
   std::map<const Value*, std::function<Stmt(ExprRef)>> finish_;
   std::map<const Value*, std::string> var_;
   // Results of cats with several items: each item's offset and value, and the result's strides.
-  std::map<const Value*, std::vector<std::pair<int64_t, ExprRef>>> regions_;
-  std::map<const Value*, std::vector<int64_t>> cat_strides_;
+  std::map<const Value*, std::vector<std::pair<SymInt, ExprRef>>> regions_;
+  std::map<const Value*, SymSizes> cat_strides_;
   std::vector<KernelBuffer> inputs_, outputs_;
 };
 
@@ -866,6 +868,15 @@ KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target) {
   KernelSpec k = Builder(group, target).build();
   if (g_kernel_hooks.after_lowering) g_kernel_hooks.after_lowering(group, k);
   return k;
+}
+
+std::vector<int64_t> arg_values(const KernelSpec& k, const SymBindings& bindings) {
+  FJ_INTERNAL_ASSERT(k.arg_exprs.size() == k.args.size(), "{}: {} argument expressions for {} arguments", k.name,
+                     k.arg_exprs.size(), k.args.size());
+  std::vector<int64_t> out;
+  out.reserve(k.args.size());
+  for (const SymInt& e : k.arg_exprs) out.push_back(e.evaluate(bindings));
+  return out;
 }
 
 void set_kernel_hooks(KernelHooks hooks) { g_kernel_hooks = std::move(hooks); }
@@ -887,17 +898,17 @@ std::vector<int> KernelSpec::piece_leaves() const {
   return leaves;
 }
 
-int64_t KernelSpec::piece_shift(const KernelBuffer& b) const {
+SymInt KernelSpec::piece_shift(const KernelBuffer& b) const {
   if (b.piece < 0) return 0;
-  std::map<int, int64_t> start;  // dim -> the deepest piece's start along it
+  std::map<int, SymInt> start;  // dim -> the deepest piece's start along it
   for (int p : piece_path(b.piece)) start[pieces[static_cast<size_t>(p)].dim] = pieces[static_cast<size_t>(p)].start;
-  int64_t shift = 0;
+  SymInt shift = 0;
   for (const auto& [d, s] : start) shift += s * b.strides.at(static_cast<size_t>(d));
   return shift;
 }
 
-int64_t KernelSpec::inner_elements(int dim) const {
-  int64_t n = 1;
+SymInt KernelSpec::inner_elements(int dim) const {
+  SymInt n = 1;
   for (size_t d = static_cast<size_t>(dim) + 1; d < sizes.size(); ++d) n *= sizes[d];
   return n;
 }
@@ -909,12 +920,14 @@ std::string load_expr(DType t, const std::string& ref) {
 }
 
 std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref,
-                     const std::function<std::string(int64_t)>& number) {
+                     const NumberFn& number) {
   const KernelBuffer& kb = k.buffers.at(b);
   std::string r = ref(b);
   if (kb.gather < 0) return r;
   FJ_INTERNAL_ASSERT(!r.empty() && r.back() == ']', "{}: buffer {} is read as {}", k.name, b, r);
-  auto n = [&](int64_t v) { return number ? "(long long)" + number(v) : std::to_string(v) + "LL"; };
+  auto n = [&](const SymInt& v) {
+    return number ? "(long long)" + number(v) : std::to_string(static_cast<int64_t>(v)) + "LL";
+  };
   return fmt::format("{} + fj_gather_row((long long)({}), {}) * {}]", r.substr(0, r.size() - 1),
                      ref(static_cast<size_t>(kb.gather)), n(kb.gather_rows), n(kb.gather_stride));
 }
@@ -969,13 +982,17 @@ std::string reduction_identity(AccKind kind, DType type) {
 std::string reduction_summary(const KernelSpec& k, bool sizes) {
   const size_t kd = static_cast<size_t>(k.kept_dims);
   if (!sizes) return fmt::format("group {}: {} kept and {} reduced dims", k.group, kd, k.sizes.size() - kd);
-  std::string s = fmt::format("group {}: {} rows of {} elements as [", k.group, k.rows, k.row_len);
-  for (size_t d = 0; d < k.sizes.size(); ++d) s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(k.sizes[d]);
+  std::string s = fmt::format("group {}: {} rows of {} elements as [", k.group, static_cast<int64_t>(k.rows),
+                              static_cast<int64_t>(k.row_len));
+  for (size_t d = 0; d < k.sizes.size(); ++d)
+    s += (d ? (d == kd ? " | " : ",") : "") + std::to_string(static_cast<int64_t>(k.sizes[d]));
   return s + "]";
 }
 
 std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const OffsetNames& n, const std::string& indent) {
-  auto num = [&](int64_t v) { return n.number && v != 0 && v != 1 ? n.number(v) : std::to_string(v); };
+  auto num = [&](const SymInt& v) {
+    return n.number && v != 0 && v != 1 ? n.number(v) : std::to_string(static_cast<int64_t>(v));
+  };
   std::string s;
   for (size_t d = hi; d-- > lo;) {
     bool used = false;
@@ -993,7 +1010,7 @@ std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const Offset
       s += fmt::format("{}{} = {};\n", indent, n.coord, n.index);
     }
     for (size_t b = 0; b < k.buffers.size(); ++b) {
-      const int64_t st = k.buffers[b].strides[d];
+      const SymInt& st = k.buffers[b].strides[d];
       if (st == 1 && n.short_unit_stride) s += fmt::format("{}{}{} += {};\n", indent, n.offset, b, n.coord);
       else if (st != 0) s += fmt::format("{}{}{} += {} * {};\n", indent, n.offset, b, n.coord, num(st));
     }
@@ -1002,7 +1019,7 @@ std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const Offset
 }
 
 std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent,
-                             const std::function<std::string(int64_t)>& number) {
+                             const NumberFn& number) {
   return offsets_code(k, 0, dims, {"r_", "c_", "roff", false, false, number}, indent) + indent + "(void)c_;\n";
 }
 
@@ -1010,7 +1027,7 @@ bool reduction_is_column(const KernelSpec& k) {
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
   if (!k.is_reduction() || nd - kd != 1 || k.sizes[kd - 1] < 2) return false;
   for (const auto& b : k.buffers)  // the first input that varies along the row
-    if (!b.is_output && b.strides[nd - 1] != 0) return b.strides[kd - 1] == 1 && std::abs(b.strides[nd - 1]) > 1;
+    if (!b.is_output && b.strides[nd - 1] != 0) return b.strides[kd - 1] == 1 && sym_abs(b.strides[nd - 1]) > 1;
   return false;
 }
 

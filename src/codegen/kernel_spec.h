@@ -55,18 +55,18 @@ struct KernelBuffer {
   const Value* value = nullptr;
   DType dtype = DType::kFloat32;
   bool is_output = false;
-  std::vector<int64_t> strides;  // per iteration dim, in elements
-  int64_t extent = 0;            // elements reachable from the data pointer
+  SymSizes strides;              // per iteration dim, in elements
+  SymInt extent = 0;             // elements reachable from the data pointer
   // Elements from the tensor's data pointer to the buffer's first element: the slices a cat's result is
   // stored into (Note [Concatenation in kernels]); the launch adds it. An output with an offset is stored
   // into the tensor an earlier output buffer of the kernel (offset 0) allocated.
-  int64_t offset = 0;
+  SymInt offset = 0;
   // A buffer read at rows that an index buffer picks (embedding's or gather's table, Note [Gathered loads]): its
   // strides cover the dims the row's elements run along; the element's offset adds gather_stride times
   // the index, the element of input buffer `gather` (an earlier one, int64 or int32) the loop is at.
   int gather = -1;
-  int64_t gather_stride = 0;
-  int64_t gather_rows = 0;
+  SymInt gather_stride = 0;
+  SymInt gather_rows = 0;
   // aten::gather's dim (an index outside the table raises naming it); -1 for embedding's rows.
   int64_t gather_dim = -1;
   // A buffer read only in piece `piece` of the kernel (Note [Cats of unequal items] in fusion/fusion.h):
@@ -81,7 +81,7 @@ struct KernelBuffer {
 struct KernelPiece {
   int parent = -1;
   int dim = 0;
-  int64_t start = 0, end = 0;
+  SymInt start = 0, end = 0;
   std::vector<Stmt> body;
   ExprRef value;
   std::string var;
@@ -110,8 +110,8 @@ struct KernelSpec {
   std::string name;                 // fj_kernel_<group>
   int group = 0;
   Device device = Device::kCPU;     // the target: the device of the group's outputs
-  std::vector<int64_t> sizes;       // iteration space after reordering and merging, at least one dim
-  int64_t numel = 0;
+  SymSizes sizes;                   // iteration space after reordering and merging, at least one dim
+  SymInt numel = 0;
   bool index32 = true;              // int32 offsets suffice for every buffer
   std::vector<KernelBuffer> buffers;  // argument order: inputs, then outputs
   std::vector<Stmt> body;           // statements (pointwise kernels)
@@ -123,12 +123,12 @@ struct KernelSpec {
   std::vector<int> piece_leaves() const;
   // The element offset a buffer of piece p subtracts: along each dim its path splits, the deepest such
   // piece's start times the buffer's stride.
-  int64_t piece_shift(const KernelBuffer& b) const;
+  SymInt piece_shift(const KernelBuffer& b) const;
   // Elements of the iteration dims after `dim`: one step of `dim` in the flat index.
-  int64_t inner_elements(int dim) const;
+  SymInt inner_elements(int dim) const;
   // Reduction kernels (rows > 0 or row_len > 0): Note [Reduction kernels].
   int kept_dims = 0;
-  int64_t rows = 0, row_len = 0;
+  SymInt rows = 0, row_len = 0;
   std::vector<int> row_loads;
   std::vector<Stmt> row_prologue;
   std::vector<KernelPass> passes;
@@ -139,9 +139,15 @@ struct KernelSpec {
   bool is_reduction() const { return !passes.empty(); }
   // The numbers the printed code reads at run time rather than as literals, in the order it reads them
   // (Note [Sizes as kernel arguments]): set by Target::print_source, empty for a target that prints
-  // every number.
+  // every number. `args` holds their values, which the launch passes; `arg_exprs` the same numbers as
+  // SymInts, expressions over the symbols where the kernel is a shape class's (Note [Symbolic sizes]), so
+  // that each size of the class computes its own `args` from its bindings (arg_values).
   std::vector<int64_t> args;
+  std::vector<SymInt> arg_exprs;
 };
+
+// The kernel's arguments at `bindings` (its `args` when it has no symbols).
+std::vector<int64_t> arg_values(const KernelSpec& k, const SymBindings& bindings);
 
 // Note [Sizes as kernel arguments]
 // A target may print a kernel's sizes, strides, row lengths and piece bounds as reads of an argument
@@ -154,39 +160,46 @@ struct KernelSpec {
 // table that fits, int32 offsets, a row that fits a scratch buffer) is printed into the text, so two
 // signatures share compiled code only when the printer wrote the same text for both, and each launch
 // passes the values its own signature's printing recorded. A plan keeps `args` with its kernels (the
-// plan cache stores them). Both targets print them when PlanTarget::size_args is set (the FUSION_JIT_DYNAMIC
-// option): the CPU's kernels take them as a pointer `z_`, the CUDA kernels as a parameter passed by value
-// (`fj_sizes<N> z_`, Note [CUDA size arguments] in the CUDA target's printer).
+// plan cache stores them). A kernel of a shape class's graph (Note [Symbolic sizes]) records each
+// argument's expression too (`arg_exprs`), and the printer's decisions on its sizes are guards, so one
+// printing serves every size where they hold: `arg_values` gives that size's arguments. Both targets
+// print them when PlanTarget::size_args is set (the FUSION_JIT_DYNAMIC option): the CPU's kernels take
+// them as a pointer `z_`, the CUDA kernels as a parameter passed by value (`fj_sizes<N> z_`, Note [CUDA
+// size arguments] in the CUDA target's printer).
+
+// How a printer prints a number of the kernel (a size, a stride, a bound): as a literal or an argument.
+using NumberFn = std::function<std::string(const SymInt&)>;
 
 // For the printers (Note [Sizes as kernel arguments]): the numbers of one kernel, printed as literals, or
-// as `z<i>`, locals the kernel sets from its argument array, whose values are recorded in order. 0 and 1
-// stay literals either way: whether a stride is 0 or 1 decides what the code does.
+// as `z<i>`, locals the kernel sets from its argument array, whose values are recorded in order (in
+// `args`, and as SymInts in `exprs`). 0 and 1 stay literals either way: whether a stride is 0 or 1 decides
+// what the code does (a guard where a symbolic number could be either). A number printed as a literal is
+// read as a number: a symbolic one specializes.
 class KernelNumbers {
  public:
-  explicit KernelNumbers(std::vector<int64_t>* args) : args_(args) {}
-  std::string operator()(int64_t v) const {
-    if (!args_ || v == 0 || v == 1) return std::to_string(v);
-    args_->push_back(v);
-    return "z" + std::to_string(args_->size() - 1);
+  // Arguments into `k`'s args and arg_exprs (cleared), or literals where `k` is null.
+  explicit KernelNumbers(KernelSpec* k) : args_(k ? &k->args : nullptr), exprs_(k ? &k->arg_exprs : nullptr) {
+    if (k) k->args.clear(), k->arg_exprs.clear();
+  }
+  std::string operator()(const SymInt& v) const {
+    if (!args_ || v == 0 || v == 1) return std::to_string(static_cast<int64_t>(v));
+    return push(v);
   }
   // `z<i>` whatever the value (0 and 1 included): for values that are not sizes but derived from them,
   // whose text must not change with them (a divider's magic number). Only with arguments.
-  std::string always(int64_t v) const {
-    args_->push_back(v);
-    return "z" + std::to_string(args_->size() - 1);
-  }
+  std::string always(const SymInt& v) const { return push(v); }
   // As a 64-bit integer expression: `123LL` or `(long long)z4`.
-  std::string wide(int64_t v) const {
+  std::string wide(const SymInt& v) const {
     const std::string t = (*this)(v);
     return t[0] == 'z' ? "(long long)" + t : t + "LL";
   }
   bool arguments() const { return args_ != nullptr; }
   size_t count() const { return args_ ? args_->size() : 0; }
-  std::function<std::string(int64_t)> fn() const {
-    return [this](int64_t v) { return (*this)(v); };
+  NumberFn fn() const {
+    return [this](const SymInt& v) { return (*this)(v); };
   }
   // fn() where the numbers are arguments, null where they are literals.
-  std::function<std::string(int64_t)> args_fn() const { return args_ ? fn() : nullptr; }
+  NumberFn args_fn() const { return args_ ? fn() : nullptr; }
   // The kernel's first statements: its z<i>, in the offsets' type `I`, from the argument array `array`
   // (`z_`, or the CUDA parameter's `z_.v`). Every printer reads each argument once, as `z_[` or `z_.v[`
   // (plan_io counts them).
@@ -197,7 +210,13 @@ class KernelNumbers {
   }
 
  private:
+  std::string push(const SymInt& v) const {
+    args_->push_back(v.hint());
+    exprs_->push_back(v);
+    return "z" + std::to_string(args_->size() - 1);
+  }
   std::vector<int64_t>* args_;
+  std::vector<SymInt>* exprs_;
 };
 
 // The variable every reduction kernel declares as its row length (the elements each row reduces), which
@@ -216,7 +235,7 @@ std::string store_expr(DType t, const std::string& v);
 // loads]); `ref(b)` itself for other buffers. Every load of every printer goes through it. The table's
 // row count and row stride are printed by `number` where given (Note [Sizes as kernel arguments]).
 std::string load_ref(const KernelSpec& k, size_t b, const std::function<std::string(size_t)>& ref,
-                     const std::function<std::string(int64_t)>& number = nullptr);
+                     const NumberFn& number = nullptr);
 // Whether any buffer of the kernel is gathered.
 bool has_gathers(const KernelSpec& k);
 // Note [Cats of unequal items], for the printers: whether `piece` is leaf `leaf` or one it lies in, and
@@ -247,17 +266,17 @@ struct OffsetNames {
   bool skip_unused_dims = false;   // a dim no buffer moves along only divides the index
   // How a size or a stride other than 0 and 1 is printed (Note [Sizes as kernel arguments]); null:
   // as a literal.
-  std::function<std::string(int64_t)> number = nullptr;
+  NumberFn number = nullptr;
   // A target's own division of the index by a dim's size (a run-time divider): given the index, the
   // coordinate ("" when only the quotient is needed) and the size, the statements that set the
   // coordinate to the remainder and the index to the quotient, or "" for the plain `%` and `/`.
-  std::function<std::string(const std::string&, const std::string&, int64_t)> divide = nullptr;
+  std::function<std::string(const std::string&, const std::string&, const SymInt&)> divide = nullptr;
 };
 std::string offsets_code(const KernelSpec& k, size_t lo, size_t hi, const OffsetNames& names, const std::string& indent);
 // The statements that turn the row index in `r_` into per-buffer offsets `roff<b>` over the first `dims`
 // dims (`c_` is scratch); `number` as in OffsetNames.
 std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string& indent,
-                             const std::function<std::string(int64_t)>& number = nullptr);
+                             const NumberFn& number = nullptr);
 
 // The value an accumulator of `kind` accumulating in `type` starts from, as C text.
 std::string reduction_identity(AccKind kind, DType type);

@@ -9,6 +9,10 @@
 namespace fusion_jit {
 namespace {
 
+// A plan on disk holds numbers: a symbolic one is read as a number here (Note [Symbolic sizes]).
+int64_t number(const SymInt& v) { return static_cast<int64_t>(v); }
+std::vector<int64_t> numbers(const SymSizes& v) { return static_cast<std::vector<int64_t>>(v); }
+
 // The layout's version, written into every plan: a change of layout changes it, and a plan of another
 // format is never read (the plan cache counts it as a miss).
 // 3: kernels keep their shape, not their code (the source holds it). 4: sources per target. 5: pieces
@@ -52,20 +56,20 @@ std::string serialize_plan(const ExecutablePlan& p, const KeepSource& keep) {
   for (const Node* n : p.graph->nodes()) position.emplace(n, static_cast<int>(position.size()));
   for (const auto& k : p.kernels) {
     nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group}, {"code", k.code},
-                      {"sizes", k.spec.sizes}, {"numel", k.spec.numel}, {"index32", k.spec.index32},
+                      {"sizes", numbers(k.spec.sizes)}, {"numel", number(k.spec.numel)}, {"index32", k.spec.index32},
                       {"args", k.spec.args}};
     if (k.spec.is_reduction()) {
       kj["kept_dims"] = k.spec.kept_dims;
-      kj["rows"] = k.spec.rows;
-      kj["row_len"] = k.spec.row_len;
+      kj["rows"] = number(k.spec.rows);
+      kj["row_len"] = number(k.spec.row_len);
       kj["passes"] = k.spec.passes.size();
       kj["scratch"] = k.spec.scratch.size();
     }
-    for (const auto& pc : k.spec.pieces) kj["pieces"].push_back({pc.parent, pc.dim, pc.start, pc.end});
+    for (const auto& pc : k.spec.pieces) kj["pieces"].push_back({pc.parent, pc.dim, number(pc.start), number(pc.end)});
     for (const auto& b : k.spec.buffers) {
       nlohmann::json bj{{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
-                        {"strides", b.strides}, {"extent", b.extent}, {"offset", b.offset}};
-      if (b.gather >= 0) bj["gather"] = {b.gather, b.gather_stride, b.gather_rows};
+                        {"strides", numbers(b.strides)}, {"extent", number(b.extent)}, {"offset", number(b.offset)}};
+      if (b.gather >= 0) bj["gather"] = {b.gather, number(b.gather_stride), number(b.gather_rows)};
       if (b.gather_dim >= 0) bj["gather"].push_back(b.gather_dim);
       if (b.piece >= 0) bj["piece"] = b.piece;
       kj["buffers"].push_back(bj);
@@ -119,6 +123,7 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& fin
     k.spec.numel = kj.at("numel").get<int64_t>();
     k.spec.index32 = kj.at("index32").get<bool>();
     k.spec.args = kj.at("args").get<std::vector<int64_t>>();
+    k.spec.arg_exprs.assign(k.spec.args.begin(), k.spec.args.end());
     // The kernel reads exactly these: never past the end of its arguments.
     if (k.spec.args.size() != arguments_read(c.source, k.spec.name)) return false;
     if (kj.contains("passes")) {

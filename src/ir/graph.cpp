@@ -26,11 +26,11 @@ bool TensorType::is_contiguous() const {
   return true;
 }
 
-int64_t TensorType::extent() const {
-  int64_t hi = 0;
+SymInt TensorType::sym_extent() const {
+  SymInt hi = 0;
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 0) return 0;
-    hi += (sizes[d] - 1) * std::abs(static_cast<int64_t>(strides[d]));
+    hi += (sizes[d] - 1) * sym_abs(strides[d]);
   }
   return hi + 1;
 }

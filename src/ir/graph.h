@@ -48,7 +48,8 @@ struct TensorType {
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   bool is_contiguous() const;
   // The number of elements the strides reach: max offset + 1 (0 when empty).
-  int64_t extent() const;
+  int64_t extent() const { return sym_extent(); }  // specializes the expression, not each size
+  SymInt sym_extent() const;
   bool operator==(const TensorType& o) const {
     return dtype == o.dtype && sizes == o.sizes && strides == o.strides && device == o.device &&
            device_index == o.device_index;

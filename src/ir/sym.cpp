@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -249,14 +250,72 @@ Wide floor_div_wide(Wide a, Wide b) {
   return q;
 }
 
+Range range_of(SymRef e);
+
+// A lower bound of a polynomial whose negative terms are each covered by positive terms that are
+// multiples of them: c*m*x with x >= f >= 1 is at least c*f*m, so it pays up to c*f of a term -k*m
+// (m >= 0). So 64*s0*s1 - 64*s0 is seen to be positive, where the termwise bounds give nothing.
+// nullopt where the greedy cover fails.
+std::optional<Wide> covered_lower_bound(const std::vector<SymExpr::Term>& terms) {
+  auto by_text = [](SymRef x, SymRef y) { return x->str() < y->str(); };
+  auto lo_of = [](const std::vector<SymRef>& atoms) {
+    Wide lo = 1;
+    for (SymRef a : atoms) lo = clamp(lo * range_of(a).lo);
+    return lo;
+  };
+  std::vector<Wide> left;  // positive terms' coefficients not yet spent
+  for (const auto& t : terms) left.push_back(t.coeff > 0 ? t.coeff : 0);
+  std::vector<size_t> negative;
+  for (size_t i = 0; i < terms.size(); ++i)
+    if (terms[i].coeff < 0) negative.push_back(i);
+  // The largest monomials first: they have the fewest multiples.
+  std::sort(negative.begin(), negative.end(), [&](size_t x, size_t y) { return terms[x].atoms.size() > terms[y].atoms.size(); });
+  for (size_t i : negative) {
+    const auto& m = terms[i].atoms;
+    for (SymRef a : m)
+      if (range_of(a).lo < 0) return std::nullopt;  // m may be negative
+    Wide need = -Wide{terms[i].coeff};
+    for (size_t j = 0; j < terms.size() && need > 0; ++j) {
+      const auto& mj = terms[j].atoms;
+      if (left[j] == 0 || !std::includes(mj.begin(), mj.end(), m.begin(), m.end(), by_text)) continue;
+      std::vector<SymRef> extra;
+      std::set_difference(mj.begin(), mj.end(), m.begin(), m.end(), std::back_inserter(extra), by_text);
+      const Wide f = lo_of(extra);
+      if (f < 1) continue;
+      const Wide use = std::min(need, clamp(left[j] * f));
+      left[j] -= (use + f - 1) / f;
+      need -= use;
+    }
+    if (need > 0) return std::nullopt;
+  }
+  Wide lo = 0;
+  for (size_t j = 0; j < terms.size(); ++j) {
+    if (left[j] == 0) continue;
+    const Wide m = lo_of(terms[j].atoms);
+    if (m < 0) return std::nullopt;
+    lo = clamp(lo + clamp(left[j] * m));
+  }
+  return lo;
+}
+
 Range range_of(SymRef e) {
   switch (e->kind()) {
     case SymExpr::Kind::kPoly: {
       Range sum{0, 0};
+      bool negative = false, positive = false;
       for (const SymExpr::Term& t : e->terms()) {
         Range p{t.coeff, t.coeff};
         for (SymRef a : t.atoms) p = mul(p, range_of(a));
         sum = {clamp(sum.lo + p.lo), clamp(sum.hi + p.hi)};
+        negative |= t.coeff < 0;
+        positive |= t.coeff > 0;
+      }
+      if (negative && positive && sum.lo < 0)
+        if (auto lo = covered_lower_bound(e->terms())) sum.lo = std::max(sum.lo, *lo);
+      if (negative && positive && sum.hi > 0) {  // the upper bound: the lower bound of -e
+        std::vector<SymExpr::Term> neg = e->terms();
+        for (auto& t : neg) t.coeff = -t.coeff;
+        if (auto lo = covered_lower_bound(neg)) sum.hi = std::min(sum.hi, -*lo);
       }
       return sum;
     }
@@ -353,7 +412,8 @@ void record(SymRef expr, SymRel rel, int64_t hint, const SymInt& a, const SymInt
                      "recorded (Note [Symbolic sizes])",
                      a.str(), rel_text(rel), b.str(), hint);
   // One form per condition: the leading coefficient positive, the coefficients without a common factor
-  // ("64*s0 == 2368" is "s0 == 37").
+  // ("64*s0 == 2368" is "s0 == 37"); a bound divides its variable part by theirs, rounding the bound
+  // inwards over the integers ("128*s0 < 2147483647" is "s0 < 16777216").
   int64_t g = 0;
   for (const SymExpr::Term& t : expr->terms()) g = std::gcd(g, t.coeff);
   if (expr->terms().front().coeff < 0) {
@@ -364,6 +424,25 @@ void record(SymRef expr, SymRel rel, int64_t hint, const SymInt& a, const SymInt
     PolyMap p;
     for (const SymExpr::Term& t : expr->terms()) p[t.atoms] = t.coeff / g;
     expr = SymInterner::poly(p);
+  }
+  if (rel != SymRel::kEq && rel != SymRel::kNe) {
+    Wide c = 0;
+    int64_t v = 0;  // the variable part's common factor
+    PolyMap p;
+    for (const SymExpr::Term& t : expr->terms()) {
+      if (t.atoms.empty()) c = t.coeff;
+      else v = std::gcd(v, t.coeff), p[t.atoms] = t.coeff;
+    }
+    if (v > 1) {
+      for (auto& [atoms, k] : p) k /= v;
+      // p*v + c REL 0: an upper bound p*v <= U or a lower bound p*v >= L, then divided by v.
+      const bool upper = rel == SymRel::kLt || rel == SymRel::kLe;
+      const Wide bound = upper ? (rel == SymRel::kLt ? -c - 1 : -c) : (rel == SymRel::kGt ? -c + 1 : -c);
+      const Wide q = upper ? floor_div_wide(bound, v) : -floor_div_wide(-bound, v);
+      p[{}] = static_cast<int64_t>(upper ? -(q + 1) : -(q - 1));  // p < q + 1, or p > q - 1
+      expr = SymInterner::poly(p);
+      rel = upper ? SymRel::kLt : SymRel::kGt;
+    }
   }
   g_guards->add({expr, rel});
 }
@@ -452,11 +531,15 @@ std::optional<bool> le_by_range(const SymInt& a, const SymInt& b) {
 
 SymInt sym_min(const SymInt& a, const SymInt& b) {
   if (auto le = le_by_range(a, b)) return *le ? a : b;
+  if (auto ge = le_by_range(b, a)) return *ge ? b : a;
   return SymOps::atom(SymExpr::Kind::kMin, a, b, std::min(a.hint(), b.hint()));
 }
 
+SymInt sym_abs(const SymInt& a) { return a < 0 ? -a : a; }
+
 SymInt sym_max(const SymInt& a, const SymInt& b) {
   if (auto le = le_by_range(a, b)) return *le ? b : a;
+  if (auto ge = le_by_range(b, a)) return *ge ? a : b;
   return SymOps::atom(SymExpr::Kind::kMax, a, b, std::max(a.hint(), b.hint()));
 }
 
@@ -483,9 +566,59 @@ std::string SymGuard::str() const {
   return SymInterner::poly(p)->str() + " " + rel_text(rel) + " " + std::to_string(-c);
 }
 
+namespace {
+
+// A guard as a condition on its variable part p (the expression without its constant): p in [lo, hi],
+// or p != ne. nullopt for a guard without a variable part.
+struct Condition {
+  SymRef var = nullptr;
+  Wide lo = -kBig * 4, hi = kBig * 4;  // wider than any bound a guard holds
+  std::optional<Wide> ne;
+};
+std::optional<Condition> condition_of(const SymGuard& g) {
+  PolyMap p;
+  Wide c = 0;
+  for (const SymExpr::Term& t : g.expr->terms()) {
+    if (t.atoms.empty()) c = t.coeff;
+    else p[t.atoms] = t.coeff;
+  }
+  if (p.empty()) return std::nullopt;
+  Condition k;
+  k.var = SymInterner::poly(p);
+  switch (g.rel) {  // p + c REL 0, over the integers
+    case SymRel::kEq: k.lo = k.hi = -c; break;
+    case SymRel::kNe: k.ne = -c; break;
+    case SymRel::kLt: k.hi = -c - 1; break;
+    case SymRel::kLe: k.hi = -c; break;
+    case SymRel::kGt: k.lo = -c + 1; break;
+    case SymRel::kGe: k.lo = -c; break;
+  }
+  return k;
+}
+// Whether guard a holding implies that b holds (over the same variable part).
+bool implies(const Condition& a, const Condition& b) {
+  if (a.var != b.var) return false;
+  if (b.ne) return (a.ne && *a.ne == *b.ne) || (!a.ne && (*b.ne < a.lo || *b.ne > a.hi));
+  return !a.ne && a.lo >= b.lo && a.hi <= b.hi;
+}
+
+}  // namespace
+
 void ShapeGuards::add(SymGuard g) {
-  for (const SymGuard& x : guards_)
+  const auto k = condition_of(g);
+  for (const SymGuard& x : guards_) {
     if (x.same(g)) return;
+    const auto kx = condition_of(x);
+    if (k && kx && implies(*kx, *k)) return;  // s0 > 2 makes s0 != 2 go without saying
+  }
+  // Those it implies go: of 128*s0 < 2147483647 and 128*s0 < 2147483711 one comparison is left.
+  if (k)
+    guards_.erase(std::remove_if(guards_.begin(), guards_.end(),
+                                 [&](const SymGuard& x) {
+                                   const auto kx = condition_of(x);
+                                   return kx && implies(*k, *kx);
+                                 }),
+                  guards_.end());
   g.phase = phase_;
   guards_.push_back(std::move(g));
 }

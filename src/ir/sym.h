@@ -113,6 +113,8 @@ SymInt sym_min(const SymInt& a, const SymInt& b);
 SymInt sym_max(const SymInt& a, const SymInt& b);
 
 // Comparisons decide at the hint and record the outcome as a guard (Note [Symbolic sizes]).
+// |a|: a guard on its sign only where the symbols' ranges leave it open.
+SymInt sym_abs(const SymInt& a);
 enum class SymRel : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
 bool sym_compare(const SymInt& a, SymRel rel, const SymInt& b);
 inline bool operator==(const SymInt& a, const SymInt& b) { return sym_compare(a, SymRel::kEq, b); }
@@ -153,6 +155,8 @@ struct SymGuard {
 // The guards of one build: the conditions on the symbols under which its decisions hold.
 class ShapeGuards {
  public:
+  // Records g, unless a guard recorded before implies it (s0 > 2 implies s0 != 2; of two bounds on one
+  // expression the tighter); guards g implies go. So a plan's guards are few comparisons.
   void add(SymGuard g);
   const std::vector<SymGuard>& guards() const { return guards_; }
   // Names what records the guards from now on ("pass cse"), so that explain can say why a size was fixed.

@@ -196,12 +196,12 @@ void check_gather_indices(const KernelSpec& spec, const std::vector<void*>& ptrs
     if (b.gather < 0) continue;
     const KernelBuffer& index = spec.buffers[b.gather];
     const TensorType& t = index.value->tensor_type();
-    const auto bad = index.dtype == DType::kInt64
-                         ? index_outside(static_cast<const int64_t*>(ptrs[b.gather]), t, b.gather_rows)
-                         : index_outside(static_cast<const int32_t*>(ptrs[b.gather]), t, b.gather_rows);
+    const int64_t rows = b.gather_rows;
+    const auto bad = index.dtype == DType::kInt64 ? index_outside(static_cast<const int64_t*>(ptrs[b.gather]), t, rows)
+                                                  : index_outside(static_cast<const int32_t*>(ptrs[b.gather]), t, rows);
     if (!bad) continue;
     TORCH_CHECK_INDEX(b.gather_dim >= 0, "index out of range in self");
-    TORCH_CHECK(false, "index ", *bad, " is out of bounds for dimension ", b.gather_dim, " with size ", b.gather_rows);
+    TORCH_CHECK(false, "index ", *bad, " is out of bounds for dimension ", b.gather_dim, " with size ", rows);
   }
 }
 
@@ -1567,10 +1567,11 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
           FJ_INTERNAL_ASSERT(same_layout(in, t), "{}: input {} has layout {} {}, the plan expects {}", k.spec.name,
                              b.value->name(), c10::str(in.sizes()), c10::str(in.strides()), t.str());
           ptrs.push_back(const_cast<void*>(in.const_data_ptr()));
-        } else if (b.offset > 0) {
+        } else if (static_cast<int64_t>(b.offset) > 0) {
           // A further slice of a cat's result, allocated for its first (Note [Concatenation in kernels]).
           const at::Tensor& out = env[b.value->id()].toTensor();
-          ptrs.push_back(static_cast<char*>(out.mutable_data_ptr()) + b.offset * static_cast<int64_t>(out.element_size()));
+          ptrs.push_back(static_cast<char*>(out.mutable_data_ptr()) +
+                         static_cast<int64_t>(b.offset) * static_cast<int64_t>(out.element_size()));
         } else if (const KernelBuffer* into = written_over(k.spec.buffers, p.memory.kernel_in_place.empty() ? nullptr
                                                                              : &p.memory.kernel_in_place[si], bi);
                    into && sole_reference(env[into->value->id()])) {

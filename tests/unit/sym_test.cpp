@@ -1,5 +1,6 @@
 // Symbolic sizes (Note [Symbolic sizes]): canonical expressions, ranges, guards, the text form.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -75,12 +76,55 @@ TEST(Sym, DecisionsRecordGuardsUnlessRangesDecide) {
   EXPECT_TRUE(s0 != 64);
   EXPECT_TRUE(2 * s0 < 4096);
   EXPECT_TRUE(s1 < s0);
-  EXPECT_TRUE(37 == s0);
-  EXPECT_EQ(texts(g), (std::vector<std::string>{"s0 != 64", "s0 < 2048", "s0-s1 > 0", "s0 == 37"}));
+  EXPECT_EQ(texts(g), (std::vector<std::string>{"s0 != 64", "s0 < 2048", "s0-s1 > 0"}));
+  EXPECT_TRUE(37 == s0);  // implies s0 != 64 and s0 < 2048, which go
+  EXPECT_EQ(texts(g), (std::vector<std::string>{"s0-s1 > 0", "s0 == 37"}));
   EXPECT_TRUE(g.specializes("s0"));
   EXPECT_FALSE(g.specializes("s1"));
   EXPECT_TRUE(g.holds({{"s0", 37}, {"s1", 5}}));
   EXPECT_FALSE(g.holds({{"s0", 38}, {"s1", 5}}));
+}
+
+// A negative term covered by a positive multiple of it: 64*s0*s1 >= 128*s0 > 64*s0 for s1 >= 2, so the
+// comparison and the max need no guard; the same bound from above decides the other way round. Where
+// the cover falls short (s0*s0 - 3*s0 is -2 at s0 = 2, 0 at 3), it is a guard.
+TEST(Sym, RangesSeeThroughTermsThatMultiplesCover) {
+  const SymInt s0 = SymInt::symbol("s0", 37), s1 = SymInt::symbol("s1", 5);
+  ShapeGuards g;
+  GuardScope scope(g);
+  EXPECT_TRUE(64 * s0 * s1 > 64 * s0);
+  EXPECT_TRUE(64 * s0 < 64 * s0 * s1 + 192 * s1);
+  EXPECT_TRUE(s0 * s0 >= 2 * s0);
+  EXPECT_TRUE(s0 - 1 >= 1);
+  EXPECT_EQ(sym_max(64 * s0 * s1 + 192 * s1, 64 * s0 + 192 * s1).str(), "64*s0*s1+192*s1");
+  EXPECT_EQ(sym_max(64 * s0 + 192 * s1, 64 * s0 * s1 + 192 * s1).str(), "64*s0*s1+192*s1");
+  EXPECT_EQ(sym_max(s0 - 1, 1).str(), "s0-1");
+  EXPECT_EQ(sym_min(s0 - 1, 1).str(), "1");
+  EXPECT_EQ(sym_abs(1 - s0).str(), "s0-1");
+  EXPECT_TRUE(g.guards().empty()) << texts(g).front();
+  EXPECT_TRUE(s0 * s0 > 3 * s0);
+  EXPECT_EQ(texts(g), (std::vector<std::string>{"3*s0-s0*s0 < 0"}));
+}
+
+// A guard implied by one recorded before it is not recorded; those a new guard implies go. Bounds divide
+// by their variable part's common factor, so bounds on multiples of one expression compare.
+TEST(Sym, GuardsKeepTheTighterBound) {
+  const SymInt s0 = SymInt::symbol("s0", 31);
+  ShapeGuards g;
+  GuardScope scope(g);
+  EXPECT_TRUE(s0 <= 40);
+  EXPECT_TRUE(s0 < 35);   // tighter: s0 <= 40 goes
+  EXPECT_TRUE(s0 != 50);  // implied: not recorded
+  EXPECT_TRUE(s0 <= 45);
+  EXPECT_EQ(texts(g), (std::vector<std::string>{"s0 < 35"}));
+  EXPECT_TRUE(128 * s0 < 2147483647);  // s0 < 16777216: implied
+  EXPECT_TRUE(4 * s0 > 7);             // s0 >= 2 decides it
+  EXPECT_TRUE(3 * s0 > 91);            // s0 > 30 (3*s0 >= 92, so s0 >= 31)
+  EXPECT_EQ(texts(g), (std::vector<std::string>{"s0 < 35", "s0 > 30"}));
+  for (int64_t n : {31, 34}) EXPECT_TRUE(g.holds({{"s0", n}})) << n;
+  for (int64_t n : {30, 35}) EXPECT_FALSE(g.holds({{"s0", n}})) << n;
+  EXPECT_TRUE(256 * s0 - 1000 < 7000);  // 256*s0 <= 7999: s0 < 32
+  EXPECT_EQ(texts(g), (std::vector<std::string>{"s0 > 30", "s0 < 32"}));
 }
 
 TEST(Sym, ReadingAsANumberSpecializes) {
@@ -217,11 +261,14 @@ TEST(SymGraph, ShapeArithmeticStaysSymbolic) {
 }  // namespace
 }  // namespace fusion_jit
 
+#include "codegen/kernel_spec.h"
 #include "cost/cost_model.h"
 #include "driver/build_plan.h"
 #include "fusion/fusion.h"
 #include "passes/passes.h"
 #include "runtime/plan.h"
+#include "targets/cpu/cpu_printer.h"
+#include "targets/targets.h"
 
 namespace fusion_jit {
 namespace {
@@ -249,41 +296,48 @@ const char* kFragment =
     "  %21 : f32[2,4,s0-1,16] = aten::neg(%20)\n"
     "  return (%4, %11, %16, %21)\n";
 
-TEST(SymGraph, ThePassPipelineKeepsTheClassAndCodegenSaysWhatItFixes) {
+TEST(SymGraph, ThePassPipelineAndThePlanKeepTheClass) {
   auto g = parse_graph(kFragment);
   ShapeGuards guards;
   GuardScope scope(guards);
   run_pipeline(*g, nullptr);
   // Softmax and layer norm decomposed, the cat moved after the sigmoid, the slice before the exp: every
-  // decision but one held for all s0.
-  // The one guard: the slice's length s0-1 is more than 1 (a dim of size 1 has strides no index reads).
-  EXPECT_EQ(texts(guards), (std::vector<std::string>{"s0 > 2"}));
+  // decision held for all s0 (the slice's result, of length s0-1, is dense whatever that length).
+  EXPECT_EQ(texts(guards), std::vector<std::string>{});
   const std::string optimized = print_graph(*g);
   EXPECT_NE(optimized.find("aten::amax"), std::string::npos) << optimized;
   EXPECT_NE(optimized.find("f32[2,s0,1] = aten::var.correction"), std::string::npos) << optimized;
-  EXPECT_NE(optimized.find("f32[2,4,s0-1,16]{64*s0-64,16*s0-16,16,1} = aten::exp"), std::string::npos) << optimized;
-  // So the class's optimized graph at any size where the guards hold is that size's optimized graph.
-  for (int64_t n : {37, 3, 4, 64, 1000}) {
-    ASSERT_TRUE(guards.holds({{"s0", n}}));
+  EXPECT_NE(optimized.find("f32[2,4,s0-1,16]{64*s0,16,64,1} = aten::slice.Tensor"), std::string::npos) << optimized;
+  EXPECT_NE(optimized.find("f32[2,4,s0-1,16] = aten::exp"), std::string::npos) << optimized;
+  // So the class's optimized graph at any size is that size's optimized graph (2: the slice is 1 long).
+  for (int64_t n : {37, 2, 3, 4, 64, 1000}) {
     auto concrete = concretize(*parse_graph(kFragment), {{"s0", n}});
     EXPECT_TRUE(concrete->symbols().empty());
     run_pipeline(*concrete, nullptr);
     concrete->renumber();
     EXPECT_EQ(print_graph(*concretize(*g, {{"s0", n}})), print_graph(*concrete)) << "s0 = " << n;
   }
-  EXPECT_FALSE(guards.holds({{"s0", 2}}));
-  EXPECT_EQ(guards.guards().size(), 1u);
-  // Code generation reads sizes as numbers today: the plan is valid at s0 = 37 alone, and says so.
+  // Building the plan keeps s0 too: its kernels read their sizes as arguments
+  // (SymGraph.KernelsOfTheClassReadTheirSizesAsArguments), and the plan is valid where their int32
+  // offsets suffice and the slice is longer than 1 (a dim of size 1 merges away, another source).
   guards.set_phase("build_plan");
   PlanTarget t;
   t.compile = false;
   t.size_args = true;
   auto plan = build_plan(std::move(g), t);
-  ASSERT_GE(guards.guards().size(), 2u);
-  EXPECT_TRUE(guards.specializes("s0"));
-  EXPECT_EQ(guards.guards()[1].phase, "build_plan");
-  EXPECT_TRUE(guards.holds({{"s0", 37}}));
-  EXPECT_FALSE(guards.holds({{"s0", 38}}));
+  EXPECT_EQ(texts(guards), (std::vector<std::string>{"s0 < 8388608", "s0 != 2"}));
+  EXPECT_FALSE(guards.specializes("s0"));
+  EXPECT_EQ(guards.guards().back().phase, "build_plan");
+  for (int64_t n : {int64_t{3}, int64_t{37}, int64_t{38}, int64_t{1000}, int64_t{1} << 22}) EXPECT_TRUE(guards.holds({{"s0", n}})) << n;
+  for (int64_t n : {int64_t{2}, int64_t{1} << 23}) EXPECT_FALSE(guards.holds({{"s0", n}})) << n;
+}
+
+// The pass pipeline's graph of `text`, renumbered; concretized at `b` first where given.
+std::unique_ptr<Graph> optimized(const char* text, const SymBindings* b = nullptr) {
+  auto g = b ? concretize(*parse_graph(text), *b) : parse_graph(text);
+  run_pipeline(*g, nullptr);
+  g->renumber();
+  return g;
 }
 
 // A fusion plan as text with its sizes at `b`: each step, a group's iteration space, nodes (by position),
@@ -337,17 +391,14 @@ const char* kCacheStep =
 
 TEST(SymGraph, FusionGroupsTheClassAsItGroupsEachSize) {
   RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
-  // The passes' guards: the slice's length is not 1 (see above); the cache's items differ in size, so the
-  // cat is one of unequal items.
-  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {{kFragment, {"s0 > 2"}},
+  // The passes' guards: the cache's items differ in size, so the cat is one of unequal items.
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {{kFragment, {}},
                                                                                {kCacheStep, {"s0 != 3"}}};
   for (const auto& [text, pass_guards] : cases) {
-    auto g = parse_graph(text);
-    const SymBindings hints = g->symbols();
     ShapeGuards guards;
     GuardScope scope(guards);
-    run_pipeline(*g, nullptr);
-    g->renumber();
+    auto g = optimized(text);
+    const SymBindings hints = g->symbols();
     EXPECT_EQ(texts(guards), pass_guards);
     guards.set_phase("fusion");
     const FusionPlan plan = plan_fusion(*g, cost);
@@ -363,13 +414,61 @@ TEST(SymGraph, FusionGroupsTheClassAsItGroupsEachSize) {
     for (int64_t n : {37, 2, 4, 63, 1000}) {
       SymBindings b = hints;
       b["s0"] = n;
-      if (n == 2 && text == kFragment) continue;  // outside its class (s0 > 2)
       ASSERT_TRUE(guards.holds(b)) << "s0 = " << n;
-      auto concrete = concretize(*parse_graph(text), b);
-      run_pipeline(*concrete, nullptr);
-      concrete->renumber();
+      auto concrete = optimized(text, &b);
       EXPECT_EQ(plan_at(*g, plan, b), plan_at(*concrete, plan_fusion(*concrete, cost), {})) << "s0 = " << n;
     }
+  }
+}
+
+// The CPU kernels of a fusion plan, printed with their sizes as arguments (Note [Sizes as kernel
+// arguments]): the specs and the source.
+std::pair<std::vector<KernelSpec>, std::string> cpu_kernels(const FusionPlan& plan) {
+  std::vector<KernelSpec> specs;
+  for (const FusionGroup& grp : plan.groups) specs.push_back(make_kernel_spec(grp, target_for(Device::kCPU)));
+  std::string source = print_cpu_source(specs, /*size_args=*/true);
+  return {std::move(specs), std::move(source)};
+}
+
+// Code generation on a class: the kernels of the class's fusion plan print the source that every size of
+// the class prints, and their argument expressions evaluated at a size are the arguments that size's
+// kernels take. The decisions the printer takes on sizes (int32 offsets, a dim of size 1, a table that
+// fits) are guards, and none fixes a symbol.
+TEST(SymGraph, KernelsOfTheClassReadTheirSizesAsArguments) {
+  RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+      {kFragment, {"s0 < 8388608", "s0 != 2"}},  // int32 offsets: 256*s0 < 2^31 - 1, the widest kernel's
+      {kCacheStep, {"s0 != 3", "s0*s1+3*s1 < 33554432", "s0*s1 < 33554432"}}};
+  for (const auto& [text, want] : cases) {
+    ShapeGuards guards;
+    GuardScope scope(guards);
+    auto g = optimized(text);
+    const SymBindings hints = g->symbols();
+    const FusionPlan plan = plan_fusion(*g, cost);
+    guards.set_phase("codegen");
+    const auto [specs, source] = cpu_kernels(plan);
+    EXPECT_EQ(texts(guards), want) << source;
+    EXPECT_FALSE(guards.specializes("s0"));
+    size_t symbolic = 0;
+    for (const KernelSpec& k : specs) {
+      ASSERT_EQ(k.arg_exprs.size(), k.args.size());
+      for (const SymInt& a : k.arg_exprs) symbolic += a.is_symbolic();
+    }
+    EXPECT_GE(symbolic, specs.size()) << "every kernel reads some size of the class";
+    int checked = 0;
+    for (int64_t n : {37, 2, 4, 63, 1000}) {
+      SymBindings b = hints;
+      b["s0"] = n;
+      if (!guards.holds(b)) continue;
+      ++checked;
+      auto concrete = optimized(text, &b);
+      const auto [cspecs, csource] = cpu_kernels(plan_fusion(*concrete, cost));
+      EXPECT_EQ(csource, source) << "s0 = " << n;
+      ASSERT_EQ(cspecs.size(), specs.size());
+      for (size_t i = 0; i < specs.size(); ++i)
+        EXPECT_EQ(arg_values(specs[i], b), cspecs[i].args) << "s0 = " << n << ", " << specs[i].name;
+    }
+    EXPECT_GE(checked, 4);
   }
 }
 

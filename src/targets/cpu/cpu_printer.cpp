@@ -41,7 +41,7 @@ void print_signature(const KernelSpec& k, std::string& s, size_t* decl_at) {
   *decl_at = s.size();
 }
 
-std::string index_expr(const std::string& j, int64_t stride, const KernelNumbers& z) {
+std::string index_expr(const std::string& j, const SymInt& stride, const KernelNumbers& z) {
   if (stride == 0) return "0";
   if (stride == 1) return j;
   return fmt::format("{} * {}", j, z(stride));
@@ -109,7 +109,7 @@ bool computes(const Expr& e) {
 void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   size_t nd = k.sizes.size();
-  int64_t inner = k.sizes[nd - 1];
+  const SymInt inner = k.sizes[nd - 1];
   // Note [Row-invariant values]: statements hoisted out of the element loop (pointwise kernels without
   // cat pieces): per row, and into tables per call.
   std::vector<Reach> reach = statement_reach(k);
@@ -139,8 +139,8 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   if (z.arguments()) {
     s += fmt::format("\n// group {}: {} dims, {} offsets\n", k.group, nd, I);
   } else {
-    s += fmt::format("\n// group {}: {} elements as [", k.group, k.numel);
-    for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(k.sizes[d]);
+    s += fmt::format("\n// group {}: {} elements as [", k.group, static_cast<int64_t>(k.numel));
+    for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(static_cast<int64_t>(k.sizes[d]));
     s += fmt::format("], {} offsets\n", I);
   }
   size_t decl_at = 0;
@@ -190,7 +190,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     const auto& kb = k.buffers[b];
     if (kb.piece >= 0) continue;
     std::string ty = storage_type(kb.dtype);
-    int64_t st = kb.strides[nd - 1];
+    const SymInt& st = kb.strides[nd - 1];
     std::string cst = kb.is_output ? "" : "const ";
     s += fmt::format("    {}{}* __restrict__ r{} = p{} + off{}{};\n", cst, ty, b, b, b,
                      st == 0 ? "" : " + " + index_expr("col", st, z));
@@ -256,7 +256,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     for (const auto& p : k.pieces)
       if (p.dim != static_cast<int>(nd) - 1) outer.insert(p.dim);
     for (int d : outer)
-      s += fmt::format("    const I pc{}_ = (row / {}) % {};\n", d, z(k.inner_elements(d) / inner), z(k.sizes[d]));
+      s += fmt::format("    const I pc{}_ = (row / {}) % {};\n", d, z(floor_div(k.inner_elements(d), inner)), z(k.sizes[d]));
     for (int leaf : k.piece_leaves()) {
       s += "    {\n      I lo_ = 0, hi_ = n;\n";
       std::string cond;
@@ -275,7 +275,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
       // may wrap under -fwrapv, keeps the loop from vectorizing.)
       for (size_t b = 0; b < k.buffers.size(); ++b) {
         const auto& kb = k.buffers[b];
-        const int64_t st = kb.strides[nd - 1];
+        const SymInt& st = kb.strides[nd - 1];
         const std::string cst = kb.is_output ? "" : "const ", ty = storage_type(kb.dtype);
         if (kb.piece < 0)
           s += fmt::format("        {}{}* __restrict__ s{} = r{}{};\n", cst, ty, b, b, st == 0 ? "" : " + " + index_expr("lo_", st, z));
@@ -401,7 +401,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const KernelNum
   bool in_vector = false;
   auto ref = [&](size_t b) {
     if (nd - kd != 1) return fmt::format("q{0}[eoff{0}]", b);
-    int64_t st = k.buffers[b].strides[nd - 1];
+    const SymInt& st = k.buffers[b].strides[nd - 1];
     if (st == 0) return fmt::format("q{}[0]", b);
     return in_vector ? fmt::format("v{}[{}]", b, index_expr("l_", st, z)) : fmt::format("q{}[{}]", b, index_expr("e_", st, z));
   };
@@ -605,7 +605,7 @@ std::string tile_results(const KernelPass& pass, int acc_base) {
 void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   const size_t nd = k.sizes.size(), kd = static_cast<size_t>(k.kept_dims);
-  const int64_t kin = k.sizes[kd - 1], L = k.row_len;
+  const SymInt kin = k.sizes[kd - 1], L = k.row_len;
   auto ctype = [](DType t) { return std::string(compute_c_type(t)); };
   const auto rows = row_value_decls(k);
   auto scratch_type = [&](const std::string& var) { return std::string(scratch_c_type(k, var)); };
@@ -742,8 +742,9 @@ std::string print_cpu_source(std::vector<KernelSpec>& kernels, bool size_args) {
   s += kPrelude;
   s += kernel_hooks().prelude("cpu");  // empty but in tests (Note [Kernel hooks])
   for (auto& k : kernels) {
-    k.args.clear();
-    const KernelNumbers z(size_args ? &k.args : nullptr);
+    k.args.clear();  // printed with literals: no arguments (with them: KernelNumbers sets them anew)
+    k.arg_exprs.clear();
+    const KernelNumbers z(size_args ? &k : nullptr);
     if (k.is_reduction() && reduction_is_column(k)) print_column_kernel(k, s, z);
     else if (k.is_reduction()) print_reduction_kernel(k, s, z);
     else print_kernel(k, s, z);

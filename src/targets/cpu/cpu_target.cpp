@@ -107,7 +107,7 @@ class CpuTarget final : public Target {
   std::string gelu_fn(const Node& n, DType out) const override {
     if (compute_dtype(out) != DType::kFloat32) return "gelu";
     const TensorType& in = n.args().at(0).value->tensor_type();
-    const bool onednn = eager_cpu_math().gelu_onednn(in.dtype) && contiguous_in_some_format(in) && in.numel() > 1;
+    const bool onednn = eager_cpu_math().gelu_onednn(in.dtype) && contiguous_in_some_format(in) && in.sym_numel() > 1;
     return onednn ? "gelu_as" : "gelu_poly";
   }
 
@@ -138,7 +138,9 @@ class CpuTarget final : public Target {
   // computed again from the cache's lines sooner than it is stored and read back).
   bool may_keep_between_passes(const KernelSpec& k, const KeptValue& v, size_t, int64_t* budget) const override {
     if (!v.expensive) return false;
-    const int64_t bytes = k.row_len * static_cast<int64_t>(dtype_size(compute_dtype(v.dtype)));
+    // At the row length's hint, with no guard: the scratch row is allocated per call from the row length
+    // the kernel reads, so the source computes the same values at any length; the budget only prices it.
+    const int64_t bytes = k.row_len.hint() * static_cast<int64_t>(dtype_size(compute_dtype(v.dtype)));
     if (bytes > *budget) return false;
     *budget -= bytes;
     return true;
@@ -195,7 +197,7 @@ class CpuTarget final : public Target {
 
   std::string explain_kernel(const KernelSpec& ks, const Artifact*, const std::string&) const override {
     if (!ks.is_reduction()) return "";
-    return fmt::format("cpu {}: {} rows of {}, {} pass{}, {}{}", ks.name, ks.rows, ks.row_len, ks.passes.size(),
+    return fmt::format("cpu {}: {} rows of {}, {} pass{}, {}{}", ks.name, ks.rows.str(), ks.row_len.str(), ks.passes.size(),
                        ks.passes.size() == 1 ? "" : "es",
                        reduction_is_column(ks) ? "column tiles of 32 rows vectorized across rows"
                                                : "rows over threads, 16 lanes per row",

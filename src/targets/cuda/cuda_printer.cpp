@@ -89,13 +89,15 @@ size_t first_output(const KernelSpec& k) {
 // Note [Run-time dividers]: with int32 offsets and sizes as arguments, the index divided by a size through
 // its magic number and shift (both arguments, whatever their values, so that the text does not depend on
 // them); otherwise "" (the plain `%` and `/`).
-std::function<std::string(const std::string&, const std::string&, int64_t)> dividers(const KernelSpec& k,
-                                                                                        const KernelNumbers& z) {
+// A symbolic size is read as a number for its magic number: the divider specializes it (Note [Symbolic
+// sizes]).
+std::function<std::string(const std::string&, const std::string&, const SymInt&)> dividers(const KernelSpec& k,
+                                                                                              const KernelNumbers& z) {
   if (!z.arguments() || !k.index32) return nullptr;
-  return [&z](const std::string& index, const std::string& coord, int64_t size) -> std::string {
+  return [&z](const std::string& index, const std::string& coord, const SymInt& size) -> std::string {
     const std::string d = z(size);
     if (d[0] != 'z') return "";  // 0 or 1: a literal, so a constant divisor
-    const CudaDivider div = cuda_divider(size);
+    const CudaDivider div = cuda_divider(static_cast<int64_t>(size));
     const std::string q = fmt::format("(I)fj_udiv((unsigned){}, (unsigned){}, (unsigned){})", index,
                                       z.always(div.magic), z.always(div.shift));
     if (coord.empty()) return fmt::format("{} = {};", index, q);
@@ -177,8 +179,8 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
   if (z.arguments()) {
     s += fmt::format("\n// group {}: {} dims, {} offsets, vector width {}\n", k.group, nd, k.index32 ? "int32" : "int64", vec);
   } else {
-    s += fmt::format("\n// group {}: {} elements as [", k.group, k.numel);
-    for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(k.sizes[d]);
+    s += fmt::format("\n// group {}: {} elements as [", k.group, static_cast<int64_t>(k.numel));
+    for (size_t d = 0; d < nd; ++d) s += (d ? "," : "") + std::to_string(static_cast<int64_t>(k.sizes[d]));
     s += fmt::format("], {} offsets, vector width {}\n", k.index32 ? "int32" : "int64", vec);
   }
   // The scalar body as a device function.
@@ -365,7 +367,7 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
   auto ref = [&](size_t b) {
     std::string off;
     if (nd - kd == 1) {
-      int64_t st = k.buffers[b].strides[nd - 1];
+      const SymInt& st = k.buffers[b].strides[nd - 1];
       off = st == 0 ? "" : st == 1 ? " + (I)e_" : fmt::format(" + (I)e_ * {}", z(st));
     } else {
       off = fmt::format(" + eoff{}", b);
@@ -493,9 +495,9 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
 
 namespace {
 
-// One kernel, with its numbers as arguments recorded in `args` (null: literals).
-void print_cuda_kernel(const KernelSpec& k, std::vector<int64_t>* args, std::string& s) {
-  const KernelNumbers z(args);
+// One kernel, with its numbers as arguments recorded in `with_args`'s args (null: literals).
+void print_cuda_kernel(const KernelSpec& k, KernelSpec* with_args, std::string& s) {
+  const KernelNumbers z(with_args);
   if (k.is_reduction()) print_reduction_kernel(k, z, s);
   else print_kernel(k, z, s);
 }
@@ -517,12 +519,12 @@ std::string print_source(const std::vector<KernelSpec>& kernels, std::vector<Ker
       print_cuda_kernel(kernels[i], nullptr, s);
       continue;
     }
-    std::vector<int64_t>& args = (*with_args)[i].args;
-    args.clear();
+    KernelSpec& spec = (*with_args)[i];
     std::string k;
-    print_cuda_kernel(kernels[i], &args, k);
-    if ((args.size() + kernels[i].buffers.size()) * 8 > kCudaParamBytes) {  // Note [CUDA size arguments]: too many for the parameter space
-      args.clear();
+    print_cuda_kernel(kernels[i], &spec, k);
+    if ((spec.args.size() + kernels[i].buffers.size()) * 8 > kCudaParamBytes) {  // Note [CUDA size arguments]: too many for the parameter space
+      spec.args.clear();
+      spec.arg_exprs.clear();
       k.clear();
       print_cuda_kernel(kernels[i], nullptr, k);
     }
@@ -537,7 +539,7 @@ std::string print_cuda_source(const std::vector<KernelSpec>& kernels) { return p
 
 std::string print_cuda_source(std::vector<KernelSpec>& kernels, bool size_args) {
   if (!size_args) {
-    for (auto& k : kernels) k.args.clear();
+    for (auto& k : kernels) k.args.clear(), k.arg_exprs.clear();
     return print_source(kernels, nullptr);
   }
   return print_source(kernels, &kernels);

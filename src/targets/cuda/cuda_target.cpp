@@ -154,13 +154,13 @@ class CudaTarget final : public Target {
   std::string explain_kernel(const KernelSpec& ks, const Artifact* artifact, const std::string& arch) const override {
     std::string s;
     if (ks.is_reduction())
-      s = fmt::format("cuda {} ({}): {} rows of {}, {} threads per row{}, {}, {} offsets", ks.name, arch, ks.rows,
-                      ks.row_len, cuda_threads_per_row(ks), reduction_is_column(ks) ? " (column tile)" : "",
+      s = fmt::format("cuda {} ({}): {} rows of {}, {} threads per row{}, {}, {} offsets", ks.name, arch, ks.rows.str(),
+                      ks.row_len.str(), cuda_threads_per_row(ks), reduction_is_column(ks) ? " (column tile)" : "",
                       cuda_row_in_registers(ks) ? fmt::format("{} elements per thread in registers", cuda_elements_per_thread(ks))
                                                 : std::string("rows read once per pass"),
                       ks.index32 ? "int32" : "int64");
     else
-      s = fmt::format("cuda {} ({}): {} elements, vector width {}, {} offsets", ks.name, arch, ks.numel,
+      s = fmt::format("cuda {} ({}): {} elements, vector width {}, {} offsets", ks.name, arch, ks.numel.str(),
                       cuda_vector_width(ks), ks.index32 ? "int32" : "int64");
     const CudaKernelInfo* info =
         artifact ? static_cast<const CudaArtifact*>(artifact)->binary().kernel(ks.name) : nullptr;
