@@ -44,8 +44,9 @@ PY
 out="$("$WORK/build/fusion_jit_example" "$WORK/model.pt" 32 256)"
 echo "$out"
 grep -q "^match: yes" <<<"$out"
-# The library the example runs is the installed one.
-ldd "$WORK/build/fusion_jit_example" | grep -q "$WORK/prefix/lib/libfusion_jit.so"
+# The library the example runs is the installed one. (grep reads all of ldd's output: `grep -q` would stop
+# at the match, and ldd, writing on, fail with SIGPIPE, which pipefail reports.)
+ldd "$WORK/build/fusion_jit_example" | grep "$WORK/prefix/lib/libfusion_jit.so" >/dev/null
 # An ahead-of-time package made by the installed CLI, served by examples/serve_package.cpp with no compiler
 # and no cache directory.
 "$WORK/prefix/bin/fusion-jit" package "$WORK/model.pt" --input 'f32[32,256]' --out "$WORK/model.fjpkg" >/dev/null
