@@ -88,7 +88,9 @@ TEST(ConvRules, DisableOptionLeavesRulesOutForOneModule) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(std::string("'") + bad + "'"), std::string::npos) << msg;
       EXPECT_NE(msg.find("fold.conv_bn"), std::string::npos) << "lists the names it takes: " << msg;
-      if (std::string(bad) == "fusion") EXPECT_NE(msg.find("FUSION_JIT_DISABLE"), std::string::npos) << msg;
+      if (std::string(bad) == "fusion") {
+        EXPECT_NE(msg.find("FUSION_JIT_DISABLE"), std::string::npos) << msg;
+      }
     }
   }
 }
