@@ -24,11 +24,16 @@ ExprRef unary(ExprKind kind, DType type, ExprRef x) {
   return make(std::move(e));
 }
 
-// A literal in the compute type `t`, as C text.
-std::string literal_text(const Literal& l, DType t) {
+// A literal in the compute type `t`, as C text; a symbolic integer printed by `num` where given.
+std::string literal_text(const Literal& l, DType t, const NumberFn& num) {
   double d = 0;
   int64_t i = 0;
   bool is_int = false;
+  if (const SymInt* v = std::get_if<SymInt>(&l); v && v->is_symbolic() && num) {
+    const std::string z = num(*v);
+    DType c = compute_dtype(t);
+    return c == DType::kBool ? "(" + z + " != 0)" : fmt::format("(({}){})", compute_c_type(t), z);
+  }
   if (std::holds_alternative<double>(l)) d = std::get<double>(l);
   else if (std::holds_alternative<SymInt>(l)) i = std::get<SymInt>(l), is_int = true;
   else if (std::holds_alternative<bool>(l)) i = std::get<bool>(l), is_int = true;
@@ -125,36 +130,36 @@ const char* acc_kind_name(AccKind k) {
 
 bool is_sum(AccKind k) { return k == AccKind::kSum || k == AccKind::kDoubleSum || k == AccKind::kKahanSum; }
 
-std::string print_expr(const Expr& e) {
+std::string print_expr(const Expr& e, const NumberFn& num) {
   switch (e.kind) {
     case ExprKind::kLoad: return fmt::format("b{}", e.buffer);
     case ExprKind::kVar: return e.name;
-    case ExprKind::kLiteral: return literal_text(e.literal, e.type);
+    case ExprKind::kLiteral: return literal_text(e.literal, e.type, num);
     case ExprKind::kCall: {
       std::string args;
-      for (const auto& a : e.args) args += (args.empty() ? "" : ", ") + print_expr(*a);
+      for (const auto& a : e.args) args += (args.empty() ? "" : ", ") + print_expr(*a, num);
       return e.name + "(" + args + ")";
     }
-    case ExprKind::kCast: return fmt::format("(({}){})", compute_c_type(e.type), print_expr(*e.args[0]));
-    case ExprKind::kConvert: return fmt::format("(({})({}))", compute_c_type(e.type), print_expr(*e.args[0]));
+    case ExprKind::kCast: return fmt::format("(({}){})", compute_c_type(e.type), print_expr(*e.args[0], num));
+    case ExprKind::kConvert: return fmt::format("(({})({}))", compute_c_type(e.type), print_expr(*e.args[0], num));
     case ExprKind::kRound: {
       // The preludes' fj_round_f16 / fj_round_bf16 take a float; a cast right under the call needs no
       // parentheses of its own.
       const char* fn = e.type == DType::kFloat16 ? "fj_round_f16" : "fj_round_bf16";
       const Expr& x = *e.args[0];
-      if (x.kind == ExprKind::kCast) return fmt::format("{}(({}){})", fn, compute_c_type(x.type), print_expr(*x.args[0]));
-      return fmt::format("{}({})", fn, print_expr(x));
+      if (x.kind == ExprKind::kCast) return fmt::format("{}(({}){})", fn, compute_c_type(x.type), print_expr(*x.args[0], num));
+      return fmt::format("{}({})", fn, print_expr(x, num));
     }
     case ExprKind::kSelect:
-      return fmt::format("({} ? {} : {})", print_expr(*e.args[0]), print_expr(*e.args[1]), print_expr(*e.args[2]));
-    case ExprKind::kDiv: return fmt::format("{} / {}", print_expr(*e.args[0]), print_expr(*e.args[1]));
+      return fmt::format("({} ? {} : {})", print_expr(*e.args[0], num), print_expr(*e.args[1], num), print_expr(*e.args[2], num));
+    case ExprKind::kDiv: return fmt::format("{} / {}", print_expr(*e.args[0], num), print_expr(*e.args[1], num));
   }
   return "";
 }
 
-std::string print_stmt(const Stmt& s) {
-  if (s.kind == Stmt::kOutput) return fmt::format("o{} = {};", s.output, print_expr(*s.value));
-  return fmt::format("const {} {} = {};  // {}", compute_c_type(s.type), s.name, print_expr(*s.value), s.comment);
+std::string print_stmt(const Stmt& s, const NumberFn& num) {
+  if (s.kind == Stmt::kOutput) return fmt::format("o{} = {};", s.output, print_expr(*s.value, num));
+  return fmt::format("const {} {} = {};  // {}", compute_c_type(s.type), s.name, print_expr(*s.value, num), s.comment);
 }
 
 void vars_read(const Expr& e, std::set<std::string>* out) {

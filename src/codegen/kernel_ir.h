@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -89,10 +90,16 @@ enum class AccKind {
 const char* acc_kind_name(AccKind k);  // "sum", "dsum", "ksum", "prod", "max", "min", "welford"
 bool is_sum(AccKind k);                // kSum, kDoubleSum or kKahanSum
 
+// How a printer prints a number of the kernel (a size, a stride, a bound): as a literal or an argument
+// (KernelNumbers, kernel_spec.h).
+using NumberFn = std::function<std::string(const SymInt&)>;
+
 // C text of an expression or a statement (without indentation or newline). The targets' printers share
-// these: the expression syntax is the same C for both, only the preludes behind the names differ.
-std::string print_expr(const Expr& e);
-std::string print_stmt(const Stmt& s);
+// these: the expression syntax is the same C for both, only the preludes behind the names differ. An
+// integer literal that is a size of a shape class (`x + s1`, Note [Symbolic sizes]) is printed by `num`,
+// an argument of the kernel where it has them; without `num` it is read as a number (a guard).
+std::string print_expr(const Expr& e, const NumberFn& num = nullptr);
+std::string print_stmt(const Stmt& s, const NumberFn& num = nullptr);
 
 // Queries the printers ask.
 void vars_read(const Expr& e, std::set<std::string>* out);     // Var names

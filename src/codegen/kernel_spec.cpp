@@ -879,6 +879,30 @@ std::vector<int64_t> arg_values(const KernelSpec& k, const SymBindings& bindings
   return out;
 }
 
+void evaluate_numbers(KernelSpec* k, const SymBindings& bindings) {
+  auto at = [&](SymInt& v) { v = SymInt(v.evaluate(bindings)); };
+  auto all = [&](SymSizes& s) {
+    for (SymInt& v : s) at(v);
+  };
+  k->args = arg_values(*k, bindings);
+  for (SymInt& v : k->arg_exprs) at(v);
+  all(k->sizes);
+  at(k->numel);
+  for (KernelBuffer& b : k->buffers) {
+    all(b.strides);
+    at(b.extent);
+    at(b.offset);
+    at(b.gather_stride);
+    at(b.gather_rows);
+  }
+  for (KernelPiece& p : k->pieces) {
+    at(p.start);
+    at(p.end);
+  }
+  at(k->rows);
+  at(k->row_len);
+}
+
 void set_kernel_hooks(KernelHooks hooks) { g_kernel_hooks = std::move(hooks); }
 const KernelHooks& kernel_hooks() { return g_kernel_hooks; }
 

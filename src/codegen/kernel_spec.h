@@ -148,6 +148,10 @@ struct KernelSpec {
 
 // The kernel's arguments at `bindings` (its `args` when it has no symbols).
 std::vector<int64_t> arg_values(const KernelSpec& k, const SymBindings& bindings);
+// The kernel of a shape class at one of its sizes (Note [Plans of a shape class], runtime/plan.h): every
+// size, stride, extent, offset, row count and piece bound evaluated at `bindings`, and `args` set to
+// arg_values. Its code is the class's: nothing is printed again.
+void evaluate_numbers(KernelSpec* k, const SymBindings& bindings);
 
 // Note [Sizes as kernel arguments]
 // A target may print a kernel's sizes, strides, row lengths and piece bounds as reads of an argument
@@ -167,8 +171,7 @@ std::vector<int64_t> arg_values(const KernelSpec& k, const SymBindings& bindings
 // them as a pointer `z_`, the CUDA kernels as a parameter passed by value (`fj_sizes<N> z_`, Note [CUDA
 // size arguments] in the CUDA target's printer).
 
-// How a printer prints a number of the kernel (a size, a stride, a bound): as a literal or an argument.
-using NumberFn = std::function<std::string(const SymInt&)>;
+// (NumberFn, kernel_ir.h: how a printer prints a number of the kernel, as a literal or an argument.)
 
 // For the printers (Note [Sizes as kernel arguments]): the numbers of one kernel, printed as literals, or
 // as `z<i>`, locals the kernel sets from its argument array, whose values are recorded in order (in

@@ -49,6 +49,13 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   const Options& opt = Options::get();
   auto plan = std::make_unique<ExecutablePlan>();
   plan->graph = std::move(graph);
+  // Note [Plans of a shape class]: a class's graph keeps its sizes symbolic through fusion and code
+  // generation, its kernels read them as arguments, and its decisions are the current scope's guards.
+  const bool symbolic = !plan->graph->symbols().empty();
+  ShapeGuards* guards = current_guards();
+  FJ_INTERNAL_ASSERT(!symbolic || guards, "a shape class's plan is built with no GuardScope open");
+  PlanTarget tgt = target;
+  tgt.size_args = tgt.size_args || symbolic;
   auto t0 = std::chrono::steady_clock::now();
   const std::map<Device, int> devices = graph_devices(*plan->graph);
   auto index_on = [&](const Target& t) {
@@ -57,7 +64,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   };
   // What each target compiles for: the architecture given, else its device's (asked once; it throws
   // when the device cannot be asked).
-  std::map<std::string, std::string> archs = target.arch;
+  std::map<std::string, std::string> archs = tgt.arch;
   auto arch_of = [&](const Target& t) -> const std::string& {
     auto it = archs.find(t.name());
     if (it == archs.end()) it = archs.emplace(t.name(), t.device_arch(index_on(t))).first;
@@ -66,16 +73,17 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   // The plan cache: the JIT path only (AOT plans and tools set an arch or skip compiling).
   std::string plan_key;
   // Plans built while a test's kernel hooks are set are not cached (Note [Kernel hooks]).
-  if (target.compile && target.arch.empty() && !opt.is_disabled("cache") && kernel_hooks().empty()) {
+  // (Not a class's plan: the plan cache's form holds numbers.)
+  if (tgt.compile && tgt.arch.empty() && !opt.is_disabled("cache") && kernel_hooks().empty() && !symbolic) {
     std::string where;
     for (const auto& [device, index] : devices) {
       const Target& t = target_for(device);
       where += fmt::format("{} {} | ", t.name(), t.device_present() ? arch_of(t) : "");
     }
-    plan_key = plan_cache_key(*plan->graph, target, where);
+    plan_key = plan_cache_key(*plan->graph, tgt, where);
     if (auto cached = find_cached_plan(plan_key, &plan->graph)) {
       cached->code_class = code_class_of(cached->code);
-      check_admitted(target, cached->code_class);
+      check_admitted(tgt, cached->code_class);
       cached->from_plan_cache = true;
       cached->fusion_ms = ms_since(t0);
       return cached;
@@ -86,7 +94,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   for (const auto& d : devices)
     if (d.first != Device::kCPU) planned = &target_for(d.first);
   RooflineCostModel cost(planned->machine(index_on(*planned)));
-  plan->fusion = plan_fusion(*plan->graph, cost, target.enable_fusion && !opt.is_disabled("fusion"),
+  plan->fusion = plan_fusion(*plan->graph, cost, tgt.enable_fusion && !opt.is_disabled("fusion"),
                               !opt.is_disabled("horizontal"), !opt.is_disabled("cat"),
                               !opt.is_disabled("gather"));
   plan->fusion_ms = ms_since(t0);
@@ -108,11 +116,11 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     if (by_target[ti].empty()) continue;
     TargetCode c;
     c.target = targets[ti];
-    c.source = c.target->print_source(by_target[ti], target.size_args || target.size_args_if_compiled);
+    c.source = c.target->print_source(by_target[ti], tgt.size_args || tgt.size_args_if_compiled);
     plan->code.push_back(std::move(c));
     specs.push_back(std::move(by_target[ti]));
   }
-  if (!target.size_args && target.size_args_if_compiled && target.compile) {
+  if (!tgt.size_args && tgt.size_args_if_compiled && tgt.compile) {
     bool all = true;
     for (auto& c : plan->code) {
       try {
@@ -126,7 +134,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   }
   plan->codegen_ms = ms_since(t0);
   plan->code_class = code_class_of(plan->code);
-  check_admitted(target, plan->code_class);
+  check_admitted(tgt, plan->code_class);
   if (opt.dumps("source"))
     for (const auto& c : plan->code)
       std::fprintf(stderr, "== generated %s source ==\n%s", c.target->name(), c.source.c_str());
@@ -138,7 +146,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   for (size_t ci = 0; ci < plan->code.size(); ++ci) {
     TargetCode& c = plan->code[ci];
     const Target& t = *c.target;
-    if (target.compile) {
+    if (tgt.compile) {
       try {
         c.arch = arch_of(t);
         c.artifact = t.compile(c.source, c.arch);
@@ -205,6 +213,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   for (const auto& k : plan->kernels) plan->group_ops.push_back(plan->fusion.groups.at(k.spec.group).num_ops());
   for (size_t id = 0; id < last_use.size(); ++id)
     if (last_use[id] >= 0) plan->steps[last_use[id]].release.push_back(static_cast<int>(id));
+  if (symbolic) plan->guards = *guards;
   // Plans whose kernels all compiled go into the plan cache.
   if (!plan_key.empty() && plan->fallback_groups.empty()) store_plan(plan_key, *plan);
   return plan;

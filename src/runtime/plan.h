@@ -68,6 +68,11 @@ struct ExecutablePlan {
   // kernels (Note [Sizes as kernel arguments]); "" when it has none.
   std::string code_class;
   double codegen_ms = 0, compile_ms = 0, fusion_ms = 0;
+  // Note [Plans of a shape class]: the conditions on the symbols under which a plan built from a class's
+  // graph is valid (none for a plan of numbers), and, for a plan instantiated from one, its symbols' values.
+  ShapeGuards guards;
+  SymBindings bindings;
+  double instance_ms = 0;  // an instance: the time instantiate_plan took
 
   std::string explain() const;
   // The code of the target of `device`, or nullptr when the plan has no kernel there.
@@ -86,5 +91,20 @@ struct ExecutablePlan {
  private:
   const LoadedKernels& load(const TargetCode& c, int index) const;
 };
+
+// Note [Plans of a shape class]
+// A graph of a shape class (Note [Symbolic sizes]) goes through the passes, fusion and code generation
+// once, with its kernels reading their sizes as arguments (Note [Sizes as kernel arguments]): the class's
+// plan, valid wherever its guards hold. Each size of the class gets its plan from it by evaluation alone:
+// the graph's types and literals, each kernel's iteration space, buffers and arguments, at the size's
+// bindings. The instance shares the class's compiled code (nothing is printed, compiled or fused again);
+// only its kernels are looked up in the loaded code once more, since a loaded kernel holds its arguments.
+// What runs per call is then a plan of numbers, as fast as one built for that size, and what the
+// instance computes is what the class's plan computes there, which the guards make what a plan built for
+// that size would compute.
+//
+// `cls` must be a class's plan whose guards hold at `bindings` (an InternalError otherwise), and `bindings`
+// must give every symbol of its graph.
+std::unique_ptr<ExecutablePlan> instantiate_plan(const ExecutablePlan& cls, const SymBindings& bindings);
 
 }  // namespace fusion_jit

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "ir/graph.h"
@@ -470,6 +471,113 @@ TEST(SymGraph, KernelsOfTheClassReadTheirSizesAsArguments) {
     }
     EXPECT_GE(checked, 4);
   }
+}
+
+// A plan as text with its numbers: each step (a kernel's name, arguments, iteration space and buffers by
+// value name with their strides, extents and offsets; an ATen step's node by position) and the values
+// released after it, so that an instance of a class's plan and the plan built for that size compare.
+std::string plan_text(const ExecutablePlan& p) {
+  std::map<const Node*, int> index;
+  for (const Node* n : p.graph->nodes()) index.emplace(n, static_cast<int>(index.size()));
+  std::map<int, std::string> names;
+  for (const Value* v : p.graph->inputs()) names[v->id()] = v->name();
+  for (const Node* n : p.graph->nodes())
+    for (const Value* v : n->outputs()) names[v->id()] = v->name();
+  auto nums = [](const SymSizes& s) { return fmt::format("{}", fmt::join(s.hints(), ",")); };
+  std::string out;
+  for (const ExecStep& st : p.steps) {
+    if (st.kernel >= 0) {
+      const KernelSpec& k = p.kernels[st.kernel].spec;
+      out += fmt::format("{} over [{}] rows {} of {} args [{}]:", k.name, nums(k.sizes), k.rows.hint(),
+                         k.row_len.hint(), fmt::join(k.args, ","));
+      for (const KernelBuffer& b : k.buffers)
+        out += fmt::format(" {}{{{}}}+{}/{}", b.value->name(), nums(b.strides), b.offset.hint(), b.extent.hint());
+    } else {
+      out += fmt::format("aten {}", index.at(st.node));
+    }
+    out += "; releases";
+    for (int id : st.release) out += " " + names.at(id);
+    out += "\n";
+  }
+  return out;
+}
+
+// Note [Plans of a shape class]: the class's plan is built once; each size of the class instantiates it
+// by evaluation alone, and the instance is the plan that size's own graph builds: the same graph, steps,
+// kernels, arguments, buffers and generated code. Sizes outside the guards are refused.
+TEST(SymGraph, OnePlanServesEverySizeOfTheClass) {
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+      {kFragment, {"s0 < 8388608", "s0 != 2"}},
+      {kCacheStep, {"s0 != 3", "s0*s1+3*s1 < 33554432", "s0*s1 < 33554432"}}};
+  PlanTarget t;
+  t.compile = false;
+  for (const auto& [text, want] : cases) {
+    ShapeGuards guards;
+    std::unique_ptr<ExecutablePlan> cls;
+    SymBindings hints;
+    {
+      GuardScope scope(guards);
+      auto g = optimized(text);
+      hints = g->symbols();
+      cls = build_plan(std::move(g), t);  // a class's graph: sizes as arguments, whatever the target says
+    }
+    EXPECT_EQ(texts(cls->guards), want);
+    ASSERT_FALSE(cls->kernels.empty());
+    for (const KernelLaunch& k : cls->kernels) EXPECT_EQ(k.spec.arg_exprs.size(), k.spec.args.size()) << k.spec.name;
+    EXPECT_NE(cls->explain().find("shape class: the plan of every size where " + want[0]), std::string::npos)
+        << cls->explain();
+    int checked = 0;
+    for (int64_t n : {37, 2, 3, 4, 63, 1000}) {
+      SymBindings b = hints;
+      b["s0"] = n;
+      if (!cls->guards.holds(b)) {
+        EXPECT_THROW(instantiate_plan(*cls, b), InternalError) << "s0 = " << n;
+        continue;
+      }
+      ++checked;
+      auto inst = instantiate_plan(*cls, b);
+      PlanTarget sized = t;
+      sized.size_args = true;
+      auto own = build_plan(optimized(text, &b), sized);
+      EXPECT_EQ(print_graph(*inst->graph), print_graph(*own->graph)) << "s0 = " << n;
+      EXPECT_EQ(plan_text(*inst), plan_text(*own)) << "s0 = " << n;
+      ASSERT_EQ(inst->code.size(), own->code.size());
+      for (size_t c = 0; c < own->code.size(); ++c) EXPECT_EQ(inst->code[c].source, own->code[c].source) << "s0 = " << n;
+      EXPECT_EQ(inst->code_class, own->code_class);
+      EXPECT_NE(inst->explain().find(fmt::format("the class's plan at s0={}", n)), std::string::npos) << inst->explain();
+    }
+    EXPECT_GE(checked, 4);
+  }
+}
+
+// A size used as a number (`x + x.shape[1]`) is a kernel argument of the class's CPU kernel, not a literal
+// that would fix the symbol.
+TEST(SymGraph, ASizeUsedAsANumberIsAKernelArgument) {
+  const char* text =
+      "graph[s0=37](%0 : f32[4,s0]):\n"
+      "  %1 : f32[4,s0] = aten::add.Scalar(%0, s0, 1)\n"
+      "  %2 : f32[4,s0] = aten::mul.Scalar(%1, 2*s0+1)\n"
+      "  return (%2)\n";
+  ShapeGuards guards;
+  std::unique_ptr<ExecutablePlan> cls;
+  {
+    GuardScope scope(guards);
+    PlanTarget t;
+    t.compile = false;
+    cls = build_plan(optimized(text), t);
+  }
+  EXPECT_FALSE(cls->guards.specializes("s0")) << fmt::format("{}", fmt::join(texts(cls->guards), ", "));
+  ASSERT_EQ(cls->kernels.size(), 1u);
+  const KernelSpec& k = cls->kernels[0].spec;
+  std::vector<std::string> exprs;
+  for (const SymInt& e : k.arg_exprs) exprs.push_back(e.str());
+  EXPECT_NE(std::find(exprs.begin(), exprs.end(), "s0"), exprs.end()) << fmt::format("{}", fmt::join(exprs, ", "));
+  EXPECT_NE(std::find(exprs.begin(), exprs.end(), "2*s0+1"), exprs.end()) << fmt::format("{}", fmt::join(exprs, ", "));
+  EXPECT_NE(cls->code[0].source.find("((float)z"), std::string::npos) << cls->code[0].source;
+  auto inst = instantiate_plan(*cls, {{"s0", 5}});
+  const std::vector<int64_t>& args = inst->kernels[0].spec.args;
+  EXPECT_NE(std::find(args.begin(), args.end(), 5), args.end());
+  EXPECT_NE(std::find(args.begin(), args.end(), 11), args.end());
 }
 
 TEST(SymGraph, APassDecisionTheClassDoesNotShareIsAGuard) {

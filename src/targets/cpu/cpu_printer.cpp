@@ -168,7 +168,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     print_loads({Reach::kColumn, Reach::kConstant}, "p", "    ");
     for (size_t i = 0; i < k.body.size(); ++i)
       if (reach[i] == Reach::kColumn || reach[i] == Reach::kConstant) {
-        s += "    " + print_stmt(k.body[i]) + "\n";
+        s += "    " + print_stmt(k.body[i], z.fn()) + "\n";
         if (reach[i] == Reach::kColumn) s += fmt::format("    h_{0}[j] = {0};\n", k.body[i].name);
       }
     s += "  }\n";
@@ -215,7 +215,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     if (per_row) {
       print_loads({Reach::kRow, Reach::kConstant}, r, ind);
       for (size_t i = 0; i < k.body.size(); ++i)
-        if (reach[i] == Reach::kRow || reach[i] == Reach::kConstant) s += ind + print_stmt(k.body[i]) + "\n";
+        if (reach[i] == Reach::kRow || reach[i] == Reach::kConstant) s += ind + print_stmt(k.body[i], z.fn()) + "\n";
     }
     for (size_t i = 0; i < k.body.size(); ++i)
       if (reach[i] == Reach::kColumn)
@@ -232,13 +232,13 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     for (size_t b = first_out; b < k.buffers.size(); ++b)
       s += fmt::format("{}  {} o{};\n", ind, compute_c_type(k.buffers[b].dtype), b - first_out);
     if (leaf >= 0)
-      for (const auto& st : piece_statements(k, leaf)) s += ind + "  " + print_stmt(st) + "\n";
+      for (const auto& st : piece_statements(k, leaf)) s += ind + "  " + print_stmt(st, z.fn()) + "\n";
     for (size_t i = 0; i < k.body.size(); ++i) {
       const Stmt& st = k.body[i];
       if (reach[i] == Reach::kColumn)
         s += fmt::format("{}  const {} {} = hr_{}[j];\n", ind, compute_c_type(st.type), st.name, st.name);
       else if (reach[i] == Reach::kElement)
-        s += ind + "  " + print_stmt(st) + "\n";
+        s += ind + "  " + print_stmt(st, z.fn()) + "\n";
     }
     for (size_t b = first_out; b < k.buffers.size(); ++b) {
       const auto& kb = k.buffers[b];
@@ -387,7 +387,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const KernelNum
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", ctype(k.buffers[b].dtype), b,
                      load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref, z.args_fn())));
-  for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
+  for (const auto& st : k.row_prologue) s += "    " + print_stmt(st, z.fn()) + "\n";
   // Offsets of element e_ of the row, per buffer: `eoff<b>`.
   auto element_offsets = [&](const std::string& ind) {
     std::string t;
@@ -425,11 +425,11 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const KernelNum
       };
       for (const auto& var : pass.stash_in)
         t += fmt::format("{}const {} {} = {};\n", ind, scratch_type(var), var, scratch(var));
-      for (const auto& st : pass.body) t += ind + print_stmt(st) + "\n";
+      for (const auto& st : pass.body) t += ind + print_stmt(st, z.fn()) + "\n";
       for (const auto& var : pass.stash_out) t += fmt::format("{}{} = {};\n", ind, scratch(var), var);
       for (size_t i = 0; i < na; ++i) {
         const auto& a = pass.accs[i];
-        const std::string in = print_expr(*a.input);
+        const std::string in = print_expr(*a.input, z.fn());
         const char* ty = compute_c_type(a.type);
         if (is_sum(a.kind)) t += fmt::format("{}s{}[l_] += {};\n", ind, i, in);
         else if (a.kind == AccKind::kProd) t += fmt::format("{}s{}[l_] *= {};\n", ind, i, in);
@@ -514,7 +514,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const KernelNum
       s += "    }\n";
       acc_base += static_cast<int>(na);
     }
-    for (const auto& st : pass.after) s += "    " + print_stmt(st) + "\n";
+    for (const auto& st : pass.after) s += "    " + print_stmt(st, z.fn()) + "\n";
   }
   for (const auto& [b, var] : k.row_stores)
     s += fmt::format("    q{0}[0] = {1};\n", b, store_expr(k.buffers[b].dtype, var));
@@ -654,7 +654,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumber
     const std::string first_defined = stmts.front().kind == Stmt::kLet ? stmts.front().name : "";
     s += "    for (int r_ = 0; r_ < n_; ++r_) {\n" + pre;
     s += row_inputs(reads, "      ", first_defined);
-    for (const auto& st : stmts) s += "      " + print_stmt(st) + "\n";
+    for (const auto& st : stmts) s += "      " + print_stmt(st, z.fn()) + "\n";
     for (const auto& [name, ty] : rows)
       for (const auto& st : stmts)
         if (st.kind == Stmt::kLet && st.name == name) s += fmt::format("      rv_{0}[r_] = {0};\n", name);
@@ -695,11 +695,11 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumber
                        load_expr(k.buffers[b].dtype, load_ref(k, b, ref, z.args_fn())));
     for (const auto& var : pass.stash_in)
       s += fmt::format("{0}const {3} {1} = st_{1}[(int64_t)e_ * {2} + r_];\n", ind, var, kTile, scratch_type(var));
-    for (const auto& st : pass.body) s += ind + print_stmt(st) + "\n";
+    for (const auto& st : pass.body) s += ind + print_stmt(st, z.fn()) + "\n";
     for (const auto& var : pass.stash_out) s += fmt::format("{0}st_{1}[(int64_t)e_ * {2} + r_] = {1};\n", ind, var, kTile);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
-      const std::string in = print_expr(*a.input);
+      const std::string in = print_expr(*a.input, z.fn());
       if (is_sum(a.kind)) s += fmt::format("{}s{}[r_] += {};\n", ind, i, in);
       else if (a.kind == AccKind::kProd) s += fmt::format("{}s{}[r_] *= {};\n", ind, i, in);
       else if (a.kind == AccKind::kMax || a.kind == AccKind::kMin)
