@@ -20,6 +20,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -139,6 +140,10 @@ struct GraphPlanInfo {
   int aten_ops = 0;          // IR nodes run through ATen per call (constants not counted)
   double compile_ms = 0;     // parse, passes, fusion, codegen and compile of this plan
   bool from_plan_cache = false;
+  // add_from_class: why the call lies outside the class (a guard its plan took fails there, a symbol below
+  // 2); nothing was added. "" inside.
+  std::string outside_class;
+  bool class_built_here = false;  // add_from_class built the class's plan at this call
 };
 
 class GraphFunction {
@@ -163,6 +168,20 @@ class GraphFunction {
   // are put in *outputs (left empty when another thread added the plan: run() it then).
   GraphPlanInfo add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
                     const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs = nullptr);
+  // Note [Plans of a shape class] (src/runtime/plan.h): adds the plan of this signature as an instance
+  // of the plan of the shape class `class_ir`, a graph whose sizes are expressions over symbols (its header
+  // naming each symbol's value at the call it was written for, "graph[s0=37](...)"). That plan is built
+  // (passes, fusion, code generation, one compile) at the class's first use and kept; this call and every
+  // later one of the class get theirs by evaluating it at `bindings`, the symbols' values at the call:
+  // no parse, passes, fusion, code generation or compiler. Outside the class (GraphPlanInfo::outside_class)
+  // nothing is added: the caller adds the signature's own graph. Inputs are checked as add() checks them,
+  // against the class's input types at `bindings` (TypeError); the instance runs once on `inputs`, its ATen
+  // steps' results checked against its types, as add() with outputs does, its results in *outputs.
+  GraphPlanInfo add_from_class(const std::vector<at::Tensor>& inputs, const std::string& key,
+                               const std::string& class_ir, const std::map<std::string, int64_t>& bindings,
+                               const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs);
+  // Shape classes whose plan is built (add_from_class).
+  int num_classes() const;
   // The plan of this signature as text (explain_plan), or "" when there is none.
   std::string explain(const std::vector<at::Tensor>& inputs, const std::string& key) const;
   int num_plans() const;

@@ -141,6 +141,8 @@ class _Stats:
         self.frozen_inputs = 0
         self.lowerings = 0
         self.symbolic_plans = 0
+        self.class_plans = 0
+        self.class_instances = 0
         self.baseline = list(_native.ops.counters())
 
 
@@ -195,6 +197,8 @@ class _CompiledGraph:
         # instances of that lowering's template.
         self.symbolic = (_symbolic.is_symbolic(gm) and _dynamic_setting(opts) != "off"
                          and _enabled("symbolic", opts))
+        # Note [Plans of a shape class] (src/runtime/plan.h): its later signatures instances of one plan.
+        self.class_plans = _enabled("symbolic.class", opts)
         self.template = None
         self.no_template = None     # why a symbolic graph has none (debugging)
         self.channels_last_copies = {}  # Note [Folded constants shared across signatures] (_lowering.py)
@@ -292,8 +296,21 @@ class _CompiledGraph:
         with _stats.lock:
             _stats.lowerings += 1
         tensors = [args[i] for i in low.tensor_positions]
+        info = None
+        if low.template is not None:
+            # The symbolic graph's first signature is the first instance of its class's plan: that plan's
+            # code is the one compile of the class.
+            try:
+                got = self._from_class(low.template, tensors, low.key,
+                                       dict(zip(low.template.symbols, low.template.bind(args))))
+            except TypeError:
+                got = None
+            if got is not None:
+                info = got[0]
         try:
-            compiled, kernels, fused, aten, _, _, added_here = self.fn.add(tensors, low.key, low.ir, low.constants)
+            if info is None:
+                info = self.fn.add(tensors, low.key, low.ir, low.constants)
+            compiled, kernels, fused, aten, _, _, added_here = info[:7]
         except (ValueError, TypeError, RuntimeError) as e:
             return self._give_up(f"compiling it failed: {e}", args, low.results)
         ms = (time.perf_counter() - t0) * 1000.0
@@ -325,12 +342,42 @@ class _CompiledGraph:
                 head = (f"freezing: {len(freeze)} parameter(s) and buffer(s) are constants of the plan\n"
                         if freeze else "") + (layout or "")
                 if low.template is not None:
-                    head += (f"symbolic graph: {low.template.describe_sources()}; its later signatures fill in "
-                             f"this lowering's template ({low.template.holes} numbers)\n")
+                    if low.template.class_ir is not None:
+                        head += (f"symbolic graph: {low.template.describe_sources()}; its later signatures are "
+                                 f"instances of one plan of its shape class ({low.template.holes} numbers are "
+                                 f"expressions over its symbols)\n")
+                    else:
+                        head += (f"symbolic graph: {low.template.describe_sources()}; its later signatures fill in "
+                                 f"this lowering's template ({low.template.holes} numbers; no plan of the class: "
+                                 f"{low.template.no_class})\n")
                 elif low.no_template is not None:
                     head += f"symbolic graph: no template ({low.no_template}); each signature is lowered\n"
                 self.record.append((self.name, head + self.fn.explain(tensors, low.key)))
         return list(low.results)
+
+    def _from_class(self, template, tensors, key, values):
+        """Note [Plans of a shape class] (src/runtime/plan.h): (info, outputs) of this signature's plan as an
+        instance of the plan of the template's shape class, built at its first use; None where it is not
+        one (no class, a size outside it, the class refused: the caller builds the signature's own text).
+        TypeError where an input is laid out otherwise than the class says."""
+        if template.class_ir is None or not self.class_plans:
+            return None
+        try:
+            info, outs, outside = self.fn.add_from_class(tensors, key, template.class_ir, [str(s) for s in values],
+                                                         list(values.values()), template.constants)
+        except (ValueError, RuntimeError) as e:
+            template.drop_class(f"refused at {template.describe(values)}: {e}")
+            if _strict():
+                raise
+            return None
+        if outside:
+            if self.record is not None:
+                self.record.append((self.name, f"symbolic graph: {template.describe(values)} is outside the class's "
+                                               f"plan ({outside}); built from its own text\n"))
+            return None
+        with _stats.lock:
+            _stats.class_plans += int(info[7])
+        return info, outs
 
     def _from_template(self, template, args):
         """Note [Symbolic graphs]: this call's signature from the graph's template, its plan built and run
@@ -344,17 +391,24 @@ class _CompiledGraph:
         tensors = [args[i] for i in self.positions]
         key = specialization_key(args, self.key_positions)
         try:
-            info, outs = self.fn.add_run(tensors, key, ir, template.constants)
+            got = self._from_class(template, tensors, key, values)
         except TypeError:
-            return None  # an input laid out otherwise than the template's (a view): lowered
-        except (ValueError, RuntimeError) as e:
-            # Not made again: from now on each signature is lowered.
-            self.template, self.symbolic = None, False
-            self.no_template = f"dropped at {template.describe(values)}: {e}"
-            if _strict():
-                raise
-            return None
-        compiled, kernels, fused, aten, _, _, added_here = info
+            return None  # an input laid out otherwise than the class's (a view): lowered
+        from_class = got is not None
+        info, outs = got if from_class else (None, None)
+        if info is None:
+            try:
+                info, outs = self.fn.add_run(tensors, key, ir, template.constants)
+            except TypeError:
+                return None  # an input laid out otherwise than the template's (a view): lowered
+            except (ValueError, RuntimeError) as e:
+                # Not made again: from now on each signature is lowered.
+                self.template, self.symbolic = None, False
+                self.no_template = f"dropped at {template.describe(values)}: {e}"
+                if _strict():
+                    raise
+                return None
+        compiled, kernels, fused, aten, _, _, added_here = info[:7]
         if not compiled:  # past the specialization limit
             self._report_warnings()
             return self._eager(args)
@@ -367,14 +421,16 @@ class _CompiledGraph:
             with _stats.lock:
                 _stats.plans += 1
                 _stats.symbolic_plans += 1
+                _stats.class_instances += int(from_class)
                 _stats.kernels += int(kernels)
                 _stats.fused_ops += int(fused)
                 _stats.fallback_ops += int(aten)
                 _stats.compile_ms += (time.perf_counter() - t0) * 1000.0
                 _stats.frozen_inputs += len(self.frozen)
             if self.record is not None:
-                self.record.append((self.name, f"symbolic graph: the plan of {template.describe(values)}, "
-                                               f"from the template of its first lowering\n"
+                how = ("the class's plan evaluated there" if from_class
+                       else "from the template of its first lowering")
+                self.record.append((self.name, f"symbolic graph: the plan of {template.describe(values)}, {how}\n"
                                     + self.fn.explain(tensors, key)))
         return [outs[v] if kind == "ir" else v for kind, v in spec]
 
@@ -505,7 +561,9 @@ def stats():
     invocations), eager_graphs (graphs given up on), eager_calls (calls run eagerly), frozen_inputs
     (parameters and buffers made constants of plans by the freezing option, summed over plans), lowerings
     (graphs run node by node and written as IR for a new signature), symbolic_plans (plans built from a
-    symbolic graph's template instead: Note [Symbolic graphs]), plans_dropped (plans of signatures that
+    symbolic graph's template instead: Note [Symbolic graphs]), class_plans (plans of a shape class built,
+    once per symbolic graph: Note [Plans of a shape class]), class_instances (the symbolic_plans that are a
+    class's plan evaluated at their sizes rather than built from their own text), plans_dropped (plans of signatures that
     reused another's kernels, dropped past FUSION_JIT_SHARED_PLANS per graph and built again if their
     signature came back; over the graphs alive now), remote_hits, remote_misses, remote_refused,
     remote_errors and remote_ms (the cache's remote tier on Redis, FUSION_JIT_REMOTE_CACHE: time spent in
@@ -521,6 +579,7 @@ def stats():
             "compiles": (c[2] - b[2]) + (c[3] - b[3]), "eager_graphs": _stats.eager_graphs,
             "eager_calls": _stats.eager_calls, "frozen_inputs": _stats.frozen_inputs,
             "lowerings": _stats.lowerings, "symbolic_plans": _stats.symbolic_plans,
+            "class_plans": _stats.class_plans, "class_instances": _stats.class_instances,
             "plans_dropped": dropped, "remote_hits": c[4] - b[4], "remote_misses": c[5] - b[5],
             "remote_refused": c[6] - b[6], "remote_errors": c[7] - b[7], "remote_ms": (c[8] - b[8]) / 1000.0,
         }

@@ -12,8 +12,13 @@ whose sizes and strides, and the SymInts computed from them, are expressions ove
 expression left as a hole (`Marks`), and the expressions compiled into one Python function. A later call
 binds the symbols from its inputs (a SymInt argument, or a tensor's size whose expression is the bare
 symbol), evaluates the function and fills the holes: the IR text of that call, as lowering would have
-written it, in well under a millisecond. The plans stay specialized (the C++ side sees numbers only); with
-sizes as kernel arguments (Note [Sizes as kernel arguments]) their kernels are the compiled ones.
+written it, in well under a millisecond. The template also gives the graph of the shape class: the
+same text with each hole its expression (Template.class_ir). C++ builds that graph's plan once, at the
+class's second size, and gives each later size of the class its plan by evaluating it (Note [Plans of a
+shape class], src/runtime/plan.h): no text is filled in, parsed, optimized, fused or printed for it. A size
+outside the class (a guard its plan took fails there) is filled in and built from its own text, as is
+every size where the expressions have no IR form or C++ refused the class; such plans have their sizes
+as kernel arguments (Note [Sizes as kernel arguments]), so their kernels are the compiled ones.
 
 Exactness:
 - The template is kept only where every number the lowering run wrote in a tensor type equals its
@@ -133,6 +138,34 @@ def _source(e, index):
     raise NoTemplate(f"expression {e} ({name}) is not evaluated")
 
 
+def _ir_expr(e):
+    """Sympy expression `e` in the IR's size syntax (src/ir/sym.h: integers, symbols, + - * // %, min, max)."""
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return str(e)
+    name = type(e).__name__
+    args = [_ir_expr(a) for a in e.args]
+    if name == "Add":
+        return "(" + "+".join(args) + ")"
+    if name == "Mul":
+        return "(" + "*".join(args) + ")"
+    if name == "Pow" and e.args[1].is_Integer and int(e.args[1]) >= 1:
+        return "(" + "*".join([args[0]] * int(e.args[1])) + ")"
+    if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
+        return f"({args[0]}//{args[1]})"
+    if name in ("Mod", "PythonMod") and len(args) == 2:
+        return f"({args[0]}%{args[1]})"
+    if name == "ModularIndexing" and len(args) == 3:
+        return f"(({args[0]}//{args[1]})%{args[2]})"
+    if name in ("Max", "Min") and args:
+        out = args[0]
+        for a in args[1:]:
+            out = f"{name.lower()}({out},{a})"
+        return out
+    raise NoTemplate(f"expression {e} ({name}) has no IR form")
+
+
 class Template:
     """The IR text of a graph with holes for its symbolic numbers (Note [Symbolic graphs])."""
 
@@ -150,6 +183,15 @@ class Template:
         self.output_exprs = sorted(marks.outputs)
         self.constants = constants
         self.positions = positions
+        # Note [Plans of a shape class] (src/runtime/plan.h): the same text with each hole its expression,
+        # the header naming the symbols' values at the lowering: the graph of the shape class, whose plan
+        # C++ builds once and instantiates for each size (GraphFunction::add_from_class). None where an
+        # expression has no IR form or C++ refused the class (`no_class` says why): each signature is then
+        # filled in and built from its own text.
+        self.class_ir = None
+        self.no_class = None
+        self._text_parts = text.split(_MARK)
+        self._exprs = marks.exprs
 
     def bind(self, args):
         """The symbols' values at this call, or None where two inputs give one symbol two values."""
@@ -174,6 +216,22 @@ class Template:
         parts[1::2] = [str(nums[i]) for i in self.order]
         spec = [("const", nums[self.holes + k[1]]) if k[0] == "sym" else k for k in self.outputs]
         return "".join(parts), spec, dict(zip(self.symbols, v))
+
+    def make_class_ir(self, values):
+        """The class's graph text (Note [Plans of a shape class]), hints at `values` (symbol -> int)."""
+        try:
+            parts = list(self._text_parts)
+            parts[1::2] = [_ir_expr(self._exprs[int(i)]) for i in parts[1::2]]
+        except NoTemplate as e:
+            self.no_class = str(e)
+            return
+        text = "".join(parts)
+        assert text.startswith("graph("), text[:20]
+        hints = ",".join(f"{s}={x}" for s, x in values.items())
+        self.class_ir = f"graph[{hints}](" + text[len("graph("):]
+
+    def drop_class(self, why):
+        self.class_ir, self.no_class = None, why
 
     def describe_sources(self):
         """Where each symbol comes from: "s0 = input 1 dim 1"."""
@@ -236,4 +294,5 @@ def make_template(gm, args, low, text, marks, frozen):
         if nums[t.holes + k] != low.outputs[i][1]:
             raise NoTemplate(f"output {i}: {marks.outputs[i]} is {nums[t.holes + k]}, the run returned "
                              f"{low.outputs[i][1]}")
+    t.make_class_ir({str(s): x for s, x in zip(t.symbols, got)})
     return t

@@ -12,6 +12,12 @@
 //     .add_run(tensors, key, ir, constants) -> (add's list, outputs)   add, and the new plan run once on
 //                                           the tensors with its ATen steps' results checked against the
 //                                           graph's types (outputs empty: another thread added it)
+//     .add_from_class(tensors, key, class_ir, symbols, values, constants) -> (add's list + [class built here],
+//                                           outputs, outside)   Note [Plans of a shape class]: this
+//                                           signature's plan from the class's (built at its first use), run
+//                                           once as add_run's; `outside` says why the call is not in the
+//                                           class ("" inside), and then nothing is added
+//     .num_classes() -> int                        class plans built
 //     .take_warnings() -> [str]                    warnings since the last call (each given once)
 //     .explain(tensors, key) -> str, .num_plans() -> int, .plans_dropped() -> int, .clear()
 //   torch.classes.fusion_jit.Package(path)         an ahead-of-time package loaded (fusion_jit/package.h)
@@ -117,6 +123,23 @@ std::tuple<std::vector<double>, std::vector<at::Tensor>> add_run(const Self& sel
     std::vector<at::Tensor> outs;
     GraphPlanInfo i = self->fn.add(inputs, key, ir, constants, &outs);
     return std::make_tuple(info_list(i), std::move(outs));
+  });
+}
+
+std::tuple<std::vector<double>, std::vector<at::Tensor>, std::string> add_from_class(
+    const Self& self, const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& class_ir,
+    const std::vector<std::string>& symbols, const std::vector<int64_t>& values, const std::vector<at::Tensor>& constants) {
+  return translate_errors([&] {
+    if (symbols.size() != values.size())
+      throw Error("add_from_class: " + std::to_string(symbols.size()) + " symbols and " + std::to_string(values.size()) +
+                  " values");
+    std::map<std::string, int64_t> bindings;
+    for (size_t i = 0; i < symbols.size(); ++i) bindings[symbols[i]] = values[i];
+    std::vector<at::Tensor> outs;
+    GraphPlanInfo i = self->fn.add_from_class(inputs, key, class_ir, bindings, constants, &outs);
+    std::vector<double> info = info_list(i);
+    info.push_back(i.class_built_here ? 1.0 : 0.0);
+    return std::make_tuple(std::move(info), std::move(outs), i.outside_class);
   });
 }
 
@@ -257,6 +280,8 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("run", &run)
       .def("add", &add)
       .def("add_run", &add_run)
+      .def("add_from_class", &add_from_class)
+      .def("num_classes", [](const Self& self) { return static_cast<int64_t>(self->fn.num_classes()); })
       .def("take_warnings", &take_warnings)
       .def("explain",
            [](const Self& self, const std::vector<at::Tensor>& inputs, const std::string& key) {

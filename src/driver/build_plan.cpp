@@ -94,6 +94,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   for (const auto& d : devices)
     if (d.first != Device::kCPU) planned = &target_for(d.first);
   RooflineCostModel cost(planned->machine(index_on(*planned)));
+  if (symbolic) guards->set_phase("fusion");
   plan->fusion = plan_fusion(*plan->graph, cost, tgt.enable_fusion && !opt.is_disabled("fusion"),
                               !opt.is_disabled("horizontal"), !opt.is_disabled("cat"),
                               !opt.is_disabled("gather"));
@@ -104,6 +105,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
 
   // Lowering and printing: one source per target, in the order of all_targets().
   t0 = std::chrono::steady_clock::now();
+  if (symbolic) guards->set_phase("code generation");
   const auto& targets = all_targets();
   std::vector<std::vector<KernelSpec>> by_target(targets.size());
   for (const auto& g : plan->fusion.groups) {
@@ -142,6 +144,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   // Compiling: one compiler call per target. When it fails, or a kernel is missing from what it made,
   // those groups run through ATen, with a warning.
   std::vector<int> kernel_of_group(plan->fusion.groups.size(), -1);
+  if (symbolic) guards->set_phase("compiling and steps");
   auto fall_back = [&](const KernelSpec& s) { plan->fallback_groups.push_back(s.name); };
   for (size_t ci = 0; ci < plan->code.size(); ++ci) {
     TargetCode& c = plan->code[ci];

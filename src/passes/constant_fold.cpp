@@ -22,6 +22,19 @@ bool small_factory(const Node& n) {
          t.extent() * static_cast<int64_t>(dtype_size(t.dtype)) <= kMaxFoldedFactoryBytes;
 }
 
+// Whether a node's result depends on a shape class's sizes (arange(s0), a weight sliced to s0 rows): folded,
+// it would be one size's (Note [Symbolic sizes]), so it stays a step of the class's plan.
+bool reads_symbols(const Node& n) {
+  for (const Value* o : n.outputs())
+    if (o->is_tensor() && o->tensor_type().is_symbolic()) return true;
+  for (const Arg& a : n.args()) {
+    if (a.is_value()) continue;
+    if (const auto* i = std::get_if<SymInt>(&a.literal); i && i->is_symbolic()) return true;
+    if (const auto* l = std::get_if<SymSizes>(&a.literal); l && l->is_symbolic()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool is_prepack(const std::string& schema) {
@@ -35,6 +48,7 @@ bool constant_fold(Graph& g, const ConstantEvaluator& eval, bool fold_prepacked)
   for (Node* n : g.nodes()) {
     if (n->is_constant() || n->side_effects() || n->outputs().empty()) continue;
     if (!fold_prepacked && is_prepack(n->schema())) continue;
+    if (reads_symbols(*n)) continue;
     auto inputs = n->value_inputs();
     // Nothing frozen to fold: literals alone are not worth a tensor, but for small factories.
     if (inputs.empty() && !small_factory(*n)) continue;

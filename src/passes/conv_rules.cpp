@@ -309,7 +309,7 @@ bool onednn_conv(const Conv& conv, const Value* result, std::string* why = nullp
   }
   if (conv.bias && conv.bias->tensor_type().dtype != x.dtype) return false;
   if (!contiguous_or_channels_last(x) || !contiguous_or_channels_last(y)) return false;
-  if (x.extent() == 0 || y.extent() == 0) return false;
+  if (x.sym_extent() == 0 || y.sym_extent() == 0) return false;
   for (const auto* l : {&conv.stride, &conv.padding, &conv.dilation})
     if (l->size() != 2) return false;
   // A weight given at each call would be reordered at each call: slower than eager's convolution.
@@ -334,8 +334,10 @@ Value* onednn_call(Builder& r, const Conv& conv, const Value* out, const std::st
   // The input size hint with the batch by octave (oneDNN's layout and times did not change within one on
   // the shapes measured): the batch sizes of a served model share the folded weight (Note [Folded
   // constants shared across signatures], torch/executor.h).
-  std::vector<int64_t> hint = conv.x->tensor_type().sizes;
-  if (!hint.empty()) hint[0] = size_octave(hint[0]);
+  // (At a shape class's hint for the batch: a choice of layout, which computes the same for any batch.)
+  const SymSizes& xs = conv.x->tensor_type().sizes;
+  std::vector<int64_t> hint;
+  for (size_t d = 0; d < xs.size(); ++d) hint.push_back(d == 0 ? size_octave(xs[0].hint()) : int64_t{xs[d]});
   Value* packed = r.node("mkldnn::_reorder_convolution_weight",
                          {Arg::of(conv.weight), Arg::lit(conv.padding), Arg::lit(conv.stride), Arg::lit(conv.dilation),
                           Arg::lit(conv.groups), Arg::lit(hint)},
@@ -463,7 +465,7 @@ bool packable_linear(const Linear& l, const Value* y) {
   if (x.device != Device::kCPU || x.dim() < 2 || wt.dim() != 2) return false;
   if (x.dtype != DType::kFloat32 && x.dtype != DType::kBFloat16) return false;
   if (wt.dtype != x.dtype || yt.dtype != x.dtype || (l.bias && l.bias->tensor_type().dtype != x.dtype)) return false;
-  if (!same_strides(yt, contiguous_strides(yt.sizes)) || yt.extent() == 0) return false;
+  if (!same_strides(yt, contiguous_strides(yt.sizes)) || yt.sym_extent() == 0) return false;
   const int64_t k = x.sizes.back(), n = l.weight ? wt.sizes[0] : wt.sizes[1];
   if ((l.weight ? wt.sizes[1] : wt.sizes[0]) != k || (l.bias && l.bias->tensor_type().sizes != std::vector<int64_t>{n}))
     return false;
@@ -480,7 +482,8 @@ bool onednn_linear(const Linear& l, const Value* y, std::string* why = nullptr) 
   }
   const TensorType& x = l.x->tensor_type();
   const int64_t n = y->tensor_type().sizes.back();
-  const double macs = static_cast<double>(x.extent()) * static_cast<double>(n);
+  // (At a shape class's hint: a choice of speed.)
+  const double macs = static_cast<double>(x.sym_extent().hint()) * static_cast<double>(n);
   if (macs < kLinearMinMacs) {
     if (why)
       *why = fmt::format("{:.0f} multiply-adds, under the 2^21 from which oneDNN's call beats ATen's GEMM and our "
@@ -523,6 +526,13 @@ std::optional<bool> onednn_gemm_chosen(int64_t rows, int64_t k, int64_t n, bool 
   return t->onednn_us < kGemmMargin * t->mkl_us;
 }
 
+// The rows of a linear's input [..., k] at its hint, with no guard: the rules take a GEMM library and a
+// weight layout on it, choices of speed that compute the same for any rows, so a shape class keeps its
+// batch and sequence length symbolic through them (Note [Symbolic sizes]).
+int64_t rows_at_hint(const TensorType& x) {
+  return x.sym_extent().hint() / std::max<int64_t>(1, x.sizes.back().hint());
+}
+
 // The frozen weight W [N, K] of a linear (t(Wt) made when only its transpose is given: folded once).
 Value* linear_weight(Builder& r, const Linear& l) {
   if (l.weight) return l.weight;
@@ -538,7 +548,7 @@ Value* onednn_linear_call(Builder& r, const Linear& l, const Value* out, std::ve
   // The batch-size hint by octave (the layout oneDNN picks did not change within one on the suite's shapes):
   // the signatures of a dynamic dimension fold the same step and share its result (Note [Folded constants
   // shared across signatures], torch/executor.h).
-  const int64_t rows = size_octave(x.extent() / x.sizes.back());
+  const int64_t rows = size_octave(rows_at_hint(x));
   Value* packed = r.node("mkldnn::_reorder_linear_weight", {Arg::of(w), Arg::lit(rows)}, {w->type()})->output();
   std::vector<Arg> args = {Arg::of(l.x), Arg::of(packed), l.bias ? Arg::of(l.bias) : Arg::lit(None{})};
   for (Arg& a : post) args.push_back(std::move(a));
@@ -580,7 +590,7 @@ Replacement linear_pointwise(const Match& m, Builder& r, const char* attr) {
     const TensorType& x = l->x->tensor_type();
     const int64_t k = x.sizes.back();
     std::string times;
-    if (!onednn_gemm_chosen(x.extent() / k, k, in->tensor_type().sizes.back(), l->bias != nullptr, true, &times)
+    if (!onednn_gemm_chosen(rows_at_hint(x), k, in->tensor_type().sizes.back(), l->bias != nullptr, true, &times)
              .value_or(false))
       return r.decline("float32 gelu: MKL's packed GEMM (prepack.linear_mkl) and our kernel, faster than oneDNN's "
                        "gelu post-op on this project's Intel machines" +
@@ -679,7 +689,7 @@ Replacement gemm_linear(const Match& m, Builder& r) {
   const TensorType& w = l->weight->tensor_type();
   const TensorType& y = m.root->output()->tensor_type();
   if (x.device != Device::kCPU || x.dtype != DType::kFloat32 || w.dtype != x.dtype || y.dtype != x.dtype) return {};
-  if (x.dim() < 2 || w.dim() != 2 || y.extent() == 0 || !dense(x) || !dense(w) || !dense(y)) return {};
+  if (x.dim() < 2 || w.dim() != 2 || y.sym_extent() == 0 || !dense(x) || !dense(w) || !dense(y)) return {};
   const int64_t k = x.sizes.back(), n = w.sizes[0];
   if (w.sizes[1] != k || y.sizes.back() != n) return {};
   if (l->bias) {
@@ -687,7 +697,7 @@ Replacement gemm_linear(const Match& m, Builder& r) {
     if (b.dtype != x.dtype || b.sizes != std::vector<int64_t>{n} || !dense(b)) return {};
   }
   std::string why;
-  const std::optional<bool> onednn = onednn_gemm_chosen(x.numel() / k, k, n, l->bias != nullptr, false, &why);
+  const std::optional<bool> onednn = onednn_gemm_chosen(rows_at_hint(x), k, n, l->bias != nullptr, false, &why);
   if (!onednn) return {};
   if (!*onednn) return why.empty() ? Replacement{} : r.decline(why);
   return {r.op("mkldnn::_linear_pointwise",
@@ -971,7 +981,7 @@ Replacement linear_binary(const Match& m, Builder& r, const std::string& op) {
   const TensorType& ty = in->tensor_type();
   const TensorType& to = n->output()->tensor_type();
   if (!floating32_or_64(in) || to.dtype != ty.dtype || w->tensor_type().dtype != ty.dtype) return {};
-  if (to.extent() != ty.extent() || to.sizes.empty() || to.sizes.back() != ty.sizes.back()) return {};
+  if (to.sym_extent() != ty.sym_extent() || to.sizes.empty() || to.sizes.back() != ty.sizes.back()) return {};
   if (op == "add" || op == "sub") {
     const Arg* alpha = m.arg("alpha");
     if (alpha && !is_literal(*alpha, int64_t{1}) && !is_literal(*alpha, 1.0)) return {};

@@ -403,10 +403,11 @@ Replacement embedding_range(const Match& m, Builder& b) {
     return {};
   for (const Node* u : b.users(n.output()))
     if (!u->op() || u->op()->category != OpCategory::kElementwise || u->side_effects()) return {};
-  // Walk idx back to an arange through order-keeping views and literal shifts.
-  int64_t shift = 0;
+  // Walk idx back to an arange through order-keeping views and literal shifts (a shape class's sizes stay
+  // symbolic: GPT-2's positions are arange(s0)).
+  SymInt shift = 0;
   const Value* v = idx;
-  std::optional<int64_t> start;
+  std::optional<SymInt> start;
   while (const Node* p = v->producer()) {
     const std::string& s = p->schema();
     const auto& a = p->args();
@@ -414,7 +415,7 @@ Replacement embedding_range(const Match& m, Builder& b) {
       const bool from_0 = s == "aten::arange";
       if (a.empty() || a[0].is_value() || (!from_0 && (a.size() < 2 || a[1].is_value()))) return {};
       if (!from_0 && !std::holds_alternative<SymInt>(a[0].literal)) return {};
-      start = from_0 ? int64_t{0} : static_cast<int64_t>(std::get<SymInt>(a[0].literal));
+      start = from_0 ? SymInt(0) : std::get<SymInt>(a[0].literal);
       if (s == "aten::arange.start_step" && (a.size() < 3 || as_int(literal_arg(&a[2])) != int64_t{1})) return {};
       break;
     }
@@ -424,17 +425,18 @@ Replacement embedding_range(const Match& m, Builder& b) {
     } else if (s == "aten::add.Scalar" && a.size() == 3 && std::holds_alternative<SymInt>(a[1].literal)) {
       auto alpha = as_int(literal_arg(&a[2]));
       if (!alpha) return {};
-      shift += std::get<SymInt>(a[1].literal) * *alpha;
+      shift += std::get<SymInt>(a[1].literal) * SymInt(*alpha);
       v = a[0].value;
     } else {
       return {};
     }
   }
   if (!start || v->tensor_type().dim() != 1) return {};
-  const int64_t rows = idx->tensor_type().numel(), first = *start + shift;
-  if (v->tensor_type().numel() != rows) return {};
+  const SymInt rows = idx->tensor_type().sym_numel(), first = *start + shift;
+  if (v->tensor_type().sym_numel() != rows) return {};
   if (first < 0 || first + rows > wt.sizes[0])
-    return b.decline(fmt::format("the range {}..{} is outside the weight's {} rows", first, first + rows, wt.sizes[0]));
+    return b.decline(fmt::format("the range {}..{} is outside the weight's {} rows", first.str(), (first + rows).str(),
+                                 wt.sizes[0].str()));
   Value* slice = b.op("aten::slice.Tensor", {Arg::of(w), Arg::lit(int64_t{0}), Arg::lit(first), Arg::lit(first + rows),
                                              Arg::lit(int64_t{1})},
                       wt.dtype, {rows, wt.sizes[1]});

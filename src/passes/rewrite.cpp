@@ -382,8 +382,10 @@ bool run_rules(Graph& g, const RuleSet& set, const std::set<std::string>& disabl
         Match m;
         if (!matcher.match(rule->pattern, n, m)) continue;
         Builder b(g, n);
-        Replacement r = rule->rewrite(m, b);
         const std::string name = set.name + "." + rule->name;
+        // A shape class's guards name the rule that took them (Note [Symbolic sizes]).
+        if (ShapeGuards* guards = current_guards()) guards->set_phase("rule " + name);
+        Replacement r = rule->rewrite(m, b);
         if (r.empty() || !fits(n, r, b, name)) {  // declined: nothing it built stays
           for (auto it = b.created().rbegin(); it != b.created().rend(); ++it) g.erase(*it);
           if (!b.declined().empty()) declines.push_back({name, describe(*n), b.declined()});

@@ -108,11 +108,11 @@ bool any_node(const tj::Block* b, const std::function<bool(const tj::Node*)>& pr
   return false;
 }
 
-// FUSION_JIT_DISABLE=channels_last (Note [Channels-last plans]); =symbolic and =weight_memo, read by the
-// Python package (Note [Symbolic graphs], python/fusion_jit/_symbolic.py; Note [Weights reordered once per
-// version], torch/executor.h).
+// FUSION_JIT_DISABLE=channels_last (Note [Channels-last plans]); =symbolic, =symbolic.class and
+// =weight_memo, read by the Python package (Note [Symbolic graphs], python/fusion_jit/_symbolic.py; Note
+// [Plans of a shape class], runtime/plan.h; Note [Weights reordered once per version], torch/executor.h).
 [[maybe_unused]] const bool kDisableNames =
-    (Options::register_disable_names({"channels_last", "symbolic", "weight_memo"}), true);
+    (Options::register_disable_names({"channels_last", "symbolic", "symbolic.class", "weight_memo"}), true);
 
 class Importer {
  public:

@@ -1353,7 +1353,8 @@ void FoldedConstants::clear() {
 }
 
 void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, FoldedConstants* shared) {
-  cap.eager_peak_bytes = eager_peak_bytes(*cap.graph);
+  // (A shape class's graph: its instances' own, Note [Plans of a shape class].)
+  if (cap.graph->symbols().empty()) cap.eager_peak_bytes = eager_peak_bytes(*cap.graph);
   auto& constants = cap.constants;
   // Note [Folded constants shared across signatures]: each constant's key, by index ("" where not known).
   std::vector<std::string> keys(constants.size());

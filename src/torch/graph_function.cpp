@@ -59,6 +59,7 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
   known.insert("channels_last");
   known.insert("in_place");
   known.insert("symbolic");
+  known.insert("symbolic.class");
   known.insert("weight_memo");  // read by the Python package (Note [Weights reordered once per version])
   std::set<std::string> out;
   for (const std::string& name : options.disable) {
@@ -275,24 +276,43 @@ void SignatureTable::clear() {
   warned_.clear();
 }
 
-CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Tensor>& inputs, const std::string& ir,
-                               const std::vector<at::Tensor>& constants) {
-  CapturedGraph cap;
-  cap.graph = parse_graph(ir);
-  cap.output_kind = OutputKind::kList;
-  const Graph& g = *cap.graph;
-  FJ_CHECK(g.symbols().empty(), "{}: the graph has symbolic sizes ({}); plans are built from graphs of numbers",
-           what, print_graph(g).substr(0, print_graph(g).find('(')));
+namespace {
+
+// The graph's input types at `at` (a class's graph, Note [Plans of a shape class]; null: its own numbers)
+// against the inputs'. TypeError naming the first that differs.
+void check_inputs(const std::string& what, const Graph& g, const std::vector<at::Tensor>& inputs,
+                  const SymBindings* at) {
   FJ_CHECK(g.inputs().size() == inputs.size(), "{}: the graph takes {} inputs, {} were given", what, g.inputs().size(),
            inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value* in = g.inputs()[i];
     FJ_TYPE_CHECK(in->is_tensor(), "{}: graph input {} is a {}, not a tensor", what, i, in->type().str());
     FJ_TYPE_CHECK(inputs[i].defined(), "{}: input {} is an undefined tensor", what, i);
+    TensorType want = in->tensor_type();
+    if (at) {
+      for (SymInt& x : want.sizes) x = SymInt(x.evaluate(*at));
+      for (SymInt& x : want.strides) x = SymInt(x.evaluate(*at));
+    }
     TensorType t = tensor_type_of(inputs[i]);
-    FJ_TYPE_CHECK(t == in->tensor_type(), "{}: input {} is {}, the graph's input is {}", what, i, t.str(),
-                  in->tensor_type().str());
+    FJ_TYPE_CHECK(t == want, "{}: input {} is {}, the graph's input is {}{}", what, i, t.str(), want.str(),
+                  at ? " (" + in->tensor_type().str() + " of its class)" : std::string());
   }
+}
+
+}  // namespace
+
+CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Tensor>& inputs, const std::string& ir,
+                               const std::vector<at::Tensor>& constants, const SymBindings* at) {
+  CapturedGraph cap;
+  cap.graph = parse_graph(ir);
+  cap.output_kind = OutputKind::kList;
+  const Graph& g = *cap.graph;
+  FJ_CHECK(at || g.symbols().empty(), "{}: the graph has symbolic sizes ({}); plans are built from graphs of numbers",
+           what, print_graph(g).substr(0, print_graph(g).find('(')));
+  if (at)
+    for (const auto& [name, hint] : g.symbols())
+      FJ_CHECK(at->count(name), "{}: the class's symbol {} has no value at this call", what, name);
+  check_inputs(what, g, inputs, at);
   for (const Value* o : g.outputs())
     FJ_TYPE_CHECK(o->is_tensor(), "{}: graph output {} is a {}; outputs must be tensors", what, o->name(),
                   o->type().str());
@@ -339,6 +359,67 @@ struct GraphFunction::Impl {
     target.admit = admit;
     optimize_captured(cap, passes_skipped(disable, target), &folded);
     inst->plan = build_plan(std::move(cap.graph), target);
+    resolve_aten_steps(*inst, !disable.count("in_place"));
+    return inst;
+  }
+
+  // Note [Plans of a shape class]: a class's plan, by its graph's text.
+  struct ClassPlan {
+    std::unique_ptr<ExecutablePlan> plan;
+    std::unique_ptr<Graph> captured;  // the graph before the passes (each instance's eager peak memory)
+    std::vector<c10::IValue> constants;
+  };
+  mutable std::mutex classes_mu;
+  std::map<std::string, std::shared_ptr<const ClassPlan>> classes;
+
+  std::shared_ptr<const ClassPlan> find_class(const std::string& ir) const {
+    std::lock_guard<std::mutex> g(classes_mu);
+    auto it = classes.find(ir);
+    return it == classes.end() ? nullptr : it->second;
+  }
+
+  // Builds the plan of the class `ir` (checked against `inputs` at `at`), its guards recorded.
+  std::shared_ptr<const ClassPlan> build_class(const std::vector<at::Tensor>& inputs, const std::string& ir,
+                                               const std::vector<at::Tensor>& constants, const SymBindings& at,
+                                               const SignatureTable::Admit& admit) {
+    auto cls = std::make_shared<ClassPlan>();
+    CapturedGraph cap = captured_from_ir(name(), inputs, ir, constants, &at);
+    cls->captured = cap.graph->clone();
+    PlanTarget target;
+    target.enable_fusion = options.enable_fusion;
+    target.size_args = true;
+    target.admit = admit;
+    ShapeGuards guards;
+    {
+      GuardScope scope(guards);
+      guards.set_phase("constants");
+      optimize_captured(cap, passes_skipped(disable, target), &folded);
+      guards.set_phase("plan");
+      cls->plan = build_plan(std::move(cap.graph), target);
+    }
+    cls->constants = std::move(cap.constants);
+    std::lock_guard<std::mutex> g(classes_mu);
+    return classes.emplace(ir, std::move(cls)).first->second;  // a class another thread built meanwhile wins
+  }
+
+  // Why `at` lies outside the class (a symbol below 2, a guard that fails there), or "".
+  static std::string outside(const ClassPlan& cls, const SymBindings& at) {
+    for (const auto& [name, value] : at)
+      if (value < 2) return fmt::format("{} = {}: sizes 0 and 1 are classes of their own", name, value);
+    for (const SymGuard& g : cls.plan->guards.guards())
+      if (!g.holds(at)) return fmt::format("its guard {} ({}) fails", g.str(), g.phase.empty() ? "capture" : g.phase);
+    return "";
+  }
+
+  // The plan of the class at `at` (Note [Plans of a shape class]), checked against `inputs`.
+  std::unique_ptr<PlanInstance> instance(const ClassPlan& cls, const std::vector<at::Tensor>& inputs,
+                                         const SymBindings& at) const {
+    check_inputs(name(), *cls.captured, inputs, &at);
+    auto inst = std::make_unique<PlanInstance>();
+    inst->captured.output_kind = OutputKind::kList;
+    inst->captured.constants = cls.constants;
+    inst->captured.eager_peak_bytes = eager_peak_bytes(*concretize(*cls.captured, at));
+    inst->plan = instantiate_plan(*cls.plan, at);
     resolve_aten_steps(*inst, !disable.count("in_place"));
     return inst;
   }
@@ -393,6 +474,67 @@ GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const st
   return info;
 }
 
+namespace {
+
+// What add_from_class throws out of the table's compile when the class's plan, built there, does not hold
+// at the call: nothing is recorded.
+struct OutsideClass : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace
+
+GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& inputs, const std::string& key,
+                                            const std::string& class_ir, const std::map<std::string, int64_t>& bindings,
+                                            const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs) {
+  std::vector<c10::IValue> boxed;
+  GraphPlanInfo info;
+  outputs->clear();
+  std::shared_ptr<const Impl::ClassPlan> cls = impl_->find_class(class_ir);
+  if (cls) {
+    info.outside_class = Impl::outside(*cls, bindings);
+    if (!info.outside_class.empty()) return info;
+  }
+  std::shared_ptr<const SignatureTable::Entry> e;
+  try {
+    e = impl_->table.get_or_compile(
+        Impl::signature(inputs, key, &boxed),
+        [&](std::string*, const SignatureTable::Admit& admit) {
+          if (!cls) {
+            cls = impl_->build_class(inputs, class_ir, constants, bindings, admit);
+            info.class_built_here = true;
+            const std::string why = Impl::outside(*cls, bindings);
+            if (!why.empty()) throw OutsideClass(why);
+          }
+          auto inst = impl_->instance(*cls, inputs, bindings);
+          // Run before the plan is published: a step whose results differ from the types throws here.
+          c10::IValue out = run_plan(*inst, boxed, /*check_layouts=*/true);
+          for (const c10::IValue& v : out.toListRef()) outputs->push_back(v.toTensor());
+          return inst;
+        },
+        "", &info.added_here);
+  } catch (const OutsideClass& o) {
+    info.outside_class = o.what();
+    return info;
+  }
+  if (!e->instance) {
+    info.eager_reason = e->eager_reason;
+    return info;
+  }
+  const ExecutablePlan& p = *e->instance->plan;
+  info.compiled = true;
+  info.kernels = static_cast<int>(p.kernels.size());
+  info.fused_ops = p.fused_ops;
+  for (const auto& [schema, count] : p.aten_ops) info.aten_ops += count;
+  info.compile_ms = e->compile_ms;
+  return info;
+}
+
+int GraphFunction::num_classes() const {
+  std::lock_guard<std::mutex> g(impl_->classes_mu);
+  return static_cast<int>(impl_->classes.size());
+}
+
 std::string GraphFunction::explain(const std::vector<at::Tensor>& inputs, const std::string& key) const {
   std::vector<c10::IValue> boxed;
   auto e = impl_->table.find(Impl::signature(inputs, key, &boxed), /*record=*/false);
@@ -404,6 +546,10 @@ int GraphFunction::plans_dropped() const { return impl_->table.num_dropped(); }
 
 void GraphFunction::clear() {
   impl_->table.clear();
+  {
+    std::lock_guard<std::mutex> g(impl_->classes_mu);
+    impl_->classes.clear();
+  }
   impl_->folded.clear();
 }
 

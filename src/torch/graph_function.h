@@ -135,7 +135,9 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
 // The graph of `ir` (GraphFunction::add's IR text) for `inputs`, with `constants` for its fj::constant
 // nodes, parsed and checked (each input's type is the graph input's, the outputs are tensors, every
 // constant index is in range), not optimized; `what` names the graph in errors.
+// With `at`: a shape class's graph (Note [Plans of a shape class]), its inputs' types checked at the symbols'
+// values `at`, which must give each of its symbols.
 CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Tensor>& inputs, const std::string& ir,
-                               const std::vector<at::Tensor>& constants);
+                               const std::vector<at::Tensor>& constants, const SymBindings* at = nullptr);
 
 }  // namespace fusion_jit

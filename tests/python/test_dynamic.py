@@ -42,6 +42,8 @@ def test_twenty_lengths_and_three_batch_sizes_compile_at_most_twice_per_graph(na
     assert 0 < s["compiles"] <= 2 * s["graphs"], s
     # Note [Symbolic graphs]: each graph is lowered once; every other signature is its template's.
     assert s["lowerings"] == s["graphs"] and s["symbolic_plans"] == s["plans"] - s["graphs"], s
+    # Note [Plans of a shape class]: and each of those is an instance of its graph's one class plan.
+    assert 1 <= s["class_plans"] < s["graphs"] and s["class_instances"] == s["symbolic_plans"], s
 
 
 def test_dynamic_kernels_option_is_checked_and_on_serves_the_first_signature_with_sizes_as_arguments():

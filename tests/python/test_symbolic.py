@@ -63,6 +63,38 @@ def test_sizes_computed_from_symbols_are_filled_in_at_each_call():
     assert s["graphs"] == 1 and s["lowerings"] == 1 and s["symbolic_plans"] == 4 and s["eager_calls"] == 0, s
 
 
+def test_later_sizes_are_instances_of_one_plan_of_the_class():
+    """Note [Plans of a shape class]: the second size builds the class's plan (one compile at most), every
+    later size of the class is that plan evaluated at its sizes: no lowering, no compile."""
+    compiled = torch.compile(_f, backend="fusion_jit", dynamic=True)
+    compiled(torch.randn(4, 6))
+    base, after_class = fusion_jit.stats()["compiles"], None
+    for shape in [(6, 10), (2, 14), (8, 3), (3, 22), (10, 6), (12, 9)]:
+        x = torch.randn(shape)
+        got, expected = compiled(x), _f(x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+        if after_class is None:
+            after_class = fusion_jit.stats()["compiles"]
+            assert after_class - base <= 1, after_class - base
+    s = fusion_jit.stats()
+    assert s["lowerings"] == 1 and s["class_plans"] == 1, s
+    assert s["class_instances"] == s["symbolic_plans"] == 6 and s["eager_calls"] == 0, s
+    assert s["compiles"] == after_class, "an instance compiled"
+
+
+def test_the_class_graph_is_the_template_with_expressions():
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    cases = [(2 * s0 * s1 + 3, {"s0": 5, "s1": 7}, 73), (FloorDiv(s0 * s1, 4), {"s0": 6, "s1": 6}, 9),
+             (PythonMod(s0, 3), {"s0": 11}, 2), (ModularIndexing(s1, 2, 5), {"s1": 13}, 1),
+             (sympy.Max(1, s0 - s1), {"s0": 3, "s1": 9}, 1), (s0 ** 2 - s1, {"s0": 4, "s1": 3}, 13)]
+    for e, at, want in cases:
+        text = _symbolic._ir_expr(e)
+        assert eval(text, {"max": max, "min": min}, at) == want, (e, text)  # noqa: S307
+    with pytest.raises(_symbolic.NoTemplate, match="has no IR form"):
+        _symbolic._ir_expr(sympy.sin(s0))
+
+
 def test_off_lowers_every_signature():
     compiled = torch.compile(_f, backend="fusion_jit", dynamic=True, options={"dynamic_kernels": "off"})
     for shape in [(4, 6), (6, 10), (2, 14)]:
@@ -113,6 +145,9 @@ def test_a_template_whose_plan_fails_its_check_is_dropped_and_each_signature_low
         def add_run(self, *args):
             raise ValueError("aten::mm: its result %1 is ... at run time; the graph's type is ...")
 
+        def add_from_class(self, *args):
+            raise ValueError("aten::mm: its result %1 is ... at run time; the graph's type is ...")
+
     g.fn = Failing(g.fn)
     for shape in [(6, 10), (2, 14)]:
         x = torch.randn(shape)
@@ -129,5 +164,7 @@ def test_explain_names_the_symbols_and_each_plan_from_the_template():
     for shape in [(4, 6), (6, 10)]:
         f(torch.randn(shape))
     text = "".join(t for _, t in records)
-    assert "symbolic graph: s" in text and "= argument 2 dim 0" in text and "later signatures fill in" in text, text
-    assert "symbolic graph: the plan of s" in text and "=6, s" in text and "=10, from the template" in text, text
+    assert "symbolic graph: s" in text and "= argument 2 dim 0" in text, text
+    assert "later signatures are instances of one plan of its shape class" in text, text
+    assert "symbolic graph: the plan of s" in text and "=6, s" in text and "=10, the class's plan evaluated there" in text, text
+    assert "shape class: the class's plan at s" in text and "instantiated in" in text, text

@@ -160,5 +160,79 @@ TEST(DynamicGather, TablesOfEveryRowCountShareOneCompile) {
   EXPECT_LE(counters().host_compiles - before, 1);
 }
 
+// Note [Plans of a shape class]: a graph of a shape class given to GraphFunction::add_from_class builds
+// one plan, with one compile; every other size of the class is an instance of it (no compile, no passes),
+// each against eager. Sizes outside the class (below 2, or where a guard of the plan fails) add nothing,
+// and an input laid out otherwise than the class says is a TypeError that adds nothing either.
+TEST(ShapeClass, EverySizeIsAnInstanceOfOnePlan) {
+  const std::string ir =
+      "graph[s0=37](%0 : f32[2,s0,64], %1 : f32[64], %w : f32[64,64]):\n"
+      "  %2 : f32[2,s0,64] = aten::add.Tensor(%0, %1, 1)\n"
+      "  %3 : f32[2,s0,64] = aten::relu(%2)\n"
+      "  %4 : f32[2,s0] = aten::sum.dim_IntList(%3, [2], False, None)\n"
+      "  %5 : f32[2,s0,64] = aten::softmax.int(%3, 2, None)\n"
+      "  %6 : f32[2,s0,64] = aten::matmul(%5, %w)\n"
+      "  %7 : f32[2,s0,64] = aten::tanh(%6)\n"
+      "  %8 : Tensor[] = prim::ListConstruct(%7, %5)\n"
+      "  %9 : f32[2,2*s0,64] = aten::cat(%8, 1)\n"
+      "  %10 : f32[2,2*s0,64] = aten::sigmoid(%9)\n"
+      "  %11 : f32[2,s0,4,16] = aten::view(%7, [2, s0, 4, 16])\n"
+      "  %12 : f32[2,4,s0,16]{64*s0,16,64,1} = aten::transpose.int(%11, 1, 2)\n"
+      "  %13 : f32[2,4,s0,16] = aten::exp(%12)\n"
+      "  %14 : f32[2,4,s0-1,16]{64*s0-64,16*s0-16,16,1} = aten::slice.Tensor(%13, 2, 1, s0, 1)\n"
+      "  %15 : f32[2,4,s0-1,16] = aten::neg(%14)\n"
+      "  return (%4, %10, %15)\n";
+  const at::Tensor b = at::randn({64}), w = at::randn({64, 64}) * 0.2;
+  auto eager = [&](const at::Tensor& x) {
+    const int64_t n = x.size(1);
+    const at::Tensor r = at::relu(x + b), s = at::softmax(r, 2), t = at::tanh(at::matmul(s, w));
+    return std::vector<at::Tensor>{r.sum({2}), at::sigmoid(at::cat({t, s}, 1)),
+                                   -at::exp(t.view({2, n, 4, 16}).transpose(1, 2)).slice(2, 1, n, 1)};
+  };
+  GraphFunction f("class");
+  const int64_t before = counters().host_compiles;
+  int64_t built = -1;
+  for (int64_t n : {16, 5, 37, 63, 300, 3}) {
+    const std::string at = fmt::format("s0 = {}", n);
+    const at::Tensor x = at::randn({2, n, 64});
+    std::vector<at::Tensor> outs;
+    GraphPlanInfo info = f.add_from_class({x, b, w}, "", ir, {{"s0", n}}, {}, &outs);
+    ASSERT_EQ(info.outside_class, "") << at;
+    ASSERT_TRUE(info.compiled && info.added_here) << at;
+    EXPECT_EQ(info.class_built_here, built < 0) << at;
+    if (built < 0) built = counters().host_compiles - before;
+    const std::vector<at::Tensor> want = eager(x);
+    ASSERT_EQ(outs.size(), want.size()) << at;
+    // Values only: the graph's types, not this hand-written eager, say the outputs' layouts.
+    auto close = [&](size_t i) { return check_close(outs[i], want[i], std::nullopt, /*check_strides=*/false); };
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(close(i).ok) << at << ", output " << i << ": " << close(i).message;
+    // Later calls of the signature run the instance.
+    ASSERT_EQ(f.run({x, b, w}, "", &outs), GraphFunction::Status::kRan) << at;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(close(i).ok) << at << ", output " << i;
+    const std::string explained = f.explain({x, b, w}, "");
+    EXPECT_NE(explained.find("the class's plan at " + at.substr(0, 2) + "=" + std::to_string(n)), std::string::npos)
+        << explained;
+  }
+  EXPECT_LE(built, 1) << "the class's one library (none where the kernel cache holds it)";
+  EXPECT_EQ(counters().host_compiles - before, built) << "an instance compiled";
+  EXPECT_EQ(f.num_classes(), 1);
+  EXPECT_EQ(f.num_plans(), 6);
+  // Outside the class: s0 = 1 is a class of its own; at s0 = 2 the slice is one long, a dim that merges
+  // away (another source), a guard of the class's plan.
+  for (int64_t n : {1, 2}) {
+    std::vector<at::Tensor> outs;
+    GraphPlanInfo info = f.add_from_class({at::randn({2, n, 64}), b, w}, "", ir, {{"s0", n}}, {}, &outs);
+    EXPECT_NE(info.outside_class, "") << n;
+    EXPECT_FALSE(info.compiled) << n;
+    EXPECT_TRUE(outs.empty());
+  }
+  EXPECT_EQ(f.num_plans(), 6);
+  // An input of the class's sizes but another layout.
+  std::vector<at::Tensor> outs;
+  const at::Tensor strided = at::randn({2, 64, 7}).transpose(1, 2);
+  EXPECT_THROW(f.add_from_class({strided, b, w}, "", ir, {{"s0", 7}}, {}, &outs), TypeError);
+  EXPECT_EQ(f.num_plans(), 6);
+}
+
 }  // namespace
 }  // namespace fusion_jit::testing

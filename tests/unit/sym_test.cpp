@@ -328,7 +328,7 @@ TEST(SymGraph, ThePassPipelineAndThePlanKeepTheClass) {
   auto plan = build_plan(std::move(g), t);
   EXPECT_EQ(texts(guards), (std::vector<std::string>{"s0 < 8388608", "s0 != 2"}));
   EXPECT_FALSE(guards.specializes("s0"));
-  EXPECT_EQ(guards.guards().back().phase, "build_plan");
+  EXPECT_EQ(guards.guards().back().phase, "code generation");  // build_plan names its steps
   for (int64_t n : {int64_t{3}, int64_t{37}, int64_t{38}, int64_t{1000}, int64_t{1} << 22}) EXPECT_TRUE(guards.holds({{"s0", n}})) << n;
   for (int64_t n : {int64_t{2}, int64_t{1} << 23}) EXPECT_FALSE(guards.holds({{"s0", n}})) << n;
 }
@@ -594,7 +594,7 @@ TEST(SymGraph, APassDecisionTheClassDoesNotShareIsAGuard) {
   }
   EXPECT_EQ(print_graph(*g).find("slice"), std::string::npos) << print_graph(*g);
   EXPECT_EQ(texts(guards), (std::vector<std::string>{"s0 <= 40"}));
-  EXPECT_EQ(guards.guards()[0].phase, "pass views");
+  EXPECT_EQ(guards.guards()[0].phase, "rule views.full_slice");
   EXPECT_TRUE(guards.holds({{"s0", 40}}));
   EXPECT_FALSE(guards.holds({{"s0", 41}}));
 }
