@@ -14,11 +14,14 @@ what a served model's run over many sequence lengths costs in all, compiles incl
                                                      fusion_jit with dynamic_kernels="off", Inductor (dynamic=None)
     ./run python bench/dynamic_sizes.py newsize [N]  the first call of each new length once the graph is
                                                      symbolic (lengths 3-20 of LENGTHS, batch 2; with N: N
-                                                     lengths from 11 on, after 8 and 9): its plan built
-                                                     from the graph's template (Note [Symbolic graphs], the
-                                                     default) against the graph lowered again for each length
-                                                     (disable="symbolic"), and the call once planned; median ms;
-                                                     and the bytes the plan cache grew by per templated length
+                                                     lengths from 11 on, after 8 and 9): its plan an instance
+                                                     of the shape class's (Note [Plans of a shape class], the
+                                                     default), built from the graph's template
+                                                     (disable="symbolic.class", Note [Symbolic graphs]), and
+                                                     the graph lowered again for each length
+                                                     (disable="symbolic"), and the call once planned (class);
+                                                     median ms; and the bytes the plan cache grew by per
+                                                     length (class)
     ./run python bench/dynamic_sizes.py manylengths  every sequence length 2-128 at batch sizes 1-4 (508 signatures)
                                                      of gpt2_tiny and bert_tiny, once each, in a fresh process per
                                                      setting: the process's resident memory after the first
@@ -144,8 +147,8 @@ def newsize(count=None):
     import fusion_jit
     from models import make, main_output
 
-    print(f"{'model':12} {'template: first call ms':>24} {'lowered: first call ms':>23} {'planned call ms':>16} "
-          f"{'lowerings':>10} {'cache KB per length':>20}")
+    print(f"{'model':12} {'class: first call ms':>21} {'template: first call ms':>24} {'lowered: first call ms':>23} "
+          f"{'planned call ms (class / template)':>35} {'lowerings':>10} {'cache KB per length':>20}")
     cache_dir = torch.ops.fusion_jit.cache_dir()
 
     def cache_bytes():
@@ -164,7 +167,8 @@ def newsize(count=None):
         lengths = LENGTHS if count is None else [8, 9] + list(range(11, 11 + count))
         inputs = [torch.randint(0, 1000, (2, n), generator=torch.Generator().manual_seed(n)) for n in lengths]
         row = {}
-        for kind, options in (("template", {}), ("lowered", {"disable": "symbolic"})):
+        for kind, options in (("class", {}), ("template", {"disable": "symbolic.class"}),
+                              ("lowered", {"disable": "symbolic"})):
             torch._dynamo.reset()
             fusion_jit.reset()
             f = torch.compile(model, backend="fusion_jit", options=options)
@@ -184,8 +188,10 @@ def newsize(count=None):
             grown += cache_bytes()
             row[kind] = (statistics.median(first), statistics.median(again), fusion_jit.stats()["lowerings"],
                          grown / len(first) / 1024)
-        print(f"{name:12} {row['template'][0]:24.2f} {row['lowered'][0]:23.2f} {row['template'][1]:16.3f} "
-              f"{row['template'][2]:>4} / {row['lowered'][2]:<4} {row['template'][3]:20.1f}", flush=True)
+        print(f"{name:12} {row['class'][0]:21.2f} {row['template'][0]:24.2f} {row['lowered'][0]:23.2f} "
+              f"{row['class'][1]:24.3f} / {row['template'][1]:<8.3f} {row['class'][2]:>4} / {row['lowered'][2]:<4} "
+              f"{row['class'][3]:20.1f}",
+              flush=True)
 
 
 def rss_mb():
