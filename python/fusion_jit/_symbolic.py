@@ -109,61 +109,50 @@ class Marks:
         return "".join(parts)
 
 
-def _source(e, index):
-    """Python source computing sympy expression `e`, symbols read from the tuple `v` by `index`."""
+def _expr_text(e, symbol):
+    """Sympy expression `e` as text that Python and the IR's size syntax (src/ir/sym.h) both read the same:
+    integers, symbols (as `symbol` writes them), + * // %, integer powers as products, min and max of two.
+    NoTemplate for anything else."""
     if e.is_Integer:
         return str(int(e))
     if e.is_Number:
         raise NoTemplate(f"{e} is not an integer")
     if e.is_Symbol:
-        if e not in index:
-            raise NoTemplate(f"symbol {e} is given by no input")
-        return f"v[{index[e]}]"
+        return symbol(e)
     name = type(e).__name__
-    args = [_source(a, index) for a in e.args]
+    args = [_expr_text(a, symbol) for a in e.args]
     if name == "Add":
         return "(" + " + ".join(args) + ")"
     if name == "Mul":
         return "(" + " * ".join(args) + ")"
     if name == "Pow" and e.args[1].is_Integer and int(e.args[1]) >= 0:
-        return f"({args[0]} ** {args[1]})"
+        return "(" + " * ".join([args[0]] * int(e.args[1])) + ")" if int(e.args[1]) else "1"
     if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
         return f"({args[0]} // {args[1]})"
     if name in ("Mod", "PythonMod") and len(args) == 2:
         return f"({args[0]} % {args[1]})"
     if name == "ModularIndexing" and len(args) == 3:
         return f"(({args[0]} // {args[1]}) % {args[2]})"
-    if name in ("Max", "Min"):
-        return f"{name.lower()}({', '.join(args)})"
-    raise NoTemplate(f"expression {e} ({name}) is not evaluated")
-
-
-def _ir_expr(e):
-    """Sympy expression `e` in the IR's size syntax (src/ir/sym.h: integers, symbols, + - * // %, min, max)."""
-    if e.is_Integer:
-        return str(int(e))
-    if e.is_Symbol:
-        return str(e)
-    name = type(e).__name__
-    args = [_ir_expr(a) for a in e.args]
-    if name == "Add":
-        return "(" + "+".join(args) + ")"
-    if name == "Mul":
-        return "(" + "*".join(args) + ")"
-    if name == "Pow" and e.args[1].is_Integer and int(e.args[1]) >= 1:
-        return "(" + "*".join([args[0]] * int(e.args[1])) + ")"
-    if name in ("FloorDiv", "CleanDiv") and len(args) == 2:
-        return f"({args[0]}//{args[1]})"
-    if name in ("Mod", "PythonMod") and len(args) == 2:
-        return f"({args[0]}%{args[1]})"
-    if name == "ModularIndexing" and len(args) == 3:
-        return f"(({args[0]}//{args[1]})%{args[2]})"
     if name in ("Max", "Min") and args:
         out = args[0]
         for a in args[1:]:
-            out = f"{name.lower()}({out},{a})"
+            out = f"{name.lower()}({out}, {a})"
         return out
-    raise NoTemplate(f"expression {e} ({name}) has no IR form")
+    raise NoTemplate(f"expression {e} ({name}) is not evaluated")
+
+
+def _source(e, index):
+    """Python source computing sympy expression `e`, symbols read from the tuple `v` by `index`."""
+    def symbol(s):
+        if s not in index:
+            raise NoTemplate(f"symbol {s} is given by no input")
+        return f"v[{index[s]}]"
+    return _expr_text(e, symbol)
+
+
+def _ir_expr(e):
+    """Sympy expression `e` in the IR's size syntax, symbols by name."""
+    return _expr_text(e, str)
 
 
 class Template:

@@ -443,6 +443,39 @@ GraphFunction::Status GraphFunction::run(const std::vector<at::Tensor>& inputs, 
   return Status::kRan;
 }
 
+namespace {
+
+// A new plan's first run, before it is published (add with outputs, add_from_class): a step whose results
+// differ from the graph's types throws here.
+void checked_first_run(const PlanInstance& inst, const std::vector<c10::IValue>& boxed, std::vector<at::Tensor>* outputs) {
+  c10::IValue out = run_plan(inst, boxed, /*check_layouts=*/true);
+  for (const c10::IValue& v : out.toListRef()) outputs->push_back(v.toTensor());
+}
+
+// What add_from_class throws out of the table's compile when the class's plan, built there, does not hold
+// at the call: nothing is recorded.
+struct OutsideClass : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What add and add_from_class say of the signature's entry.
+GraphPlanInfo& describe_entry(const SignatureTable::Entry& e, GraphPlanInfo& info) {
+  if (!e.instance) {
+    info.eager_reason = e.eager_reason;
+    return info;
+  }
+  const ExecutablePlan& p = *e.instance->plan;
+  info.compiled = true;
+  info.kernels = static_cast<int>(p.kernels.size());
+  info.fused_ops = p.fused_ops;
+  for (const auto& [schema, count] : p.aten_ops) info.aten_ops += count;  // constants are not counted there
+  info.from_plan_cache = p.from_plan_cache;
+  info.compile_ms = e.compile_ms;
+  return info;
+}
+
+}  // namespace
+
 GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
                                  const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs) {
   std::vector<c10::IValue> boxed;
@@ -452,37 +485,12 @@ GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const st
       Impl::signature(inputs, key, &boxed),
       [&](std::string*, const SignatureTable::Admit& admit) {
         auto inst = impl_->compile(inputs, ir, constants, admit);
-        if (outputs) {
-          // Run before the plan is published: a step whose results differ from the types throws here.
-          c10::IValue out = run_plan(*inst, boxed, /*check_layouts=*/true);
-          for (const c10::IValue& v : out.toListRef()) outputs->push_back(v.toTensor());
-        }
+        if (outputs) checked_first_run(*inst, boxed, outputs);
         return inst;
       },
       "", &info.added_here);
-  if (!e->instance) {
-    info.eager_reason = e->eager_reason;
-    return info;
-  }
-  const ExecutablePlan& p = *e->instance->plan;
-  info.compiled = true;
-  info.kernels = static_cast<int>(p.kernels.size());
-  info.fused_ops = p.fused_ops;
-  for (const auto& [schema, count] : p.aten_ops) info.aten_ops += count;  // constants are not counted there
-  info.from_plan_cache = p.from_plan_cache;
-  info.compile_ms = e->compile_ms;
-  return info;
+  return describe_entry(*e, info);
 }
-
-namespace {
-
-// What add_from_class throws out of the table's compile when the class's plan, built there, does not hold
-// at the call: nothing is recorded.
-struct OutsideClass : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-}  // namespace
 
 GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& inputs, const std::string& key,
                                             const std::string& class_ir, const std::map<std::string, int64_t>& bindings,
@@ -507,9 +515,7 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
             if (!why.empty()) throw OutsideClass(why);
           }
           auto inst = impl_->instance(*cls, inputs, bindings);
-          // Run before the plan is published: a step whose results differ from the types throws here.
-          c10::IValue out = run_plan(*inst, boxed, /*check_layouts=*/true);
-          for (const c10::IValue& v : out.toListRef()) outputs->push_back(v.toTensor());
+          checked_first_run(*inst, boxed, outputs);
           return inst;
         },
         "", &info.added_here);
@@ -517,17 +523,7 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
     info.outside_class = o.what();
     return info;
   }
-  if (!e->instance) {
-    info.eager_reason = e->eager_reason;
-    return info;
-  }
-  const ExecutablePlan& p = *e->instance->plan;
-  info.compiled = true;
-  info.kernels = static_cast<int>(p.kernels.size());
-  info.fused_ops = p.fused_ops;
-  for (const auto& [schema, count] : p.aten_ops) info.aten_ops += count;
-  info.compile_ms = e->compile_ms;
-  return info;
+  return describe_entry(*e, info);
 }
 
 int GraphFunction::num_classes() const {
