@@ -14,8 +14,9 @@ binds the symbols from its inputs (a SymInt argument, or a tensor's size whose e
 symbol), evaluates the function and fills the holes: the IR text of that call, as lowering would have
 written it, in well under a millisecond. The template also gives the graph of the shape class: the
 same text with each hole its expression (Template.class_ir). C++ builds that graph's plan once, at the
-class's second size, and gives each later size of the class its plan by evaluating it (Note [Plans of a
-shape class], src/runtime/plan.h): no text is filled in, parsed, optimized, fused or printed for it. A size
+lowering's own call, and gives each later size of the class its plan by evaluating it (Note [Plans of a
+shape class], src/runtime/plan.h): no text is parsed, optimized, fused or printed for it (the text is still
+filled in, for the outputs' spec). A size
 outside the class (a guard its plan took fails there) is filled in and built from its own text, as is
 every size where the expressions have no IR form or C++ refused the class; such plans have their sizes
 as kernel arguments (Note [Sizes as kernel arguments]), so their kernels are the compiled ones.
