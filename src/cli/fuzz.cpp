@@ -72,9 +72,15 @@ int run(const FuzzArgs& a) {
               static_cast<long long>(rep.graphs), static_cast<long long>(rep.ops), rep.seconds,
               rep.graphs ? 1e3 * rep.seconds / static_cast<double>(rep.graphs) : 0.0, rep.failures.size(),
               rep.failures.empty() ? "" : (", repros in " + opt.repro_dir).c_str());
-  if (opt.second_size)
-    std::printf("second sizes: %lld batches, %lld of them run by the first size's compiled library\n",
+  if (opt.second_size) {
+    std::printf("second sizes: %lld batches, %lld of them checked there without a compiler run\n",
                 static_cast<long long>(rep.second_batches), static_cast<long long>(rep.second_shared));
+    std::printf("shape classes: %lld batches (%lld graphs) through one plan at both sizes; %lld whose second size "
+                "fails a guard of the class%s%s; %lld not generalized\n",
+                static_cast<long long>(rep.class_batches), static_cast<long long>(rep.class_graphs),
+                static_cast<long long>(rep.class_outside), rep.class_outside_example.empty() ? "" : ", as ",
+                rep.class_outside_example.c_str(), static_cast<long long>(rep.class_not_generalized));
+  }
   for (const auto& f : rep.failures) std::printf("%s\n", f.c_str());
   if (rep.nvrtc_kernels > 0)
     std::printf("NVRTC (%s): %lld kernels compiled in %.1f s\n", opt.check.nvrtc_arch.c_str(),

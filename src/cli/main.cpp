@@ -158,8 +158,8 @@ int dispatch(int argc, char** argv) {
   fz->add_option("--graph-seeds", fuzz.graph_seeds, "check only these graphs (as failures name them)")
       ->type_name("S1,S2,...");
   fz->add_flag("--second-size", fuzz.second_size,
-               "check each graph again at other extents (with FUSION_JIT_DYNAMIC=on: through the first size's "
-               "compiled kernels where their source is the same)");
+               "also run each batch at other extents, through one plan of its shape class built once and "
+               "instantiated at both sizes (graphs it does not cover: with a plan of their own)");
   fz->allow_extras();
 
   CLI::App* cache = app.add_subcommand("cache", "the on-disk cache of compiled kernels and plans");

@@ -7,12 +7,14 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <future>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -20,6 +22,7 @@
 #include "fusion_jit/fusion_jit.h"
 #include "ir/op_table.h"
 #include "passes/passes.h"
+#include "runtime/plan.h"
 #include "support/error.h"
 #include "targets/cuda/nvrtc.h"  // the NVRTC check: ptxas's spill report
 #include "torch/executor.h"
@@ -1315,6 +1318,11 @@ namespace {
 
 // NVRTC's verdict on the batch graph's kernels moved to a GPU: "" when they compile without spills.
 std::string nvrtc_check(const Graph& g, const std::string& arch, int64_t* kernels) {
+  // A class's graph (check_class) decides on its sizes under guards of its own (the CUDA printer
+  // specializes some): this thread's.
+  ShapeGuards guards;
+  std::optional<GuardScope> scope;
+  if (!g.symbols().empty()) scope.emplace(guards);
   auto gc = g.clone();
   set_device(*gc, Device::kCUDA, 0);
   PlanTarget target;
@@ -1448,32 +1456,52 @@ bool has_ragged_cats(const Recipe& r) {
   return false;
 }
 
-std::vector<Recipe> resized(const std::vector<Recipe>& batch) {
-  if (batch.empty()) return {};
+namespace {
+
+// Each extent resized() changes, in place: the inputs' sizes and the sizes a view, reshape or expand names.
+template <class F>
+void for_each_extent(Recipe& r, F&& f) {
+  for (auto& in : r.inputs)
+    for (auto& s : in.sizes) f(s);
+  for (auto& op : r.ops) {
+    const bool sizes = op.schema.rfind("aten::view", 0) == 0 || op.schema.rfind("aten::reshape", 0) == 0 ||
+                       op.schema.rfind("aten::expand", 0) == 0;
+    if (!sizes) continue;
+    for (auto& a : op.args)
+      if (auto* list = std::get_if<SymSizes>(&a.literal))
+        for (auto& s : *list) {
+          int64_t e = s.hint();
+          f(e);
+          s = e;
+        }
+  }
+}
+
+}  // namespace
+
+std::map<int64_t, int64_t> second_extents(const std::vector<Recipe>& batch) {
   std::map<int64_t, int64_t> to;
+  if (batch.empty()) return to;
   const uint64_t seed = batch.front().seed;
-  auto map = [&](int64_t e) {
-    if (e < 2) return e;
-    auto [it, added] = to.emplace(e, 0);
-    if (added) it->second = e + 1 + static_cast<int64_t>(mix(seed, static_cast<uint64_t>(e)) % 5);
-    return it->second;
-  };
   for (const Recipe& r : batch)
     for (const auto& in : r.inputs)
       if (in.layout == Layout::kHugeStride) to[2] = 2;  // its two rows (make_input)
+  for (Recipe r : batch)
+    for_each_extent(r, [&](int64_t& e) {
+      if (e >= 2 && !to.count(e)) to[e] = e + 1 + static_cast<int64_t>(mix(seed, static_cast<uint64_t>(e)) % 5);
+    });
+  for (auto it = to.begin(); it != to.end();) it = it->first == it->second ? to.erase(it) : std::next(it);
+  return to;
+}
+
+std::vector<Recipe> resized(const std::vector<Recipe>& batch) {
+  const std::map<int64_t, int64_t> to = second_extents(batch);
   std::vector<Recipe> out = batch;
-  for (Recipe& r : out) {
-    for (auto& in : r.inputs)
-      for (auto& s : in.sizes) s = map(s);
-    for (auto& op : r.ops) {
-      const bool sizes = op.schema.rfind("aten::view", 0) == 0 || op.schema.rfind("aten::reshape", 0) == 0 ||
-                         op.schema.rfind("aten::expand", 0) == 0;
-      if (!sizes) continue;
-      for (auto& a : op.args)
-        if (auto* list = std::get_if<SymSizes>(&a.literal))
-          for (auto& s : *list) s = map(s);
-    }
-  }
+  for (Recipe& r : out)
+    for_each_extent(r, [&](int64_t& e) {
+      auto it = to.find(e);
+      if (it != to.end()) e = it->second;
+    });
   return out;
 }
 
@@ -1488,6 +1516,111 @@ bool gathers_in_range(const Recipe& r) {
     return true;
   }
 }
+
+namespace {
+
+// One batch at one size: each recipe's inputs and eager replay, and the graph that runs them all.
+struct BatchRun {
+  std::unique_ptr<Graph> g = std::make_unique<Graph>();
+  std::vector<std::vector<at::Tensor>> inputs, before;
+  std::vector<Replay> eager;
+  std::vector<c10::IValue> all_inputs;
+  explicit BatchRun(size_t n) : inputs(n), before(n), eager(n) {}
+
+  // Recipe k's inputs (on the device of `co`) and its eager replay. False, with `why`, where eager rejects
+  // the recipe or its replay raised.
+  bool eager_ok(const Recipe& r, size_t k, const CheckOptions& co, bool seeded, CaseResult* why) {
+    if (co.cuda && !gathers_in_range(r)) {
+      *why = {true, "eager rejects this recipe"};
+      return false;
+    }
+    inputs[k] = make_inputs(r);
+    if (co.cuda)
+      for (auto& t : inputs[k]) t = to_device_same_layout(t, at::Device(at::kCUDA, 0));
+    // Validated first (a shrunk recipe may be one eager rejects), then built into the batch graph.
+    if (seeded) at::manual_seed(draw_seed(r.seed));
+    try {
+      if (replay(r, inputs[k], false, nullptr, &eager[k])) return true;
+      *why = {true, "eager rejects this recipe"};
+    } catch (const std::exception& e) {  // a precondition's own defect: reported with the graph, not fatal
+      *why = {false, std::string("the eager replay raised: ") + e.what()};
+    }
+    return false;
+  }
+  // The same ops on the same inputs, into the graph (its inputs and outputs appended).
+  void build(const Recipe& r, size_t k, bool seeded) {
+    if (seeded) at::manual_seed(draw_seed(r.seed));
+    replay(r, inputs[k], false, g.get(), &eager[k]);
+    for (auto& t : inputs[k]) all_inputs.emplace_back(t);
+    for (int o : r.outputs) g->add_output(eager[k].ir.at(static_cast<size_t>(o)));
+  }
+  // The inputs as eager left them (unchanged: no recipe built here mutates); the fused run must leave
+  // them so.
+  void keep_inputs() {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      before[k].clear();
+      for (auto& t : inputs[k]) before[k].push_back(t.clone());
+    }
+  }
+  std::vector<at::Tensor> run(const PlanInstance& inst) const {
+    std::vector<at::Tensor> fused;
+    c10::IValue out = run_plan(inst, all_inputs);
+    for (const auto& e : out.toTupleRef().elements()) fused.push_back(e.toTensor());
+    return fused;
+  }
+  // Each built recipe's outputs (in order among `fused`) against its eager replay, its inputs unchanged.
+  void judge_all(const std::vector<Recipe>& recipes, const std::vector<bool>& built, const std::vector<at::Tensor>& fused,
+                 std::vector<CaseResult>* results) const {
+    size_t pos = 0;
+    for (size_t k = 0; k < recipes.size(); ++k) {
+      if (!built[k]) continue;
+      CaseResult& res = (*results)[k];
+      try {
+        res = judge(recipes[k], inputs[k], eager[k], fused, pos);
+      } catch (const std::exception& e) {  // a checker's own defect is reported with its graph, not fatal
+        res = {false, std::string("judging the results failed: ") + e.what()};
+      }
+      pos += recipes[k].outputs.size();
+      for (size_t i = 0; i < inputs[k].size() && res.ok; ++i)
+        if (!same_values(inputs[k][i], before[k][i])) res = {false, fmt::format("input {} was modified", i)};
+    }
+  }
+};
+
+// The NVRTC check of a graph's CUDA kernels on a thread of its own, alongside the CPU run; its verdict
+// fails the built recipes still passing when joined (at join(), or when it goes out of scope).
+class NvrtcCheck {
+ public:
+  NvrtcCheck(const Graph& g, const std::string& arch, std::vector<CaseResult>* results, const std::vector<bool>& built)
+      : results_(results), built_(built) {
+    if (arch.empty()) return;
+    f_ = std::async(std::launch::async, [gc = std::shared_ptr<Graph>(g.clone()), arch] {
+      auto t0 = std::chrono::steady_clock::now();
+      int64_t kernels = 0;
+      std::string err = nvrtc_check(*gc, arch, &kernels);
+      g_nvrtc_kernels += kernels;
+      g_nvrtc_micros += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+      return err;
+    });
+  }
+  NvrtcCheck(const NvrtcCheck&) = delete;
+  NvrtcCheck& operator=(const NvrtcCheck&) = delete;
+  ~NvrtcCheck() { join(); }
+  void join() {
+    if (!f_.valid()) return;
+    std::string err = f_.get();
+    if (err.empty()) return;
+    for (size_t k = 0; k < results_->size(); ++k)
+      if (built_[k] && (*results_)[k].ok) (*results_)[k] = {false, err};
+  }
+
+ private:
+  std::future<std::string> f_;
+  std::vector<CaseResult>* results_;
+  std::vector<bool> built_;
+};
+
+}  // namespace
 
 std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const CheckOptions& co) {
   std::vector<CaseResult> results(recipes.size());
@@ -1508,101 +1641,256 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
       valid[k] = false;
     }
   }
-  auto g = std::make_unique<Graph>();
-  std::vector<c10::IValue> all_inputs;
-  std::vector<std::vector<at::Tensor>> inputs(recipes.size());
-  std::vector<Replay> eager(recipes.size());
+  BatchRun b(recipes.size());
   for (size_t k = 0; k < recipes.size(); ++k) {
     if (!valid[k]) continue;
-    if (co.cuda && !gathers_in_range(recipes[k])) {
-      valid[k] = false;
-      results[k] = {true, "eager rejects this recipe"};
-      continue;
-    }
-    inputs[k] = make_inputs(recipes[k]);
-    if (co.cuda)
-      for (auto& t : inputs[k]) t = to_device_same_layout(t, at::Device(at::kCUDA, 0));
-    // Validate first (a shrunk recipe may be one eager rejects), then build into the batch graph.
-    if (seeded) at::manual_seed(draw_seed(recipes[k].seed));
-    Replay& into = eager[k];
-    try {
-      if (!replay(recipes[k], inputs[k], false, nullptr, &into)) {
-        valid[k] = false;
-        results[k] = {true, "eager rejects this recipe"};
-        continue;
-      }
-    } catch (const std::exception& e) {  // a precondition's own defect: reported with the graph, not fatal
-      valid[k] = false;
-      results[k] = {false, std::string("the eager replay raised: ") + e.what()};
-      continue;
-    }
-    if (seeded) at::manual_seed(draw_seed(recipes[k].seed));
-    replay(recipes[k], inputs[k], false, g.get(), &into);  // the same ops on the same inputs, into the graph
-    for (auto& t : inputs[k]) all_inputs.emplace_back(t);
-    for (int o : recipes[k].outputs) g->add_output(into.ir.at(static_cast<size_t>(o)));
+    valid[k] = b.eager_ok(recipes[k], k, co, seeded, &results[k]);
+    if (valid[k]) b.build(recipes[k], k, seeded);
   }
-  if (g->outputs().empty()) return results;
-  // The inputs as eager left them (unchanged: no recipe here mutates); the fused run must leave them so.
-  std::vector<std::vector<at::Tensor>> before(recipes.size());
-  for (size_t k = 0; k < recipes.size(); ++k)
-    for (auto& t : inputs[k]) before[k].push_back(t.clone());
-  std::vector<at::Tensor> fused;
+  if (b.g->outputs().empty()) return results;
+  b.keep_inputs();
   try {
-    verify_graph(*g);
-    run_pipeline(*g, nullptr);
-    // NVRTC works on its own thread, alongside the CPU run.
-    std::future<std::string> nvrtc;
-    if (!co.nvrtc_arch.empty()) {
-      nvrtc = std::async(std::launch::async, [gc = std::shared_ptr<Graph>(g->clone()), arch = co.nvrtc_arch] {
-        auto t0 = std::chrono::steady_clock::now();
-        int64_t kernels = 0;
-        std::string err = nvrtc_check(*gc, arch, &kernels);
-        g_nvrtc_kernels += kernels;
-        g_nvrtc_micros += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-        return err;
-      });
-    }
-    // The NVRTC verdict, once the CPU run is done (or failed).
-    struct Join {
-      std::future<std::string>& f;
-      std::vector<CaseResult>& results;
-      const std::vector<bool>& valid;
-      ~Join() {
-        if (!f.valid()) return;
-        std::string err = f.get();
-        if (err.empty()) return;
-        for (size_t k = 0; k < results.size(); ++k)
-          if (valid[k] && results[k].ok) results[k] = {false, err};
-      }
-    } join{nvrtc, results, valid};
+    verify_graph(*b.g);
+    run_pipeline(*b.g, nullptr);
+    NvrtcCheck nvrtc(*b.g, co.nvrtc_arch, &results, valid);
     PlanInstance inst;
     inst.captured.output_kind = OutputKind::kTuple;
     PlanTarget target;
     // FUSION_JIT_DYNAMIC=on: the batch's kernels read their sizes (Note [Sizes as kernel arguments]).
     target.size_args = fusion_jit::Options::get().dynamic == DynamicSizes::kOn;
-    inst.plan = build_plan(std::move(g), target);
+    inst.plan = build_plan(std::move(b.g), target);
     resolve_aten_steps(inst);
     if (seeded) at::manual_seed(draw_seed(recipes[0].seed));
-    c10::IValue out = run_plan(inst, all_inputs);
-    for (const auto& e : out.toTupleRef().elements()) fused.push_back(e.toTensor());
+    b.judge_all(recipes, valid, b.run(inst), &results);
+    nvrtc.join();
   } catch (const std::exception& e) {
     for (size_t k = 0; k < recipes.size(); ++k)
       if (valid[k]) results[k] = {false, std::string("fused run failed: ") + e.what()};
-    return results;
-  }
-  size_t pos = 0;
-  for (size_t k = 0; k < recipes.size(); ++k) {
-    if (!valid[k]) continue;
-    try {
-      results[k] = judge(recipes[k], inputs[k], eager[k], fused, pos);
-    } catch (const std::exception& e) {  // a checker's own defect is reported with its graph, not fatal
-      results[k] = {false, std::string("judging the results failed: ") + e.what()};
-    }
-    pos += recipes[k].outputs.size();
-    for (size_t i = 0; i < inputs[k].size() && results[k].ok; ++i)
-      if (!same_values(inputs[k][i], before[k][i])) results[k] = {false, fmt::format("input {} was modified", i)};
   }
   return results;
+}
+
+// ---- Shape classes (Note [The fuzzer's shape classes]) ----
+//
+// Note [The fuzzer's shape classes]
+// With --second-size each batch also runs through one plan of its shape class at two sizes, as the
+// torch.compile backend serves a symbolic graph (GraphFunction::add_from_class). The batch's graph is
+// replayed at its sizes and at resized()'s, and the two prints differ only in numbers: every extent that
+// resized() changes becomes a symbol (hint: its first value), and every number that differs becomes an
+// expression over the symbols that gives both values (generalize(): a symbol, a product of up to three, a
+// multiple, a sum of two, a symbol plus a constant). That the class's graph concretizes to each print
+// exactly is checked, so the graph is right at both sizes by construction, whatever expression fit.
+// Its plan is built once, under guards, as add_from_class builds a class (passes, fusion, code generation
+// with every size a kernel argument), and instantiated at both sizes (instantiate_plan: numbers evaluated,
+// the code shared); each instance runs against eager at its size. A second size that fails a guard of
+// the class (the plan decided something on a size there: a dim that merges, an int32 offset bound) is
+// checked with a plan of its own instead, as are recipes with random or in-place ops; the report counts
+// both.
+
+namespace {
+
+// A candidate expression and its values at the two sizes.
+struct Candidate {
+  SymInt e;
+  int64_t a = 0, b = 0;
+};
+
+// The simplest expression over `monos` (symbols first, then products of two and three) worth `va` at
+// the first size and `vb` at the second.
+std::optional<SymInt> fit(const std::vector<Candidate>& monos, size_t linear_and_square, int64_t va, int64_t vb) {
+  for (const Candidate& m : monos)
+    if (m.a == va && m.b == vb) return m.e;
+  for (const Candidate& m : monos)  // a multiple
+    if (va % m.a == 0 && vb % m.b == 0 && va / m.a == vb / m.b) return SymInt(va / m.a) * m.e;
+  for (size_t i = 0; i < linear_and_square; ++i)  // a sum of two (a cat's length, its strides)
+    for (size_t j = i; j < linear_and_square; ++j)
+      if (monos[i].a + monos[j].a == va && monos[i].b + monos[j].b == vb) return monos[i].e + monos[j].e;
+  for (size_t i = 0; i < linear_and_square; ++i) {  // c * m + d (a slice's length)
+    const Candidate& m = monos[i];
+    if ((vb - va) % (m.b - m.a) != 0) continue;
+    const int64_t c = (vb - va) / (m.b - m.a);
+    if (c != 0) return SymInt(c) * m.e + SymInt(va - c * m.a);
+  }
+  return std::nullopt;
+}
+
+bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '%' || c == '.'; }
+
+}  // namespace
+
+std::string generalize(const std::string& first, const std::string& second, const std::map<int64_t, int64_t>& extents,
+                       std::string* why) {
+  std::vector<Candidate> monos;
+  std::vector<std::string> names;
+  for (const auto& [e, to] : extents) {
+    if (e < 2 || to < 2 || e == to) continue;
+    names.push_back(fmt::format("s{}", names.size()));
+    monos.push_back({SymInt::symbol(names.back(), e), e, to});
+  }
+  const size_t n = monos.size();
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i; j < n; ++j) monos.push_back({monos[i].e * monos[j].e, monos[i].a * monos[j].a, monos[i].b * monos[j].b});
+  const size_t linear_and_square = monos.size();
+  for (size_t i = 0; i < n && n <= 32; ++i)
+    for (size_t j = i; j < n; ++j)
+      for (size_t k = j; k < n; ++k)
+        monos.push_back({monos[i].e * monos[j].e * monos[k].e, monos[i].a * monos[j].a * monos[k].a,
+                         monos[i].b * monos[j].b * monos[k].b});
+  std::map<std::pair<int64_t, int64_t>, std::string> fitted;
+  std::set<std::string> used;
+  std::string out;
+  size_t p = 0, q = 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (p < first.size() && q < second.size()) {
+    if (!digit(first[p]) || !digit(second[q])) {
+      if (first[p] != second[q]) {
+        *why = fmt::format("the graphs differ beyond their numbers: '{}' and '{}'", first.substr(p, 40), second.substr(q, 40));
+        return "";
+      }
+      out += first[p++];
+      ++q;
+      continue;
+    }
+    size_t p1 = p, q1 = q;
+    while (p1 < first.size() && digit(first[p1])) ++p1;
+    while (q1 < second.size() && digit(second[q1])) ++q1;
+    const std::string na = first.substr(p, p1 - p), nb = second.substr(q, q1 - q);
+    const char before = p ? first[p - 1] : ' ';
+    const char after_a = p1 < first.size() ? first[p1] : ' ', after_b = q1 < second.size() ? second[q1] : ' ';
+    p = p1, q = q1;
+    if (na == nb) {
+      out += na;
+      continue;
+    }
+    // Only whole integers change with the sizes: not a name's digits, a float's, or a negative number.
+    if (word_char(before) || before == '-' || after_a == '.' || after_b == '.' || after_a == 'e' || after_b == 'e' ||
+        na.size() > 17 || nb.size() > 17) {
+      *why = fmt::format("a number that is not a size differs: '{}{}' and '{}{}'", before, na, before, nb);
+      return "";
+    }
+    const int64_t va = std::stoll(na), vb = std::stoll(nb);
+    auto [it, added] = fitted.emplace(std::make_pair(va, vb), "");
+    if (added) {
+      std::optional<SymInt> e = fit(monos, linear_and_square, va, vb);
+      if (!e || !e->is_symbolic()) {
+        fitted.erase(it);
+        *why = fmt::format("{} at the first size and {} at the second fit no expression over the extents", na, nb);
+        return "";
+      }
+      it->second = e->str();
+      for (const std::string& name : e->expr()->symbols()) used.insert(name);
+    }
+    out += it->second;
+  }
+  if (p != first.size() || q != second.size()) {
+    *why = "the graphs differ in length beyond their numbers";
+    return "";
+  }
+  if (used.empty()) {
+    *why = "no size differs between the two graphs";
+    return "";
+  }
+  if (out.rfind("graph(", 0) != 0) {
+    *why = "not a graph's text";
+    return "";
+  }
+  std::string hints;
+  for (size_t i = 0; i < n; ++i)
+    if (used.count(names[i])) hints += fmt::format("{}{}={}", hints.empty() ? "" : ",", names[i], monos[i].a);
+  return "graph[" + hints + "](" + out.substr(6);
+}
+
+ClassCheck check_class(const std::vector<Recipe>& recipes, const CheckOptions& co) {
+  const size_t n = recipes.size();
+  ClassCheck out;
+  out.results.resize(n);
+  out.covered.assign(n, false);
+  const std::vector<Recipe> second = resized(recipes);
+  const std::map<int64_t, int64_t> extents = second_extents(recipes);
+  BatchRun at[2] = {BatchRun(n), BatchRun(n)};
+  std::vector<bool> take(n, false);
+  for (size_t k = 0; k < n; ++k) {
+    if (has_inplace_ops(recipes[k]) || has_random_ops(recipes[k])) continue;
+    CaseResult ignored;
+    take[k] = at[0].eager_ok(recipes[k], k, co, false, &ignored) && at[1].eager_ok(second[k], k, co, false, &ignored);
+  }
+  for (size_t k = 0; k < n; ++k)
+    if (take[k]) at[0].build(recipes[k], k, false), at[1].build(second[k], k, false);
+  if (at[0].g->outputs().empty()) {
+    out.why = "no graph of the batch runs at both sizes";
+    return out;
+  }
+  at[0].g->renumber(), at[1].g->renumber();  // as a parsed graph is numbered
+  const std::string texts[2] = {print_graph(*at[0].g), print_graph(*at[1].g)};
+  out.class_ir = generalize(texts[0], texts[1], extents, &out.why);
+  if (out.class_ir.empty()) return out;
+  out.covered = take;
+  auto fail_all = [&](const std::string& msg) {
+    for (size_t k = 0; k < n; ++k)
+      if (take[k] && out.results[k].ok) out.results[k] = {false, msg};
+  };
+  const char* which[2] = {"first", "second"};
+  ShapeGuards guards;
+  std::unique_ptr<ExecutablePlan> cls;
+  SymBindings bind[2];
+  try {
+    GuardScope scope(guards);
+    auto g = parse_graph(out.class_ir);
+    bind[0] = g->symbols();
+    for (const auto& [name, hint] : bind[0]) bind[1][name] = extents.at(hint);
+    for (int i : {0, 1}) {
+      const std::string c = print_graph(*concretize(*g, bind[i]));
+      if (c == texts[i]) continue;
+      size_t d = 0;
+      while (d < c.size() && d < texts[i].size() && c[d] == texts[i][d]) ++d;
+      const size_t line = c.rfind('\n', d) == std::string::npos ? 0 : c.rfind('\n', d) + 1;
+      fail_all(fmt::format("the class's graph at the {} size is not the batch's graph there: '{}' for '{}'", which[i],
+                           c.substr(line, d - line + 40), texts[i].substr(line, d - line + 40)));
+      return out;
+    }
+    verify_graph(*g);
+    guards.set_phase("passes");
+    run_pipeline(*g, nullptr);
+    NvrtcCheck nvrtc(*g, co.nvrtc_arch, &out.results, take);
+    guards.set_phase("plan");
+    PlanTarget target;
+    target.size_args = true;  // as for any class's graph
+    cls = build_plan(std::move(g), target);
+    nvrtc.join();
+  } catch (const std::exception& e) {
+    fail_all(std::string("building the class's plan failed: ") + e.what());
+    return out;
+  }
+  for (const SymGuard& g : cls->guards.guards()) {
+    if (!g.holds(bind[0])) {
+      fail_all(fmt::format("the class's guard {} ({}) fails at the sizes it was built at", g.str(), g.phase));
+      return out;
+    }
+    if (!g.holds(bind[1])) {
+      out.covered.assign(n, false);
+      out.outside = true;
+      out.why = fmt::format("the second size fails the class's guard {} ({})", g.str(), g.phase);
+      return out;
+    }
+  }
+  for (int i : {0, 1}) {
+    at[i].keep_inputs();
+    std::vector<CaseResult> res(n);
+    try {
+      PlanInstance inst;
+      inst.captured.output_kind = OutputKind::kTuple;
+      inst.plan = instantiate_plan(*cls, bind[i]);
+      resolve_aten_steps(inst);
+      at[i].judge_all(i ? second : recipes, take, at[i].run(inst), &res);
+    } catch (const std::exception& e) {
+      for (size_t k = 0; k < n; ++k)
+        if (take[k]) res[k] = {false, std::string("fused run failed: ") + e.what()};
+    }
+    for (size_t k = 0; k < n; ++k)
+      if (take[k] && out.results[k].ok && !res[k].ok)
+        out.results[k] = {false, fmt::format("through its class's plan at its {} size: {}", which[i], res[k].message)};
+  }
+  return out;
 }
 
 namespace {
@@ -1610,6 +1898,10 @@ namespace {
 bool still_fails(const Recipe& r, const CheckOptions& co) {
   Replay rp;
   if (!replay(r, make_inputs(r), false, nullptr, &rp)) return false;
+  if (co.through_class) {
+    ClassCheck c = check_class({r}, co);
+    return c.covered[0] && !c.results[0].ok;
+  }
   return !check_batch({r}, co).at(0).ok;
 }
 
@@ -1794,19 +2086,49 @@ Report run(const Options& opt, const std::function<void(const std::string&)>& lo
     int64_t n = opt.graph_seeds.empty() ? std::min<int64_t>(opt.batch, opt.max_graphs - rep.graphs) : 0;
     for (int64_t i = 0; i < n; ++i) batch.push_back(generate(mix(opt.seed, index++), opt.gen));
     auto results = check_batch(batch, opt.check);
+    // Where each failure was found: at the batch's sizes, at the second sizes with plans of their own, or
+    // through one plan of the class at both (Note [The fuzzer's shape classes]).
+    enum class Found { kFirst, kSecond, kClass };
+    std::vector<Found> found(batch.size(), Found::kFirst);
     if (opt.second_size) {
-      // The same graphs at other extents: a failure there is the graph's, replayed at those extents.
-      std::vector<Recipe> second = resized(batch);
       const int64_t compiles0 = counters().compiles();
-      auto again = check_batch(second, opt.check);
+      ClassCheck cc = check_class(batch, opt.check);
       rep.second_batches++;
+      if (cc.why.empty()) {
+        rep.class_batches++;
+        rep.class_graphs += std::count(cc.covered.begin(), cc.covered.end(), true);
+      } else if (cc.outside) {
+        rep.class_outside++;
+        if (rep.class_outside_example.empty()) rep.class_outside_example = cc.why;
+      } else if (cc.why.rfind("no graph", 0) != 0) {
+        rep.class_not_generalized++;
+        if (log) log("not generalized: " + cc.why);
+      }
+      // The rest at the second size, with plans of their own: a failure there is the graph's, replayed at
+      // those extents.
+      const std::vector<Recipe> second = resized(batch);
+      std::vector<size_t> rest;
+      std::vector<Recipe> rest_recipes;
+      for (size_t k = 0; k < batch.size(); ++k)
+        if (!cc.covered[k]) rest.push_back(k), rest_recipes.push_back(second[k]);
+      auto again = check_batch(rest_recipes, opt.check);
       if (counters().compiles() == compiles0) rep.second_shared++;
       for (size_t k = 0; k < batch.size(); ++k)
-        if (results[k].ok && !again[k].ok) {
-          batch[k] = second[k];
-          results[k] = {false, "at its second size: " + again[k].message};
-        }
+        if (results[k].ok && cc.covered[k] && !cc.results[k].ok) results[k] = cc.results[k], found[k] = Found::kClass;
+      for (size_t j = 0; j < rest.size(); ++j) {
+        const size_t k = rest[j];
+        if (!results[k].ok || again[j].ok) continue;
+        batch[k] = second[k];
+        results[k] = {false, "at its second size: " + again[j].message};
+        found[k] = Found::kSecond;
+      }
     }
+    // One recipe checked as its failure was found, alone.
+    auto check_alone = [&](const Recipe& r, Found f) {
+      if (f != Found::kClass) return check_batch({r}, opt.check).at(0);
+      ClassCheck c = check_class({r}, opt.check);
+      return c.covered[0] ? c.results[0] : CaseResult{};
+    };
     // A batch's failure is each graph's that also fails alone (shrunk, with its repro). One that fails
     // only beside the others (a fused run that raised fails them all) is reported once, for the batch.
     std::string together;
@@ -1815,15 +2137,22 @@ Report run(const Options& opt, const std::function<void(const std::string&)>& lo
       rep.graphs++;
       rep.ops += static_cast<int64_t>(batch[k].ops.size());
       if (results[k].ok) continue;
-      auto alone = check_batch({batch[k]}, opt.check).at(0);
+      auto alone = check_alone(batch[k], found[k]);
       if (alone.ok) {
         if (together.empty()) together = fmt::format("graph seed {}: {}", batch[k].seed, results[k].message);
         continue;
       }
       any_alone = true;
-      Recipe small = opt.shrink ? shrink(batch[k], log, opt.check) : batch[k];
-      auto small_result = check_batch({small}, opt.check).at(0);
+      CheckOptions co = opt.check;
+      co.through_class = found[k] == Found::kClass;
+      Recipe small = opt.shrink ? shrink(batch[k], log, co) : batch[k];
+      auto small_result = check_alone(small, found[k]);
       std::string msg = fmt::format("graph seed {}: {}", batch[k].seed, small_result.ok ? alone.message : small_result.message);
+      if (found[k] == Found::kClass) {
+        // The repro is the recipe at its second size, whose own plan may pass: the fuzzer checks the class.
+        msg += fmt::format("\n  again through its class: {} fuzz --graph-seeds {} --second-size", opt.cli, batch[k].seed);
+        small = resized({small}).at(0);
+      }
       if (!opt.repro_dir.empty()) msg += "\n  replay: " + write_repro(small, msg, opt.repro_dir, opt.cli);
       msg += "\n" + small.describe();
       if (log) log("FAIL " + msg);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,14 @@ at::Tensor to_device_same_layout(const at::Tensor& t, const at::Device& device);
 // input has two rows. The ops are the same; a recipe eager rejects at the new extents (a literal slice
 // bound, a reshape of a product) is skipped by check_batch as any other.
 std::vector<Recipe> resized(const std::vector<Recipe>& batch);
+// resized()'s choice: each extent that changes, and its value at the second size.
+std::map<int64_t, int64_t> second_extents(const std::vector<Recipe>& batch);
+// The graph of a shape class whose sizes are `first` and `second`, two prints of one graph at two sizes
+// (Note [The fuzzer's shape classes]): one symbol per changed extent of `extents` (its hint the first
+// value), each number that differs between the texts an expression over them that gives both values.
+// Empty, with `why`, where the texts differ in more than numbers or a number fits no expression.
+std::string generalize(const std::string& first, const std::string& second, const std::map<int64_t, int64_t>& extents,
+                       std::string* why);
 // Whether the recipe's gathers (embedding, gather) take indices within their tables: eager replayed on
 // the CPU, where an index out of range raises. On CUDA such an index stops the process (a device-side
 // assert), so check_batch with CheckOptions::cuda skips a recipe that fails this, as one eager rejects.
@@ -107,10 +116,25 @@ struct CheckOptions {
   // Also generate each batch's kernels for a GPU and compile them with NVRTC for this architecture
   // ("sm_90"; no GPU needed): a compile error or a spill fails the batch's recipes. Empty: off.
   std::string nvrtc_arch;
+  // shrink(): a recipe fails where it fails through one plan of its shape class at its size and its
+  // second size (check_class), as a failure found there does.
+  bool through_class = false;
 };
 
 // Runs recipes in one plan and checks each against eager; one result per recipe.
 std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const CheckOptions& co = {});
+// Runs the recipes through one plan of their shape class at their sizes and at resized(recipes)'s, each
+// instance against eager (Note [The fuzzer's shape classes]). Recipes with
+// random or in-place ops, and those eager rejects at either size, are not covered; nor is any where the
+// batch's graph does not generalize or the second size fails a guard of the class (`why` says which).
+struct ClassCheck {
+  std::vector<CaseResult> results;  // per recipe; ok where not covered
+  std::vector<bool> covered;
+  std::string why;                  // "" where the class plan ran at both sizes
+  bool outside = false;             // the second size fails a guard of the class
+  std::string class_ir;             // the class's graph, where generalized
+};
+ClassCheck check_class(const std::vector<Recipe>& recipes, const CheckOptions& co = {});
 // Smaller recipe that still fails (or the same one).
 Recipe shrink(const Recipe& r, const std::function<void(const std::string&)>& log, const CheckOptions& co = {});
 // TorchScript source of a recipe's forward.
@@ -145,7 +169,12 @@ struct Report {
   double nvrtc_seconds = 0;
   double seconds = 0;
   int64_t second_batches = 0;     // Options::second_size: batches checked at their second size
-  int64_t second_shared = 0;      // of them, those that ran no compiler (the first size's code served)
+  int64_t second_shared = 0;      // of them, those checked there without a compiler run
+  int64_t class_batches = 0;      // of them, those run through one plan of their shape class at both sizes
+  int64_t class_graphs = 0;       // the graphs those covered
+  int64_t class_outside = 0;      // batches whose second size failed a guard of the class
+  int64_t class_not_generalized = 0;  // batches whose graph fit no class (their texts differ beyond numbers)
+  std::string class_outside_example;  // the first such reason, for the report
   std::vector<std::string> failures;  // message and, where written, the repro command
 };
 

@@ -136,6 +136,63 @@ TEST(FuzzFindings, ExpRsubAlphaLog2) {
   EXPECT_TRUE(res.ok && res.message.empty()) << r.describe() << res.message;
 }
 
+// Note [The fuzzer's shape classes]: each number that differs between a graph's prints at two sizes
+// becomes an expression over one symbol per changed extent, giving both values.
+TEST(Fuzz, GeneralizeFitsEachSizeThatDiffers) {
+  const std::string first =
+      "graph(%0 : f32[3,4], %1 : f32[4]):\n"
+      "  %2 : f32[3,4] = aten::add.Tensor(%0, %1, 1)\n"
+      "  %3 : f32[12] = aten::view(%2, [12])\n"
+      "  %4 : f32[4,3]{1,4} = aten::transpose.int(%2, 0, 1)\n"
+      "  %5 : f32[7,4] = aten::cat(%6, 0)\n"
+      "  %7 : f32[2,4] = aten::slice.Tensor(%2, 0, 1, 9223372036854775807, 1)\n"
+      "  %8 : f32[2,4] = aten::mul.Scalar(%7, 0.5)\n"
+      "  return (%3, %4, %5, %8)\n";
+  std::string second = first;
+  for (auto [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"[3,4]", "[5,6]"}, {"[4]", "[6]"}, {"[12]", "[30]"}, {"[4,3]{1,4}", "[6,5]{1,6}"}, {"[7,4]", "[11,6]"},
+           {"[2,4]", "[4,6]"}})
+    for (size_t p = second.find(from); p != std::string::npos; p = second.find(from, p + to.size()))
+      second.replace(p, from.size(), to);
+  std::string why;
+  const std::string cls = fuzz::generalize(first, second, {{3, 5}, {4, 6}}, &why);
+  EXPECT_EQ(cls,
+            "graph[s0=3,s1=4](%0 : f32[s0,s1], %1 : f32[s1]):\n"
+            "  %2 : f32[s0,s1] = aten::add.Tensor(%0, %1, 1)\n"
+            "  %3 : f32[s0*s1] = aten::view(%2, [s0*s1])\n"
+            "  %4 : f32[s1,s0]{1,s1} = aten::transpose.int(%2, 0, 1)\n"
+            "  %5 : f32[s0+s1,s1] = aten::cat(%6, 0)\n"
+            "  %7 : f32[s0-1,s1] = aten::slice.Tensor(%2, 0, 1, 9223372036854775807, 1)\n"
+            "  %8 : f32[s0-1,s1] = aten::mul.Scalar(%7, 0.5)\n"
+            "  return (%3, %4, %5, %8)\n")
+      << why;
+  // Texts that differ beyond numbers, or in a number that is not a size, have no class.
+  std::string renamed = second;
+  renamed.replace(renamed.find("aten::mul.Scalar"), 16, "aten::div.Scalar");
+  EXPECT_EQ(fuzz::generalize(first, renamed, {{3, 5}, {4, 6}}, &why), "");
+  EXPECT_NE(why.find("differ beyond their numbers"), std::string::npos) << why;
+  std::string scaled = second;
+  scaled.replace(scaled.find("0.5"), 3, "0.7");
+  EXPECT_EQ(fuzz::generalize(first, scaled, {{3, 5}, {4, 6}}, &why), "");
+  EXPECT_NE(why.find("not a size"), std::string::npos) << why;
+  EXPECT_EQ(fuzz::generalize(first, first, {{3, 5}, {4, 6}}, &why), "");
+  EXPECT_NE(why.find("no size differs"), std::string::npos) << why;
+}
+
+// One plan of the batch's shape class, built once, runs the batch at its sizes and at the second sizes,
+// each against eager.
+TEST(Fuzz, OnePlanOfTheShapeClassServesBothSizes) {
+  std::vector<fuzz::Recipe> batch;
+  for (uint64_t s = 100; s < 116; ++s) batch.push_back(fuzz::generate(s));
+  const int64_t compiles0 = counters().compiles();
+  fuzz::ClassCheck c = fuzz::check_class(batch);
+  EXPECT_EQ(c.why, "");
+  EXPECT_EQ(c.class_ir.rfind("graph[s", 0), 0u) << c.class_ir;
+  EXPECT_GE(std::count(c.covered.begin(), c.covered.end(), true), 4);
+  for (size_t i = 0; i < batch.size(); ++i) EXPECT_TRUE(c.results[i].ok) << batch[i].describe() << c.results[i].message;
+  EXPECT_LE(counters().compiles() - compiles0, 1);  // the class's library, once
+}
+
 // Fuzz finding (the GPU run of 2026-12-04, batch seed 7; on the CPU too): pow -> expand -> (expm1, reshape ->
 // gelu). views.through_pointwise moved the expand before pow, whose result is then stored densely, while
 // the reshape kept the type of a view of the expand: the plan's layout check failed at the first run.
@@ -186,6 +243,13 @@ void left_aligned_broadcast(const FusionGroup& g, KernelSpec& k) {
     for (int64_t d = 0; d < t.dim(); ++d) b.strides[d] = t.sizes[d] == 1 || t.sizes[d] != g.shape[d] ? SymInt(0) : t.strides[d];
   }
 }
+// A shape class's kernel that runs over the sizes it was built at whatever the instance's (its
+// iteration space read at the hint, no guard taken): only a check through the class's plan at a second
+// size can see it.
+void class_keeps_its_hint(const FusionGroup&, KernelSpec& k) {
+  for (auto& s : k.sizes) s = SymInt(s.hint());
+  k.numel = SymInt(k.numel.hint());
+}
 // int32 offsets even where an extent needs int64.
 void int32_always(const FusionGroup&, KernelSpec& k) { k.index32 = true; }
 // maximum and clamp without their NaN checks.
@@ -203,12 +267,14 @@ class PlantedBug : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlantedBug, IsCaught) {
   KernelHooks hooks;
-  const char* names[] = {"left_aligned_broadcast", "int32_always", "maximum_drops_nan", "bf16_truncates"};
+  const char* names[] = {"left_aligned_broadcast", "int32_always", "maximum_drops_nan", "bf16_truncates",
+                         "class_keeps_its_hint"};
   switch (GetParam()) {
     case 0: hooks.before_layout = left_aligned_broadcast; break;
     case 1: hooks.after_lowering = int32_always; break;
     case 2: hooks.preludes["cpu"] = kMaximumDropsNan; break;
     case 3: hooks.preludes["cpu"] = kBf16Truncates; break;
+    case 4: hooks.after_lowering = class_keeps_its_hint; break;
   }
   set_kernel_hooks(hooks);
   fuzz::Options opt;
@@ -219,14 +285,18 @@ TEST_P(PlantedBug, IsCaught) {
   opt.max_graphs = 1500;
   opt.stop_at_first_failure = true;
   opt.shrink = true;
+  opt.second_size = GetParam() == 4;
   auto rep = fuzz::run(opt, nullptr);
   set_kernel_hooks({});
   ASSERT_FALSE(rep.failures.empty()) << names[GetParam()] << " not caught in " << rep.graphs << " graphs";
+  if (GetParam() == 4) {
+    EXPECT_NE(rep.failures[0].find("through its class's plan at its second size"), std::string::npos);
+  }
   std::printf("planted bug %s caught after %lld graphs:\n%s\n", names[GetParam()], static_cast<long long>(rep.graphs),
               rep.failures[0].c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fuzz, PlantedBug, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Fuzz, PlantedBug, ::testing::Values(0, 1, 2, 3, 4));
 
 }  // namespace
 }  // namespace fusion_jit::testing
