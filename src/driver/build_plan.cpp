@@ -73,8 +73,8 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   // The plan cache: the JIT path only (AOT plans and tools set an arch or skip compiling).
   std::string plan_key;
   // Plans built while a test's kernel hooks are set are not cached (Note [Kernel hooks]).
-  // (Not a class's plan: the plan cache's form holds numbers.)
-  if (tgt.compile && tgt.arch.empty() && !opt.is_disabled("cache") && kernel_hooks().empty() && !symbolic) {
+  // A class's plan too (Note [Symbolic sizes in the plan cache]).
+  if (tgt.compile && tgt.arch.empty() && !opt.is_disabled("cache") && kernel_hooks().empty()) {
     std::string where;
     for (const auto& [device, index] : devices) {
       const Target& t = target_for(device);
@@ -82,6 +82,13 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
     }
     plan_key = plan_cache_key(*plan->graph, tgt, where);
     if (auto cached = find_cached_plan(plan_key, &plan->graph)) {
+      if (symbolic) {  // the stored plan's guards join those this build took so far (its passes')
+        for (const SymGuard& g : cached->guards.guards()) {
+          guards->set_phase(g.phase);
+          guards->add(g);
+        }
+        cached->guards = *guards;
+      }
       cached->code_class = code_class_of(cached->code);
       check_admitted(tgt, cached->code_class);
       cached->from_plan_cache = true;

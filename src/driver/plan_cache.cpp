@@ -50,7 +50,16 @@ std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::
                                   !opt.is_disabled("cat"), !opt.is_disabled("gather"), target.size_args);
   std::string where = fmt::format("cpu cores {} | {}", host_cpu_description().cores, devices);
   for (const Target* t : all_targets()) where += fmt::format(" | {} policy {}", t->name(), t->policy_key());
-  return cache_key({"plan", print_graph(g), std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});
+  // A class's graph without its hints (Note [Symbolic sizes in the plan cache]): its plan serves the class
+  // whichever size it was first seen at, where the plan's guards hold there.
+  std::string text = print_graph(g);
+  if (text.rfind("graph[", 0) == 0) {
+    const size_t close = text.find(']');
+    std::string names;
+    for (const auto& [name, hint] : g.symbols()) names += (names.empty() ? "" : ",") + name;
+    text = "graph[" + names + text.substr(close);
+  }
+  return cache_key({"plan", text, std::string("fusion_jit build ") + FJ_BUILD_ID, flags, where});
 }
 
 // Note [Plan sources stored once]

@@ -4,22 +4,51 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "support/error.h"
 #include "targets/targets.h"
 
 namespace fusion_jit {
 namespace {
 
-// A plan on disk holds numbers: a symbolic one is read as a number here (Note [Symbolic sizes]).
-int64_t number(const SymInt& v) { return static_cast<int64_t>(v); }
-std::vector<int64_t> numbers(const SymSizes& v) { return static_cast<std::vector<int64_t>>(v); }
+// Note [Symbolic sizes in the plan cache]
+// A shape class's plan (Note [Plans of a shape class]) is stored as any plan is, each number that is an
+// expression over the symbols written as its text ("64*s0") and its guards with it; a plan of numbers has
+// only integers. Reading parses the expressions with the graph's symbols (the graph is the key's, so the
+// symbols are the same; their hints are this process's), and the plan is a miss where its guards fail at
+// those hints. Nothing read is trusted: the numbers are checked (check_plan_numbers) at the hints when
+// read, and again at each size the class is instantiated at, since an expression fine at one size may
+// reach outside a tensor at another.
+nlohmann::json number(const SymInt& v) {
+  if (v.is_symbolic()) return v.str();
+  return v.hint();
+}
+nlohmann::json numbers(const SymSizes& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const SymInt& x : v) j.push_back(number(x));
+  return j;
+}
+SymInt read_number(const nlohmann::json& j, const SymBindings& hints) {
+  if (!j.is_string()) return SymInt(j.get<int64_t>());
+  const std::string text = j.get<std::string>();
+  size_t pos = 0;
+  SymInt v = parse_sym(text, pos, hints);
+  if (pos != text.size()) throw Error("a number with trailing text: " + text);
+  return v;
+}
+SymSizes read_numbers(const nlohmann::json& j, const SymBindings& hints) {
+  SymSizes v;
+  for (const auto& x : j) v.push_back(read_number(x, hints));
+  return v;
+}
 
 // The layout's version, written into every plan: a change of layout changes it, and a plan of another
 // format is never read (the plan cache counts it as a miss).
 // 3: kernels keep their shape, not their code (the source holds it). 4: sources per target. 5: pieces
 // (Note [Cats of unequal items]). 6: kernels' size arguments (Note [Sizes as kernel arguments]); a source
 // may be a `source_ref` instead (the plan cache's, which a reader without one refuses as it refuses any
-// field missing).
-constexpr int kPlanFormat = 6;
+// field missing). 7: a shape class's plan, its numbers expressions and its guards (Note [Symbolic sizes in
+// the plan cache]).
+constexpr int kPlanFormat = 7;
 
 // How many of its arguments kernel `name` of `source` reads: the `z_[` (CPU) and `z_.v[` (CUDA) in its
 // function's text (each printed once, Note [Sizes as kernel arguments]).
@@ -57,7 +86,10 @@ std::string serialize_plan(const ExecutablePlan& p, const KeepSource& keep) {
   for (const auto& k : p.kernels) {
     nlohmann::json kj{{"name", k.spec.name},   {"group", k.spec.group}, {"code", k.code},
                       {"sizes", numbers(k.spec.sizes)}, {"numel", number(k.spec.numel)}, {"index32", k.spec.index32},
-                      {"args", k.spec.args}};
+                      {"args", nlohmann::json::array()}};
+    // A class's kernels' arguments as their expressions (arg_exprs); a plan of numbers has their values.
+    for (size_t i = 0; i < k.spec.args.size(); ++i)
+      kj["args"].push_back(i < k.spec.arg_exprs.size() ? number(k.spec.arg_exprs[i]) : nlohmann::json(k.spec.args[i]));
     if (k.spec.is_reduction()) {
       kj["kept_dims"] = k.spec.kept_dims;
       kj["rows"] = number(k.spec.rows);
@@ -78,12 +110,15 @@ std::string serialize_plan(const ExecutablePlan& p, const KeepSource& keep) {
   }
   for (const auto& st : p.steps)
     j["steps"].push_back({{"kernel", st.kernel}, {"node", st.node ? position.at(st.node) : -1}, {"release", st.release}});
+  for (const SymGuard& g : p.guards.guards())
+    j["guards"].push_back({g.expr->str(), static_cast<int>(g.rel), g.phase});
   return j.dump();
 }
 
 namespace {
 
 bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& find) {
+  const SymBindings hints = p->graph->symbols();
   std::vector<Node*> nodes = p->graph->nodes();
   std::map<int, const Value*> values;
   for (const Value* v : p->graph->inputs()) values[v->id()] = v;
@@ -119,39 +154,33 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& fin
     k.spec.device = c.target->device();
     k.slot = static_cast<int>(c.kernels.size());
     c.kernels.push_back(static_cast<int>(p->kernels.size()));
-    k.spec.sizes = kj.at("sizes").get<std::vector<int64_t>>();
-    k.spec.numel = kj.at("numel").get<int64_t>();
+    k.spec.sizes = read_numbers(kj.at("sizes"), hints);
+    k.spec.numel = read_number(kj.at("numel"), hints);
     k.spec.index32 = kj.at("index32").get<bool>();
-    k.spec.args = kj.at("args").get<std::vector<int64_t>>();
-    k.spec.arg_exprs.assign(k.spec.args.begin(), k.spec.args.end());
+    for (const auto& a : kj.at("args")) k.spec.arg_exprs.push_back(read_number(a, hints));
+    for (const SymInt& a : k.spec.arg_exprs) k.spec.args.push_back(a.hint());
     // The kernel reads exactly these: never past the end of its arguments.
     if (k.spec.args.size() != arguments_read(c.source, k.spec.name)) return false;
     if (kj.contains("passes")) {
       k.spec.kept_dims = kj.at("kept_dims").get<int>();
-      k.spec.rows = kj.at("rows").get<int64_t>();
-      k.spec.row_len = kj.at("row_len").get<int64_t>();
+      k.spec.rows = read_number(kj.at("rows"), hints);
+      k.spec.row_len = read_number(kj.at("row_len"), hints);
       const size_t passes = kj.at("passes").get<size_t>(), scratch = kj.at("scratch").get<size_t>();
       if (passes == 0 || passes > 64 || scratch > 64) return false;  // more than any kernel has
       k.spec.passes.resize(passes);
       k.spec.scratch.resize(scratch);
     }
     for (const auto& pj : kj.value("pieces", nlohmann::json::array())) {
-      // Note [Cats of unequal items]: parents first; a piece lies inside the iteration space (and inside
-      // its parent where it splits the same dim).
-      const auto v = pj.get<std::vector<int64_t>>();
+      // Note [Cats of unequal items]: parents first (check_plan_numbers checks the bounds).
       const int64_t n = static_cast<int64_t>(k.spec.pieces.size());
-      if (v.size() != 4 || n >= 256 || k.spec.is_reduction() || v[0] < -1 || v[0] >= n || v[1] < 0 ||
-          v[1] >= static_cast<int64_t>(k.spec.sizes.size()) || v[2] < 0 || v[2] >= v[3] || v[3] > k.spec.sizes[v[1]])
-        return false;
-      for (int64_t q = v[0]; q >= 0; q = k.spec.pieces[q].parent) {
-        const KernelPiece& up = k.spec.pieces[q];
-        if (up.dim == v[1] && (v[2] < up.start || v[3] > up.end)) return false;
-      }
+      if (!pj.is_array() || pj.size() != 4 || n >= 256 || k.spec.is_reduction()) return false;
+      const auto parent = pj.at(0).get<int64_t>(), dim = pj.at(1).get<int64_t>();
+      if (parent < -1 || parent >= n || dim < 0 || dim >= static_cast<int64_t>(k.spec.sizes.size())) return false;
       KernelPiece& pc = k.spec.pieces.emplace_back();
-      pc.parent = static_cast<int>(v[0]);
-      pc.dim = static_cast<int>(v[1]);
-      pc.start = v[2];
-      pc.end = v[3];
+      pc.parent = static_cast<int>(parent);
+      pc.dim = static_cast<int>(dim);
+      pc.start = read_number(pj.at(2), hints);
+      pc.end = read_number(pj.at(3), hints);
     }
     for (const auto& bj : kj.at("buffers")) {
       auto it = values.find(bj.at("value").get<int>());
@@ -160,53 +189,37 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& fin
       b.value = it->second;
       b.dtype = static_cast<DType>(bj.at("dtype").get<int>());
       b.is_output = bj.at("out").get<bool>();
-      b.strides = bj.at("strides").get<std::vector<int64_t>>();
-      b.extent = bj.at("extent").get<int64_t>();
-      b.offset = bj.value("offset", int64_t{0});
+      b.strides = read_numbers(bj.at("strides"), hints);
+      b.extent = read_number(bj.at("extent"), hints);
+      b.offset = bj.contains("offset") ? read_number(bj.at("offset"), hints) : SymInt(0);
       b.piece = bj.value("piece", -1);
       if (b.piece != -1 && (b.piece < 0 || b.piece >= static_cast<int>(k.spec.pieces.size()) || b.is_output)) return false;
-      if (b.dtype != b.value->tensor_type().dtype || b.extent != b.value->tensor_type().extent()) return false;
+      if (b.dtype != b.value->tensor_type().dtype || !b.extent.same(b.value->tensor_type().sym_extent())) return false;
       if (b.strides.size() != k.spec.sizes.size()) return false;
-      // Every element the kernel reaches lies inside the tensor; a slice (offset) of an output follows
-      // that output's first buffer in the same kernel.
-      constexpr int64_t kLimit = int64_t{1} << 48;  // no tensor has that many elements
-      if (b.offset < 0 || b.offset >= kLimit) return false;
-      bool empty = false;
-      double reach = static_cast<double>(b.offset);
-      for (size_t d = 0; d < b.strides.size(); ++d) {
-        if (k.spec.sizes[d] < 0 || k.spec.sizes[d] >= kLimit || b.strides[d] < 0 || b.strides[d] >= kLimit) return false;
-        // A piece's buffer is read over the deepest of its pieces that splits the dim, from its start.
-        int64_t n = k.spec.sizes[d];
-        if (b.piece >= 0)
-          for (int q : k.spec.piece_path(b.piece))
-            if (k.spec.pieces[q].dim == static_cast<int>(d)) n = k.spec.pieces[q].end - k.spec.pieces[q].start;
-        empty |= n == 0;
-        reach += static_cast<double>(n - 1) * static_cast<double>(b.strides[d]);
-      }
       if (bj.contains("gather")) {
         // Note [Gathered loads]: an earlier input of integer indices picks rows of this input's 2-d
         // table (embedding), or its elements along dim g[3] (gather); the rows and their stride are the
         // table's own.
-        const auto g = bj.at("gather").get<std::vector<int64_t>>();
-        if (g.size() < 3 || g.size() > 4 || b.is_output || g[0] < 0 || g[0] >= static_cast<int64_t>(k.spec.buffers.size()))
-          return false;
-        const KernelBuffer& index = k.spec.buffers[g[0]];
+        const auto& g = bj.at("gather");
+        if (!g.is_array() || g.size() < 3 || g.size() > 4 || b.is_output) return false;
+        const int64_t index_buffer = g.at(0).get<int64_t>();
+        if (index_buffer < 0 || index_buffer >= static_cast<int64_t>(k.spec.buffers.size())) return false;
+        const KernelBuffer& index = k.spec.buffers[index_buffer];
         const TensorType& table = b.value->tensor_type();
-        const int64_t dim = g.size() == 4 ? g[3] : 0;
+        const int64_t dim = g.size() == 4 ? g.at(3).get<int64_t>() : 0;
         if (index.is_output || index.piece != b.piece || (index.dtype != DType::kInt64 && index.dtype != DType::kInt32) ||
-            (g.size() == 3 && table.dim() != 2) || dim < 0 || dim >= table.dim() || g[1] != table.strides[dim] ||
-            g[2] != table.sizes[dim] || g[1] < 0)
+            (g.size() == 3 && table.dim() != 2) || dim < 0 || dim >= table.dim())
           return false;
-        b.gather = static_cast<int>(g[0]);
-        b.gather_stride = g[1];
-        b.gather_rows = g[2];
+        b.gather = static_cast<int>(index_buffer);
+        b.gather_stride = read_number(g.at(1), hints);
+        b.gather_rows = read_number(g.at(2), hints);
         b.gather_dim = g.size() == 4 ? dim : -1;
-        reach += static_cast<double>(std::max<int64_t>(b.gather_rows - 1, 0)) * static_cast<double>(b.gather_stride);
+        if (!b.gather_stride.same(table.strides[dim]) || !b.gather_rows.same(table.sizes[dim])) return false;
       }
-      if (!empty && reach >= static_cast<double>(b.extent)) return false;
-      if (b.offset > 0) {
+      // A slice (offset) of an output follows that output's first buffer in the same kernel.
+      if (!b.offset.same(SymInt(0))) {
         bool first = false;
-        for (const auto& e : k.spec.buffers) first |= e.value == b.value && e.is_output && b.is_output && e.offset == 0;
+        for (const auto& e : k.spec.buffers) first |= e.value == b.value && e.is_output && b.is_output && e.offset.same(SymInt(0));
         if (!first) return false;
       }
       k.spec.buffers.push_back(std::move(b));
@@ -222,7 +235,17 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& fin
     st.release = sj.at("release").get<std::vector<int>>();
     p->steps.push_back(std::move(st));
   }
-  return true;
+  for (const auto& gj : j.value("guards", nlohmann::json::array())) {
+    if (hints.empty() || !gj.is_array() || gj.size() != 3) return false;
+    const int rel = gj.at(1).get<int>();
+    if (rel < 0 || rel > static_cast<int>(SymRel::kGe)) return false;
+    const SymInt e = read_number(gj.at(0), hints);
+    if (!e.is_symbolic()) return false;
+    p->guards.set_phase(gj.at(2).get<std::string>());
+    p->guards.add(SymGuard{e.expr(), static_cast<SymRel>(rel), ""});
+  }
+  // A class's plan read where its guards fail at this graph's hints is not this graph's plan.
+  return p->guards.holds(hints) && check_plan_numbers(*p).empty();
 }
 
 }  // namespace
@@ -235,10 +258,12 @@ bool deserialize_plan(const std::string& text, ExecutablePlan* p, const FindSour
   try {
     if (read_plan(j, p, find)) return true;
   } catch (const nlohmann::json::exception&) {
+  } catch (const Error&) {  // an expression that does not parse, or names a symbol the graph lacks
   }
   p->code.clear();
   p->kernels.clear();
   p->steps.clear();
+  p->guards = ShapeGuards();
   return false;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -110,8 +111,60 @@ std::unique_ptr<ExecutablePlan> instantiate_plan(const ExecutablePlan& cls, cons
   p->compile_ms = cls.compile_ms;
   p->guards = cls.guards;
   p->bindings = bindings;
+  if (cls.from_plan_cache) {  // numbers from disk: checked at each size
+    const std::string why = check_plan_numbers(*p);
+    if (!why.empty()) {
+      std::string at;
+      for (const auto& [name, value] : bindings) at += fmt::format("{}{}={}", at.empty() ? "" : ", ", name, value);
+      throw Error(fmt::format("the plan cache's plan of this shape class is not valid at {}: {}", at, why));
+    }
+  }
   p->instance_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return p;
+}
+
+std::string check_plan_numbers(const ExecutablePlan& p) {
+  constexpr int64_t kLimit = int64_t{1} << 48;  // no tensor has that many elements
+  for (const KernelLaunch& kl : p.kernels) {
+    const KernelSpec& k = kl.spec;
+    for (const SymInt& n : k.sizes)
+      if (n.hint() < 0 || n.hint() >= kLimit) return fmt::format("kernel {}: a size of {}", k.name, n.hint());
+    for (const KernelPiece& pc : k.pieces) {
+      // Note [Cats of unequal items]: a piece lies inside its dim, and inside its parent where that splits
+      // the same dim.
+      if (pc.start.hint() < 0 || pc.start.hint() >= pc.end.hint() || pc.end.hint() > k.sizes.at(pc.dim).hint())
+        return fmt::format("kernel {}: a piece [{}, {}) of dim {}", k.name, pc.start.hint(), pc.end.hint(), pc.dim);
+      for (int q = pc.parent; q >= 0; q = k.pieces[q].parent) {
+        const KernelPiece& up = k.pieces[q];
+        if (up.dim == pc.dim && (pc.start.hint() < up.start.hint() || pc.end.hint() > up.end.hint()))
+          return fmt::format("kernel {}: a piece outside its parent", k.name);
+      }
+    }
+    for (const KernelBuffer& b : k.buffers) {
+      // Every element the kernel reaches lies inside the tensor.
+      if (b.offset.hint() < 0 || b.offset.hint() >= kLimit) return fmt::format("kernel {}: an offset of {}", k.name, b.offset.hint());
+      bool empty = false;
+      double reach = static_cast<double>(b.offset.hint());
+      for (size_t d = 0; d < b.strides.size(); ++d) {
+        if (b.strides[d].hint() < 0 || b.strides[d].hint() >= kLimit)
+          return fmt::format("kernel {}: a stride of {}", k.name, b.strides[d].hint());
+        // A piece's buffer is read over the deepest of its pieces that splits the dim, from its start.
+        int64_t n = k.sizes.at(d).hint();
+        if (b.piece >= 0)
+          for (int q : k.piece_path(b.piece))
+            if (k.pieces[q].dim == static_cast<int>(d)) n = k.pieces[q].end.hint() - k.pieces[q].start.hint();
+        empty |= n == 0;
+        reach += static_cast<double>(n - 1) * static_cast<double>(b.strides[d].hint());
+      }
+      if (b.gather >= 0) {
+        if (b.gather_stride.hint() < 0 || b.gather_rows.hint() < 0) return fmt::format("kernel {}: a gathered table", k.name);
+        reach += static_cast<double>(std::max<int64_t>(b.gather_rows.hint() - 1, 0)) * static_cast<double>(b.gather_stride.hint());
+      }
+      if (!empty && reach >= static_cast<double>(b.extent.hint()))
+        return fmt::format("kernel {}: a buffer of {} elements reached at element {}", k.name, b.extent.hint(), reach);
+    }
+  }
+  return "";
 }
 
 const TargetCode* ExecutablePlan::code_for(Device device) const {

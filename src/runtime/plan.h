@@ -105,6 +105,14 @@ struct ExecutablePlan {
 //
 // `cls` must be a class's plan whose guards hold at `bindings` (an InternalError otherwise), and `bindings`
 // must give every symbol of its graph.
+// An instance of a class's plan read from the plan cache (from_plan_cache) has its numbers checked
+// (check_plan_numbers) at its bindings: an Error where they reach outside a tensor.
 std::unique_ptr<ExecutablePlan> instantiate_plan(const ExecutablePlan& cls, const SymBindings& bindings);
+
+// Why a plan of numbers could read or write outside a tensor, or "" where it cannot: each kernel's sizes
+// and each buffer's strides and offset non-negative and below 2^48, every element a buffer reaches (its
+// gathered rows included) inside its tensor's extent, pieces inside their dims and their parents. A plan
+// read from disk is checked so before it runs (Note [Symbolic sizes in the plan cache], plan_io.cpp).
+std::string check_plan_numbers(const ExecutablePlan& p);
 
 }  // namespace fusion_jit

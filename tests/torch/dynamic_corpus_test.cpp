@@ -160,35 +160,40 @@ TEST(DynamicGather, TablesOfEveryRowCountShareOneCompile) {
   EXPECT_LE(counters().host_compiles - before, 1);
 }
 
+// The class of Note [Plans of a shape class]'s tests, and its eager reference at one size.
+const std::string kClassIr =
+    "graph[s0=37](%0 : f32[2,s0,64], %1 : f32[64], %w : f32[64,64]):\n"
+    "  %2 : f32[2,s0,64] = aten::add.Tensor(%0, %1, 1)\n"
+    "  %3 : f32[2,s0,64] = aten::relu(%2)\n"
+    "  %4 : f32[2,s0] = aten::sum.dim_IntList(%3, [2], False, None)\n"
+    "  %5 : f32[2,s0,64] = aten::softmax.int(%3, 2, None)\n"
+    "  %6 : f32[2,s0,64] = aten::matmul(%5, %w)\n"
+    "  %7 : f32[2,s0,64] = aten::tanh(%6)\n"
+    "  %8 : Tensor[] = prim::ListConstruct(%7, %5)\n"
+    "  %9 : f32[2,2*s0,64] = aten::cat(%8, 1)\n"
+    "  %10 : f32[2,2*s0,64] = aten::sigmoid(%9)\n"
+    "  %11 : f32[2,s0,4,16] = aten::view(%7, [2, s0, 4, 16])\n"
+    "  %12 : f32[2,4,s0,16]{64*s0,16,64,1} = aten::transpose.int(%11, 1, 2)\n"
+    "  %13 : f32[2,4,s0,16] = aten::exp(%12)\n"
+    "  %14 : f32[2,4,s0-1,16]{64*s0-64,16*s0-16,16,1} = aten::slice.Tensor(%13, 2, 1, s0, 1)\n"
+    "  %15 : f32[2,4,s0-1,16] = aten::neg(%14)\n"
+    "  return (%4, %10, %15)\n";
+
+std::vector<at::Tensor> class_eager(const at::Tensor& x, const at::Tensor& b, const at::Tensor& w) {
+  const int64_t n = x.size(1);
+  const at::Tensor r = at::relu(x + b), s = at::softmax(r, 2), t = at::tanh(at::matmul(s, w));
+  return std::vector<at::Tensor>{r.sum({2}), at::sigmoid(at::cat({t, s}, 1)),
+                                 -at::exp(t.view({2, n, 4, 16}).transpose(1, 2)).slice(2, 1, n, 1)};
+}
+
 // Note [Plans of a shape class]: a graph of a shape class given to GraphFunction::add_from_class builds
 // one plan, with one compile; every other size of the class is an instance of it (no compile, no passes),
 // each against eager. Sizes outside the class (below 2, or where a guard of the plan fails) add nothing,
 // and an input laid out otherwise than the class says is a TypeError that adds nothing either.
 TEST(ShapeClass, EverySizeIsAnInstanceOfOnePlan) {
-  const std::string ir =
-      "graph[s0=37](%0 : f32[2,s0,64], %1 : f32[64], %w : f32[64,64]):\n"
-      "  %2 : f32[2,s0,64] = aten::add.Tensor(%0, %1, 1)\n"
-      "  %3 : f32[2,s0,64] = aten::relu(%2)\n"
-      "  %4 : f32[2,s0] = aten::sum.dim_IntList(%3, [2], False, None)\n"
-      "  %5 : f32[2,s0,64] = aten::softmax.int(%3, 2, None)\n"
-      "  %6 : f32[2,s0,64] = aten::matmul(%5, %w)\n"
-      "  %7 : f32[2,s0,64] = aten::tanh(%6)\n"
-      "  %8 : Tensor[] = prim::ListConstruct(%7, %5)\n"
-      "  %9 : f32[2,2*s0,64] = aten::cat(%8, 1)\n"
-      "  %10 : f32[2,2*s0,64] = aten::sigmoid(%9)\n"
-      "  %11 : f32[2,s0,4,16] = aten::view(%7, [2, s0, 4, 16])\n"
-      "  %12 : f32[2,4,s0,16]{64*s0,16,64,1} = aten::transpose.int(%11, 1, 2)\n"
-      "  %13 : f32[2,4,s0,16] = aten::exp(%12)\n"
-      "  %14 : f32[2,4,s0-1,16]{64*s0-64,16*s0-16,16,1} = aten::slice.Tensor(%13, 2, 1, s0, 1)\n"
-      "  %15 : f32[2,4,s0-1,16] = aten::neg(%14)\n"
-      "  return (%4, %10, %15)\n";
+  const std::string& ir = kClassIr;
   const at::Tensor b = at::randn({64}), w = at::randn({64, 64}) * 0.2;
-  auto eager = [&](const at::Tensor& x) {
-    const int64_t n = x.size(1);
-    const at::Tensor r = at::relu(x + b), s = at::softmax(r, 2), t = at::tanh(at::matmul(s, w));
-    return std::vector<at::Tensor>{r.sum({2}), at::sigmoid(at::cat({t, s}, 1)),
-                                   -at::exp(t.view({2, n, 4, 16}).transpose(1, 2)).slice(2, 1, n, 1)};
-  };
+  auto eager = [&](const at::Tensor& x) { return class_eager(x, b, w); };
   GraphFunction f("class");
   const int64_t before = counters().host_compiles;
   int64_t built = -1;
@@ -232,6 +237,40 @@ TEST(ShapeClass, EverySizeIsAnInstanceOfOnePlan) {
   const at::Tensor strided = at::randn({2, 64, 7}).transpose(1, 2);
   EXPECT_THROW(f.add_from_class({strided, b, w}, "", ir, {{"s0", 7}}, {}, &outs), TypeError);
   EXPECT_EQ(f.num_plans(), 6);
+}
+
+
+// Note [Symbolic sizes in the plan cache]: the class's plan, once built, is in the plan cache; another
+// function (a restarted process's) whose first size of the class is another reads it there (no fusion,
+// no code generation, no compile) and serves every size of the class from it, each against eager.
+TEST(ShapeClass, AWarmStartReadsTheClassPlanFromThePlanCache) {
+  const at::Tensor b = at::randn({64}), w = at::randn({64, 64}) * 0.2;
+  {
+    GraphFunction first("class");
+    std::vector<at::Tensor> outs;
+    ASSERT_EQ(first.add_from_class({at::randn({2, 16, 64}), b, w}, "", kClassIr, {{"s0", 16}}, {}, &outs).outside_class, "");
+  }
+  // The same class first seen at another size: its hint is 50 where it was 37.
+  std::string at50 = kClassIr;
+  at50.replace(at50.find("s0=37"), 5, "s0=50");
+  GraphFunction warm("class");
+  const int64_t before = counters().host_compiles;
+  for (int64_t n : {50, 7, 200}) {
+    const at::Tensor x = at::randn({2, n, 64});
+    std::vector<at::Tensor> outs;
+    GraphPlanInfo info = warm.add_from_class({x, b, w}, "", at50, {{"s0", n}}, {}, &outs);
+    ASSERT_EQ(info.outside_class, "") << n;
+    const std::string explained = warm.explain({x, b, w}, "");
+    EXPECT_NE(explained.find("(plan from the plan cache"), std::string::npos) << explained;
+    const std::vector<at::Tensor> want = class_eager(x, b, w);
+    ASSERT_EQ(outs.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      auto c = check_close(outs[i], want[i], std::nullopt, /*check_strides=*/false);
+      EXPECT_TRUE(c.ok) << "s0 = " << n << ", output " << i << ": " << c.message;
+    }
+  }
+  EXPECT_EQ(counters().host_compiles, before) << "a warm start compiled";
+  EXPECT_EQ(warm.num_classes(), 1);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "driver/build_plan.h"
 #include "driver/plan_io.h"
+#include "support/error.h"
 
 namespace fusion_jit {
 namespace {
@@ -56,6 +57,13 @@ const char* kGatherDimGraph = R"(graph(%0 : f32[10,8], %1 : i64[3,8], %2 : f32[3
   %4 : f32[3,8] = aten::mul.Tensor(%3, %2)
   return (%4)
 )";
+
+// kPlanGraph with its rows a symbol: a shape class's graph (Note [Symbolic sizes]).
+std::string class_graph(int64_t hint) {
+  std::string g = std::string("graph[s0=") + std::to_string(hint) + "]" + std::string(kPlanGraph).substr(5);
+  for (size_t p = g.find("[8,"); p != std::string::npos; p = g.find("[8,", p)) g.replace(p + 1, 1, "s0");
+  return g;
+}
 
 std::unique_ptr<ExecutablePlan> sources_only_plan(bool cuda, const char* graph = kPlanGraph, bool size_args = false) {
   auto g = parse_graph(graph);
@@ -215,7 +223,7 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   auto refused = [&](const std::string& from, const std::string& to, const char* what) {
     expect_refused(text, from, to, what);
   };
-  refused("\"format\":6", "\"format\":3", "another format");
+  refused("\"format\":7", "\"format\":3", "another format");
   // A reduction kernel claiming more passes than any kernel has is refused, not allocated.
   refused("\"passes\":3", "\"passes\":1000000000000", "a trillion passes");
   refused("\"target\":\"cpu\"", "\"target\":\"tpu\"", "a target this build does not have");
@@ -386,6 +394,76 @@ TEST(PlanIo, AGatheredTableIsReadBackAndItsRowsChecked) {
     refused("\"gather\":[0,8,10]", "\"gather\":[0,-8,10]", "a negative row stride");
     refused("\"gather\":[0,8,10]", "\"gather\":[0,8]", "a malformed gather");
   }
+}
+
+// Note [Symbolic sizes in the plan cache]: a shape class's plan is written with its numbers as
+// expressions and its guards, and read back over the class's graph whatever size that graph's hints are;
+// at each size its instance is the instance of the plan it was written from.
+TEST(PlanIo, AShapeClassPlanIsWrittenWithItsExpressionsAndGuards) {
+  ShapeGuards guards;
+  std::unique_ptr<ExecutablePlan> plan;
+  {
+    GuardScope scope(guards);
+    PlanTarget target;
+    target.compile = false;
+    plan = build_plan(parse_graph(class_graph(37)), target);
+  }
+  ASSERT_EQ(plan->kernels.size(), 2u) << plan->explain();
+  ASSERT_FALSE(plan->guards.guards().empty()) << plan->explain();  // the int32 offsets' bound
+  const std::string text = serialize_plan(*plan);
+  EXPECT_NE(text.find("\"sizes\":[\"s0\",16]"), std::string::npos) << text;
+  // Read back over the class's graph first seen at another size.
+  auto read_at = [](const std::string& t, int64_t hint, bool* ok) {
+    auto p = std::make_unique<ExecutablePlan>();
+    p->graph = parse_graph(class_graph(hint));
+    *ok = deserialize_plan(t, p.get());
+    return p;
+  };
+  bool ok = false;
+  auto back = read_at(text, 50, &ok);
+  ASSERT_TRUE(ok) << text;
+  ASSERT_EQ(back->guards.guards().size(), plan->guards.guards().size());
+  for (size_t i = 0; i < plan->guards.guards().size(); ++i) {
+    EXPECT_EQ(back->guards.guards()[i].str(), plan->guards.guards()[i].str());
+    EXPECT_EQ(back->guards.guards()[i].phase, plan->guards.guards()[i].phase);
+  }
+  for (int64_t n : {2, 3, 37, 50, 1000}) {
+    const SymBindings b{{"s0", n}};
+    expect_same_plan(*instantiate_plan(*plan, b), *instantiate_plan(*back, b));
+  }
+  // A guard that fails at the reading graph's hints: not that graph's plan.
+  std::string pinned = text;
+  pinned.replace(pinned.find("\"guards\":["), 10, "\"guards\":[[\"s0-37\",0,\"a test\"],");
+  read_at(pinned, 50, &ok);
+  EXPECT_FALSE(ok);
+  read_at(pinned, 37, &ok);
+  EXPECT_TRUE(ok);
+  // A stride inside the tensor at the hint and outside it at larger sizes: each size's instance of a plan
+  // from the plan cache is checked, and the plan read where its hints reach outside is refused.
+  std::string reaching = text;
+  ASSERT_NE(reaching.find("\"strides\":[16,1]"), std::string::npos) << text;
+  reaching.replace(reaching.find("\"strides\":[16,1]"), 16, "\"strides\":[\"16+max(0,s0-37)\",1]");
+  auto r = read_at(reaching, 37, &ok);
+  ASSERT_TRUE(ok) << reaching;
+  r->from_plan_cache = true;
+  EXPECT_NO_THROW(instantiate_plan(*r, {{"s0", 37}}));
+  EXPECT_THROW(instantiate_plan(*r, {{"s0", 50}}), Error);
+  read_at(reaching, 50, &ok);
+  EXPECT_FALSE(ok);
+  // Expressions that do not parse, or name a symbol the graph lacks: refused, nothing thrown.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"sizes\":[\"s0\"", "\"sizes\":[\"s1\""}, {"\"16*s0\"", "\"16*(s0\""}, {"\"16*s0\"", "\"16*s0 junk\""}}) {
+    std::string bad = text;
+    bad.replace(bad.find(from), from.size(), to);
+    EXPECT_NO_THROW(read_at(bad, 37, &ok)) << to;
+    EXPECT_FALSE(ok) << to;
+  }
+  // A plan of numbers has no guards: one that names some is refused.
+  auto numbers = sources_only_plan(/*cuda=*/false);
+  std::string guarded = serialize_plan(*numbers);
+  guarded.replace(guarded.find("\"steps\":"), 8, "\"guards\":[[\"s0\",0,\"\"]],\"steps\":");
+  read_back(guarded, false, &ok);
+  EXPECT_FALSE(ok);
 }
 
 }  // namespace
