@@ -22,6 +22,15 @@ what a served model's run over many sequence lengths costs in all, compiles incl
                                                      (disable="symbolic"), and the call once planned (class);
                                                      median ms; and the bytes the plan cache grew by per
                                                      length (class)
+    ./run python bench/dynamic_sizes.py warmclass    a restarted process (here: the backend and Dynamo reset, the
+                                                     on-disk cache kept) whose first length of the symbolic graph
+                                                     is a new one: add_from_class's time where it builds the
+                                                     shape class, its plan read from the plan cache (Note
+                                                     [Symbolic sizes in the plan cache]) or, in alternate rounds
+                                                     with the classes' plan entries removed, built again from the
+                                                     kernel cache; the cold build of the first round; the warm
+                                                     round's whole first call (Dynamo's tracing included) and its
+                                                     next 10 new lengths; batch 2; median of 3 rounds each
     ./run python bench/dynamic_sizes.py manylengths  every sequence length 2-128 at batch sizes 1-4 (508 signatures)
                                                      of gpt2_tiny and bert_tiny, once each, in a fresh process per
                                                      setting: the process's resident memory after the first
@@ -38,6 +47,7 @@ what a served model's run over many sequence lengths costs in all, compiles incl
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -194,6 +204,82 @@ def newsize(count=None):
               flush=True)
 
 
+def warmclass():
+    import torch
+    import fusion_jit
+    from fusion_jit import _backend
+    from models import make, main_output
+
+    # The time add_from_class takes where it builds the class (capture from the class's text, passes, the
+    # plan built or read from the plan cache, the instance and its checked first run).
+    builds = []
+    from_class = _backend._CompiledGraph._from_class
+
+    def timed_from_class(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        got = from_class(self, *args, **kwargs)
+        if got is not None and got[0][7]:
+            builds.append((time.perf_counter() - t0) * 1e3)
+        return got
+
+    _backend._CompiledGraph._from_class = timed_from_class
+    cache_dir = torch.ops.fusion_jit.cache_dir()
+
+    def drop_class_plans():
+        """Removes the plan cache's entries of shape classes (plans whose numbers name a symbol), leaving
+        every kernel and every plan of numbers: what a warm start found before classes were cached."""
+        for root, _, files in os.walk(cache_dir):
+            for fname in files:
+                path = os.path.join(root, fname)
+                try:
+                    with open(path, "rb") as fh:
+                        text = fh.read().decode("latin-1")
+                except OSError:
+                    continue
+                if '"format":7' in text and re.search(r'"[-(]?[0-9*]*s[0-9]', text):
+                    os.remove(path)
+
+    print(f"{'model':12} {'class built: cold ms':>21} {'warm, from plan cache ms':>25} {'warm, rebuilt ms':>17} "
+          f"{'warm first call ms':>19} {'next new length ms':>19} {'compiles when warm':>19}")
+    for name in MODELS:
+        model, _ = make(name)
+        model.eval()
+        ids = {n: torch.randint(0, 1000, (2, n), generator=torch.Generator().manual_seed(n)) for n in range(8, 90)}
+
+        def timed(f, n):
+            t0 = time.perf_counter()
+            main_output(f(ids[n]))
+            return (time.perf_counter() - t0) * 1e3
+
+        with torch.no_grad():
+            torch._dynamo.reset()
+            fusion_jit.reset()
+            f = torch.compile(model, backend="fusion_jit")
+            timed(f, 8)
+            builds.clear()
+            timed(f, 9)  # the symbolic graph's first signature: its class built (and stored)
+            cold = sum(builds)
+            rows = {True: [], False: []}
+            for r in range(6):
+                cached = r % 2 == 0
+                if not cached:
+                    drop_class_plans()
+                torch._dynamo.reset()
+                fusion_jit.reset()
+                f = torch.compile(model, backend="fusion_jit")
+                timed(f, 8)
+                builds.clear()
+                first = timed(f, 21 + r)  # a length the first round never saw: the class read or rebuilt
+                warm = sum(builds)
+                nxt = statistics.median(timed(f, n) for n in range(30 + 10 * r, 40 + 10 * r))
+                rows[cached].append((warm, first, nxt, fusion_jit.stats()["compiles"]))
+        med = {c: [statistics.median(x[i] for x in rows[c]) for i in range(3)] for c in rows}
+        compiles = max(x[3] for c in rows for x in rows[c])
+        print(f"{name:12} {cold:21.2f} {med[True][0]:25.2f} {med[False][0]:17.2f} {med[True][1]:19.1f} "
+              f"{med[True][2]:19.2f} {compiles:>19}", flush=True)
+    _backend._CompiledGraph._from_class = from_class
+
+
 def rss_mb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -306,6 +392,8 @@ if __name__ == "__main__":
         lengths()
     elif len(sys.argv) >= 2 and sys.argv[1] == "newsize":
         newsize(int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    elif len(sys.argv) >= 2 and sys.argv[1] == "warmclass":
+        warmclass()
     elif len(sys.argv) >= 2 and sys.argv[1] == "manylengths":
         manylengths()
     elif len(sys.argv) >= 2 and sys.argv[1] == "frozen":
