@@ -870,12 +870,37 @@ KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target) {
   return k;
 }
 
+RuntimeDivider runtime_divider(int64_t divisor) {
+  FJ_CHECK(divisor >= 1 && divisor <= INT32_MAX, "no run-time divider for {}", divisor);
+  const uint64_t d = static_cast<uint64_t>(divisor);
+  RuntimeDivider r;
+  while ((uint64_t{1} << r.shift) < d) ++r.shift;
+  const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << r.shift) - d)) / d + 1;
+  FJ_INTERNAL_ASSERT(magic <= UINT32_MAX, "divider {}: magic {}", divisor, magic);
+  r.magic = static_cast<uint32_t>(magic);
+  return r;
+}
+
+int64_t arg_value_of(ArgOf of, int64_t v) {
+  switch (of) {
+    case ArgOf::kValue: return v;
+    case ArgOf::kDividerMagic: return runtime_divider(v).magic;
+    case ArgOf::kDividerShift: return runtime_divider(v).shift;
+  }
+  throw Error(fmt::format("an argument of kind {}", static_cast<int>(of)));
+}
+
 std::vector<int64_t> arg_values(const KernelSpec& k, const SymBindings& bindings) {
   FJ_INTERNAL_ASSERT(k.arg_exprs.size() == k.args.size(), "{}: {} argument expressions for {} arguments", k.name,
                      k.arg_exprs.size(), k.args.size());
+  FJ_INTERNAL_ASSERT(k.arg_of.empty() || k.arg_of.size() == k.args.size(), "{}: {} argument kinds for {} arguments",
+                     k.name, k.arg_of.size(), k.args.size());
   std::vector<int64_t> out;
   out.reserve(k.args.size());
-  for (const SymInt& e : k.arg_exprs) out.push_back(e.evaluate(bindings));
+  for (size_t i = 0; i < k.arg_exprs.size(); ++i) {
+    const int64_t v = k.arg_exprs[i].evaluate(bindings);
+    out.push_back(k.arg_of.empty() ? v : arg_value_of(k.arg_of[i], v));
+  }
   return out;
 }
 

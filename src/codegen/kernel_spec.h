@@ -106,6 +106,22 @@ struct KernelPass {
   std::vector<std::string> stash_out;     // element values saved to the row's scratch (after the body)
 };
 
+// What a kernel argument passes of its expression's value (KernelSpec::arg_of): the value, or, for a CUDA
+// kernel's run-time divider (Note [Run-time dividers], in the CUDA target), the magic
+// number or the shift of the size it divides by, so that a shape class's kernel computes them at each
+// size from the size's expression instead of fixing the size.
+enum class ArgOf : uint8_t { kValue = 0, kDividerMagic = 1, kDividerShift = 2 };
+// A run-time divider of d (1 <= d <= 2^31 - 1): the magic number m and shift s with which
+// (umulhi(n, m) + n) >> s is n / d for every n below 2^31.
+struct RuntimeDivider {
+  uint32_t magic = 0;
+  uint32_t shift = 0;
+};
+// Error where d is out of that range.
+RuntimeDivider runtime_divider(int64_t divisor);
+// What an argument `of` passes for a value v of its expression (Error: a divider out of range).
+int64_t arg_value_of(ArgOf of, int64_t v);
+
 struct KernelSpec {
   std::string name;                 // fj_kernel_<group>
   int group = 0;
@@ -144,6 +160,8 @@ struct KernelSpec {
   // that each size of the class computes its own `args` from its bindings (arg_values).
   std::vector<int64_t> args;
   std::vector<SymInt> arg_exprs;
+  // Per argument, what it passes of its expression (empty: every argument its value).
+  std::vector<ArgOf> arg_of;
 };
 
 // The kernel's arguments at `bindings` (its `args` when it has no symbols).
@@ -180,17 +198,18 @@ void evaluate_numbers(KernelSpec* k, const SymBindings& bindings);
 // read as a number: a symbolic one specializes.
 class KernelNumbers {
  public:
-  // Arguments into `k`'s args and arg_exprs (cleared), or literals where `k` is null.
-  explicit KernelNumbers(KernelSpec* k) : args_(k ? &k->args : nullptr), exprs_(k ? &k->arg_exprs : nullptr) {
-    if (k) k->args.clear(), k->arg_exprs.clear();
+  // Arguments into `k`'s args, arg_exprs and arg_of (cleared), or literals where `k` is null.
+  explicit KernelNumbers(KernelSpec* k)
+      : args_(k ? &k->args : nullptr), exprs_(k ? &k->arg_exprs : nullptr), of_(k ? &k->arg_of : nullptr) {
+    if (k) k->args.clear(), k->arg_exprs.clear(), k->arg_of.clear();
   }
   std::string operator()(const SymInt& v) const {
     if (!args_ || v == 0 || v == 1) return std::to_string(static_cast<int64_t>(v));
     return push(v);
   }
-  // `z<i>` whatever the value (0 and 1 included): for values that are not sizes but derived from them,
-  // whose text must not change with them (a divider's magic number). Only with arguments.
-  std::string always(const SymInt& v) const { return push(v); }
+  // `z<i>` passing what `of` derives from `size` (a divider's magic number or shift), whatever its value:
+  // the text does not change with it, and a class's kernel derives it at each size. Only with arguments.
+  std::string derived(const SymInt& size, ArgOf of) const { return push(size, of); }
   // As a 64-bit integer expression: `123LL` or `(long long)z4`.
   std::string wide(const SymInt& v) const {
     const std::string t = (*this)(v);
@@ -213,13 +232,15 @@ class KernelNumbers {
   }
 
  private:
-  std::string push(const SymInt& v) const {
-    args_->push_back(v.hint());
+  std::string push(const SymInt& v, ArgOf of = ArgOf::kValue) const {
+    args_->push_back(arg_value_of(of, v.hint()));
     exprs_->push_back(v);
+    of_->push_back(of);
     return "z" + std::to_string(args_->size() - 1);
   }
   std::vector<int64_t>* args_;
   std::vector<SymInt>* exprs_;
+  std::vector<ArgOf>* of_;
 };
 
 // The variable every reduction kernel declares as its row length (the elements each row reduces), which

@@ -90,6 +90,9 @@ std::string serialize_plan(const ExecutablePlan& p, const KeepSource& keep) {
     // A class's kernels' arguments as their expressions (arg_exprs); a plan of numbers has their values.
     for (size_t i = 0; i < k.spec.args.size(); ++i)
       kj["args"].push_back(i < k.spec.arg_exprs.size() ? number(k.spec.arg_exprs[i]) : nlohmann::json(k.spec.args[i]));
+    // Arguments derived from their expression (a CUDA divider's magic number and shift of a size).
+    if (std::any_of(k.spec.arg_of.begin(), k.spec.arg_of.end(), [](ArgOf o) { return o != ArgOf::kValue; }))
+      for (ArgOf o : k.spec.arg_of) kj["arg_of"].push_back(static_cast<int>(o));
     if (k.spec.is_reduction()) {
       kj["kept_dims"] = k.spec.kept_dims;
       kj["rows"] = number(k.spec.rows);
@@ -158,7 +161,14 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& fin
     k.spec.numel = read_number(kj.at("numel"), hints);
     k.spec.index32 = kj.at("index32").get<bool>();
     for (const auto& a : kj.at("args")) k.spec.arg_exprs.push_back(read_number(a, hints));
-    for (const SymInt& a : k.spec.arg_exprs) k.spec.args.push_back(a.hint());
+    for (const auto& o : kj.value("arg_of", nlohmann::json::array())) {
+      const int of = o.get<int>();
+      if (of < 0 || of > static_cast<int>(ArgOf::kDividerShift)) return false;
+      k.spec.arg_of.push_back(static_cast<ArgOf>(of));
+    }
+    if (!k.spec.arg_of.empty() && k.spec.arg_of.size() != k.spec.arg_exprs.size()) return false;
+    k.spec.args.resize(k.spec.arg_exprs.size());
+    k.spec.args = arg_values(k.spec, hints);  // (an Error where a divider's size is out of range)
     // The kernel reads exactly these: never past the end of its arguments.
     if (k.spec.args.size() != arguments_read(c.source, k.spec.name)) return false;
     if (kj.contains("passes")) {

@@ -275,9 +275,19 @@ TEST(PlanIo, CudaSizeArgumentsAreReadBackAndTheirCountChecked) {
     for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
     return s + "]";
   };
-  ASSERT_NE(text.find(stored(args)), std::string::npos) << text;
-  expect_refused(text, stored(args), stored({args.begin(), args.end() - 1}), "one value fewer than the kernel reads",
+  // Stored as their expressions' values: a divider's magic number and shift as the size they derive from
+  // (`arg_of`), computed again when read.
+  std::vector<int64_t> values;
+  for (const SymInt& e : plan->kernels[0].spec.arg_exprs) values.push_back(e.hint());
+  ASSERT_NE(text.find(stored(values)), std::string::npos) << text;
+  ASSERT_NE(text.find("\"arg_of\":[0,0,2,1,"), std::string::npos) << text;
+  expect_refused(text, stored(values), stored({values.begin(), values.end() - 1}), "one value fewer than the kernel reads",
                  /*cuda=*/true);
+  expect_refused(text, "\"arg_of\":[0,0,2,1,", "\"arg_of\":[0,0,7,1,", "an argument of no kind", /*cuda=*/true);
+  expect_refused(text, "\"arg_of\":[0,0,", "\"arg_of\":[0,", "a kind for each argument but one", /*cuda=*/true);
+  std::vector<int64_t> by_zero = values;
+  by_zero[2] = 0;  // the size whose shift the third argument passes
+  expect_refused(text, stored(values), stored(by_zero), "a divider of 0", /*cuda=*/true);
 }
 
 TEST(PlanIo, ACatStoredAtOffsetsIsReadBackAndItsOffsetsChecked) {

@@ -550,6 +550,55 @@ TEST(SymGraph, OnePlanServesEverySizeOfTheClass) {
   }
 }
 
+// Note [Run-time dividers]: a CUDA kernel of a shape class divides its index by sizes through a magic
+// number and shift derived from each size's expression at every size (KernelSpec::arg_of), so no divider
+// fixes a size; each size's instance is the plan built for that size, source and arguments alike.
+TEST(SymGraph, CudaDividersOfAClassAreDerivedAtEachSize) {
+  PlanTarget t;
+  t.compile = false;
+  t.arch["cuda"] = "sm_90";
+  auto cuda = [](std::unique_ptr<Graph> g) {
+    set_device(*g, Device::kCUDA, 0);
+    return g;
+  };
+  ShapeGuards guards;
+  std::unique_ptr<ExecutablePlan> cls;
+  SymBindings hints;
+  {
+    GuardScope scope(guards);
+    auto g = cuda(optimized(kFragment));
+    hints = g->symbols();
+    cls = build_plan(std::move(g), t);
+  }
+  EXPECT_FALSE(guards.specializes("s0")) << fmt::format("{}", fmt::join(texts(guards), ", "));
+  ASSERT_NE(cls->code_for(Device::kCUDA), nullptr);
+  int dividers = 0;
+  for (const KernelLaunch& k : cls->kernels)
+    for (size_t i = 0; i < k.spec.arg_of.size(); ++i)
+      if (k.spec.arg_of[i] == ArgOf::kDividerMagic) {
+        ++dividers;
+        EXPECT_TRUE(k.spec.arg_exprs[i].is_symbolic() || k.spec.arg_exprs[i].hint() > 1) << k.spec.name;
+      }
+  EXPECT_GT(dividers, 0) << cls->code_for(Device::kCUDA)->source;
+  int checked = 0;
+  for (int64_t n : {37, 3, 5, 64, 1000, 4097}) {
+    SymBindings b = hints;
+    b["s0"] = n;
+    if (!cls->guards.holds(b)) continue;
+    ++checked;
+    auto inst = instantiate_plan(*cls, b);
+    PlanTarget sized = t;
+    sized.size_args = true;
+    auto own = build_plan(cuda(optimized(kFragment, &b)), sized);
+    EXPECT_EQ(plan_text(*inst), plan_text(*own)) << "s0 = " << n;
+    ASSERT_EQ(inst->code.size(), own->code.size());
+    for (size_t c = 0; c < own->code.size(); ++c) EXPECT_EQ(inst->code[c].source, own->code[c].source) << "s0 = " << n;
+    for (size_t k = 0; k < own->kernels.size(); ++k)
+      EXPECT_EQ(inst->kernels[k].spec.args, own->kernels[k].spec.args) << "s0 = " << n << ", kernel " << k;
+  }
+  EXPECT_GE(checked, 5);
+}
+
 // A size used as a number (`x + x.shape[1]`) is a kernel argument of the class's CPU kernel, not a literal
 // that would fix the symbol.
 TEST(SymGraph, ASizeUsedAsANumberIsAKernelArgument) {

@@ -89,17 +89,18 @@ size_t first_output(const KernelSpec& k) {
 // Note [Run-time dividers]: with int32 offsets and sizes as arguments, the index divided by a size through
 // its magic number and shift (both arguments, whatever their values, so that the text does not depend on
 // them); otherwise "" (the plain `%` and `/`).
-// A symbolic size is read as a number for its magic number: the divider specializes it (Note [Symbolic
-// sizes]).
+// The magic number and shift are derived arguments of the size (KernelSpec::arg_of): a shape class's
+// kernel computes them from the size's expression at each size, so the divider does not fix the size.
 std::function<std::string(const std::string&, const std::string&, const SymInt&)> dividers(const KernelSpec& k,
                                                                                               const KernelNumbers& z) {
   if (!z.arguments() || !k.index32) return nullptr;
   return [&z](const std::string& index, const std::string& coord, const SymInt& size) -> std::string {
     const std::string d = z(size);
     if (d[0] != 'z') return "";  // 0 or 1: a literal, so a constant divisor
-    const CudaDivider div = cuda_divider(static_cast<int64_t>(size));
-    const std::string q = fmt::format("(I)fj_udiv((unsigned){}, (unsigned){}, (unsigned){})", index,
-                                      z.always(div.magic), z.always(div.shift));
+    // (The shift first: the order these arguments have always had.)
+    const std::string shift = z.derived(size, ArgOf::kDividerShift);
+    const std::string magic = z.derived(size, ArgOf::kDividerMagic);
+    const std::string q = fmt::format("(I)fj_udiv((unsigned){}, (unsigned){}, (unsigned){})", index, magic, shift);
     if (coord.empty()) return fmt::format("{} = {};", index, q);
     return fmt::format("{{ const I dq_ = {0}; {1} = {2} - dq_ * {3}; {2} = dq_; }}", q, coord, index, d);
   };

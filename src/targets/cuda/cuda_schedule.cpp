@@ -23,12 +23,14 @@ int cuda_vector_width(const KernelSpec& k) {
   if (widest == 0) return 1;
   int vec = static_cast<int>(std::min<int64_t>(8, 16 / widest));
   if (vec < 2 || k.numel < 2 * vec) return 1;
-  if (nd > 1 && k.sizes[nd - 1] % vec != 0) return 1;
+  // Divisibility, as SymInts: a shape class's kernel keeps its vector path where a guard on the sizes'
+  // residues holds (Note [Symbolic sizes]) rather than fixing them.
+  if (nd > 1 && mod(k.sizes[nd - 1], vec) != 0) return 1;
   // Every contiguous buffer's rows must start on a vector boundary.
   for (const auto& b : k.buffers) {
     if (b.strides[nd - 1] != 1) continue;
     for (size_t d = 0; d + 1 < nd; ++d)
-      if (b.strides[d] % vec != 0) return 1;
+      if (mod(b.strides[d], vec) != 0) return 1;
   }
   return vec;
 }
@@ -54,16 +56,7 @@ int64_t cuda_elements_per_thread(const KernelSpec& k) {
 }
 bool cuda_row_in_registers(const KernelSpec& k) { return cuda_elements_per_thread(k) <= kCudaRowRegisters; }
 
-CudaDivider cuda_divider(int64_t divisor) {
-  FJ_INTERNAL_ASSERT(divisor >= 1 && divisor <= INT32_MAX, "no run-time divider for {}", divisor);
-  const uint64_t d = static_cast<uint64_t>(divisor);
-  CudaDivider r;
-  while ((uint64_t{1} << r.shift) < d) ++r.shift;
-  const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << r.shift) - d)) / d + 1;
-  FJ_INTERNAL_ASSERT(magic <= UINT32_MAX, "divider {}: magic {}", divisor, magic);
-  r.magic = static_cast<uint32_t>(magic);
-  return r;
-}
+CudaDivider cuda_divider(int64_t divisor) { return runtime_divider(divisor); }
 
 uint32_t cuda_divide(uint32_t n, const CudaDivider& d) {
   const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * d.magic) >> 32);

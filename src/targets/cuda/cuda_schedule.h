@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "codegen/kernel_spec.h"
+
 namespace fusion_jit {
 
 struct KernelSpec;
@@ -40,10 +42,9 @@ bool cuda_row_in_registers(const KernelSpec& k);
 // a shift. As ATen's IntDivider does for its own kernels, the host computes for each divisor d (at most
 // 2^31 - 1) a magic number m and a shift s, passed with the sizes, and the kernel divides an int32 index
 // n (below 2^31) as (umulhi(n, m) + n) >> s (the prelude's fj_udiv): exact for every such n and d.
-struct CudaDivider {
-  uint32_t magic = 0;
-  uint32_t shift = 0;
-};
+// (The computation is codegen's runtime_divider, which a shape class's kernel arguments derive from a
+// size at each size: KernelSpec::arg_of.)
+using CudaDivider = RuntimeDivider;
 CudaDivider cuda_divider(int64_t divisor);
 // The quotient fj_udiv computes, on the host (for tests).
 uint32_t cuda_divide(uint32_t n, const CudaDivider& d);
