@@ -156,14 +156,6 @@ SymSizes cat_shape(const std::vector<SymSizes>& items, int64_t dim) {
   return out;
 }
 
-namespace {
-std::string join(const std::vector<int64_t>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
-}  // namespace
-
 std::string TensorType::str() const {
   std::string s = std::string(dtype_name(dtype)) + "[" + sizes.str() + "]";
   if (!strides.same(contiguous_strides(sizes))) s += "{" + strides.str() + "}";

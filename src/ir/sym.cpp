@@ -444,7 +444,7 @@ void record(SymRef expr, SymRel rel, int64_t hint, const SymInt& a, const SymInt
       rel = upper ? SymRel::kLt : SymRel::kGt;
     }
   }
-  g_guards->add({expr, rel});
+  g_guards->add(SymGuard{expr, rel, ""});  // (add names the phase)
 }
 
 }  // namespace
