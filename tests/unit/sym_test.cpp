@@ -269,6 +269,7 @@ TEST(SymGraph, ShapeArithmeticStaysSymbolic) {
 #include "passes/passes.h"
 #include "runtime/plan.h"
 #include "targets/cpu/cpu_printer.h"
+#include "targets/cuda/nvrtc.h"
 #include "targets/targets.h"
 
 namespace fusion_jit {
@@ -627,6 +628,68 @@ TEST(SymGraph, ASizeUsedAsANumberIsAKernelArgument) {
   const std::vector<int64_t>& args = inst->kernels[0].spec.args;
   EXPECT_NE(std::find(args.begin(), args.end(), 5), args.end());
   EXPECT_NE(std::find(args.begin(), args.end(), 11), args.end());
+}
+
+// Note [Sizes in device functions]: in a CUDA kernel of a shape class, a size read as a number by a
+// statement (the pointwise body's and a cat piece's device functions, a row's statements after its
+// reduction) is a size argument passed in, not a literal that would fix the symbol; each size's instance
+// passes its own value, and the one source compiles.
+TEST(SymGraph, ACudaKernelReadsASizeUsedAsANumberAsAnArgument) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"pointwise body",
+       "graph[s0=37](%0 : f32[4,s0]):\n"
+       "  %1 : f32[4,s0] = aten::add.Scalar(%0, s0, 1)\n"
+       "  %2 : f32[4,s0] = aten::mul.Scalar(%1, 2*s0+1)\n"
+       "  return (%2)\n"},
+      {"row after its sum",
+       "graph[s0=37](%0 : f32[4,s0]):\n"
+       "  %1 : f32[4,s0] = aten::exp(%0)\n"
+       "  %2 : f32[4] = aten::sum.dim_IntList(%1, [1], False, None)\n"
+       "  %3 : f32[4] = aten::div.Scalar(%2, s0)\n"
+       "  return (%3)\n"},
+      {"cat piece",
+       "graph[s0=37](%0 : f32[2,s0,8], %1 : f32[2,3,8]):\n"
+       "  %2 : f32[2,3,8] = aten::add.Scalar(%1, s0, 1)\n"
+       "  %3 : Tensor[] = prim::ListConstruct(%0, %2)\n"
+       "  %4 : f32[2,s0+3,8] = aten::cat(%3, 1)\n"
+       "  return (%4)\n"}};
+  PlanTarget t;
+  t.compile = false;
+  t.arch["cuda"] = "sm_90";
+  for (const auto& [what, text] : cases) {
+    ShapeGuards guards;
+    std::unique_ptr<ExecutablePlan> cls;
+    {
+      GuardScope scope(guards);
+      auto g = optimized(text);
+      set_device(*g, Device::kCUDA, 0);
+      cls = build_plan(std::move(g), t);
+    }
+    EXPECT_FALSE(guards.specializes("s0")) << what << ": " << fmt::format("{}", fmt::join(texts(guards), ", "));
+    const TargetCode* code = cls->code_for(Device::kCUDA);
+    ASSERT_NE(code, nullptr) << what;
+    EXPECT_NE(code->source.find("((float)z"), std::string::npos) << what << "\n" << code->source;
+    std::vector<std::string> exprs;
+    for (const KernelLaunch& k : cls->kernels)
+      for (const SymInt& e : k.spec.arg_exprs) exprs.push_back(e.str());
+    EXPECT_NE(std::find(exprs.begin(), exprs.end(), "s0"), exprs.end()) << what << ": " << fmt::format("{}", fmt::join(exprs, ", "));
+    int checked = 0;
+    for (int64_t n : {5, 41, 63, 1001}) {
+      if (!cls->guards.holds({{"s0", n}})) continue;
+      ++checked;
+      auto inst = instantiate_plan(*cls, {{"s0", n}});
+      bool passed = false;
+      for (const KernelLaunch& k : inst->kernels)
+        passed = passed || std::find(k.spec.args.begin(), k.spec.args.end(), n) != k.spec.args.end();
+      EXPECT_TRUE(passed) << what << ": s0 = " << n << " is not an argument of the instance";
+      EXPECT_EQ(inst->code_for(Device::kCUDA)->source, code->source) << what;
+    }
+    EXPECT_GE(checked, 2) << what << ": " << fmt::format("{}", fmt::join(texts(cls->guards), ", "));
+    std::string why;
+    if (!nvrtc_available(&why)) continue;  // the source's text is checked above; compiling needs NVRTC
+    auto bin = compile_cuda_source(code->source, "sm_90");
+    EXPECT_EQ(bin->kernels.size(), cls->kernels.size()) << what << "\n" << bin->log << "\n" << code->source;
+  }
 }
 
 TEST(SymGraph, APassDecisionTheClassDoesNotShareIsAGuard) {

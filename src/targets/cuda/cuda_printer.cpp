@@ -119,8 +119,42 @@ void print_offsets(const KernelSpec& k, const std::string& indent, const KernelN
 // The call of the body function with loaded values `in(b)` and output variables `out(b)`; with pieces
 // (Note [Cats of unequal items]), the outermost cat's value after the inputs, the pieces' own buffers left
 // out.
+// Note [Sizes in device functions]
+// A statement may read a size as a number (`x + x.shape[1]`, a mean's divisor after a row). In a shape
+// class's kernel that number is a size argument (literal_text), but the pointwise body and the pieces are
+// device functions outside the kernel, where the kernel's locals z<i> are not in scope: each such function
+// takes the locals its statements read as parameters (`long long z<i>`), and its calls pass them. Printed
+// as literals, the number would fix the size it reads.
+struct DeviceNumbers {
+  explicit DeviceNumbers(const KernelNumbers& z) : z_(z) {}
+  // How the function's statements print numbers: the kernel's, recording each argument they read.
+  NumberFn fn() {
+    if (!z_.arguments()) return nullptr;
+    return [this](const SymInt& v) {
+      std::string n = z_(v);
+      if (n[0] == 'z') read.push_back(n);
+      return n;
+    };
+  }
+  // ", long long z3, long long z4" for the signature; ", z3, z4" for a call.
+  std::string params(bool first) const {
+    std::string s;
+    for (size_t i = 0; i < read.size(); ++i) s += (first && i == 0 ? "" : ", ") + std::string("long long ") + read[i];
+    return s;
+  }
+  std::string call_args(bool first) const {
+    std::string s;
+    for (size_t i = 0; i < read.size(); ++i) s += (first && i == 0 ? "" : ", ") + read[i];
+    return s;
+  }
+  std::vector<std::string> read;
+
+ private:
+  const KernelNumbers& z_;
+};
+
 template <class In, class Out>
-std::string body_call(const KernelSpec& k, const KernelNumbers& z, In in, Out out) {
+std::string body_call(const KernelSpec& k, const KernelNumbers& z, const DeviceNumbers& body, In in, Out out) {
   std::string args;
   const size_t fo = first_output(k);
   for (size_t b = 0; b < k.buffers.size(); ++b) {
@@ -129,27 +163,33 @@ std::string body_call(const KernelSpec& k, const KernelNumbers& z, In in, Out ou
     args += args.empty() ? "" : ", ";
     args += k.buffers[b].is_output ? out(b) : load_expr(k.buffers[b].dtype, load_ref(k, b, in, z.args_fn()));
   }
-  return fmt::format("{}_body({});", k.name, args);
+  return fmt::format("{}_body({}{});", k.name, args, body.call_args(args.empty()));
 }
 
 // Note [Cats of unequal items]: each leaf piece as a device function of the values of its buffers (and
 // those of the pieces it lies in) returning the outermost cat's value there.
-void print_pieces(const KernelSpec& k, std::string& s) {
+// Their size arguments (Note [Sizes in device functions]) go into `leaf_numbers`, one per leaf.
+void print_pieces(const KernelSpec& k, const KernelNumbers& z, std::map<int, DeviceNumbers>& leaf_numbers,
+                  std::string& s) {
   for (int leaf : k.piece_leaves()) {
     std::string params;
     for (size_t b = 0; b < k.buffers.size(); ++b)
       if (k.buffers[b].piece >= 0 && piece_on_path(k, k.buffers[b].piece, leaf))
         params += fmt::format("{}const {} b{}", params.empty() ? "" : ", ", compute_type(k.buffers[b].dtype), b);
     const KernelPiece& root = k.pieces[static_cast<size_t>(k.piece_path(leaf).front())];
-    s += fmt::format("FJ_INLINE {} {}_leaf{}({}) {{\n", compute_type(root.type), k.name, leaf, params);
-    for (const auto& st : piece_statements(k, leaf)) s += "  " + print_stmt(st) + "\n";
-    s += "  return " + root.var + ";\n}\n";
+    DeviceNumbers& numbers = leaf_numbers.emplace(leaf, DeviceNumbers(z)).first->second;
+    std::string body;
+    for (const auto& st : piece_statements(k, leaf)) body += "  " + print_stmt(st, numbers.fn()) + "\n";
+    s += fmt::format("FJ_INLINE {} {}_leaf{}({}{}) {{\n", compute_type(root.type), k.name, leaf, params,
+                     numbers.params(params.empty()));
+    s += body + "  return " + root.var + ";\n}\n";
   }
 }
 
 // In the scalar loop: the leaf piece the element at flat index `i` lies in runs, setting the outermost
 // cat's variable; the leaf's buffers are read at offsets counted from its pieces' starts.
-void print_piece_choice(const KernelSpec& k, const std::string& indent, const KernelNumbers& z, std::string& s) {
+void print_piece_choice(const KernelSpec& k, const std::string& indent, const KernelNumbers& z,
+                        const std::map<int, DeviceNumbers>& leaf_numbers, std::string& s) {
   std::set<int> dims;
   for (const auto& p : k.pieces) dims.insert(p.dim);
   for (int d : dims) s += fmt::format("{}const I pc{}_ = (i / {}) % {};\n", indent, d, z(k.inner_elements(d)), z(k.sizes[d]));
@@ -168,6 +208,7 @@ void print_piece_choice(const KernelSpec& k, const std::string& indent, const Ke
       const KernelPiece& pc = k.pieces[static_cast<size_t>(p)];
       cond += fmt::format("{}pc{}_ >= {} && pc{}_ < {}", cond.empty() ? "" : " && ", pc.dim, z(pc.start), pc.dim, z(pc.end));
     }
+    args += leaf_numbers.at(leaves[l]).call_args(args.empty());
     s += fmt::format("{}{}{}{} = {}_leaf{}({});\n", indent, l ? "else " : "",
                      l + 1 < leaves.size() ? "if (" + cond + ") " : "", root.var, k.name, leaves[l], args);
   }
@@ -196,10 +237,13 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
     params += kb.is_output ? fmt::format("{}& o{}", compute_type(kb.dtype), b - fo)
                            : fmt::format("const {} b{}", compute_type(kb.dtype), b);
   }
-  print_pieces(k, s);
-  s += fmt::format("FJ_INLINE void {}_body({}) {{\n", k.name, params);
-  for (const auto& st : k.body) s += "  " + print_stmt(st) + "\n";
-  s += "}\n";
+  std::map<int, DeviceNumbers> leaf_numbers;
+  print_pieces(k, z, leaf_numbers, s);
+  DeviceNumbers body_numbers(z);
+  std::string body;
+  for (const auto& st : k.body) body += "  " + print_stmt(st, body_numbers.fn()) + "\n";
+  s += fmt::format("FJ_INLINE void {}_body({}{}) {{\n", k.name, params, body_numbers.params(params.empty()));
+  s += body + "}\n";
   // The kernel: its statements first, then its signature and size locals, which depend on the numbers
   // the statements print (Note [CUDA size arguments]).
   std::string t;
@@ -240,7 +284,7 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
       decl_out("        ");
       t += "        " +
            body_call(
-               k, z,
+               k, z, body_numbers,
                [&](size_t b) {
                  return k.buffers[b].strides[nd - 1] == 1 ? fmt::format("x{}.v[{}]", b, e) : fmt::format("x{}", b);
                },
@@ -258,10 +302,10 @@ void print_kernel(const KernelSpec& k, const KernelNumbers& z, std::string& s) {
   t += fmt::format("  for (long long e_ = first_; e_ < {}; e_ += stride_) {{\n", numel);
   t += "    const I i = (I)e_;\n";
   print_offsets(k, "    ", z, t);
-  if (!k.pieces.empty()) print_piece_choice(k, "    ", z, t);
+  if (!k.pieces.empty()) print_piece_choice(k, "    ", z, leaf_numbers, t);
   decl_out("    ");
   t += "    " +
-       body_call(k, z, [&](size_t b) { return fmt::format("p{0}[off{0}]", b); },
+       body_call(k, z, body_numbers, [&](size_t b) { return fmt::format("p{0}[off{0}]", b); },
                  [&](size_t b) { return fmt::format("o{}", b - fo); }) +
        "\n";
   for (size_t b = fo; b < k.buffers.size(); ++b)
@@ -342,7 +386,7 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
   for (int b : k.row_loads)
     s += fmt::format("    const {} b{} = {};\n", compute_type(k.buffers[b].dtype), b,
                      load_expr(k.buffers[b].dtype, load_ref(k, b, row_ref, z.args_fn())));
-  for (const auto& st : k.row_prologue) s += "    " + print_stmt(st) + "\n";
+  for (const auto& st : k.row_prologue) s += "    " + print_stmt(st, z.args_fn()) + "\n";
   // Registers: element buffers read by more than one pass, and the scratch values.
   std::map<int, int> passes_reading;
   for (const auto& pass : k.passes)
@@ -435,13 +479,13 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
         if (v == var) ty = compute_c_type(t);
       body += fmt::format("{}const {} {} = sr_{}[u_];\n", ind, ty, var, var);
     }
-    for (const auto& st : pass.body) body += ind + print_stmt(st) + "\n";
+    for (const auto& st : pass.body) body += ind + print_stmt(st, z.args_fn()) + "\n";
     for (const auto& var : pass.stash_out) body += fmt::format("{}sr_{}[u_] = {};\n", ind, var, var);
     for (size_t i = 0; i < na; ++i) {
       const auto& a = pass.accs[i];
       const int j = acc_base + static_cast<int>(i);
       const char* ty = compute_c_type(a.type);
-      const std::string in = print_expr(*a.input);
+      const std::string in = print_expr(*a.input, z.args_fn());
       FJ_INTERNAL_ASSERT(a.kind != AccKind::kDoubleSum, "{}: double-sum accumulators are the CPU's", k.name);
       if (a.kind == AccKind::kKahanSum)
         body += fmt::format("{0}{{ const {1} x_ = {2}; ap{3} += x_; fj_kahan_add(a{3}, ac{3}, x_); }}\n", ind, ty, in, j);
@@ -480,7 +524,7 @@ void print_reduction_kernel(const KernelSpec& k, const KernelNumbers& z, std::st
       s += fmt::format("    const {} acc{} = {};\n", ty, j, reduce(v, op));
     }
     acc_base += static_cast<int>(na);
-    for (const auto& st : pass.after) s += "    " + print_stmt(st) + "\n";
+    for (const auto& st : pass.after) s += "    " + print_stmt(st, z.args_fn()) + "\n";
   }
   if (!k.row_stores.empty()) {
     s += "    if (lane_ == 0 && active_) {\n";
