@@ -75,9 +75,9 @@ int run(const FuzzArgs& a) {
   if (opt.second_size) {
     std::printf("second sizes: %lld batches, %lld of them checked there without a compiler run\n",
                 static_cast<long long>(rep.second_batches), static_cast<long long>(rep.second_shared));
-    std::printf("shape classes: %lld batches (%lld graphs) through one plan at both sizes; %lld whose second size "
-                "fails a guard of the class%s%s; %lld not generalized\n",
-                static_cast<long long>(rep.class_batches), static_cast<long long>(rep.class_graphs),
+    std::printf("shape classes: %lld graphs through a plan of their class at both sizes (%lld batches whole); %lld "
+                "batches whose second size fails a guard of the class%s%s; %lld not generalized\n",
+                static_cast<long long>(rep.class_graphs), static_cast<long long>(rep.class_batches),
                 static_cast<long long>(rep.class_outside), rep.class_outside_example.empty() ? "" : ", as ",
                 rep.class_outside_example.c_str(), static_cast<long long>(rep.class_not_generalized));
   }

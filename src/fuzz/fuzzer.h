@@ -124,9 +124,10 @@ struct CheckOptions {
 // Runs recipes in one plan and checks each against eager; one result per recipe.
 std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const CheckOptions& co = {});
 // Runs the recipes through one plan of their shape class at their sizes and at resized(recipes)'s, each
-// instance against eager (Note [The fuzzer's shape classes]). Recipes with
-// random or in-place ops, and those eager rejects at either size, are not covered; nor is any where the
-// batch's graph does not generalize or the second size fails a guard of the class (`why` says which).
+// instance against eager (Note [The fuzzer's shape classes]); a recipe with random ops through a class of
+// its own, seeded. Recipes with in-place ops, and those eager rejects at either size, are not covered;
+// nor is any where the graph does not generalize or the second size fails a guard of the class (`why`
+// says which, for the batch's graph).
 struct ClassCheck {
   std::vector<CaseResult> results;  // per recipe; ok where not covered
   std::vector<bool> covered;
@@ -170,8 +171,9 @@ struct Report {
   double seconds = 0;
   int64_t second_batches = 0;     // Options::second_size: batches checked at their second size
   int64_t second_shared = 0;      // of them, those checked there without a compiler run
-  int64_t class_batches = 0;      // of them, those run through one plan of their shape class at both sizes
-  int64_t class_graphs = 0;       // the graphs those covered
+  int64_t class_batches = 0;      // of them, those whose graph ran through one plan of its class at both sizes
+  int64_t class_graphs = 0;       // graphs run through a plan of their class at both sizes (those batches',
+                                  // and each graph with random ops, through a class of its own)
   int64_t class_outside = 0;      // batches whose second size failed a guard of the class
   int64_t class_not_generalized = 0;  // batches whose graph fit no class (their texts differ beyond numbers)
   std::string class_outside_example;  // the first such reason, for the report
