@@ -254,7 +254,10 @@ class GreedyFuser {
     for (size_t a = 0; a < members_.size(); ++a) {
       if (forms_[a] || has_cat(members_[a])) continue;
       for (size_t b = a + 1; b < members_.size();) {
-        if (forms_[b] || has_cat(members_[b]) || shapes_[b] != shapes_[a] || !shares_input(members_[a], members_[b], shapes_[a]) ||
+        // The same iteration space as expressions (no guard): in a shape class, groups whose spaces are
+        // equal only at the hints ([s0,64] and [64,64] at s0 = 64) would fix the class's size to merge.
+        if (forms_[b] || has_cat(members_[b]) || !shapes_[b].same(shapes_[a]) ||
+            !shares_input(members_[a], members_[b], shapes_[a]) ||
             !same_layout(members_[a], members_[b]) || reaches(static_cast<int>(a), static_cast<int>(b)) ||
             reaches(static_cast<int>(b), static_cast<int>(a))) {
           ++b;

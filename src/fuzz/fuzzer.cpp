@@ -1464,8 +1464,11 @@ void for_each_extent(Recipe& r, F&& f) {
   for (auto& in : r.inputs)
     for (auto& s : in.sizes) f(s);
   for (auto& op : r.ops) {
+    // Size lists: a view's, a reshape's and an expand's sizes, a normalization's normalized shape (the
+    // input's last dims).
     const bool sizes = op.schema.rfind("aten::view", 0) == 0 || op.schema.rfind("aten::reshape", 0) == 0 ||
-                       op.schema.rfind("aten::expand", 0) == 0;
+                       op.schema.rfind("aten::expand", 0) == 0 || op.schema == "aten::layer_norm" ||
+                       op.schema == "aten::rms_norm";
     if (!sizes) continue;
     for (auto& a : op.args)
       if (auto* list = std::get_if<SymSizes>(&a.literal))

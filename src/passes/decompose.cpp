@@ -180,10 +180,14 @@ Replacement rms_norm(const Match& m, Builder& r) {
   // (float32/float16/bfloat16 rows of a multiple of 4 elements) sums squares as the CPU does, the other
   // keeps Welford's online moments, where an infinite element (inf - inf) makes the whole row NaN.
   // sum(x - x) over the row is 0, or NaN where the row holds an infinity (or a NaN, NaN already).
-  int64_t row = 1;
-  for (int64_t d : dims) row *= x->tensor_type().sizes[static_cast<size_t>(d)];
-  if (x->tensor_type().device == Device::kCUDA && (ct == DType::kFloat64 || row % 4 != 0))
-    rstd = r.add(rstd, r.reduce("aten::sum.dim_IntList", r.sub(xf, xf), dims, true));
+  // (The row's length as an expression: a shape class's symbolic row takes a divisibility guard, and only
+  // on CUDA, not its size.)
+  if (x->tensor_type().device == Device::kCUDA) {
+    SymInt row = 1;
+    for (int64_t d : dims) row = row * x->tensor_type().sizes[static_cast<size_t>(d)];
+    if (ct == DType::kFloat64 || mod(row, 4) != 0)
+      rstd = r.add(rstd, r.reduce("aten::sum.dim_IntList", r.sub(xf, xf), dims, true));
+  }
   Value* y = r.cast(r.mul(xf, rstd), xt);
   if (*w) y = r.mul(y, *w);
   return {r.cast(y, n->output()->tensor_type().dtype)};

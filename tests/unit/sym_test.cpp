@@ -692,6 +692,49 @@ TEST(SymGraph, ACudaKernelReadsASizeUsedAsANumberAsAnArgument) {
   }
 }
 
+// rms_norm's decomposition over a symbolic row: no guard on the CPU; on CUDA, where eager's kernel takes
+// another path for rows not a multiple of 4, a divisibility guard, not the row's size.
+TEST(SymGraph, RmsNormOverASymbolicRowKeepsTheClass) {
+  const char* text =
+      "graph[s0=37](%0 : f32[4,s0]):\n"
+      "  %1 : f32[4,s0] = aten::rms_norm(%0, [s0], None, None)\n"
+      "  return (%1)\n";
+  for (Device d : {Device::kCPU, Device::kCUDA}) {
+    ShapeGuards guards;
+    {
+      GuardScope scope(guards);
+      auto g = parse_graph(text);
+      set_device(*g, d, 0);
+      run_pipeline(*g, nullptr);
+      EXPECT_EQ(print_graph(*g).find("aten::rms_norm"), std::string::npos) << print_graph(*g);
+    }
+    EXPECT_FALSE(guards.specializes("s0")) << fmt::format("{}", fmt::join(texts(guards), ", "));
+    if (d == Device::kCPU) EXPECT_TRUE(texts(guards).empty()) << fmt::format("{}", fmt::join(texts(guards), ", "));
+  }
+}
+
+// Note [Horizontal fusion] in a shape class: two independent groups over [s0,64] and [64,s0] are the same
+// space only at the hint s0 = 64; comparing them as numbers fixed s0 (s0 == 64) whether they merged or
+// not. They are compared as expressions: apart, with no guard.
+TEST(SymGraph, HorizontalFusionDoesNotFixTheClassesSize) {
+  const char* text =
+      "graph[s0=64](%0 : f32[s0,64]):\n"
+      "  %1 : f32[s0,64] = aten::exp(%0)\n"
+      "  %2 : f32[64,s0]{1,64} = aten::permute(%0, [1,0])\n"
+      "  %3 : f32[64,s0] = aten::sin(%2)\n"
+      "  return (%1, %3)\n";
+  PlanTarget t;
+  t.compile = false;
+  ShapeGuards guards;
+  std::unique_ptr<ExecutablePlan> cls;
+  {
+    GuardScope scope(guards);
+    cls = build_plan(optimized(text), t);
+  }
+  EXPECT_FALSE(guards.specializes("s0")) << fmt::format("{}", fmt::join(texts(guards), ", "));
+  EXPECT_EQ(cls->kernels.size(), 2u) << cls->explain();
+}
+
 TEST(SymGraph, APassDecisionTheClassDoesNotShareIsAGuard) {
   // slice(x, 1, 0, 40) is all of x where s0 <= 40 only: the slice goes, under that guard.
   auto g = parse_graph(
