@@ -3,6 +3,10 @@ compiled with backend="fusion_jit" with default settings and with freezing, agai
 device: the main output's largest difference relative to its largest magnitude (bar 1e-3; cuDNN's and
 cuBLAS's float32 defaults are the same for both), median times of 30 calls, the first call's time (capture
 and compile), kernels and ATen steps. One line per model and setting; a model that fails says why.
+The language models then run at eight sequence lengths through one compiled model (Note [Plans of a shape
+class] on the GPU: Dynamo makes the length symbolic at its second value, and each later length is an
+instance of the class's plan, its kernels launched with that length's sizes and dividers): each length
+against eager by the same bar, the compiler runs (NVRTC) and the class plans and instances counted.
 
     python3 tests/gpu/backend_cuda.py [DEVICE [MODEL,MODEL,...]]     (default: cuda, seven models)
 
@@ -69,6 +73,43 @@ def main():
                       flush=True)
             except Exception as e:  # noqa: BLE001
                 print(f"{name} {label}: FAILED: {type(e).__name__}: {str(e).strip()[-400:]}", flush=True)
+
+    for name in names:
+        if name in LANGUAGE_MODELS:
+            lengths(name, device)
+
+
+LANGUAGE_MODELS = ("bert_tiny", "gpt2_tiny", "llama_tiny")
+LENGTHS = (5, 7, 9, 13, 16, 17, 24, 31)
+
+
+def lengths(name, device):
+    try:
+        model, _ = make(name)
+        model = model.to(device).eval()
+        torch._dynamo.reset()
+        fusion_jit.reset()
+        compiled = torch.compile(model, backend="fusion_jit")
+        worst, firsts = 0.0, []
+        with torch.no_grad():
+            for n in LENGTHS:
+                ids = torch.randint(0, 1000, (2, n), generator=torch.Generator().manual_seed(n)).to(device)
+                ref = main_output(model(ids)).float()
+                t0 = time.perf_counter()
+                got = main_output(compiled(ids)).float()
+                sync(device)
+                firsts.append((time.perf_counter() - t0) * 1e3)
+                rel = ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+                worst = max(worst, rel)
+                if rel > 1e-3 or got.device != ref.device:
+                    raise AssertionError(f"length {n}: relative diff {rel:.1e} on {got.device}")
+        st = fusion_jit.stats()
+        print(f"{name} lengths: ok: {len(LENGTHS)} lengths {LENGTHS[0]}-{LENGTHS[-1]}, relative diff at most "
+              f"{worst:.1e}, {st['compiles']} compiles for {st['graphs']} graphs, {st['class_plans']} class plans, "
+              f"{st['class_instances']} instances, {st['eager_graphs']} graphs eager; first calls "
+              f"{', '.join(f'{t:.0f}' for t in firsts)} ms", flush=True)
+    except Exception as e:  # noqa: BLE001
+        print(f"{name} lengths: FAILED: {type(e).__name__}: {str(e).strip()[-400:]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # The GPU check, for a machine with an NVIDIA GPU and its own torch 2.11 (the H200 machine: python3 is
 # /opt/torch/.venv/bin/python3). Builds there, runs the gpu tests, CUDA fuzz batches (sizes as literals and
 # as kernel arguments), the demo models on
-# cuda, the demo models' CUDA packages, the torch.compile backend on five Python-test models and the GPU
+# cuda, the demo models' CUDA packages, the torch.compile backend on five Python-test models (the language
+# models also at eight sequence lengths, through one plan of their shape class) and the GPU
 # benchmarks, and prints a short table last. With every gpu test it took 290 s on the H200 (the op and
 # reduction corpora, about 150 cases each compiled by NVRTC, run in 4 shards beside the other steps).
 #
@@ -156,10 +157,11 @@ PYEOF
 cat "$OUT/packages.log"
 
 step "torch.compile backend on cuda"
-# The Python tests' models through torch.compile(backend="fusion_jit") on the GPU, both settings.
+# The Python tests' models through torch.compile(backend="fusion_jit") on the GPU, both settings, then the
+# language models at eight sequence lengths (CUDA plans of a shape class; about 10 s each on the CPU).
 NATIVE="$BUILD/libfusion_jit_python.so"
 [ -f "$NATIVE" ] || NATIVE="$BUILD/lib/libfusion_jit_python.so"
-FUSION_JIT_LIBRARY="$NATIVE" timeout 120 "$PY" "$ROOT/tests/gpu/backend_cuda.py" cuda \
+FUSION_JIT_LIBRARY="$NATIVE" timeout 170 "$PY" "$ROOT/tests/gpu/backend_cuda.py" cuda \
   resnet18,timm_regnetx_002,bert_tiny,gpt2_tiny,llama_tiny > "$OUT/backend.log" 2> "$OUT/backend.err"
 cat "$OUT/backend.log"
 
