@@ -46,6 +46,27 @@ def test_twenty_lengths_and_three_batch_sizes_compile_at_most_twice_per_graph(na
     assert 1 <= s["class_plans"] < s["graphs"] and s["class_instances"] == s["symbolic_plans"], s
 
 
+@pytest.mark.parametrize("name", ["llama_tiny"])
+def test_lengths_and_batch_sizes_with_freezing_are_instances_of_the_class(name, tmp_path):
+    """With freezing the weights are the plan's constants (folded, prepacked for oneDNN at their hint):
+    eight shapes, each eager's result, each later signature of a symbolic graph an instance of its class's
+    plan, at most two compiles per graph."""
+    model, _ = make(name)
+    model.eval()
+    model64 = copy.deepcopy(model).double()
+    compiled = torch.compile(model, backend="fusion_jit", options={"freezing": True, "cache_dir": str(tmp_path)})
+    shapes = [(2, 5), (2, 7), (2, 9), (2, 13), (2, 17), (1, 19), (3, 19), (2, 31)]
+    with torch.no_grad():
+        for batch, length in shapes:
+            ids = torch.randint(0, 1000, (batch, length), generator=torch.Generator().manual_seed(length))
+            expected, reference = main_output(model(ids)), main_output(model64(ids))
+            assert_close(main_output(compiled(ids)), expected, reference, f"{name} freezing [{batch},{length}]")
+    s = fusion_jit.stats()
+    assert s["eager_calls"] == 0 and s["eager_graphs"] == 0, s
+    assert s["plans"] >= len(shapes) and 0 < s["compiles"] <= 2 * s["graphs"], s
+    assert s["class_plans"] >= 1 and s["class_instances"] == s["symbolic_plans"] >= 3, s
+
+
 def test_dynamic_kernels_option_is_checked_and_on_serves_the_first_signature_with_sizes_as_arguments():
     with pytest.raises(ValueError, match="'dynamic_kernels' must be 'auto', 'on' or 'off', not 'sometimes'"):
         fusion_jit.compile(torch.nn.ReLU(), dynamic_kernels="sometimes")
