@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -239,6 +241,43 @@ TEST(ShapeClass, EverySizeIsAnInstanceOfOnePlan) {
   EXPECT_EQ(f.num_plans(), 6);
 }
 
+
+// Serving a shape class from many threads: four threads add and run sizes of one class at once (each
+// thread its own sizes, two threads sharing one), each result eager's; the class's plan is built once
+// or, where two threads build it at the same time, one build is kept, and its code compiles once.
+TEST(ShapeClass, ThreadsAddingSizesOfOneClassAtOnceGetEagersResults) {
+  const at::Tensor b = at::randn({64}), w = at::randn({64, 64}) * 0.2;
+  GraphFunction f("class_threads");
+  const int64_t before = counters().host_compiles;
+  std::atomic<int> ok{0}, wrong{0};
+  std::vector<std::thread> threads;
+  const std::vector<std::vector<int64_t>> sizes = {{16, 5, 40}, {37, 63, 9}, {21, 5, 33}, {7, 100, 12}};
+  for (const auto& mine : sizes)
+    threads.emplace_back([&, mine] {
+      for (int round = 0; round < 2; ++round)
+        for (int64_t n : mine) {
+          const at::Tensor x = at::randn({2, n, 64});
+          std::vector<at::Tensor> outs;
+          GraphPlanInfo info = f.add_from_class({x, b, w}, "", kClassIr, {{"s0", n}}, {}, &outs);
+          if (!info.outside_class.empty() || !info.compiled ||
+              (outs.empty() && f.run({x, b, w}, "", &outs) != GraphFunction::Status::kRan)) {
+            ++wrong;
+            continue;
+          }
+          const std::vector<at::Tensor> want = class_eager(x, b, w);
+          bool same = outs.size() == want.size();
+          for (size_t i = 0; same && i < want.size(); ++i)
+            same = check_close(outs[i], want[i], std::nullopt, /*check_strides=*/false).ok;
+          ++(same ? ok : wrong);
+        }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(ok.load(), 24);
+  EXPECT_EQ(f.num_classes(), 1);
+  EXPECT_EQ(f.num_plans(), 11);  // the distinct sizes
+  EXPECT_LE(counters().host_compiles - before, 1);
+}
 
 // Note [Symbolic sizes in the plan cache]: the class's plan, once built, is in the plan cache; another
 // function (a restarted process's) whose first size of the class is another reads it there (no fusion,
