@@ -116,9 +116,6 @@ void print_offsets(const KernelSpec& k, const std::string& indent, const KernelN
                     indent);
 }
 
-// The call of the body function with loaded values `in(b)` and output variables `out(b)`; with pieces
-// (Note [Cats of unequal items]), the outermost cat's value after the inputs, the pieces' own buffers left
-// out.
 // Note [Sizes in device functions]
 // A statement may read a size as a number (`x + x.shape[1]`, a mean's divisor after a row). In a shape
 // class's kernel that number is a size argument (literal_text), but the pointwise body and the pieces are
@@ -136,23 +133,24 @@ struct DeviceNumbers {
       return n;
     };
   }
-  // ", long long z3, long long z4" for the signature; ", z3, z4" for a call.
-  std::string params(bool first) const {
-    std::string s;
-    for (size_t i = 0; i < read.size(); ++i) s += (first && i == 0 ? "" : ", ") + std::string("long long ") + read[i];
-    return s;
-  }
-  std::string call_args(bool first) const {
-    std::string s;
-    for (size_t i = 0; i < read.size(); ++i) s += (first && i == 0 ? "" : ", ") + read[i];
-    return s;
-  }
+  // ", long long z3, long long z4" for the signature and ", z3, z4" for a call; without the leading ", "
+  // where they are the only ones (`alone`).
+  std::string params(bool alone) const { return join(alone, "long long "); }
+  std::string call_args(bool alone) const { return join(alone, ""); }
   std::vector<std::string> read;
 
  private:
+  std::string join(bool alone, const char* type) const {
+    std::string s;
+    for (size_t i = 0; i < read.size(); ++i) s += (alone && i == 0 ? "" : ", ") + std::string(type) + read[i];
+    return s;
+  }
   const KernelNumbers& z_;
 };
 
+// The call of the body function with loaded values `in(b)` and output variables `out(b)`; with pieces
+// (Note [Cats of unequal items]), the outermost cat's value after the inputs, the pieces' own buffers left
+// out.
 template <class In, class Out>
 std::string body_call(const KernelSpec& k, const KernelNumbers& z, const DeviceNumbers& body, In in, Out out) {
   std::string args;
