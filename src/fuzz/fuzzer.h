@@ -61,12 +61,6 @@ at::Tensor to_device_same_layout(const at::Tensor& t, const at::Device& device);
 std::vector<Recipe> resized(const std::vector<Recipe>& batch);
 // resized()'s choice: each extent that changes, and its value at the second size.
 std::map<int64_t, int64_t> second_extents(const std::vector<Recipe>& batch);
-// The graph of a shape class whose sizes are `first` and `second`, two prints of one graph at two sizes
-// (Note [The fuzzer's shape classes]): one symbol per changed extent of `extents` (its hint the first
-// value), each number that differs between the texts an expression over them that gives both values.
-// Empty, with `why`, where the texts differ in more than numbers or a number fits no expression.
-std::string generalize(const std::string& first, const std::string& second, const std::map<int64_t, int64_t>& extents,
-                       std::string* why);
 // Whether the recipe's gathers (embedding, gather) take indices within their tables: eager replayed on
 // the CPU, where an index out of range raises. On CUDA such an index stops the process (a device-side
 // assert), so check_batch with CheckOptions::cuda skips a recipe that fails this, as one eager rejects.

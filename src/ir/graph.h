@@ -210,6 +210,19 @@ class Graph {
 // negative. Valid as the class's program where the guards its builder recorded hold (Note [Symbolic sizes]).
 std::unique_ptr<Graph> concretize(const Graph& g, const SymBindings& b);
 
+// Note [Graphs of two sizes]
+// The graph of a shape class whose sizes are `first` and `second`, two prints of one graph at two sizes (a
+// fuzzed graph replayed at two extents; a model captured at two input signatures): one symbol per extent
+// of `extents` that changes (first value -> second, both at least 2; the symbol's hint is the first), and
+// each whole number that differs between the texts an expression over them that gives both values (the
+// simplest of: a symbol, a product of two or three, a multiple, a sum of two, a symbol times a constant plus
+// a constant). Any expression that fits is as good as another: the caller checks that the class's graph
+// concretizes to each print exactly, and, for each later size, to that size's print. Empty, with `why`,
+// where the texts differ in more than numbers, a number that is not a size differs (a float, a name's digits,
+// a negative number), a number fits no expression, or no number differs.
+std::string generalize(const std::string& first, const std::string& second, const std::map<int64_t, int64_t>& extents,
+                       std::string* why);
+
 // Moves every tensor of the graph to `device` (types only): a plan captured on CPU tensors becomes the
 // plan of the same model on a GPU, for ahead-of-time CUDA compilation without a GPU.
 void set_device(Graph& g, Device device, int index);

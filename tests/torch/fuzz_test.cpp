@@ -136,49 +136,6 @@ TEST(FuzzFindings, ExpRsubAlphaLog2) {
   EXPECT_TRUE(res.ok && res.message.empty()) << r.describe() << res.message;
 }
 
-// Note [The fuzzer's shape classes]: each number that differs between a graph's prints at two sizes
-// becomes an expression over one symbol per changed extent, giving both values.
-TEST(Fuzz, GeneralizeFitsEachSizeThatDiffers) {
-  const std::string first =
-      "graph(%0 : f32[3,4], %1 : f32[4]):\n"
-      "  %2 : f32[3,4] = aten::add.Tensor(%0, %1, 1)\n"
-      "  %3 : f32[12] = aten::view(%2, [12])\n"
-      "  %4 : f32[4,3]{1,4} = aten::transpose.int(%2, 0, 1)\n"
-      "  %5 : f32[7,4] = aten::cat(%6, 0)\n"
-      "  %7 : f32[2,4] = aten::slice.Tensor(%2, 0, 1, 9223372036854775807, 1)\n"
-      "  %8 : f32[2,4] = aten::mul.Scalar(%7, 0.5)\n"
-      "  return (%3, %4, %5, %8)\n";
-  std::string second = first;
-  for (auto [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"[3,4]", "[5,6]"}, {"[4]", "[6]"}, {"[12]", "[30]"}, {"[4,3]{1,4}", "[6,5]{1,6}"}, {"[7,4]", "[11,6]"},
-           {"[2,4]", "[4,6]"}})
-    for (size_t p = second.find(from); p != std::string::npos; p = second.find(from, p + to.size()))
-      second.replace(p, from.size(), to);
-  std::string why;
-  const std::string cls = fuzz::generalize(first, second, {{3, 5}, {4, 6}}, &why);
-  EXPECT_EQ(cls,
-            "graph[s0=3,s1=4](%0 : f32[s0,s1], %1 : f32[s1]):\n"
-            "  %2 : f32[s0,s1] = aten::add.Tensor(%0, %1, 1)\n"
-            "  %3 : f32[s0*s1] = aten::view(%2, [s0*s1])\n"
-            "  %4 : f32[s1,s0]{1,s1} = aten::transpose.int(%2, 0, 1)\n"
-            "  %5 : f32[s0+s1,s1] = aten::cat(%6, 0)\n"
-            "  %7 : f32[s0-1,s1] = aten::slice.Tensor(%2, 0, 1, 9223372036854775807, 1)\n"
-            "  %8 : f32[s0-1,s1] = aten::mul.Scalar(%7, 0.5)\n"
-            "  return (%3, %4, %5, %8)\n")
-      << why;
-  // Texts that differ beyond numbers, or in a number that is not a size, have no class.
-  std::string renamed = second;
-  renamed.replace(renamed.find("aten::mul.Scalar"), 16, "aten::div.Scalar");
-  EXPECT_EQ(fuzz::generalize(first, renamed, {{3, 5}, {4, 6}}, &why), "");
-  EXPECT_NE(why.find("differ beyond their numbers"), std::string::npos) << why;
-  std::string scaled = second;
-  scaled.replace(scaled.find("0.5"), 3, "0.7");
-  EXPECT_EQ(fuzz::generalize(first, scaled, {{3, 5}, {4, 6}}, &why), "");
-  EXPECT_NE(why.find("not a size"), std::string::npos) << why;
-  EXPECT_EQ(fuzz::generalize(first, first, {{3, 5}, {4, 6}}, &why), "");
-  EXPECT_NE(why.find("no size differs"), std::string::npos) << why;
-}
-
 // One plan of the batch's shape class, built once, runs the batch at its sizes and at the second sizes,
 // each against eager.
 TEST(Fuzz, OnePlanOfTheShapeClassServesBothSizes) {
