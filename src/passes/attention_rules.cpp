@@ -230,7 +230,7 @@ Replacement sdpa(const Match& m, Builder& r) {
       return r.decline("q, k and v differ in their batch or head dims (SDPA does not broadcast them here)");
   if (tq.sizes[3] != tk.sizes[3] || tk.sizes[2] != tv.sizes[2])
     return r.decline("k does not match q's head size or v's sequence length");
-  if (ts.sizes != std::vector<int64_t>{tq.sizes[0], tq.sizes[1], tq.sizes[2], tk.sizes[2]})
+  if (ts.sizes != SymSizes{tq.sizes[0], tq.sizes[1], tq.sizes[2], tk.sizes[2]})
     return r.decline("the scores are not [B, H, T, S] of q and k");
   for (const Value* a : added) {
     if (!a->is_tensor()) return r.decline("a mask is not a tensor");
@@ -259,9 +259,9 @@ Replacement sdpa(const Match& m, Builder& r) {
     const auto ms = Builder::sizes(mask);
     if (!mask->tensor_type().is_contiguous())  // the view below is typed contiguous
       mask = r.op("aten::contiguous", {Arg::of(mask), Arg::lit(int64_t{0})}, dt, ms);
-    mask = r.reshape(mask, {1, ms.empty() ? int64_t{1} : static_cast<int64_t>(ms[0])});
+    mask = r.reshape(mask, SymSizes{1, ms.empty() ? SymInt(1) : ms[0]});
   }
-  const std::vector<int64_t> o4 = {tq.sizes[0], tq.sizes[1], tq.sizes[2], tv.sizes[3]};
+  const SymSizes o4 = {tq.sizes[0], tq.sizes[1], tq.sizes[2], tv.sizes[3]};
   Value* y = r.op("aten::scaled_dot_product_attention",
                   {Arg::of(q), Arg::of(k), Arg::of(v), mask ? Arg::of(mask) : Arg::lit(None{}), Arg::lit(0.0),
                    Arg::lit(false), Arg::lit(scale), Arg::lit(false)},

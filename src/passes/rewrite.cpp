@@ -269,7 +269,7 @@ Value* Builder::reduce(const std::string& schema, Value* x, const std::vector<in
   return op(schema, std::move(args), dt(x), out);
 }
 
-Value* Builder::reshape(Value* x, const std::vector<int64_t>& to) {
+Value* Builder::reshape(Value* x, const SymSizes& to) {
   return op("aten::reshape", {Arg::of(x), Arg::lit(to)}, dt(x), to);
 }
 

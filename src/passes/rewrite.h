@@ -147,7 +147,7 @@ class Builder {
   // A reduction (sum.dim_IntList, mean.dim, amax, amin, var.correction) of x over normalized `dims`.
   Value* reduce(const std::string& schema, Value* x, const std::vector<int64_t>& dims, bool keepdim,
                 std::optional<double> correction = std::nullopt);
-  Value* reshape(Value* x, const std::vector<int64_t>& to);
+  Value* reshape(Value* x, const SymSizes& to);
 
   // The nodes that use `v` (a graph output is not a node).
   std::vector<Node*> users(const Value* v) const { return g_.users_of(v); }

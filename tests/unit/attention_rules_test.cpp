@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <regex>
 
 #include "passes/passes.h"
 
@@ -187,6 +188,37 @@ TEST(AttentionRule, TorchCompilesSpellingBecomesOneSdpaCall) {
   EXPECT_NE(out.find("f32[2,2,8,8] = aten::add.Tensor(%3, %4, 1)"), std::string::npos) << out;
   EXPECT_NE(out.find("= aten::amax(%6, [3], True)"), std::string::npos) << out;
   EXPECT_NE(out.find("= aten::masked_fill.Scalar(%8, %10, nan)"), std::string::npos) << out;
+}
+
+// The rule on a shape class whose sequence length is a symbol (Note [Symbolic sizes]): it fires, and reads
+// no size as a number, so the class keeps every length (it took "s0 == 8" comparing the scores' sizes as
+// numbers and typing the call's result with them, so each new length of a TorchScript model planned on its
+// own, Note [Shape classes of captured graphs]).
+TEST(AttentionRule, ASymbolicLengthKeepsTheClass) {
+  auto symbolic = [](std::string ir, const std::string& strides, const std::string& by) {
+    ir = std::regex_replace(ir, std::regex(R"((^|[\[,\s])8(?=[\],]))"), "$1s0");
+    ir.replace(ir.find(strides), strides.size(), by);
+    return "graph[s0=8](" + ir.substr(6);
+  };
+  const struct {
+    const char* what;
+    std::string ir;
+  } cases[] = {
+      {"an additive mask", symbolic(attention(Attn()), "{512,128,1,16}", "{64*s0,16*s0,1,16}")},
+      {"a 1-d mask", symbolic(attention(with([](Attn& a) { a.mask_type = "f32[8]"; })), "{512,128,1,16}",
+                              "{64*s0,16*s0,1,16}")},
+      {"torch.compile's spelling", symbolic(fx_attention(kKt, kTwoMasks, "%19"), "{256,128,1,16}", "{32*s0,16*s0,1,16}")},
+  };
+  for (const auto& c : cases) {
+    ShapeGuards guards;
+    std::string fired, out;
+    {
+      GuardScope scope(guards);
+      out = run(c.ir, &fired);
+    }
+    EXPECT_EQ(fired, "attention.sdpa x1") << c.what << "\n" << c.ir << out;
+    EXPECT_FALSE(guards.specializes("s0")) << c.what << ": " << guards.guards().front().str() << "\n" << out;
+  }
 }
 
 TEST(AttentionRule, TorchCompilesNearMissesDeclineWithAReason) {
