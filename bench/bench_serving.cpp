@@ -7,6 +7,16 @@
 //   build/bench_serving [--threads 8] [--seconds 30] [--new-every-ms 250]
 //
 // Exits 1 when a result differs from eager's or a thread stopped making progress (a deadlock), else 0.
+//
+//   build/bench_serving --new-lengths N
+//
+// One thread: a transformer block (frozen weights; attention written out, layer norms, a GELU MLP) at
+// batch 2 and N + 2 sequence lengths, in two settings in turn, each compiled afresh (the kernel cache
+// kept): the default, where a new length's plan is an instance of the shape class of its captures (Note
+// [Shape classes of captured graphs]), and disable="symbolic.class", where each is planned on its own
+// (passes, fusion, code generation; no compiler: the kernels are the class's). Per setting: the median
+// first call of a new length after the first two (capture included), the median planned call, and eager's
+// call at the same lengths. Exits 1 when a result differs from eager's.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/api/module.h>
@@ -52,6 +62,70 @@ std::vector<at::Tensor> flatten(const c10::IValue& v) {
   return out;
 }
 
+// --new-lengths: what a new sequence length's first call costs, with and without shape classes.
+int new_lengths(int n) {
+  at::set_num_threads(2);
+  torch::jit::Module m("Block");
+  const int64_t h = 64;
+  m.register_parameter("wq", at::randn({h, h}) * 0.1, false);
+  m.register_parameter("wk", at::randn({h, h}) * 0.1, false);
+  m.register_parameter("wv", at::randn({h, h}) * 0.1, false);
+  m.register_parameter("w1", at::randn({4 * h, h}) * 0.1, false);
+  m.register_parameter("w2", at::randn({h, 4 * h}) * 0.1, false);
+  m.register_parameter("g", at::ones({h}), false);
+  m.define(R"(
+def forward(self, x):
+    b, l, h = x.size()
+    y = torch.layer_norm(x, [h], self.g)
+    q = torch.linear(y, self.wq).view(b, l, 4, h // 4).transpose(1, 2)
+    k = torch.linear(y, self.wk).view(b, l, 4, h // 4).transpose(1, 2)
+    v = torch.linear(y, self.wv).view(b, l, 4, h // 4).transpose(1, 2)
+    a = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 4.0, -1)
+    o = torch.matmul(a, v).transpose(1, 2).reshape(b, l, h) + x
+    z = torch.layer_norm(o, [h], self.g)
+    return o + torch.linear(torch.gelu(torch.linear(z, self.w1)), self.w2)
+)");
+  m.eval();
+  std::vector<std::vector<c10::IValue>> inputs;
+  std::vector<at::Tensor> expected;
+  for (int i = 0; i < n + 2; ++i) {
+    inputs.push_back({at::randn({2, 5 + 3 * i, h})});
+    expected.push_back(m.forward(inputs.back()).toTensor());
+  }
+  int64_t mismatches = 0;
+  std::printf("bench_serving --new-lengths %d: batch 2, lengths 5-%d, hidden %lld, 2 threads; medians over the %d "
+              "lengths after the first two (ms)\n",
+              n, 5 + 3 * (n + 1), static_cast<long long>(h), n);
+  std::printf("%-38s %12s %12s %12s %12s\n", "setting", "first call", "planned call", "eager call", "compile_ms");
+  for (const bool classes : {true, false}) {
+    fusion_jit::CompileOptions o;
+    o.specialization_limit = 1000;
+    if (!classes) o.disable = {"symbolic.class"};
+    auto fused = fusion_jit::compile(m, o);
+    Latencies first, planned, eager;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      auto t0 = Clock::now();
+      at::Tensor got = fused(inputs[i]).toTensor();
+      const double ms = ms_between(t0, Clock::now());
+      if (!fusion_jit::check_close(got, expected[i]).ok) mismatches++;
+      if (i < 2) continue;
+      first.add(ms);
+      t0 = Clock::now();
+      got = fused(inputs[i]).toTensor();
+      planned.add(ms_between(t0, Clock::now()));
+      if (!fusion_jit::check_close(got, expected[i]).ok) mismatches++;
+      t0 = Clock::now();
+      m.forward(inputs[i]);
+      eager.add(ms_between(t0, Clock::now()));
+    }
+    std::printf("%-38s %12.3f %12.3f %12.3f %12.1f\n", classes ? "instances of the shape class (default)" :
+                "each length planned (symbolic.class off)", first.pct(0.5), planned.pct(0.5), eager.pct(0.5),
+                fused.stats().compile_ms);
+  }
+  std::printf("results differing from eager: %lld\n", static_cast<long long>(mismatches));
+  return mismatches == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,6 +133,15 @@ int main(int argc, char** argv) {
   double seconds = 30, new_every_ms = 250;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
+    if (a == "--new-lengths") {
+      torch::jit::setGraphExecutorOptimize(false);
+      const int n = std::atoi(argv[i + 1]);
+      if (n < 1) {
+        std::fprintf(stderr, "bench_serving: --new-lengths must be positive\n");
+        return 2;
+      }
+      return new_lengths(n);
+    }
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (a == "--new-every-ms") new_every_ms = std::atof(argv[i + 1]);

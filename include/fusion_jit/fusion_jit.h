@@ -55,7 +55,10 @@ struct CompileOptions {
   // "auto", "on" or "off" (default: the FUSION_JIT_DYNAMIC option, itself "auto"): whether CPU kernels
   // read their sizes as arguments, so that signatures differing only in sizes share compiled kernels.
   // auto: from the second compiled signature on. A signature that reuses the kernels of an earlier one
-  // does not count against the specialization limit.
+  // does not count against the specialization limit. Under auto and on, a CompiledModule's captures that
+  // differ only in sizes make a shape class, whose plan later such signatures get by evaluation (no passes,
+  // fusion or code generation; Note [Shape classes of captured graphs], src/torch/graph_function.h;
+  // disable "symbolic.class" turns that off).
   std::optional<std::string> dynamic;
   bool enable_fusion = true;                // false: one kernel per fusible op
   // Replay each CUDA plan as a CUDA Graph (captured at the second call of a signature; see
@@ -80,6 +83,7 @@ struct ModuleStats {
   int64_t plans_kept = 0;     // signatures held now (plans and eager ones)
   int64_t plans_dropped = 0;  // shared plans dropped past CompileOptions::shared_plans
   double compile_ms = 0;      // capture + passes + fusion + codegen + compile, all signatures
+  int64_t class_plans = 0;    // shape classes whose plan was built (CompileOptions::dynamic)
 };
 
 class CompiledModule {

@@ -66,6 +66,7 @@ struct CompiledModule::Impl {
   // that alias them, from the capture run or the eager fallback, are copied before they are returned.
   std::vector<c10::IValue> graph_constants;
   FoldedConstants folded;  // Note [Folded constants shared across signatures]
+  CapturedClasses classes;  // Note [Shape classes of captured graphs]
   ChannelsLastCopies channels_last_copies;  // CaptureOptions's
 
   std::atomic<int64_t> calls{0}, eager_calls{0}, graph_replays{0};
@@ -87,14 +88,8 @@ struct CompiledModule::Impl {
     return false;
   }
 
-  // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
-  // `skip`: passes or rule sets left out (run_pipeline). `to_cuda`: a plan for cuda:0
-  // (optimize_captured_on_cuda).
-  std::unique_ptr<PlanInstance> prepare(const std::vector<c10::IValue>& inputs, c10::IValue* result,
-                                        double* capture_ms, double* passes_ms, const std::set<std::string>& skip = {},
-                                        bool to_cuda = false) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto inst = std::make_unique<PlanInstance>();
+  // Captures the graph for these inputs (Note [Channels-last plans]); `skip`: as prepare's.
+  CapturedGraph capture(const std::vector<c10::IValue>& inputs, c10::IValue* result, const std::set<std::string>& skip) {
     CaptureResult cap = capture_graph(graph, inputs, skip_self);
     if (!skip.count("channels_last") && !Options::get().disabled.count("channels_last") &&
         wants_channels_last_capture(*graph) && !outputs_share_storage(cap.result)) {
@@ -109,9 +104,20 @@ struct CompiledModule::Impl {
       } catch (const std::exception&) {
       }
     }
-    *capture_ms = ms_since(t0);
-    inst->captured = std::move(cap.captured);
     *result = std::move(cap.result);
+    return std::move(cap.captured);
+  }
+
+  // Captures the graph for these inputs and runs the passes; the instance holds the optimized graph.
+  // `skip`: passes or rule sets left out (run_pipeline). `to_cuda`: a plan for cuda:0
+  // (optimize_captured_on_cuda).
+  std::unique_ptr<PlanInstance> prepare(const std::vector<c10::IValue>& inputs, c10::IValue* result,
+                                        double* capture_ms, double* passes_ms, const std::set<std::string>& skip = {},
+                                        bool to_cuda = false) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto inst = std::make_unique<PlanInstance>();
+    inst->captured = capture(inputs, result, skip);
+    *capture_ms = ms_since(t0);
     auto t1 = std::chrono::steady_clock::now();
     if (to_cuda)
       optimize_captured_on_cuda(inst->captured, skip);
@@ -152,18 +158,44 @@ struct CompiledModule::Impl {
   std::unique_ptr<PlanInstance> compile(const std::vector<c10::IValue>& inputs, c10::IValue* first_result,
                                         std::string* eager_reason, const SignatureTable::Admit& admit) {
     try {
-      double capture_ms = 0, passes_ms = 0;
       c10::IValue result;
       PlanTarget target;
       target.enable_fusion = enable_fusion;
       set_plan_size_args(dynamic, table, &target);
       target.admit = admit;
-      auto inst = prepare(inputs, &result, &capture_ms, &passes_ms, passes_skipped(disable, target));
-      inst->plan = build_plan(std::move(inst->captured.graph), target);
-      inst->captured.graph = nullptr;
-      resolve_aten_steps(*inst, !disable.count("in_place"));
-      const ExecutablePlan& p = *inst->plan;
-      {
+      const std::set<std::string> skip = passes_skipped(disable, target);
+      const bool in_place = !disable.count("in_place");
+      auto t0 = std::chrono::steady_clock::now();
+      CapturedGraph cap = capture(inputs, &result, skip);
+      const double capture_ms = ms_since(t0);
+      std::unique_ptr<PlanInstance> inst;
+      std::string class_note;
+      if (dynamic != DynamicSizes::kOff && !disable.count("symbolic.class") &&
+          !Options::get().disabled.count("symbolic.class")) {  // Note [Shape classes of captured graphs]
+        auto t1 = std::chrono::steady_clock::now();
+        inst = classes.instance_for(cap, in_place, [&](CapturedGraph cls) {
+          PlanTarget t;
+          t.enable_fusion = enable_fusion;
+          t.admit = admit;
+          return build_class_plan(std::move(cls), t, disable, &folded);
+        }, &class_note);
+        if (inst) {
+          std::lock_guard<std::mutex> g(report_mu);
+          last_report = fmt::format("capture {:.1f} ms, an instance of its shape class's plan {:.1f} ms", capture_ms,
+                                    ms_since(t1));
+        }
+      }
+      if (!inst) {
+        auto t1 = std::chrono::steady_clock::now();
+        inst = std::make_unique<PlanInstance>();
+        inst->class_note = class_note;
+        inst->captured = std::move(cap);
+        optimize_captured(inst->captured, skip, &folded);
+        const double passes_ms = ms_since(t1);
+        inst->plan = build_plan(std::move(inst->captured.graph), target);
+        inst->captured.graph = nullptr;
+        resolve_aten_steps(*inst, in_place);
+        const ExecutablePlan& p = *inst->plan;
         std::lock_guard<std::mutex> g(report_mu);
         last_report = fmt::format(
             "capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms", capture_ms,
@@ -241,6 +273,7 @@ ModuleStats CompiledModule::stats() const {
   s.plans_dropped = impl_->table.num_dropped();
   s.graph_replays = impl_->graph_replays.load();
   s.compile_ms = impl_->table.compile_ms();
+  s.class_plans = impl_->classes.num_classes();
   return s;
 }
 

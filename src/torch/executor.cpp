@@ -1146,6 +1146,7 @@ std::string instance_explain(const PlanInstance& inst) {
                          in_place == 1 ? "" : "s");
   if (kernels_in_place > 0)
     views += fmt::format("kernels writing over a dying input: {}\n", kernels_in_place);
+  if (!inst.class_note.empty()) views += "shape class: none: " + inst.class_note + "\n";
   std::string line = views + fmt::format("memory: peak {} per call", format_bytes(inst.peak_bytes));
   if (inst.captured.eager_peak_bytes > 0)
     line += fmt::format(", eager {} ({:.0f}%)", format_bytes(inst.captured.eager_peak_bytes),

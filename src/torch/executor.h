@@ -116,6 +116,9 @@ struct PlanInstance {
   std::vector<std::vector<FoldedInput>> kernel_inputs;  // per kernel, per buffer
   MemoryPlan memory;                    // resolve_aten_steps
   int64_t peak_bytes = 0;               // Note [Peak memory] (resolve_aten_steps)
+  // A captured signature planned on its own: why it is not an instance of a shape class (Note [Shape
+  // classes of captured graphs], torch/graph_function.h); "" otherwise.
+  std::string class_note;
   // CUDA Graph replay (CompileOptions::cuda_graphs): captured at the first call after the compiling one.
   std::mutex graph_mu;
   bool graph_tried = false;

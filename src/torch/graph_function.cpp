@@ -326,6 +326,190 @@ CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Te
   return cap;
 }
 
+// Shape classes (Note [Plans of a shape class], Note [Shape classes of captured graphs])
+
+std::shared_ptr<ClassPlan> build_class_plan(CapturedGraph cap, PlanTarget target, const std::set<std::string>& disable,
+                                            FoldedConstants* folded) {
+  auto cls = std::make_shared<ClassPlan>();
+  cls->captured = cap.graph->clone();
+  target.size_args = true;
+  ShapeGuards guards;
+  {
+    GuardScope scope(guards);
+    guards.set_phase("constants");
+    optimize_captured(cap, passes_skipped(disable, target), folded);
+    guards.set_phase("plan");
+    cls->plan = build_plan(std::move(cap.graph), target);
+  }
+  cls->constants = std::move(cap.constants);
+  return cls;
+}
+
+std::string class_outside(const ClassPlan& cls, const SymBindings& at) {
+  for (const auto& [name, value] : at)
+    if (value < 2) return fmt::format("{} = {}: sizes 0 and 1 are classes of their own", name, value);
+  for (const SymGuard& g : cls.plan->guards.guards())
+    if (!g.holds(at)) return fmt::format("its guard {} ({}) fails", g.str(), g.phase.empty() ? "capture" : g.phase);
+  return "";
+}
+
+std::unique_ptr<PlanInstance> class_instance(const ClassPlan& cls, const SymBindings& at, bool in_place) {
+  auto inst = std::make_unique<PlanInstance>();
+  inst->captured.output_kind = OutputKind::kList;
+  inst->captured.constants = cls.constants;
+  inst->plan = instantiate_plan(*cls.plan, at);
+  resolve_aten_steps(*inst, in_place);
+  return inst;
+}
+
+namespace {
+
+// The print without its digits: captures that differ only in numbers share it.
+std::string family_key(const std::string& text) {
+  std::string key;
+  key.reserve(text.size());
+  for (char c : text)
+    if (c < '0' || c > '9') key += c;
+  return key;
+}
+
+// Each tensor input's sizes, in order.
+std::vector<std::vector<int64_t>> input_sizes(const Graph& g) {
+  std::vector<std::vector<int64_t>> out;
+  for (const Value* v : g.inputs()) {
+    out.emplace_back();
+    if (v->is_tensor())
+      for (const SymInt& d : v->tensor_type().sizes) out.back().push_back(d.hint());
+  }
+  return out;
+}
+
+// The extents that change from `a`'s inputs to `b`'s (first value -> second), or why there is no such map:
+// one value that becomes two.
+std::map<int64_t, int64_t> changed_extents(const Graph& a, const Graph& b, std::string* why) {
+  const auto sa = input_sizes(a), sb = input_sizes(b);
+  std::map<int64_t, int64_t> out;
+  if (sa.size() != sb.size()) return out;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    if (sa[i].size() != sb[i].size()) return {};
+    for (size_t d = 0; d < sa[i].size(); ++d) {
+      if (sa[i][d] == sb[i][d]) continue;
+      auto [it, added] = out.emplace(sa[i][d], sb[i][d]);
+      if (!added && it->second != sb[i][d]) {
+        *why = fmt::format("input extents of {} became {} and {}", sa[i][d], it->second, sb[i][d]);
+        return {};
+      }
+    }
+  }
+  return out;
+}
+
+// The values of the class's symbols at the capture `g`, each read where the class's graph has it as an
+// input's size (generalize() names one per input extent); nullopt where one is not read so or disagrees.
+std::optional<SymBindings> bindings_at(const Graph& cls, const Graph& g) {
+  if (cls.inputs().size() != g.inputs().size()) return std::nullopt;
+  SymBindings at;
+  for (size_t i = 0; i < cls.inputs().size(); ++i) {
+    const Value *c = cls.inputs()[i], *v = g.inputs()[i];
+    if (!c->is_tensor() || !v->is_tensor()) continue;
+    const SymSizes &cs = c->tensor_type().sizes, &vs = v->tensor_type().sizes;
+    if (cs.size() != vs.size()) return std::nullopt;
+    for (size_t d = 0; d < cs.size(); ++d) {
+      if (!cs[d].is_symbolic()) continue;
+      const std::vector<std::string> names = cs[d].expr()->symbols();
+      if (names.size() != 1 || cs[d].str() != names[0]) continue;
+      auto [it, added] = at.emplace(names[0], vs[d].hint());
+      if (!added && it->second != vs[d].hint()) return std::nullopt;
+    }
+  }
+  for (const auto& [name, hint] : cls.symbols())
+    if (!at.count(name)) return std::nullopt;
+  return at;
+}
+
+bool same_constants(const std::vector<c10::IValue>& a, const std::vector<c10::IValue>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!a[i].isSameIdentity(b[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<PlanInstance> CapturedClasses::instance_for(CapturedGraph& cap, bool in_place, const BuildClass& build,
+                                                            std::string* why) {
+  std::string ignored;
+  if (!why) why = &ignored;
+  cap.graph->renumber();  // as a parsed graph is numbered
+  const std::string text = print_graph(*cap.graph);
+  std::lock_guard<std::mutex> lock(mu_);
+  Family& f = families_[family_key(text)];
+  auto instance = [&](const ClassPlan& cls, const SymBindings& at) {
+    auto inst = class_instance(cls, at, in_place);
+    inst->captured.output_kind = cap.output_kind;
+    inst->captured.eager_peak_bytes = eager_peak_bytes(*cap.graph);
+    return inst;
+  };
+  for (const auto& cls : f.classes) {
+    std::optional<SymBindings> at = bindings_at(*cls->captured, *cap.graph);
+    if (!at || !same_constants(cls->constants, cap.constants) || !class_outside(*cls, *at).empty()) continue;
+    if (print_graph(*concretize(*cls->captured, *at)) == text) return instance(*cls, *at);
+  }
+  *why = "the first capture of its kind";
+  if (!f.text.empty() && f.text != text) *why = f.no_class.empty() ? "its constants are not the first capture's" : f.no_class;
+  if (!f.text.empty() && f.text != text && f.no_class.empty() && same_constants(f.constants, cap.constants)) {
+    auto reference = parse_graph(f.text);
+    std::string class_ir;
+    why->clear();
+    const std::map<int64_t, int64_t> extents = changed_extents(*reference, *cap.graph, why);
+    if (why->empty()) class_ir = generalize(f.text, text, extents, why);
+    if (!class_ir.empty()) {
+      CapturedGraph c;
+      c.graph = parse_graph(class_ir);
+      c.constants = cap.constants;
+      c.output_kind = cap.output_kind;
+      const SymBindings first = c.graph->symbols();
+      std::optional<SymBindings> at = bindings_at(*c.graph, *cap.graph);
+      if (!at || print_graph(*concretize(*c.graph, first)) != f.text || print_graph(*concretize(*c.graph, *at)) != text) {
+        *why = "the class's graph is not both captures' graph at their sizes";
+      } else {
+        std::shared_ptr<const ClassPlan> cls;
+        try {
+          cls = build(std::move(c));
+        } catch (const PlanRefused&) {
+          throw;
+        } catch (const std::exception& e) {
+          // Planned on its own instead (Impl::compile); the family is not tried again.
+          f.no_class = *why = std::string("building its class's plan failed: ") + e.what();
+        }
+        if (cls) {
+          f.classes.push_back(cls);
+          *why = class_outside(*cls, *at);
+          if (why->empty()) return instance(*cls, *at);
+          // The class's plan decided on a size that this capture does not share: the family is not
+          // generalized again (each try would build a plan), its class serves the sizes where it holds.
+          f.no_class = *why = "outside the class made with it: " + *why;
+        }
+      }
+    }
+  }
+  f.text = text;
+  f.constants = cap.constants;
+  return nullptr;
+}
+
+int CapturedClasses::num_classes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [key, f] : families_) n += static_cast<int>(f.classes.size());
+  return n;
+}
+
+void CapturedClasses::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  families_.clear();
+}
+
 // GraphFunction
 
 struct GraphFunction::Impl {
@@ -363,12 +547,7 @@ struct GraphFunction::Impl {
     return inst;
   }
 
-  // Note [Plans of a shape class]: a class's plan, by its graph's text.
-  struct ClassPlan {
-    std::unique_ptr<ExecutablePlan> plan;
-    std::unique_ptr<Graph> captured;  // the graph before the passes (each instance's eager peak memory)
-    std::vector<c10::IValue> constants;
-  };
+  // Note [Plans of a shape class]: the classes' plans, by their graphs' texts.
   mutable std::mutex classes_mu;
   std::map<std::string, std::shared_ptr<const ClassPlan>> classes;
 
@@ -382,45 +561,21 @@ struct GraphFunction::Impl {
   std::shared_ptr<const ClassPlan> build_class(const std::vector<at::Tensor>& inputs, const std::string& ir,
                                                const std::vector<at::Tensor>& constants, const SymBindings& at,
                                                const SignatureTable::Admit& admit) {
-    auto cls = std::make_shared<ClassPlan>();
-    CapturedGraph cap = captured_from_ir(name(), inputs, ir, constants, &at);
-    cls->captured = cap.graph->clone();
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
-    target.size_args = true;
     target.admit = admit;
-    ShapeGuards guards;
-    {
-      GuardScope scope(guards);
-      guards.set_phase("constants");
-      optimize_captured(cap, passes_skipped(disable, target), &folded);
-      guards.set_phase("plan");
-      cls->plan = build_plan(std::move(cap.graph), target);
-    }
-    cls->constants = std::move(cap.constants);
+    std::shared_ptr<ClassPlan> cls =
+        build_class_plan(captured_from_ir(name(), inputs, ir, constants, &at), target, disable, &folded);
     std::lock_guard<std::mutex> g(classes_mu);
     return classes.emplace(ir, std::move(cls)).first->second;  // a class another thread built meanwhile wins
-  }
-
-  // Why `at` lies outside the class (a symbol below 2, a guard that fails there), or "".
-  static std::string outside(const ClassPlan& cls, const SymBindings& at) {
-    for (const auto& [name, value] : at)
-      if (value < 2) return fmt::format("{} = {}: sizes 0 and 1 are classes of their own", name, value);
-    for (const SymGuard& g : cls.plan->guards.guards())
-      if (!g.holds(at)) return fmt::format("its guard {} ({}) fails", g.str(), g.phase.empty() ? "capture" : g.phase);
-    return "";
   }
 
   // The plan of the class at `at` (Note [Plans of a shape class]), checked against `inputs`.
   std::unique_ptr<PlanInstance> instance(const ClassPlan& cls, const std::vector<at::Tensor>& inputs,
                                          const SymBindings& at) const {
     check_inputs(name(), *cls.captured, inputs, &at);
-    auto inst = std::make_unique<PlanInstance>();
-    inst->captured.output_kind = OutputKind::kList;
-    inst->captured.constants = cls.constants;
+    auto inst = class_instance(cls, at, !disable.count("in_place"));
     inst->captured.eager_peak_bytes = eager_peak_bytes(*concretize(*cls.captured, at));
-    inst->plan = instantiate_plan(*cls.plan, at);
-    resolve_aten_steps(*inst, !disable.count("in_place"));
     return inst;
   }
 };
@@ -498,9 +653,9 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
   std::vector<c10::IValue> boxed;
   GraphPlanInfo info;
   outputs->clear();
-  std::shared_ptr<const Impl::ClassPlan> cls = impl_->find_class(class_ir);
+  std::shared_ptr<const ClassPlan> cls = impl_->find_class(class_ir);
   if (cls) {
-    info.outside_class = Impl::outside(*cls, bindings);
+    info.outside_class = class_outside(*cls, bindings);
     if (!info.outside_class.empty()) return info;
   }
   std::shared_ptr<const SignatureTable::Entry> e;
@@ -511,7 +666,7 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
           if (!cls) {
             cls = impl_->build_class(inputs, class_ir, constants, bindings, admit);
             info.class_built_here = true;
-            const std::string why = Impl::outside(*cls, bindings);
+            const std::string why = class_outside(*cls, bindings);
             if (!why.empty()) throw OutsideClass(why);
           }
           auto inst = impl_->instance(*cls, inputs, bindings);

@@ -140,4 +140,66 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
 CapturedGraph captured_from_ir(const std::string& what, const std::vector<at::Tensor>& inputs, const std::string& ir,
                                const std::vector<at::Tensor>& constants, const SymBindings* at = nullptr);
 
+
+// Note [Plans of a shape class] (runtime/plan.h): a class's plan, kept by the graph function or module
+// that built it, with what each instance needs.
+struct ClassPlan {
+  std::unique_ptr<ExecutablePlan> plan;
+  std::unique_ptr<Graph> captured;  // the class's graph before the passes (each instance's input types,
+                                    // eager peak memory, and the captures it is checked against)
+  std::vector<c10::IValue> constants;
+};
+// Builds the plan of the class graph `cap` (passes, fusion, code generation with every size a kernel
+// argument: `target.size_args` is set) under a GuardScope, its guards kept in the plan. `disable`: the
+// module's CompileOptions::disable (passes_skipped adds what a class leaves out).
+std::shared_ptr<ClassPlan> build_class_plan(CapturedGraph cap, PlanTarget target, const std::set<std::string>& disable,
+                                            FoldedConstants* folded);
+// Why `at` lies outside the class (a symbol below 2, a guard that fails there), or "".
+std::string class_outside(const ClassPlan& cls, const SymBindings& at);
+// The plan of the class at `at`, by evaluation (instantiate_plan), its ATen steps resolved; `output_kind`
+// and eager_peak_bytes are the caller's to set where they differ from a list and 0.
+std::unique_ptr<PlanInstance> class_instance(const ClassPlan& cls, const SymBindings& at, bool in_place);
+
+// Note [Shape classes of captured graphs]
+// The TorchScript and C++ function paths (CompiledModule) capture each new input signature: capture is one
+// eager run, which gives the call its result, and its graph is exact for that signature. With
+// CompileOptions::dynamic "auto" or "on", captures whose prints differ only in numbers (same ops, dtypes,
+// devices, constants, literals) form a family. The second capture of a family that differs from the first
+// makes its shape class: generalize() (Note [Graphs of two sizes], ir/graph.h) gives a symbol to each input
+// extent that changed and an expression to each number that differs, and the class's graph is kept only
+// where it concretizes to both prints exactly. Its plan is built once (build_class_plan), and each later
+// capture of the family whose print is the class's graph concretized at the symbols' values read from its
+// input sizes, with the same constants (the same tensors), and where every guard of the plan holds, gets
+// its plan as an instance: no passes, fusion, code generation or compiler. Since the class's graph there is
+// the capture's graph, the instance is the plan that capture would have built (Note [Plans of a shape
+// class]). A capture that fits no class is planned on its own, as before, and becomes the family's
+// reference for the next (a size of 1, where a dim broadcasts, is a family's capture of its own kind: its
+// print differs from the class's). The first signature's plan is built on its own (static under auto).
+// A family whose class's plan fails to build, or does not hold at the capture it was made with (a pass
+// decided on a size), is not generalized again: each try would build a plan. disable="symbolic.class" (or
+// FUSION_JIT_DISABLE) plans every signature on its own, as before. Thread-safe: one lock, held while a
+// class is built.
+class CapturedClasses {
+ public:
+  using BuildClass = std::function<std::shared_ptr<ClassPlan>(CapturedGraph cls)>;
+  // The plan of `cap` (a new signature's capture, before the passes; renumbered here) as an instance of
+  // the family's class, building the class from the family's reference capture when there is one and
+  // none fits; null where none does (then `cap` is the family's reference from now on). `why` (when
+  // given): why not, for explain.
+  std::unique_ptr<PlanInstance> instance_for(CapturedGraph& cap, bool in_place, const BuildClass& build,
+                                             std::string* why = nullptr);
+  int num_classes() const;
+  void clear();
+
+ private:
+  struct Family {
+    std::string text;  // the reference capture's print
+    std::vector<c10::IValue> constants;
+    std::vector<std::shared_ptr<const ClassPlan>> classes;
+    std::string no_class;  // why its class failed: none is made again
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Family> families_;  // by the print without its digits
+};
+
 }  // namespace fusion_jit

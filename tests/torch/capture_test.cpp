@@ -2,8 +2,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <iostream>
+#include <thread>
 
 #include "cat_corpus.h"
 #include "support/error.h"
@@ -309,6 +311,164 @@ TEST(DynamicSizes, AFirstSignatureTakesSizeArgumentsWhenThatCodeIsCompiled) {
   const ExecutablePlan* q = third.plan_for({at::randn({4, 4})});
   ASSERT_NE(q, nullptr);
   for (const auto& k : q->kernels) EXPECT_TRUE(k.spec.args.empty());
+}
+
+// Note [Shape classes of captured graphs]: a module's second signature that differs from its first only in
+// sizes makes the shape class of the two captures, and every later signature whose capture is the class's
+// graph at its sizes gets its plan as an instance of the class's plan: no passes, fusion, code generation
+// or compiler. A transformer-like block (a frozen weight, a matmul, a softmax over the length, a reshape
+// to the product of two extents, a layer norm, a sum over the length) at batch sizes and lengths; a
+// batch of 1 (a size that is a class of its own) is planned on its own. Each result against eager.
+TEST(DynamicSizes, LaterSignaturesOfAModuleAreInstancesOfItsShapeClass) {
+  torch::jit::Module m("TestModule");
+  m.register_parameter("w", at::randn({16}), false);
+  m.define(
+      "def forward(self, x):\n"
+      "    b, l, h = x.size()\n"
+      "    q = torch.relu(x) * self.w\n"
+      "    s = torch.softmax(torch.matmul(q, x.transpose(1, 2)) / 4.0, -1)\n"
+      "    y = torch.matmul(s, x).reshape(b * l, h)\n"
+      "    return torch.layer_norm(y, [h]) + 1.0, y.sum(0), s.sum(-1)\n");
+  m.eval();
+  CompileOptions o;
+  std::vector<std::string> warnings;
+  o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  auto fused = compile(m, o);
+  auto run = [&](int64_t b, int64_t l) {
+    const std::string what = fmt::format("[{},{},16]", b, l);
+    std::vector<c10::IValue> in{at::randn({b, l, 16})};
+    auto eager = flatten(m.forward(in));
+    auto out = flatten(fused(in));
+    EXPECT_EQ(out.size(), eager.size()) << what;
+    for (size_t i = 0; i < out.size() && i < eager.size(); ++i) {
+      auto c = check_close(out[i], eager[i]);
+      EXPECT_TRUE(c.ok) << what << ": output " << i << ": " << c.message;
+    }
+    return fused.plan_for(in);
+  };
+  const ExecutablePlan* first = run(2, 5);
+  ASSERT_NE(first, nullptr);
+  EXPECT_TRUE(first->bindings.empty()) << "the first signature is planned on its own";
+  const ExecutablePlan* second = run(2, 9);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->bindings, (SymBindings{{"s0", 9}})) << second->explain();
+  const int64_t compiles = counters().host_compiles;
+  for (auto [b, l] : {std::pair<int64_t, int64_t>{2, 13}, {2, 2}, {2, 31}, {2, 64}, {2, 37}}) {
+    const ExecutablePlan* p = run(b, l);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->bindings, (SymBindings{{"s0", l}})) << l << ": not an instance:\n" << p->explain();
+    EXPECT_NE(fused.last_compile_report().find("an instance of its shape class's plan"), std::string::npos)
+        << fused.last_compile_report();
+  }
+  EXPECT_EQ(counters().host_compiles, compiles) << "instances compile nothing";
+  EXPECT_EQ(fused.stats().class_plans, 1);
+  // Another batch size: a class of the two extents, from the captures at [3,7] and [4,7].
+  run(3, 7);
+  const ExecutablePlan* both = run(4, 11);
+  ASSERT_NE(both, nullptr);
+  EXPECT_EQ(both->bindings.size(), 2u) << both->explain();
+  const int64_t compiles_two = counters().host_compiles;
+  const ExecutablePlan* later = run(5, 19);
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(later->bindings, (SymBindings{{"s0", 5}, {"s1", 19}})) << later->explain();
+  EXPECT_EQ(counters().host_compiles, compiles_two);
+  EXPECT_EQ(fused.stats().class_plans, 2);
+  // A batch of 1 and a length of 1: dims that broadcast or merge, not in the class; eager's results.
+  const ExecutablePlan* one = run(1, 9);
+  ASSERT_NE(one, nullptr);
+  EXPECT_TRUE(one->bindings.empty());
+  run(2, 1);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(fused.stats().eager_calls, 0);
+  // disable="symbolic.class": each signature planned on its own.
+  o.disable = {"symbolic.class"};
+  auto alone = compile(m, o);
+  for (int64_t l : {5, 9, 13}) {
+    const ExecutablePlan* p = alone.plan_for({at::randn({2, l, 16})});
+    ASSERT_NE(p, nullptr);
+    EXPECT_TRUE(p->bindings.empty()) << l;
+  }
+  EXPECT_EQ(alone.stats().class_plans, 0);
+}
+
+// Note [Shape classes of captured graphs] from many threads: four threads meet new lengths of one module
+// at once (two of them sharing some), each result eager's; one class, and at most the two compiles of the
+// first signature and the class.
+TEST(DynamicSizes, ThreadsMeetingNewLengthsAtOnceGetEagersResults) {
+  auto m = script("x", "    return torch.softmax(torch.relu(x) * 0.5, -1), x.sum(1)");
+  auto fused = compile(m);
+  const int64_t before = counters().host_compiles;
+  std::atomic<int> ok{0}, wrong{0};
+  std::vector<std::thread> threads;
+  const std::vector<std::vector<int64_t>> lengths = {{16, 5, 40}, {37, 63, 9}, {21, 5, 33}, {7, 100, 12}};
+  for (const auto& mine : lengths)
+    threads.emplace_back([&, mine] {
+      for (int round = 0; round < 2; ++round)
+        for (int64_t n : mine) {
+          std::vector<c10::IValue> in{at::randn({3, n})};
+          auto got = flatten(fused(in)), want = flatten(m.forward(in));
+          bool same = got.size() == want.size();
+          for (size_t i = 0; same && i < want.size(); ++i) same = check_close(got[i], want[i]).ok;
+          ++(same ? ok : wrong);
+        }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(ok.load(), 24);
+  EXPECT_EQ(fused.stats().signatures, 11);  // the distinct lengths
+  EXPECT_EQ(fused.stats().eager_calls, 0);
+  EXPECT_EQ(fused.stats().class_plans, 1);
+  EXPECT_LE(counters().host_compiles - before, 2);
+}
+
+// A restarted process (here a second module, the on-disk cache kept) makes the same class from its first
+// two captures and reads its plan from the plan cache (Note [Symbolic sizes in the plan cache]): no
+// compiler runs, whatever lengths it meets first.
+TEST(DynamicSizes, AWarmStartReadsTheCapturedClassFromThePlanCache) {
+  auto m = script("x", "    return torch.layer_norm(torch.tanh(x) * 2.0, [x.size(-1)]) + 1.0");
+  auto first = compile(m);
+  for (int64_t n : {5, 9, 13}) first({at::randn({2, n, 24})});
+  ASSERT_EQ(first.stats().class_plans, 1);
+  const int64_t compiles = counters().host_compiles;
+  auto again = compile(m);
+  for (int64_t n : {6, 10, 14, 30}) {
+    std::vector<c10::IValue> in{at::randn({2, n, 24})};
+    auto c = check_close(again(in).toTensor(), m.forward(in).toTensor());
+    EXPECT_TRUE(c.ok) << n << ": " << c.message;
+  }
+  EXPECT_EQ(again.stats().class_plans, 1);
+  EXPECT_EQ(counters().host_compiles, compiles) << "the first signature's code and the class's are in the caches";
+  const ExecutablePlan* p = again.plan_for({at::randn({2, 30, 24})});
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->bindings, (SymBindings{{"s0", 30}}));
+}
+
+// A capture whose number follows a size by chance: x.size(0) % 5 (a slice's end) is 2 and 3 at lengths 7
+// and 8, which makes a class in which it is s0-5. A later length where it is not (12: 2, not 7) does not
+// concretize to its capture, so it is not an instance of that class (it may make a class of its own with
+// an earlier capture: 12 and 7 end at 2 both); one where it is (9) is an instance: every result is eager's.
+TEST(DynamicSizes, ANumberThatFollowedASizeByChanceDoesNotJoinTheClass) {
+  auto m = script("x", "    return torch.sigmoid(x[:x.size(0) % 5]) * 2.0");
+  auto fused = compile(m);
+  auto run = [&](int64_t len) {
+    std::vector<c10::IValue> in{at::randn({len})};
+    auto c = check_close(fused(in).toTensor(), m.forward(in).toTensor());
+    EXPECT_TRUE(c.ok) << len << ": " << c.message;
+    return fused.plan_for(in);
+  };
+  run(7);
+  const ExecutablePlan* cls = run(8);
+  ASSERT_NE(cls, nullptr);
+  EXPECT_EQ(cls->bindings, (SymBindings{{"s0", 8}})) << fused.explain({at::randn({8})});
+  const ExecutablePlan* nine = run(9);
+  ASSERT_NE(nine, nullptr);
+  EXPECT_EQ(nine->bindings, (SymBindings{{"s0", 9}})) << fused.explain({at::randn({9})});
+  for (int64_t len : {12, 13, 10, 11}) {
+    const ExecutablePlan* p = run(len);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->explain().find("s0-5"), std::string::npos)
+        << len << ": an instance of the class where s0-5 is not its number:\n" << p->explain();
+  }
 }
 
 // dynamic="on" reads sizes from the first signature on; an unknown value names itself.
