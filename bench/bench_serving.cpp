@@ -14,9 +14,10 @@
 // batch 2 and N + 2 sequence lengths, in two settings in turn, each compiled afresh (the kernel cache
 // kept): the default, where a new length's plan is an instance of the shape class of its captures (Note
 // [Shape classes of captured graphs]), and disable="symbolic.class", where each is planned on its own
-// (passes, fusion, code generation; no compiler: the kernels are the class's). Per setting: the median
-// first call of a new length after the first two (capture included), the median planned call, and eager's
-// call at the same lengths. Exits 1 when a result differs from eager's.
+// (passes, fusion, code generation; no compiler: the kernels are the class's). Per setting, medians over
+// the lengths after the first two: a new length's first call (capture included), its second (the plan's
+// first run: weights a plan reorders are reordered then), its steady call (the median of 10 more), and
+// eager's call; then the steady calls' ratio per length. Exits 1 when a result differs from eager's.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/api/module.h>
@@ -96,13 +97,14 @@ def forward(self, x):
   std::printf("bench_serving --new-lengths %d: batch 2, lengths 5-%d, hidden %lld, 2 threads; medians over the %d "
               "lengths after the first two (ms)\n",
               n, 5 + 3 * (n + 1), static_cast<long long>(h), n);
-  std::printf("%-38s %12s %12s %12s %12s\n", "setting", "first call", "planned call", "eager call", "compile_ms");
+  std::printf("%-42s %10s %10s %10s %10s %10s\n", "setting", "first call", "second", "steady", "eager", "compile_ms");
+  std::vector<double> steady_of[2];  // per length: the median of 10 calls after the second
   for (const bool classes : {true, false}) {
     fusion_jit::CompileOptions o;
     o.specialization_limit = 1000;
     if (!classes) o.disable = {"symbolic.class"};
     auto fused = fusion_jit::compile(m, o);
-    Latencies first, planned, eager;
+    Latencies first, second, steady, eager;
     for (size_t i = 0; i < inputs.size(); ++i) {
       auto t0 = Clock::now();
       at::Tensor got = fused(inputs[i]).toTensor();
@@ -112,16 +114,28 @@ def forward(self, x):
       first.add(ms);
       t0 = Clock::now();
       got = fused(inputs[i]).toTensor();
-      planned.add(ms_between(t0, Clock::now()));
+      second.add(ms_between(t0, Clock::now()));
       if (!fusion_jit::check_close(got, expected[i]).ok) mismatches++;
+      Latencies calls;
+      for (int r = 0; r < 10; ++r) {
+        t0 = Clock::now();
+        fused(inputs[i]);
+        calls.add(ms_between(t0, Clock::now()));
+      }
+      steady.add(calls.pct(0.5));
+      steady_of[classes ? 0 : 1].push_back(calls.pct(0.5));
       t0 = Clock::now();
       m.forward(inputs[i]);
       eager.add(ms_between(t0, Clock::now()));
     }
-    std::printf("%-38s %12.3f %12.3f %12.3f %12.1f\n", classes ? "instances of the shape class (default)" :
-                "each length planned (symbolic.class off)", first.pct(0.5), planned.pct(0.5), eager.pct(0.5),
-                fused.stats().compile_ms);
+    std::printf("%-42s %10.3f %10.3f %10.3f %10.3f %10.1f\n",
+                classes ? "instances of the shape class (default)" : "each length planned (symbolic.class off)",
+                first.pct(0.5), second.pct(0.5), steady.pct(0.5), eager.pct(0.5), fused.stats().compile_ms);
   }
+  Latencies ratio;
+  for (size_t i = 0; i < steady_of[0].size(); ++i) ratio.add(steady_of[0][i] / steady_of[1][i]);
+  std::printf("steady call, instance / planned alone, per length: median %.3f, min %.3f, max %.3f\n", ratio.pct(0.5),
+              ratio.pct(0.0), ratio.pct(1.0));
   std::printf("results differing from eager: %lld\n", static_cast<long long>(mismatches));
   return mismatches == 0 ? 0 : 1;
 }
