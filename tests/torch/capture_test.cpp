@@ -168,16 +168,8 @@ TEST(DynamicSizes, SignaturesThatDifferInSizesShareKernels) {
   o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
   auto fused = compile(m, o);
   auto run = [&](int64_t rows, int64_t cols) {
-    const std::string what = fmt::format("[{},{}]", rows, cols);
-    std::vector<c10::IValue> in{at::randn({rows, cols}), at::randn({cols})};
-    auto eager = flatten(m.forward(in));
-    auto out = flatten(fused(in));
-    EXPECT_EQ(out.size(), eager.size()) << what;
-    for (size_t i = 0; i < out.size() && i < eager.size(); ++i) {
-      auto c = check_close(out[i], eager[i]);
-      EXPECT_TRUE(c.ok) << what << ": output " << i << ": " << c.message;
-    }
-    return fused.plan_for(in);
+    return compare_with_eager(fused, m, {at::randn({rows, cols}), at::randn({cols})}, fmt::format("[{},{}]", rows, cols))
+        .plan;
   };
   const int64_t compiles = counters().host_compiles;
   const ExecutablePlan* first = run(4, 5);
@@ -334,17 +326,8 @@ TEST(DynamicSizes, LaterSignaturesOfAModuleAreInstancesOfItsShapeClass) {
   std::vector<std::string> warnings;
   o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
   auto fused = compile(m, o);
-  auto run = [&](int64_t b, int64_t l) {
-    const std::string what = fmt::format("[{},{},16]", b, l);
-    std::vector<c10::IValue> in{at::randn({b, l, 16})};
-    auto eager = flatten(m.forward(in));
-    auto out = flatten(fused(in));
-    EXPECT_EQ(out.size(), eager.size()) << what;
-    for (size_t i = 0; i < out.size() && i < eager.size(); ++i) {
-      auto c = check_close(out[i], eager[i]);
-      EXPECT_TRUE(c.ok) << what << ": output " << i << ": " << c.message;
-    }
-    return fused.plan_for(in);
+  auto run = [&](int64_t b, int64_t l) {  // the plan's run, not the capture's
+    return compare_with_eager(fused, m, {at::randn({b, l, 16})}, fmt::format("[{},{},16]", b, l)).plan;
   };
   const ExecutablePlan* first = run(2, 5);
   ASSERT_NE(first, nullptr);
@@ -431,11 +414,7 @@ TEST(DynamicSizes, AWarmStartReadsTheCapturedClassFromThePlanCache) {
   ASSERT_EQ(first.stats().class_plans, 1);
   const int64_t compiles = counters().host_compiles;
   auto again = compile(m);
-  for (int64_t n : {6, 10, 14, 30}) {
-    std::vector<c10::IValue> in{at::randn({2, n, 24})};
-    auto c = check_close(again(in).toTensor(), m.forward(in).toTensor());
-    EXPECT_TRUE(c.ok) << n << ": " << c.message;
-  }
+  for (int64_t n : {6, 10, 14, 30}) compare_with_eager(again, m, {at::randn({2, n, 24})}, std::to_string(n));
   EXPECT_EQ(again.stats().class_plans, 1);
   EXPECT_EQ(counters().host_compiles, compiles) << "the first signature's code and the class's are in the caches";
   const ExecutablePlan* p = again.plan_for({at::randn({2, 30, 24})});
@@ -450,12 +429,7 @@ TEST(DynamicSizes, AWarmStartReadsTheCapturedClassFromThePlanCache) {
 TEST(DynamicSizes, ANumberThatFollowedASizeByChanceDoesNotJoinTheClass) {
   auto m = script("x", "    return torch.sigmoid(x[:x.size(0) % 5]) * 2.0");
   auto fused = compile(m);
-  auto run = [&](int64_t len) {
-    std::vector<c10::IValue> in{at::randn({len})};
-    auto c = check_close(fused(in).toTensor(), m.forward(in).toTensor());
-    EXPECT_TRUE(c.ok) << len << ": " << c.message;
-    return fused.plan_for(in);
-  };
+  auto run = [&](int64_t len) { return compare_with_eager(fused, m, {at::randn({len})}, std::to_string(len)).plan; };
   run(7);
   const ExecutablePlan* cls = run(8);
   ASSERT_NE(cls, nullptr);
