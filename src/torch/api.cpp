@@ -152,9 +152,53 @@ struct CompiledModule::Impl {
                        i);
   }
 
-  // Captures, optimizes, fuses and compiles the plan of these inputs (the table's Compile). Any failure
-  // (ours, torch's, the model's own on these inputs) makes the signature run eagerly, and eager's own
-  // error, if any, reaches the caller from the eager run; FUSION_JIT_ASSERT_NO_COMPILE's error is thrown.
+  void set_report(std::string report) {
+    std::lock_guard<std::mutex> g(report_mu);
+    last_report = std::move(report);
+  }
+
+  // Note [Shape classes of captured graphs]: the capture's plan as an instance of its shape class, or null
+  // (*note: why not, for explain; nothing where the option is off).
+  std::unique_ptr<PlanInstance> from_class(CapturedGraph& cap, bool in_place, const SignatureTable::Admit& admit,
+                                           double capture_ms, std::string* note) {
+    if (dynamic == DynamicSizes::kOff || disable.count("symbolic.class") ||
+        Options::get().disabled.count("symbolic.class"))
+      return nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    auto build = [&](CapturedGraph cls) {
+      PlanTarget t;
+      t.enable_fusion = enable_fusion;
+      t.admit = admit;
+      return build_class_plan(std::move(cls), t, disable, &folded);
+    };
+    auto inst = classes.instance_for(cap, in_place, build, note);
+    if (inst)
+      set_report(fmt::format("capture {:.1f} ms, an instance of its shape class's plan {:.1f} ms", capture_ms,
+                             ms_since(t0)));
+    return inst;
+  }
+
+  // The capture's own plan: passes, fusion, code generation and compile.
+  std::unique_ptr<PlanInstance> plan_alone(CapturedGraph cap, const PlanTarget& target,
+                                           const std::set<std::string>& skip, bool in_place, double capture_ms) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto inst = std::make_unique<PlanInstance>();
+    inst->captured = std::move(cap);
+    optimize_captured(inst->captured, skip, &folded);
+    const double passes_ms = ms_since(t0);
+    inst->plan = build_plan(std::move(inst->captured.graph), target);
+    inst->captured.graph = nullptr;
+    resolve_aten_steps(*inst, in_place);
+    const ExecutablePlan& p = *inst->plan;
+    set_report(fmt::format("capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms",
+                           capture_ms, passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms));
+    return inst;
+  }
+
+  // Captures these inputs and gives their plan: an instance of their shape class, or optimized, fused and
+  // compiled on its own (the table's Compile). Any failure (ours, torch's, the model's own on these inputs)
+  // makes the signature run eagerly, and eager's own error, if any, reaches the caller from the eager run;
+  // FUSION_JIT_ASSERT_NO_COMPILE's error is thrown.
   std::unique_ptr<PlanInstance> compile(const std::vector<c10::IValue>& inputs, c10::IValue* first_result,
                                         std::string* eager_reason, const SignatureTable::Admit& admit) {
     try {
@@ -168,38 +212,11 @@ struct CompiledModule::Impl {
       auto t0 = std::chrono::steady_clock::now();
       CapturedGraph cap = capture(inputs, &result, skip);
       const double capture_ms = ms_since(t0);
-      std::unique_ptr<PlanInstance> inst;
       std::string class_note;
-      if (dynamic != DynamicSizes::kOff && !disable.count("symbolic.class") &&
-          !Options::get().disabled.count("symbolic.class")) {  // Note [Shape classes of captured graphs]
-        auto t1 = std::chrono::steady_clock::now();
-        inst = classes.instance_for(cap, in_place, [&](CapturedGraph cls) {
-          PlanTarget t;
-          t.enable_fusion = enable_fusion;
-          t.admit = admit;
-          return build_class_plan(std::move(cls), t, disable, &folded);
-        }, &class_note);
-        if (inst) {
-          std::lock_guard<std::mutex> g(report_mu);
-          last_report = fmt::format("capture {:.1f} ms, an instance of its shape class's plan {:.1f} ms", capture_ms,
-                                    ms_since(t1));
-        }
-      }
+      std::unique_ptr<PlanInstance> inst = from_class(cap, in_place, admit, capture_ms, &class_note);
       if (!inst) {
-        auto t1 = std::chrono::steady_clock::now();
-        inst = std::make_unique<PlanInstance>();
+        inst = plan_alone(std::move(cap), target, skip, in_place, capture_ms);
         inst->class_note = class_note;
-        inst->captured = std::move(cap);
-        optimize_captured(inst->captured, skip, &folded);
-        const double passes_ms = ms_since(t1);
-        inst->plan = build_plan(std::move(inst->captured.graph), target);
-        inst->captured.graph = nullptr;
-        resolve_aten_steps(*inst, in_place);
-        const ExecutablePlan& p = *inst->plan;
-        std::lock_guard<std::mutex> g(report_mu);
-        last_report = fmt::format(
-            "capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms", capture_ms,
-            passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms);
       }
       if (first_result) *first_result = std::move(result);
       return inst;

@@ -444,58 +444,56 @@ std::unique_ptr<PlanInstance> CapturedClasses::instance_for(CapturedGraph& cap, 
   const std::string text = print_graph(*cap.graph);
   std::lock_guard<std::mutex> lock(mu_);
   Family& f = families_[family_key(text)];
-  auto instance = [&](const ClassPlan& cls, const SymBindings& at) {
-    auto inst = class_instance(cls, at, in_place);
+  std::shared_ptr<const ClassPlan> cls;
+  std::optional<SymBindings> at;
+  for (auto it = f.classes.begin(); it != f.classes.end() && !cls; ++it)
+    if ((at = bindings_at(*(*it)->captured, *cap.graph)) && same_constants((*it)->constants, cap.constants) &&
+        class_outside(**it, *at).empty() && print_graph(*concretize(*(*it)->captured, *at)) == text)
+      cls = *it;
+  if (!cls) *why = make_class(f, cap, text, build, &cls, &at);
+  if (cls && why->empty()) {
+    auto inst = class_instance(*cls, *at, in_place);
     inst->captured.output_kind = cap.output_kind;
     inst->captured.eager_peak_bytes = eager_peak_bytes(*cap.graph);
     return inst;
-  };
-  for (const auto& cls : f.classes) {
-    std::optional<SymBindings> at = bindings_at(*cls->captured, *cap.graph);
-    if (!at || !same_constants(cls->constants, cap.constants) || !class_outside(*cls, *at).empty()) continue;
-    if (print_graph(*concretize(*cls->captured, *at)) == text) return instance(*cls, *at);
   }
-  *why = "the first capture of its kind";
-  if (!f.text.empty() && f.text != text) *why = f.no_class.empty() ? "its constants are not the first capture's" : f.no_class;
-  if (!f.text.empty() && f.text != text && f.no_class.empty() && same_constants(f.constants, cap.constants)) {
-    auto reference = parse_graph(f.text);
-    std::string class_ir;
-    why->clear();
-    const std::map<int64_t, int64_t> extents = changed_extents(*reference, *cap.graph, why);
-    if (why->empty()) class_ir = generalize(f.text, text, extents, why);
-    if (!class_ir.empty()) {
-      CapturedGraph c;
-      c.graph = parse_graph(class_ir);
-      c.constants = cap.constants;
-      c.output_kind = cap.output_kind;
-      const SymBindings first = c.graph->symbols();
-      std::optional<SymBindings> at = bindings_at(*c.graph, *cap.graph);
-      if (!at || print_graph(*concretize(*c.graph, first)) != f.text || print_graph(*concretize(*c.graph, *at)) != text) {
-        *why = "the class's graph is not both captures' graph at their sizes";
-      } else {
-        std::shared_ptr<const ClassPlan> cls;
-        try {
-          cls = build(std::move(c));
-        } catch (const PlanRefused&) {
-          throw;
-        } catch (const std::exception& e) {
-          // Planned on its own instead (Impl::compile); the family is not tried again.
-          f.no_class = *why = std::string("building its class's plan failed: ") + e.what();
-        }
-        if (cls) {
-          f.classes.push_back(cls);
-          *why = class_outside(*cls, *at);
-          if (why->empty()) return instance(*cls, *at);
-          // The class's plan decided on a size that this capture does not share: the family is not
-          // generalized again (each try would build a plan), its class serves the sizes where it holds.
-          f.no_class = *why = "outside the class made with it: " + *why;
-        }
-      }
-    }
-  }
-  f.text = text;
+  f.text = text;  // the family's reference from now on
   f.constants = cap.constants;
   return nullptr;
+}
+
+std::string CapturedClasses::make_class(Family& f, const CapturedGraph& cap, const std::string& text,
+                                        const BuildClass& build, std::shared_ptr<const ClassPlan>* made,
+                                        std::optional<SymBindings>* at) {
+  if (f.text.empty()) return "the first capture of its kind";
+  if (f.text == text) return "it prints as the capture its kind is generalized from";
+  if (!f.no_class.empty()) return f.no_class;
+  if (!same_constants(f.constants, cap.constants)) return "its constants are not those of the capture before it";
+  std::string why;
+  const std::map<int64_t, int64_t> extents = changed_extents(*parse_graph(f.text), *cap.graph, &why);
+  const std::string class_ir = why.empty() ? generalize(f.text, text, extents, &why) : "";
+  if (class_ir.empty()) return why;
+  CapturedGraph c;
+  c.graph = parse_graph(class_ir);
+  c.constants = cap.constants;
+  c.output_kind = cap.output_kind;
+  *at = bindings_at(*c.graph, *cap.graph);
+  if (!*at || print_graph(*concretize(*c.graph, c.graph->symbols())) != f.text ||
+      print_graph(*concretize(*c.graph, **at)) != text)
+    return "the class's graph is not both captures' graph at their sizes";
+  try {
+    *made = build(std::move(c));
+  } catch (const PlanRefused&) {
+    throw;
+  } catch (const std::exception& e) {
+    return f.no_class = std::string("building its class's plan failed: ") + e.what();  // planned on its own
+  }
+  f.classes.push_back(*made);
+  why = class_outside(**made, **at);
+  if (why.empty()) return "";
+  // The class's plan decided on a size that this capture does not share: the family is not generalized
+  // again (each try would build a plan); its class serves the sizes where it holds.
+  return f.no_class = "outside the class made with it: " + why;
 }
 
 int CapturedClasses::num_classes() const {

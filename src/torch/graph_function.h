@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -198,6 +199,11 @@ class CapturedClasses {
     std::vector<std::shared_ptr<const ClassPlan>> classes;
     std::string no_class;  // why its class failed: none is made again
   };
+  // The class of `f`'s reference capture and `cap` (print `text`), built and added to `f` into *made, and
+  // the symbols' values at `cap` into *at; "" where `cap` is its instance, else why not.
+  std::string make_class(Family& f, const CapturedGraph& cap, const std::string& text, const BuildClass& build,
+                         std::shared_ptr<const ClassPlan>* made, std::optional<SymBindings>* at);
+
   mutable std::mutex mu_;
   std::unordered_map<std::string, Family> families_;  // by the print without its digits
 };
