@@ -48,6 +48,9 @@ const RuleSet& epilogue_rules();
 // "prepack": a convolution with a frozen weight that no epilogue took, as the same oneDNN call without a
 // post-op, for the weight reordered once.
 const RuleSet& prepack_rules();
+// "layout": a channels-last plan's oneDNN convolution on an NCHW input of a few channels takes it through
+// our channels-last copy (Note [A convolution's NCHW input copied by our kernel], conv_rules.cpp).
+const RuleSet& layout_rules();
 // "attention": softmax(q @ k^T * scale [+ mask]) @ v as aten::scaled_dot_product_attention (Note
 // [Attention rule], attention_rules.cpp).
 const RuleSet& attention_rules();

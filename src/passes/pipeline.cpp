@@ -30,6 +30,8 @@ std::vector<Step> steps(const ConstantEvaluator& eval, const std::set<std::strin
       // [Convolution rules]).
       {"epilogue", nullptr, &epilogue_rules()},
       {"prepack", nullptr, &prepack_rules()},
+      // After prepack, whose nchw_result leaves an NCHW input to a call with an NCHW result.
+      {"layout", nullptr, &layout_rules()},
       // After prepack, which takes the frozen linears: what is left has its weight given at each call.
       {"gemm", nullptr, &gemm_rules()},
       {"dce", dce},

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <vector>
@@ -90,14 +91,15 @@ TEST(Codegen, Int64IndicesWhenAnExtentExceedsInt32) {
 }
 
 // The f32 0-d operand of mul is not rounded to f16: eager's CPU kernel takes a scalar second operand of a
-// reduced-float mul or div at its original value (in float), though it rounds other operands.
+// reduced-float mul or div at its original value (in float), though it rounds other operands. Rows of 12
+// elements: shorter ones are walked along the next dim (Note [Short rows], ShortRowsRunAlongTheNextDim).
 TEST(Codegen, KernelTextOfATransposedInput) {
-  Built b = build(R"(graph(%0 : f16[4,3]{1,4}, %1 : f32[]):
-  %2 : f16[4,3] = aten::mul.Tensor(%0, %1)
+  Built b = build(R"(graph(%0 : f16[3,12]{1,3}, %1 : f32[]):
+  %2 : f16[3,12] = aten::mul.Tensor(%0, %1)
   return (%2)
 )");
   std::string src = b.source.substr(b.source.find("// group 0"));
-  EXPECT_EQ(src, R"(// group 0: 12 elements as [4,3], int32_t offsets
+  EXPECT_EQ(src, R"(// group 0: 36 elements as [3,12], int32_t offsets
 extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_, int64_t end_) {
   typedef int32_t I;
   const uint16_t* __restrict__ p0 = (const uint16_t*)buf[0];
@@ -106,8 +108,8 @@ extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_,
   I i = (I)begin_;
   const I end = (I)end_;
   while (i < end) {
-    const I row = i / 3, col = i - row * 3;
-    I n = 3 - col;
+    const I row = i / 12, col = i - row * 12;
+    I n = 12 - col;
     if (n > end - i) n = end - i;
     I off0 = 0;
     I off1 = 0;
@@ -116,14 +118,14 @@ extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_,
       I r = row, c;
       c = r;
       off0 += c * 1;
-      off2 += c * 3;
+      off2 += c * 12;
     }
-    const uint16_t* __restrict__ r0 = p0 + off0 + col * 4;
+    const uint16_t* __restrict__ r0 = p0 + off0 + col * 3;
     const float* __restrict__ r1 = p1 + off1;
     uint16_t* __restrict__ r2 = p2 + off2 + col;
 #pragma omp simd
     for (I j = 0; j < n; ++j) {
-      const float b0 = fj_h2f(r0[j * 4]);
+      const float b0 = fj_h2f(r0[j * 3]);
       const float b1 = r1[0];
       float o0;
       const float t2 = fj_round_f16(((float)(fj_mul(((float)b0), ((float)b1)))));  // aten::mul.Tensor
@@ -134,6 +136,53 @@ extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_,
   }
 }
 )");
+}
+
+// Note [Short rows]: a channels-last copy of a [2,3,5,7] image plus a per-channel bias (the kernel's rows
+// are its 3 channels, read 35 apart), and a [6,2] tensor times a [2] scale: the whole rows run in a loop
+// along the next dim with the row's elements written out, partial rows in the row loop. Each kernel runs
+// over every split of its range into two (as the thread pool may split it) against values computed here.
+TEST(Codegen, ShortRowsRunAlongTheNextDim) {
+  struct Case {
+    std::string ir;
+    int64_t numel, inner;
+    std::function<float(const std::vector<float>&, const std::vector<float>&, int64_t)> want;
+  } cases[] = {
+      {R"(graph(%0 : f32[2,3,5,7], %1 : f32[3,1,1]):
+  %2 : f32[2,3,5,7]{105,1,21,3} = aten::clone(%0, 2)
+  %3 : f32[2,3,5,7]{105,1,21,3} = aten::add.Tensor(%2, %1, 1)
+  return (%3)
+)",
+       210, 3,
+       [](const std::vector<float>& x, const std::vector<float>& bias, int64_t i) {
+         const int64_t c = i % 3, w = i / 3 % 7, h = i / 21 % 5, n = i / 105;  // element i is (n, h, w, c)
+         return x[((n * 3 + c) * 5 + h) * 7 + w] + bias[c];
+       }},
+      {R"(graph(%0 : f32[6,2], %1 : f32[2]):
+  %2 : f32[6,2] = aten::mul.Tensor(%0, %1)
+  return (%2)
+)",
+       12, 2, [](const std::vector<float>& x, const std::vector<float>& s, int64_t i) { return x[i] * s[i % 2]; }},
+  };
+  for (const Case& k : cases) {
+    Built b = build(k.ir);
+    ASSERT_EQ(b.specs.size(), 1u) << k.ir;
+    ASSERT_EQ(static_cast<int64_t>(b.specs[0].sizes.back()), k.inner) << k.ir;
+    EXPECT_NE(b.source.find("for (I r_ = fb_; r_ < fe_;)"), std::string::npos) << b.source;
+    auto lib = compile_cpu_source(b.source);
+    auto fn = reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"));
+    std::vector<float> x(k.numel), small(k.inner);
+    for (int64_t i = 0; i < k.numel; ++i) x[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    for (int64_t i = 0; i < k.inner; ++i) small[i] = 0.5f + static_cast<float>(i);
+    for (int64_t split = 0; split <= k.numel; ++split) {
+      std::vector<float> out(k.numel, -100.0f);
+      void* bufs[] = {x.data(), small.data(), out.data()};
+      fn(bufs, nullptr, 0, split);
+      fn(bufs, nullptr, split, k.numel);
+      for (int64_t i = 0; i < k.numel; ++i)
+        ASSERT_EQ(out[i], k.want(x, small, i)) << "split " << split << ", element " << i;
+    }
+  }
 }
 
 TEST(Codegen, SourceIsDeterministic) { EXPECT_EQ(build(kChain).source, build(kChain).source); }
@@ -312,7 +361,8 @@ TEST(Codegen, BatchNormsPerChannelValuesAreComputedOutsideTheElementLoop) {
     bool table, in_loop;
   } cases[] = {
       {"NCHW", 3, 5, false, false, false},
-      {"channels-last", 3, 5, true, true, false},
+      {"channels-last", 12, 5, true, true, false},
+      {"channels-last, 3 channels (Note [Short rows])", 3, 5, true, false, true},
       {"channels-last, 5000 channels", 5000, 2, true, false, true},
   };
   for (const Case& k : cases) {

@@ -291,6 +291,34 @@ TEST(ConvRules, AFrozenConvWithoutPostOpIsPrepackedAlone) {
   EXPECT_EQ(fired, "") << "float16\n" << out;
 }
 
+// Note [A convolution's NCHW input copied by our kernel]: a channels-last call on an NCHW image of 3
+// channels takes our channels-last copy of it; near misses keep the input as it is.
+TEST(ConvRules, AChannelsLastCallsNchwImageIsCopiedByOurKernel) {
+  auto call = [](const std::string& x, const std::string& y, const std::string& w = "f32[16,3,3,3]") {
+    return "graph(%0 : " + x + ", %1 : " + w + "):\n  %2 : " + y +
+           " = mkldnn::_convolution_pointwise(%0, %1, None, [1, 1], [1, 1], [1, 1], 1, \"none\", [], None)\n"
+           "  return (%2)\n";
+  };
+  std::string fired;
+  std::string out = run(layout_rules(), call("f32[2,3,8,8]", "f32[2,16,8,8]{1024,1,128,16}"), &fired);
+  EXPECT_EQ(fired, "layout.conv_input x1") << out;
+  EXPECT_NE(out.find("%2 : f32[2,3,8,8]{192,1,24,3} = aten::clone(%0, 2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("mkldnn::_convolution_pointwise(%2, %1, None"), std::string::npos) << out;
+  struct Case {
+    const char* what;
+    std::string ir;
+  } misses[] = {
+      {"16 channels: ATen's copy was faster", call("f32[2,16,8,8]", "f32[2,16,8,8]{1024,1,128,16}", "f32[16,16,3,3]")},
+      {"a channels-last input", call("f32[2,3,8,8]{192,1,24,3}", "f32[2,16,8,8]{1024,1,128,16}")},
+      {"an NCHW result (the call's weight is NCHW)", call("f32[2,3,8,8]", "f32[2,16,8,8]")},
+      {"one channel: both layouts at once", call("f32[2,1,8,8]", "f32[2,16,8,8]{1024,1,128,16}", "f32[16,1,3,3]")},
+  };
+  for (const Case& c : misses) {
+    out = run(layout_rules(), c.ir, &fired);
+    EXPECT_EQ(fired, "") << c.what << "\n" << out;
+  }
+}
+
 }  // namespace
 }  // namespace fusion_jit
 

@@ -106,14 +106,75 @@ bool computes(const Expr& e) {
   return false;
 }
 
+// Note [Short rows]
+// A pointwise kernel walks rows of its innermost iteration dim, one vector loop per row. Where that dim is
+// a few elements long (a channels-last copy of a 3-channel image: [50176, 3], the input's reads 50176
+// apart; a [N, 3] tensor plus a [3] bias) each loop ran 3 elements with a row's set-up around them: the
+// image's copy took 220 us on one thread. Such a kernel walks the whole rows of its range along the next
+// dim instead, the vector loop over rows (each buffer stepping by its stride there) and the row's few
+// elements written out in its body, which GCC vectorizes as interleaved loads and stores: 16 us. A
+// thread's range need not start or end on a row: its partial first and last rows take the row loop.
+// Taken for an innermost extent of 2 to kShortRow, without cat pieces, while the body written out stays
+// small (kShortRowStatements, so that compile time stays as it was), and with literal sizes only: a
+// kernel with sizes as arguments has one text for every size of its class, a row of 3 or of 300.
+constexpr int64_t kShortRow = 8, kShortRowStatements = 256;
+
+bool short_rows(const KernelSpec& k, const KernelNumbers& z) {
+  const size_t nd = k.sizes.size();
+  if (nd < 2 || !k.pieces.empty() || z.arguments()) return false;
+  const int64_t inner = k.sizes[nd - 1];
+  return inner >= 2 && inner <= kShortRow && inner * static_cast<int64_t>(k.body.size() + k.buffers.size()) <= kShortRowStatements;
+}
+
+// The whole rows [fb_, fe_) of a short-row kernel (Note [Short rows]): a vector loop along dim nd - 2 per
+// run of rows that lie in one index of the dims outside it, the row's elements written out.
+void print_short_rows(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
+  const size_t nd = k.sizes.size();
+  const int64_t inner = k.sizes[nd - 1];
+  size_t first_out = 0;
+  while (first_out < k.buffers.size() && !k.buffers[first_out].is_output) ++first_out;
+  s += fmt::format("  for (I r_ = fb_; r_ < fe_;) {{\n    I n = {0} - r_ % {0};\n    if (n > fe_ - r_) n = fe_ - r_;\n",
+                   z(k.sizes[nd - 2]));
+  for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I off{} = 0;\n", b);
+  s += "    {\n      I r = r_, c;\n";
+  s += offsets_code(k, 0, nd - 1, {"r", "c", "off", false, false, z.fn()}, "      ");
+  s += "    }\n";
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    s += fmt::format("    {}{}* __restrict__ r{} = p{} + off{};\n", k.buffers[b].is_output ? "" : "const ",
+                     storage_type(k.buffers[b].dtype), b, b, b);
+  s += "#pragma omp simd\n    for (I j = 0; j < n; ++j) {\n";
+  for (int64_t c = 0; c < inner; ++c) {
+    // Element c of row j in buffer b.
+    auto ref = [&](size_t b) {
+      const KernelBuffer& kb = k.buffers[b];
+      std::string at = index_expr("j", kb.strides[nd - 2], z);
+      const int64_t step = c * static_cast<int64_t>(kb.strides[nd - 1]);  // literal sizes only
+      if (step != 0) at = at == "0" ? std::to_string(step) : fmt::format("{} + {}", at, step);
+      return fmt::format("r{}[{}]", b, at);
+    };
+    s += "      {\n";
+    for (size_t b = 0; b < first_out; ++b)
+      s += fmt::format("        const {} b{} = {};\n", compute_c_type(k.buffers[b].dtype), b,
+                       load_expr(k.buffers[b].dtype, load_ref(k, b, ref, z.args_fn())));
+    for (size_t b = first_out; b < k.buffers.size(); ++b)
+      s += fmt::format("        {} o{};\n", compute_c_type(k.buffers[b].dtype), b - first_out);
+    for (const Stmt& st : k.body) s += "        " + print_stmt(st, z.fn()) + "\n";
+    for (size_t b = first_out; b < k.buffers.size(); ++b)
+      s += fmt::format("        {} = {};\n", ref(b), store_expr(k.buffers[b].dtype, fmt::format("o{}", b - first_out)));
+    s += "      }\n";
+  }
+  s += "    }\n    r_ += n;\n  }\n";
+}
+
 void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   const char* I = k.index32 ? "int32_t" : "int64_t";
   size_t nd = k.sizes.size();
   const SymInt inner = k.sizes[nd - 1];
+  const bool short_kernel = short_rows(k, z);
   // Note [Row-invariant values]: statements hoisted out of the element loop (pointwise kernels without
-  // cat pieces): per row, and into tables per call.
+  // cat pieces or short rows): per row, and into tables per call.
   std::vector<Reach> reach = statement_reach(k);
-  if (!k.pieces.empty()) reach.assign(k.body.size(), Reach::kElement);
+  if (!k.pieces.empty() || short_kernel) reach.assign(k.body.size(), Reach::kElement);
   int64_t table_count = 0;
   for (size_t i = 0; i < k.body.size(); ++i) {
     if (reach[i] == Reach::kColumn && (inner > kMaxTable || !computes(*k.body[i].value)))
@@ -173,8 +234,17 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
       }
     s += "  }\n";
   }
-  s += "  I i = (I)begin_;\n  const I end = (I)end_;\n  while (i < end) {\n";
   const std::string row_len = z(inner);
+  if (short_kernel) {
+    // Note [Short rows]: the range's partial first row, then (part_ 1) its partial last row, in the row
+    // loop; the whole rows between after it.
+    s += fmt::format("  const I fb_ = ((I)begin_ + {0} - 1) / {0}, fe_ = (I)end_ / {0};\n", row_len);
+    s += "  for (int part_ = 0; part_ < 2; ++part_) {\n";
+    s += fmt::format("  I i = part_ == 0 ? (I)begin_ : fb_ < fe_ ? fe_ * {0} : (I)end_;\n", row_len);
+    s += fmt::format("  const I end = part_ == 0 && fb_ < fe_ ? fb_ * {0} : (I)end_;\n  while (i < end) {{\n", row_len);
+  } else {
+    s += "  I i = (I)begin_;\n  const I end = (I)end_;\n  while (i < end) {\n";
+  }
   if (nd > 1) s += fmt::format("    const I row = i / {0}, col = i - row * {0};\n", row_len);
   else s += "    const I row = 0, col = i;\n";
   s += fmt::format("    I n = {} - col;\n    if (n > end - i) n = end - i;\n", row_len);
@@ -287,7 +357,12 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
       s += "      }\n    }\n";
     }
   }
-  s += "    i += n;\n  }\n}\n";
+  s += "    i += n;\n  }\n";
+  if (short_kernel) {
+    s += "  }\n";
+    print_short_rows(k, s, z);
+  }
+  s += "}\n";
   s.insert(decl_at, z.declarations());
 }
 
