@@ -13,16 +13,14 @@ switches (FUSION_JIT_DISABLE=fusion, cat, ..., FUSION_JIT_ENABLE) are chosen by 
 per such variant, alternating, and compare the ratios eager / fusion_jit.
 With --paired N the calls alternate one by one instead (N calls of each, the order reversed at every call),
 and the row adds each variant's median of per-call ratios to the last variant timed (Inductor with
---inductor, else eager): this machine's speed drifts within seconds, and a call's neighbour meets the same
+--inductor, else the last fusion_jit variant): this machine's speed drifts within seconds, and a call's neighbour meets the same
 machine.
 """
 
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
@@ -36,21 +34,6 @@ def _bench_models():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def paired(fns, n):
-    """fns called one after another n times, the order reversed at every call: each fn's median (ms) and the
-    median over calls of its time / the last fn's time in the same pass."""
-    ts = [[] for _ in fns]
-    idx = list(range(len(fns)))
-    for i in range(n):
-        for k in (idx if i % 2 == 0 else idx[::-1]):
-            t0 = time.perf_counter()
-            fns[k]()
-            ts[k].append((time.perf_counter() - t0) * 1000.0)
-    medians = [statistics.median(t) for t in ts]
-    ratios = [statistics.median([a / b for a, b in zip(t, ts[-1])]) for t in ts[:-1]]
-    return medians, ratios
 
 
 def main():
@@ -68,7 +51,8 @@ def main():
     import torch
     import fusion_jit
     from models import MODELS, make
-    interleaved_many = _bench_models().interleaved_many
+    bench_models = _bench_models()
+    interleaved_many, paired = bench_models.interleaved_many, bench_models.paired
     if a.model not in MODELS:
         sys.exit(f"unknown model {a.model!r} (known: {', '.join(MODELS)})")
     model, args = make(a.model, size=a.size)
@@ -96,9 +80,9 @@ def main():
         row["inductor_ms"] = medians[-1]
         row["fusion_jit_over_inductor"] = medians[1] / medians[-1]
     if a.paired:
-        names = ["eager", "fusion_jit"] + [f"disable {d}" for d in a.disable]
-        last = "inductor" if a.inductor else "eager"
-        row[f"median per-call ratio to {last}"] = {n: r for n, r in zip(names, ratios)}
+        # Each variant's ratio to the last one timed (Inductor with --inductor, else the last fusion_jit one).
+        names = ["eager", "fusion_jit"] + [f"disable {d}" for d in a.disable] + (["inductor"] if a.inductor else [])
+        row[f"median per-call ratio to {names[-1]}"] = {n: r for n, r in zip(names[:-1], ratios)}
     print(json.dumps({**row, "kernels": s["kernels"], "aten_steps": s["fallback_ops"]}))
 
 
