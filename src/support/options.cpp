@@ -1,5 +1,6 @@
 #include "support/options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -182,17 +183,38 @@ RemoteCacheUrl parse_remote_cache_url(const std::string& what, const std::string
   RemoteCacheUrl u;
   u.text = value;
   if (value.empty()) return u;
-  // The value as shown in errors: the password hidden.
+  // The value as shown in errors, its secrets hidden. Whatever precedes the last '@' may be a password
+  // (redis://PASSWORD@host as well as redis://user:PASSWORD@host, and any misspelling of either:
+  // "redis:/pw@h", "http://pw@h"), so all of it after the scheme is hidden but a user name (what precedes
+  // a ':'); so is a password=... parameter (redis-py's unix://...?db=0&password=pw). Those secrets are
+  // hidden wherever else they appear, in the value and in the parts of it an error quotes (a port, a
+  // database number): a mistake may put them anywhere.
+  std::vector<std::string> secrets;
   std::string shown = value;
   const size_t at = value.rfind('@');
-  const size_t scheme_end = value.find("://");
-  if (at != std::string::npos && scheme_end != std::string::npos && at > scheme_end) {
-    const size_t colon = value.find(':', scheme_end + 3);
-    if (colon != std::string::npos && colon < at) shown = value.substr(0, colon + 1) + "***" + value.substr(at);
+  if (at != std::string::npos) {
+    const size_t scheme_end = value.find("://");
+    const size_t from = scheme_end != std::string::npos && scheme_end < at ? scheme_end + 3 : 0;
+    const size_t colon = value.find(':', from);
+    const size_t keep = colon != std::string::npos && colon < at ? colon + 1 : from;
+    secrets.push_back(value.substr(keep, at - keep));
+    shown = value.substr(0, keep) + "***" + value.substr(at);
   }
   auto bad = [&](const std::string& why) {
+  for (size_t p = shown.find("password="); p != std::string::npos; p = shown.find("password=", p + 1)) {
+    const size_t from = p + 9, end = std::min(shown.find('&', from), shown.size());
+    secrets.push_back(shown.substr(from, end - from));
+    shown.replace(from, end - from, "***");
+  }
+  auto hide = [&](std::string text) {
+    for (const std::string& s : secrets)
+      for (size_t p = s.empty() ? std::string::npos : text.find(s); p != std::string::npos; p = text.find(s, p + 3))
+        text.replace(p, s.size(), "***");
+    return text;
+  };
+  shown = hide(shown);  // the password typed again where the host or port goes
     FJ_CHECK(false, "{}={}: {} (expected redis://[user:password@]host[:port][/db] or unix:///path/to.sock[?db=N])",
-             what, shown, why);
+             what, shown, hide(why));
   };
   auto parse_db = [&](const std::string& d) {
     int64_t db = -1;

@@ -73,3 +73,16 @@ def test_bad_remote_cache_url_or_key_file_is_a_value_error(tmp_path):
     os.chmod(key, 0o644)
     with pytest.raises(ValueError, match="chmod 600"):
         _native.ops.use_remote_cache("redis://cache:6379", str(key))
+
+
+def test_remote_cache_url_errors_never_show_the_password(tmp_path):
+    """Issue 63: redis://PASSWORD@host (the password-only form) with any other mistake printed the password."""
+    from fusion_jit import _native
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef0123\n")
+    os.chmod(key, 0o600)
+    for url in ("redis://hunter2@cache:99999", "redis://admin:hunter2@cache:99999", "redis:/hunter2@cache",
+                "redis://hunter2@cache/x"):
+        with pytest.raises(ValueError) as e:
+            _native.ops.use_remote_cache(url, str(key))
+        assert "hunter2" not in str(e.value) and "***@cache" in str(e.value), str(e.value)

@@ -148,6 +148,34 @@ TEST(RemoteCacheUrl, ParsesAndRejectsNamingTheVariable) {
 }
 
 TEST(RemoteCacheFrame, RefusesTamperingAnotherKeyAndAnotherName) {
+// Issue 63: redis://PASSWORD@host (the password-only form, as redis-cli -u takes it) with any other
+// mistake printed the password; so did a misspelt scheme. Every form hides it, and only it.
+TEST(RemoteCacheUrl, NoErrorShowsThePassword) {
+  EXPECT_EQ(parse_remote_cache_url("V", "redis://hunter2@h:7000").password, "hunter2");
+  for (const char* bad : {"redis://hunter2@h:99999", "redis://hunter2@h:bad", "redis://hunter2@h/x",
+                          "redis://hunter2@", "redis://u:hunter2@h:99999", "redis://:hunter2@h:0",
+                          "redis://hunter2@[::1]:6379", "redis:/hunter2@h:6379", "http://hunter2@h",
+                          "rediss://u:hunter2@h", "redis://hunter2@h:hunter2", "unix:///s.sock?db=0&password=hunter2",
+                          "unix://hunter2@/s.sock?x=1"}) {
+    try {
+      parse_remote_cache_url("FUSION_JIT_REMOTE_CACHE", bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find("hunter2"), std::string::npos) << what;
+      EXPECT_NE(what.find("***"), std::string::npos) << what;
+      EXPECT_NE(what.find("FUSION_JIT_REMOTE_CACHE="), std::string::npos) << what;
+    }
+  }
+  try {
+    parse_remote_cache_url("V", "redis://admin:hunter2@cache.local:99999");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("V=redis://admin:***@cache.local:99999: bad port '99999'"), std::string::npos)
+        << e.what();
+  }
+}
+
   const std::string secret = "0123456789abcdef";
   const std::string f = RemoteCache::frame(secret, kKey, "payload bytes");
   EXPECT_EQ(RemoteCache::unframe(secret, kKey, f), "payload bytes");
