@@ -152,6 +152,7 @@ const std::vector<Entry>& table() {
        [](Options& o, const std::string& v) {
          o.remote_cache_max_mb = parse_int("FUSION_JIT_REMOTE_CACHE_MAX_MB", v, 1, 512, " MB");
        }},
+      {"FUSION_JIT_PACKAGE_KEY", [](Options& o, const std::string& v) { o.package_key_file = v; }},
       {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }},
       {"FUSION_JIT_ASSERT_NO_COMPILE",
        [](Options& o, const std::string& v) {

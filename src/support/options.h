@@ -74,6 +74,10 @@ struct Options {
   int64_t remote_cache_ttl = 0;
   int remote_cache_timeout_ms = 300;
   int64_t remote_cache_max_mb = 64;
+  // FUSION_JIT_PACKAGE_KEY: the key file ahead-of-time packages are signed with when built and verified with
+  // when loaded (Note [Package signatures], torch/package.cpp); "" = packages are neither signed nor
+  // verified. Checked as the remote tier's key file is (read_key_file, support/hash.h).
+  std::string package_key_file;
   // FUSION_JIT_CXX (else CXX, else g++): the host compiler for CPU kernels.
   std::string cxx;
   // FUSION_JIT_ASSERT_NO_COMPILE=1: any compiler invocation is an error.
