@@ -1,6 +1,6 @@
 """The fusion-jit CLI: successful runs and every error case (exit code 2, one line naming the problem).
 
-Usage: python tests/cli_test.py PATH/TO/fusion-jit
+Usage: python tests/cli_test.py PATH/TO/fusion-jit   (FJ_CLI_TEST_CASES=TEXT: only the cases whose name holds TEXT)
 """
 import json
 import os
@@ -43,12 +43,18 @@ CHAIN8 = os.path.join(TMP, "chain8.pt")
 torch.jit.script(Chain8()).save(CHAIN8)
 
 
-def cli(*args):
-    return subprocess.run([CLI, *args], capture_output=True, text=True)
+def cli(*args, env=None):
+    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env)
+
+
+# FJ_CLI_TEST_CASES=TEXT: only the cases whose name holds TEXT run (a quick check of one area).
+ONLY = os.environ.get("FJ_CLI_TEST_CASES", "")
 
 
 def case(name):
     def wrap(fn):
+        if ONLY not in name:
+            return fn
         try:
             fn()
             results.append((name, None))
@@ -59,8 +65,8 @@ def case(name):
     return wrap
 
 
-def expect_error(args, fragment, code=2):
-    p = cli(*args)
+def expect_error(args, fragment, code=2, env=None):
+    p = cli(*args, env=env)
     assert p.returncode == code, f"exit {p.returncode}, expected {code}; stderr: {p.stderr!r}"
     err = p.stderr.strip()
     assert fragment in err, f"{fragment!r} not in {err!r}"
@@ -814,6 +820,43 @@ def _():
     with open(cut, "wb") as f:
         f.write(read(pkg, "rb")[:-100])
     expect_error(["load", cut], f"{cut}: the package's checksum does not match its contents")
+
+
+@case("package and load with FUSION_JIT_PACKAGE_KEY: signed when built, verified when loaded; an unsigned "
+      "package, another key's, and a key file others may read are refused")
+def _():
+    keys = {}
+    for name, text, mode in (("package", "0123456789abcdef", 0o600), ("other", "fedcba9876543210", 0o600),
+                             ("loose", "0123456789abcdef", 0o644)):
+        keys[name] = os.path.join(TMP, f"{name}.key")
+        with open(keys[name], "w") as f:
+            f.write(text * 2 + "\n")
+        os.chmod(keys[name], mode)
+    key, other, loose = keys["package"], keys["other"], keys["loose"]
+
+    def with_key(k):
+        return dict(os.environ, FUSION_JIT_PACKAGE_KEY=k)
+
+    spec = ["--input", "f32[4,4]", "f32[4]"]
+    signed, unsigned = os.path.join(TMP, "signed.fjpkg"), os.path.join(TMP, "unsigned.fjpkg")
+    p = cli("package", MODEL, *spec, "--out", signed, env=with_key(key))
+    assert p.returncode == 0 and f"signed with the key in {key}" in p.stdout, p.stdout + p.stderr
+    p = cli("load", signed, *spec, "--explain", env=with_key(key))
+    assert p.returncode == 0 and f"signature verified with the key in {key}" in p.stdout, p.stdout + p.stderr
+    p = cli("load", signed, *spec, "--explain")
+    assert p.returncode == 0 and "signed, but not verified" in p.stdout, p.stdout + p.stderr
+    p = cli("package", MODEL, *spec, "--out", unsigned)
+    assert p.returncode == 0 and "signed with" not in p.stdout, p.stdout + p.stderr
+    expect_error(["load", unsigned, *spec], f"{unsigned}: refused: the package is not signed, and a package key is "
+                                            f"configured ({key})", env=with_key(key))
+    expect_error(["load", signed, *spec], f"{signed}: refused: its signature does not verify under the key in {other}",
+                 env=with_key(other))
+    expect_error(["load", signed, *spec], f"the package key file {loose} (FUSION_JIT_PACKAGE_KEY) cannot be used: group "
+                                          "or others may read or write it (mode 644); chmod 600 it", env=with_key(loose))
+    kept = os.path.join(TMP, "loose.fjpkg")
+    expect_error(["package", MODEL, *spec, "--out", kept], f"package {kept}: the package key file {loose}",
+                 env=with_key(loose))
+    assert not os.path.exists(kept)
 
 
 @case("package --device cuda: built here with no GPU (a CUBIN per --arch, newest first, then PTX); load refuses it "

@@ -14,8 +14,18 @@
 // and the signatures it serves. The file is one archive (Note [Package
 // archives], support/archive.h): checksummed, written to a temporary file and renamed.
 //
-// Loading refuses, with an error naming the path and what is wrong: another package format, another
-// fusion_jit build or torch version, a truncated or altered file, code this machine cannot run (native
+// A package holds native code that loading runs (a CPU image is dlopened: its ELF constructors run then), so
+// an unsigned package is trusted code, as a shared library is. With a package key configured
+// (PackageOptions::key_file, LoadOptions::key_file, else FUSION_JIT_PACKAGE_KEY: a key file checked as the
+// remote cache's is) packages are signed when built (HMAC-SHA256 over every section) and verified when
+// loaded before anything of them is read, and an unsigned package, or one whose signature does not verify,
+// is refused (Note [Package signatures] in torch/package.cpp). Signed or not, the manifest, graphs, plans,
+// kernel names and constants are checked before any of the package's code is loaded.
+//
+// Loading refuses, with an error naming the path and what is wrong: with a key configured, an unsigned
+// package or a signature that does not verify (another key, or a change after signing), or a key file that
+// fails its check; another package format, another fusion_jit build or torch version, a truncated or
+// altered file, a malformed manifest, graph, plan or kernel name, code this machine cannot run (native
 // code for another CPU and no portable variant it supports), plans that call oneDNN on bfloat16 where this
 // CPU's oneDNN does not take it. A call whose inputs match no packaged
 // signature raises an error naming the signature it got and those the package has (or, given a fallback,
@@ -51,6 +61,10 @@ struct PackageOptions {
   // For "cuda": the architectures to compile CUBINs for ("sm_80", "sm_90", ...; default both); PTX for the
   // newest is added, which the driver compiles for newer GPUs, unless a "compute_XY" is listed.
   std::vector<std::string> cuda_archs;
+  // The key file to sign the package with (Note [Package signatures]); "" = FUSION_JIT_PACKAGE_KEY's, and
+  // where that is unset too the package is not signed. A key file that fails its check (read_key_file:
+  // ownership, mode 600, length) is an error, and nothing is written.
+  std::string key_file;
 };
 
 struct PackageInfo {
@@ -61,6 +75,7 @@ struct PackageInfo {
   int sources = 0;           // distinct generated sources (signatures may share one)
   int64_t constant_bytes = 0;  // the constants' storages, each counted once
   double build_ms = 0;
+  std::string key_file;        // the key file it was signed with; "" = not signed
 };
 
 // Builds the package of `module` for each input list of `signatures` (each is run once, as the JIT's first
@@ -88,6 +103,11 @@ struct LoadOptions {
   // Runs the calls whose signature the package lacks (for instance a fusion_jit::compile of the module);
   // default: such a call throws fusion_jit::Error.
   std::function<c10::IValue(const std::vector<c10::IValue>&)> fallback;
+  // The key file to verify the package's signature with (Note [Package signatures]); "" =
+  // FUSION_JIT_PACKAGE_KEY's. With a key, an unsigned package, one whose signature does not verify, and a
+  // key file that fails its check are refused before anything of the package is read; with none, a
+  // package's signature is not checked and the package is trusted as a shared library is.
+  std::string key_file;
 };
 
 class LoadedPackage {
@@ -99,6 +119,9 @@ class LoadedPackage {
   std::string explain() const;
   // Where its plans run and take their inputs: "cpu" or "cuda" (cuda:0).
   const std::string& device() const;
+  // The key file its signature was verified with; "" when no key was configured (explain says whether the
+  // package was signed).
+  const std::string& verified_with() const;
   double load_ms() const;         // reading, checking and loading, constants included
   double constants_ms() const;    // of which reading the constants (weights) and prepacking them
   double prepack_ms() const;      // of which prepacking (oneDNN's and MKL's weight layouts for this CPU)

@@ -4,6 +4,8 @@
     fusion_jit.package(model, [(x,), (x_long,)], "model.fjpkg")     # several
     served = fusion_jit.load_package("model.fjpkg")                 # no capture, no compiler, no cache
     y = served(x)                                                   # a tensor, or a tuple of them
+    fusion_jit.package(model, (x,), "model.fjpkg", key_file="/etc/fusion_jit/package.key")  # signed
+    served = fusion_jit.load_package("model.fjpkg", key_file="/etc/fusion_jit/package.key")  # verified
 
 `model` is an nn.Module or a TorchScript module. An nn.Module takes the torch.compile backend's path for
 inference graphs: per signature, torch.export (non-strict, in eval mode, no grad) gives its ATen graph, which
@@ -18,6 +20,13 @@ whose inputs match no packaged signature is a ValueError naming the signature it
 package serves; so is a package that is refused (another format, build or torch version, a damaged file,
 native code for another CPU with no portable variant, a CUDA package where there is no GPU or none of its
 binaries runs on it).
+
+A package holds native code that loading runs, so an unsigned package is trusted code, as a shared library
+is. With a package key (`key_file`, else the file FUSION_JIT_PACKAGE_KEY names: a regular file of this user
+with mode 600, 16 to 4096 bytes, such as `openssl rand -hex 32`), `package` signs the package (HMAC-SHA256)
+and `load_package` verifies it before anything of it is read, and refuses, with a ValueError naming the path
+and the cause, a package that is not signed or whose signature does not verify (another key, or a change
+after signing), as it refuses a key file that fails its check. Nothing of a refused package is loaded.
 """
 
 import os
@@ -89,7 +98,21 @@ def _exported_graph(model, inputs, where):
     return low.ir, list(low.constants)
 
 
-def package(model, example_inputs, path, *, device="cpu", cuda_archs=None, cpu_variants=None):
+def _key_file(key_file, what):
+    if key_file is None:
+        return ""
+    if not isinstance(key_file, (str, os.PathLike)):
+        raise TypeError(f"{what}: key_file must be a path, not {type(key_file).__name__}")
+    key_file = os.fspath(key_file)
+    if not key_file:
+        raise ValueError(f"{what}: key_file is empty; give None for FUSION_JIT_PACKAGE_KEY's key")
+    return key_file
+
+
+_INFO = ["signatures", "kernels", "sources", "bytes", "constant_bytes", "signed"]
+
+
+def package(model, example_inputs, path, *, device="cpu", cuda_archs=None, cpu_variants=None, key_file=None):
     """Builds the package of `model` for each signature of `example_inputs` and writes it to `path`.
 
     device: where the plans run, "cpu" or "cuda" (cuda:0 of the loading machine). A CUDA package is built
@@ -97,8 +120,12 @@ def package(model, example_inputs, path, *, device="cpu", cuda_archs=None, cpu_v
     cuda_archs: for "cuda", the architectures to compile CUBINs for (default ["sm_80", "sm_90"]); PTX for
     the newest is added unless a "compute_XY" is listed.
     cpu_variants: the CPU code's compiled variants, most specific first (default ["native", "x86-64-v2"]).
-    Returns a dict: signatures, kernels, sources, bytes, constant_bytes.
+    key_file: the key file to sign the package with (default: the file FUSION_JIT_PACKAGE_KEY names; with
+    neither, the package is not signed). A key file that fails its check is a ValueError, and nothing is
+    written.
+    Returns a dict: signatures, kernels, sources, bytes, constant_bytes, signed (bool).
     """
+    key = _key_file(key_file, f"package {path}")
     signatures = _signatures(example_inputs)
     for i, sig in enumerate(signatures):
         for j, t in enumerate(sig):
@@ -117,8 +144,8 @@ def package(model, example_inputs, path, *, device="cpu", cuda_archs=None, cpu_v
         info = torch.ops.fusion_jit.package_graphs_file(
             type(model).__name__, [t for sig in signatures for t in sig], [len(s) for s in signatures], irs,
             [c for cs in constants for c in cs], [len(cs) for cs in constants], str(path), list(cpu_variants or []),
-            str(device), list(cuda_archs or []))
-        return dict(zip(["signatures", "kernels", "sources", "bytes", "constant_bytes"], info))
+            str(device), list(cuda_archs or []), key)
+        return _info(info)
     directory = os.path.dirname(os.path.abspath(path))
     fd, scripted = tempfile.mkstemp(suffix=".pt", dir=directory)
     os.close(fd)
@@ -126,17 +153,23 @@ def package(model, example_inputs, path, *, device="cpu", cuda_archs=None, cpu_v
         torch.jit.save(model, scripted)
         flat = [t for sig in signatures for t in sig]
         info = torch.ops.fusion_jit.package_file(scripted, flat, [len(s) for s in signatures], str(path),
-                                                 list(cpu_variants or []), str(device), list(cuda_archs or []))
+                                                 list(cpu_variants or []), str(device), list(cuda_archs or []), key)
     finally:
         os.unlink(scripted)
-    return dict(zip(["signatures", "kernels", "sources", "bytes", "constant_bytes"], info))
+    return _info(info)
+
+
+def _info(info):
+    out = dict(zip(_INFO, info))
+    out["signed"] = bool(out["signed"])
+    return out
 
 
 class LoadedPackage:
     """A package loaded: call it with the inputs of one of its signatures."""
 
-    def __init__(self, path):
-        self._package = torch.classes.fusion_jit.Package(str(path))
+    def __init__(self, path, key_file=None):
+        self._package = torch.classes.fusion_jit.Package(str(path), _key_file(key_file, str(path)))
 
     def __call__(self, *inputs):
         out = self._package.run(list(inputs))
@@ -145,6 +178,10 @@ class LoadedPackage:
     def device(self):
         """Where the plans run and take their inputs: "cpu" or "cuda" (cuda:0)."""
         return self._package.device()
+
+    def verified_with(self):
+        """The key file its signature was verified with; "" when no package key was configured."""
+        return self._package.verified_with()
 
     def signatures(self):
         return list(self._package.signatures())
@@ -168,6 +205,11 @@ class LoadedPackage:
         return self._package.prepack_ms()
 
 
-def load_package(path):
-    """Loads a package (no capture, no compiler, no cache directory); see LoadedPackage."""
-    return LoadedPackage(path)
+def load_package(path, *, key_file=None):
+    """Loads a package (no capture, no compiler, no cache directory); see LoadedPackage.
+
+    key_file: the key file to verify its signature with (default: the file FUSION_JIT_PACKAGE_KEY names).
+    With a key, a package that is not signed with it is refused before anything of it is loaded; with
+    none, its signature is not checked (an unsigned package is trusted code, as a shared library is).
+    """
+    return LoadedPackage(path, key_file)

@@ -20,14 +20,17 @@
 //     .num_classes() -> int                        class plans built
 //     .take_warnings() -> [str]                    warnings since the last call (each given once)
 //     .explain(tensors, key) -> str, .num_plans() -> int, .plans_dropped() -> int, .clear()
-//   torch.classes.fusion_jit.Package(path)         an ahead-of-time package loaded (fusion_jit/package.h)
+//   torch.classes.fusion_jit.Package(path, key_file)   an ahead-of-time package loaded (fusion_jit/package.h;
+//     key_file: LoadOptions::key_file, "" for FUSION_JIT_PACKAGE_KEY's)
 //     .run(tensors) -> [tensors]  (the result flattened), .signatures() -> [str], .explain() -> str,
-//     .load_ms() -> float, .constants_ms() -> float, .prepack_ms() -> float, .device() -> str
-//   torch.ops.fusion_jit.package_file(model_path, tensors, counts, out, cpu_variants, device, cuda_archs) -> [signatures,
-//     kernels, sources, bytes, constant bytes]   the TorchScript model at model_path packaged for the
-//     signatures of tensors (counts[i] each, in order)
+//     .load_ms() -> float, .constants_ms() -> float, .prepack_ms() -> float, .device() -> str,
+//     .verified_with() -> str
+//   torch.ops.fusion_jit.package_file(model_path, tensors, counts, out, cpu_variants, device, cuda_archs, key_file)
+//     -> [signatures, kernels, sources, bytes, constant bytes, signed (0 or 1)]   the TorchScript model at
+//     model_path packaged for the signatures of tensors (counts[i] each, in order); key_file:
+//     PackageOptions::key_file
 //   torch.ops.fusion_jit.package_graphs_file(name, tensors, counts, irs, constants, constant_counts, out,
-//     cpu_variants, device, cuda_archs) -> as package_file   graphs lowered to IR text, one per signature
+//     cpu_variants, device, cuda_archs, key_file) -> as package_file   graphs lowered to IR text, one per signature
 //   torch.ops.fusion_jit.counters() -> [cache hits, cache misses, host compiles, NVRTC compiles]
 //   torch.ops.fusion_jit.use_cache_dir(dir), torch.ops.fusion_jit.cache_dir() -> str
 //   torch.ops.fusion_jit.check_close(actual, expected, reference64?) -> (ok, max error, why not)
@@ -218,16 +221,17 @@ std::vector<std::vector<at::Tensor>> split_by_counts(const std::vector<at::Tenso
 }
 
 PackageOptions package_options(const std::vector<std::string>& cpu_variants, const std::string& device,
-                               const std::vector<std::string>& cuda_archs) {
+                               const std::vector<std::string>& cuda_archs, const std::string& key_file) {
   PackageOptions options;
   options.cpu_variants = cpu_variants;
   options.device = device;
   options.cuda_archs = cuda_archs;
+  options.key_file = key_file;
   return options;
 }
 
 std::vector<int64_t> info_list(const PackageInfo& info) {
-  return {info.signatures, info.kernels, info.sources, info.bytes, info.constant_bytes};
+  return {info.signatures, info.kernels, info.sources, info.bytes, info.constant_bytes, !info.key_file.empty()};
 }
 
 // Packages the TorchScript model at `model_path` for the signatures of `inputs` (`counts[i]` tensors each, in
@@ -235,12 +239,12 @@ std::vector<int64_t> info_list(const PackageInfo& info) {
 std::vector<int64_t> package_file(const std::string& model_path, const std::vector<at::Tensor>& inputs,
                                   const std::vector<int64_t>& counts, const std::string& out,
                                   const std::vector<std::string>& cpu_variants, const std::string& device,
-                                  const std::vector<std::string>& cuda_archs) {
+                                  const std::vector<std::string>& cuda_archs, const std::string& key_file) {
   return translate_errors([&] {
     std::vector<std::vector<c10::IValue>> signatures;
     for (const auto& sig : split_by_counts(inputs, counts, "input")) signatures.emplace_back(sig.begin(), sig.end());
     torch::jit::Module module = torch::jit::load(model_path);
-    return info_list(package(module, signatures, out, package_options(cpu_variants, device, cuda_archs)));
+    return info_list(package(module, signatures, out, package_options(cpu_variants, device, cuda_archs, key_file)));
   });
 }
 
@@ -251,7 +255,7 @@ std::vector<int64_t> package_graphs_file(const std::string& name, const std::vec
                                          const std::vector<at::Tensor>& constants,
                                          const std::vector<int64_t>& constant_counts, const std::string& out,
                                          const std::vector<std::string>& cpu_variants, const std::string& device,
-                                         const std::vector<std::string>& cuda_archs) {
+                                         const std::vector<std::string>& cuda_archs, const std::string& key_file) {
   return translate_errors([&] {
     TORCH_CHECK_VALUE(counts.size() == irs.size() && constant_counts.size() == irs.size(), "package: ", irs.size(),
                       " graphs, ", counts.size(), " input counts, ", constant_counts.size(), " constant counts");
@@ -259,7 +263,8 @@ std::vector<int64_t> package_graphs_file(const std::string& name, const std::vec
     const auto split_constants = split_by_counts(constants, constant_counts, "constant");
     std::vector<GraphSignature> signatures;
     for (size_t i = 0; i < irs.size(); ++i) signatures.push_back({split_inputs[i], irs[i], split_constants[i]});
-    return info_list(package_graphs(name, signatures, out, package_options(cpu_variants, device, cuda_archs)));
+    return info_list(
+        package_graphs(name, signatures, out, package_options(cpu_variants, device, cuda_archs, key_file)));
   });
 }
 
@@ -294,8 +299,12 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("clear", [](const Self& self) { self->fn.clear(); });
   using PackageSelf = c10::intrusive_ptr<PyPackage>;
   m.class_<PyPackage>("Package")
-      .def(torch::init([](const std::string& path) {
-        return translate_errors([&] { return c10::make_intrusive<PyPackage>(load_package(path)); });
+      .def(torch::init([](const std::string& path, const std::string& key_file) {
+        return translate_errors([&] {
+          LoadOptions options;
+          options.key_file = key_file;
+          return c10::make_intrusive<PyPackage>(load_package(path, std::move(options)));
+        });
       }))
       .def("run",
            [](const PackageSelf& self, const std::vector<at::Tensor>& inputs) {
@@ -311,7 +320,8 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("load_ms", [](const PackageSelf& self) { return self->package.load_ms(); })
       .def("constants_ms", [](const PackageSelf& self) { return self->package.constants_ms(); })
       .def("prepack_ms", [](const PackageSelf& self) { return self->package.prepack_ms(); })
-      .def("device", [](const PackageSelf& self) { return self->package.device(); });
+      .def("device", [](const PackageSelf& self) { return self->package.device(); })
+      .def("verified_with", [](const PackageSelf& self) { return self->package.verified_with(); });
   m.def("package_file", &package_file);
   m.def("package_graphs_file", &package_graphs_file);
   m.def("counters", &counter_list);

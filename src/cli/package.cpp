@@ -1,9 +1,12 @@
 // fusion-jit package | load: ahead-of-time packages (fusion_jit/package.h).
 //
 //   package  MODEL.pt, one signature per --input group (--input SPEC ... or --inputs FILE) and one per
-//            --signature "SPEC SPEC ...", into --out FILE: the plans, their compiled code and the weights
+//            --signature "SPEC SPEC ...", into --out FILE: the plans, their compiled code and the weights;
+//            signed with the key in the file FUSION_JIT_PACKAGE_KEY names, where it is set
 //   load     loads a package (no capture, no compiler) and runs it on --input SPEC ...: prints the load time,
-//            the first and (with --bench N) the median call time, and with --explain what the package holds
+//            the first and (with --bench N) the median call time, and with --explain what the package holds;
+//            with FUSION_JIT_PACKAGE_KEY set, a package not signed with that key is refused before any of it
+//            is loaded (Note [Package signatures], torch/package.cpp)
 #include <ATen/Context.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/jit/api/module.h>
@@ -81,6 +84,7 @@ int package_model(const PackageArgs& a, uint64_t seed) {
               info.path.c_str(), info.signatures, info.signatures == 1 ? "" : "s", info.kernels, info.sources,
               info.sources == 1 ? "" : "s", static_cast<double>(info.constant_bytes) / 1e6,
               static_cast<double>(info.bytes) / 1e6, info.build_ms);
+  if (!info.key_file.empty()) std::printf("signed with the key in %s\n", info.key_file.c_str());
   return 0;
 }
 
@@ -89,6 +93,7 @@ int load_and_run(const PackageArgs& a, uint64_t seed) {
   const LoadedPackage p = load_package(a.path);
   std::printf("loaded %s in %.2f ms (constants %.2f ms, of which prepacking %.2f ms)\n", a.path.c_str(), p.load_ms(),
               p.constants_ms(), p.prepack_ms());
+  if (!p.verified_with().empty()) std::printf("signature verified with the key in %s\n", p.verified_with().c_str());
   if (a.explain) std::printf("%s", p.explain().c_str());
   if (a.specs.empty() && a.inputs_file.empty()) return 0;
   if (!a.specs.empty() && !a.inputs_file.empty()) usage_error("load: give --input SPEC ... or --inputs FILE, not both");

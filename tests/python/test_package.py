@@ -136,3 +136,63 @@ def test_a_cuda_package_is_built_with_no_gpu_and_needs_one_to_load(tmp_path):
     with pytest.raises(ValueError, match="--arch sm_1"):
         fusion_jit.package(model, (x,), tmp_path / "other.fjpkg", device="cuda", cuda_archs=["sm_1"])
     assert not (tmp_path / "other.fjpkg").exists()
+
+
+def _key_file(tmp_path, name, text, mode=0o600):
+    path = tmp_path / name
+    path.write_text(text + "\n")
+    path.chmod(mode)
+    return path
+
+
+def test_a_signed_package_loads_under_its_key_and_others_are_refused(tmp_path):
+    """Note [Package signatures]: with a key a package is signed when built and verified when loaded; an
+    unsigned package, another key's, or a key file others may read is refused, naming the path and why."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).eval()
+    x = torch.randn(4, 16)
+    key = _key_file(tmp_path, "package.key", "0123456789abcdef" * 2)
+    other = _key_file(tmp_path, "other.key", "fedcba9876543210" * 2)
+    signed = tmp_path / "signed.fjpkg"
+    assert fusion_jit.package(model, (x,), signed, key_file=key)["signed"] is True
+    served = fusion_jit.load_package(signed, key_file=key)
+    assert served.verified_with() == str(key)
+    with torch.no_grad():
+        torch.testing.assert_close(served(x), model(x))
+    assert "signed, but not verified" in fusion_jit.load_package(signed).explain()
+    # A TorchScript module takes the TorchScript path, signed the same way.
+    scripted = tmp_path / "scripted.fjpkg"
+    assert fusion_jit.package(torch.jit.script(model), (x,), scripted, key_file=key)["signed"] is True
+    with torch.no_grad():
+        torch.testing.assert_close(fusion_jit.load_package(scripted, key_file=key)(x), model(x))
+
+    unsigned = tmp_path / "unsigned.fjpkg"
+    assert fusion_jit.package(model, (x,), unsigned)["signed"] is False
+    with pytest.raises(ValueError, match=rf"{unsigned}: refused: the package is not signed, and a package key is "
+                                         rf"configured \({key}\)"):
+        fusion_jit.load_package(unsigned, key_file=key)
+    with pytest.raises(ValueError, match=rf"{signed}: refused: its signature does not verify under the key in "
+                                         rf"{other}: it was signed with another key, or changed after it was signed"):
+        fusion_jit.load_package(signed, key_file=other)
+    loose = _key_file(tmp_path, "loose.key", "0123456789abcdef" * 2, mode=0o644)
+    with pytest.raises(ValueError, match=rf"the package key file {loose} cannot be used: group or others may read "
+                                         r"or write it \(mode 644\); chmod 600 it"):
+        fusion_jit.load_package(signed, key_file=loose)
+    with pytest.raises(ValueError, match=rf"package {tmp_path / 'loose.fjpkg'}: the package key file {loose} cannot "
+                                         r"be used"):
+        fusion_jit.package(model, (x,), tmp_path / "loose.fjpkg", key_file=loose)
+    assert not (tmp_path / "loose.fjpkg").exists()
+
+
+def test_fusion_jit_package_key_configures_the_key_of_a_fresh_process(tmp_path):
+    """FUSION_JIT_PACKAGE_KEY names the key file where no key_file is given: a process with it set refuses an
+    unsigned package."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    unsigned = tmp_path / "unsigned.fjpkg"
+    fusion_jit.package(model, (torch.randn(2, 16),), unsigned)
+    key = _key_file(tmp_path, "package.key", "0123456789abcdef" * 2)
+    env = dict(os.environ, FUSION_JIT_PACKAGE_KEY=str(key),
+               PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "python"), os.environ.get("PYTHONPATH", "")]))
+    code = "import sys, fusion_jit\ntry:\n    fusion_jit.load_package(sys.argv[1])\nexcept ValueError as e:\n    print(e)\n"
+    p = subprocess.run([sys.executable, "-c", code, str(unsigned)], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert f"{unsigned}: refused: the package is not signed, and a package key is configured ({key})" in p.stdout, p.stdout

@@ -12,9 +12,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -172,7 +174,7 @@ TEST(Package, AnotherFormatBuildOrTorchVersionIsRefused) {
   const std::string& path = two_signature_package();
   const std::string out = scratch_dir() + "/edited.fjpkg";
   rewrite_manifest(path, out, [](nlohmann::json& m) { m["format"] = 99; });
-  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": package format 99, but this fusion_jit reads format 3"),
+  EXPECT_NE(error_of([&] { load_package(out); }).find(out + ": package format 99, but this fusion_jit reads format 4"),
             std::string::npos);
   rewrite_manifest(path, out, [](nlohmann::json& m) { m["fusion_jit"]["build"] = "0123456789abcdef"; });
   std::string e = error_of([&] { load_package(out); });
@@ -234,6 +236,221 @@ TEST(Package, NativeCodeForAnotherCpuRunsThePortableVariantOrIsRefused) {
                          "another CPU"),
             std::string::npos)
       << e;
+}
+
+// A shared object whose ELF constructor writes `marker` when it is loaded (dlopen runs it before it
+// returns), with one symbol of a kernel's name: what someone who can write a package puts in place of its
+// code. Compiled with g++ here, as the tests compile kernels anyway.
+std::string constructor_library(const std::string& marker) {
+  const std::string src = scratch_dir() + "/constructor.cpp", so = scratch_dir() + "/constructor.so";
+  write_file_atomically(src, fmt::format(R"(#include <cstdio>
+__attribute__((constructor)) static void fj_test_constructor() {{
+  if (FILE* f = std::fopen("{}", "w")) {{
+    std::fputs("the constructor ran\n", f);
+    std::fclose(f);
+  }}
+}}
+extern "C" void fj_kernel_0() {{}}
+)",
+                                         marker));
+  const std::string cmd = fmt::format("g++ -shared -fPIC -o {} {}", so, src);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return read_whole_file(so);
+}
+
+// The package at `path` with every code image replaced by `image` (none when empty) and its sections
+// changed by `edit`, written to `out` with the checksum recomputed: what anyone who can write the file can
+// make, since XXH3 has no key.
+void rewrite_package(const std::string& path, const std::string& out, const std::string& image,
+                     const std::function<void(ArchiveSections&)>& edit = {}) {
+  const std::string bytes = read_whole_file(path);
+  ArchiveSections s = copy_sections(decode_archive(bytes, path));
+  if (!image.empty())
+    for (auto& [name, data] : s)
+      if (name.rfind("image/", 0) == 0) data = image;
+  if (edit) edit(s);
+  write_file_atomically(out, encode_archive(s));
+}
+
+// `section` of a package, as JSON, changed by `edit`.
+std::function<void(ArchiveSections&)> edit_json(const std::string& section, std::function<void(nlohmann::json&)> edit) {
+  return [section, edit](ArchiveSections& s) {
+    nlohmann::json j = nlohmann::json::parse(s.at(section));
+    edit(j);
+    s[section] = j.dump();
+  };
+}
+
+bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+// Note [Checks before code]: signed or not, a package's manifest, graphs, plans, kernel names and constants
+// are read and checked before any of its code is loaded, so a malformed package is refused before a
+// library constructor in it could run. Each case below replaces the code with a library whose constructor
+// leaves a marker file, recomputes the checksum, and breaks one thing.
+TEST(Package, MalformedManifestPlansAndKernelNamesAreRefusedBeforeAnyCodeIsLoaded) {
+  const std::string& path = two_signature_package();
+  const std::string out = scratch_dir() + "/malformed.fjpkg", marker = scratch_dir() + "/constructor-ran";
+  const std::string library = constructor_library(marker);
+  auto refused_before_code = [&](const std::string& what, const std::function<void(ArchiveSections&)>& edit,
+                                 const std::string& expected) {
+    ::unlink(marker.c_str());
+    rewrite_package(path, out, library, edit);
+    const std::string e = error_of([&] { load_package(out); });
+    EXPECT_NE(e.find(out + ": " + expected), std::string::npos) << what << ": " << e;
+    EXPECT_FALSE(exists(marker)) << what << ": the package's library was loaded (its constructor ran) before the "
+                                            "package was refused";
+  };
+  auto kernel_named = [](const std::string& name) {
+    // No size arguments, so that the plan reader's count of the arguments the source reads (none for a
+    // name it does not define) agrees and the name itself is what is checked.
+    return edit_json("plan/0", [name](nlohmann::json& j) {
+      j["kernels"][0]["name"] = name;
+      j["kernels"][0]["args"] = nlohmann::json::array();
+      j["kernels"][0].erase("arg_of");
+    });
+  };
+  // A name dlsym would find in libc, through the library's dependencies.
+  refused_before_code("a kernel named system", kernel_named("system"),
+                      "not a valid package: signature 0 calls kernel 'system', which is not the kernel of its group 0");
+  refused_before_code("a kernel named after another group", kernel_named("fj_kernel_999"),
+                      "not a valid package: signature 0 calls kernel 'fj_kernel_999', which is not the kernel of its group");
+  refused_before_code("a plan that is not JSON", [](ArchiveSections& s) { s["plan/1"] = "{"; },
+                      "not a valid package: the plan of signature 1 (f32[5,32], f32[5,32]) does not fit its graph");
+  refused_before_code("a graph that does not parse", [](ArchiveSections& s) { s["graph/0"] = "graph(%0 : f32[8,32]"; },
+                      "not a valid package: the graph of signature 0 (f32[8,32], f32[8,32]) does not parse");
+  refused_before_code("a code index out of range",
+                      edit_json("manifest", [](nlohmann::json& m) { m["signatures"][0]["code"] = {7}; }),
+                      "not a valid package: signature 0's cpu source is not the one its code was compiled from");
+  refused_before_code("an output kind out of range",
+                      edit_json("manifest", [](nlohmann::json& m) { m["signatures"][1]["output_kind"] = 99; }),
+                      "not a valid package: output kind 99");
+  refused_before_code("an image section that is missing",
+                      edit_json("manifest", [](nlohmann::json& m) { m["code"][0]["images"][0]["section"] = "image/9/9"; }),
+                      "not a valid package: its section image/9/9 is missing");
+  refused_before_code("a manifest without signatures", edit_json("manifest", [](nlohmann::json& m) { m.erase("signatures"); }),
+                      "not a valid package: its manifest is not what this fusion_jit writes");
+  refused_before_code("constants that do not unpickle", [](ArchiveSections& s) { s["constants"] = "not a pickle"; },
+                      "not a valid package: its constants cannot be read");
+  // The plans as built: nothing is malformed, so the code is loaded, and with no package key configured
+  // an unsigned package is trusted as a shared library is: its constructor runs (this also shows that the
+  // marker above would have been written had the library been loaded).
+  ::unlink(marker.c_str());
+  rewrite_package(path, out, library);
+  error_of([&] { load_package(out); });  // refused or not, depending on which kernels the library has
+  EXPECT_TRUE(exists(marker));
+}
+
+// A key file of `contents` at `path` with mode `mode`.
+std::string key_file(const std::string& name, const std::string& contents, mode_t mode = 0600) {
+  const std::string path = scratch_dir() + "/" + name;
+  write_file_atomically(path, contents);
+  EXPECT_EQ(::chmod(path.c_str(), mode), 0);
+  return path;
+}
+
+// The two-signature package, signed with `key`.
+const std::string& signed_package(const std::string& key) {
+  static const std::string path = [&] {
+    std::string p = scratch_dir() + "/signed.fjpkg";
+    PackageOptions o;
+    o.key_file = key;
+    PackageInfo info = package(block(), {inputs(8), inputs(5)}, p, o);
+    EXPECT_EQ(info.key_file, key);
+    return p;
+  }();
+  return path;
+}
+
+LoadOptions with_key(const std::string& key) {
+  LoadOptions o;
+  o.key_file = key;
+  return o;
+}
+
+// Note [Package signatures]: with a package key, a package is signed when built and verified when loaded,
+// and one that is not signed with that key is refused before anything of it is loaded.
+TEST(Package, ASignedPackageLoadsUnderItsKeyAndRunsAsEager) {
+  c10::NoGradGuard no_grad;
+  const std::string key = key_file("package.key", "0123456789abcdef0123456789abcdef\n");
+  LoadedPackage p = load_package(signed_package(key), with_key(key));
+  EXPECT_EQ(p.verified_with(), key);
+  EXPECT_NE(p.explain().find("signature verified with the key in " + key), std::string::npos) << p.explain();
+  torch::jit::Module eager = block();
+  for (int64_t rows : {8, 5}) {
+    auto in = inputs(rows, 4);
+    std::vector<at::Tensor> got = tensors(p(in)), ref = tensors(eager.forward(in));
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(check_close(got[i], ref[i]).ok) << check_close(got[i], ref[i]).message;
+  }
+  // Without a key its signature is not checked, and explain says so.
+  LoadedPackage unverified = load_package(signed_package(key));
+  EXPECT_EQ(unverified.verified_with(), "");
+  EXPECT_NE(unverified.explain().find("signed, but not verified: no package key is configured"), std::string::npos)
+      << unverified.explain();
+  EXPECT_NE(load_package(two_signature_package()).explain().find("not signed: trusted as a shared library is"),
+            std::string::npos);
+}
+
+TEST(Package, WithAKeyAnUnsignedPackageOrAnotherKeysIsRefused) {
+  const std::string key = key_file("package.key", "0123456789abcdef0123456789abcdef\n");
+  const std::string other = key_file("other.key", "fedcba9876543210fedcba9876543210\n");
+  const std::string& unsigned_path = two_signature_package();
+  std::string e = error_of([&] { load_package(unsigned_path, with_key(key)); });
+  EXPECT_NE(e.find(unsigned_path + ": refused: the package is not signed, and a package key is configured (" + key + ")"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { load_package(signed_package(key), with_key(other)); });
+  EXPECT_NE(e.find(signed_package(key) + ": refused: its signature does not verify under the key in " + other +
+                   ": it was signed with another key, or changed after it was signed; nothing of it was loaded"),
+            std::string::npos)
+      << e;
+  // A section changed after signing (an explain text: data, not code), the checksum recomputed.
+  const std::string out = scratch_dir() + "/resigned.fjpkg";
+  rewrite_package(signed_package(key), out, "", [](ArchiveSections& s) { s["explain/0"] += "edited\n"; });
+  e = error_of([&] { load_package(out, with_key(key)); });
+  EXPECT_NE(e.find(out + ": refused: its signature does not verify under the key in " + key), std::string::npos) << e;
+}
+
+// The attack of issue 63: the code replaced by a shared object with an ELF constructor, the checksum
+// recomputed. With a key configured it is refused, and the constructor never runs, whether the signature
+// was kept (it no longer verifies) or removed (the package is then unsigned).
+TEST(Package, WithAKeyReplacedCodeIsRefusedBeforeItsConstructorRuns) {
+  const std::string key = key_file("package.key", "0123456789abcdef0123456789abcdef\n");
+  const std::string out = scratch_dir() + "/replaced.fjpkg", marker = scratch_dir() + "/constructor-ran-signed";
+  const std::string library = constructor_library(marker);
+  ::unlink(marker.c_str());
+  rewrite_package(signed_package(key), out, library);
+  std::string e = error_of([&] { load_package(out, with_key(key)); });
+  EXPECT_NE(e.find(out + ": refused: its signature does not verify under the key in " + key), std::string::npos) << e;
+  EXPECT_FALSE(exists(marker)) << "the replaced code's constructor ran";
+  rewrite_package(signed_package(key), out, library, [](ArchiveSections& s) { s.erase("signature"); });
+  e = error_of([&] { load_package(out, with_key(key)); });
+  EXPECT_NE(e.find(out + ": refused: the package is not signed, and a package key is configured"), std::string::npos) << e;
+  EXPECT_FALSE(exists(marker)) << "the replaced code's constructor ran";
+}
+
+// The key file is checked as the remote tier's (read_key_file): building and loading refuse one that
+// group or others may read, naming it and the fix, and building leaves the path as it was.
+TEST(Package, AKeyFileThatFailsItsCheckIsRefusedNamingIt) {
+  const std::string loose = key_file("loose.key", "0123456789abcdef0123456789abcdef\n", 0644);
+  std::string e = error_of([&] { load_package(two_signature_package(), with_key(loose)); });
+  EXPECT_NE(e.find(two_signature_package() + ": refused: the package key file " + loose +
+                   " cannot be used: group or others may read or write it (mode 644); chmod 600 it"),
+            std::string::npos)
+      << e;
+  const std::string path = scratch_dir() + "/unsigned-kept.fjpkg";
+  write_file_atomically(path, "an older file");
+  PackageOptions o;
+  o.key_file = loose;
+  e = error_of([&] { package(block(), {inputs(4)}, path, o); });
+  EXPECT_NE(e.find("package " + path + ": the package key file " + loose + " cannot be used: group or others may read"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(read_whole_file(path), "an older file");
+  const std::string short_key = key_file("short.key", "abc\n");
+  e = error_of([&] { load_package(two_signature_package(), with_key(short_key)); });
+  EXPECT_NE(e.find("it holds 3 bytes; a key needs at least 16"), std::string::npos) << e;
+  e = error_of([&] { load_package(two_signature_package(), with_key(scratch_dir() + "/no.key")); });
+  EXPECT_NE(e.find("cannot open it (No such file or directory)"), std::string::npos) << e;
 }
 
 TEST(Package, BadSignaturesAreNamedAndLeaveThePathAsItWas) {
