@@ -18,7 +18,6 @@ namespace {
 constexpr char kMagic[4] = {'F', 'J', 'R', 'C'};
 constexpr uint32_t kFrameVersion = 1;
 constexpr size_t kMac = 32;
-constexpr int64_t kMaxKeyFileBytes = 4096;
 
 timeval to_timeval(int ms) {
   timeval tv{};
@@ -101,48 +100,7 @@ std::optional<std::string> RemoteCache::unframe(const std::string& secret, const
 }
 
 std::optional<std::string> RemoteCache::read_key_file(const std::string& path, std::string* why) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    *why = fmt::format("cannot open it ({})", std::strerror(errno));
-    return std::nullopt;
-  }
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_fd{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *why = "it is not a regular file";
-    return std::nullopt;
-  }
-  if (st.st_uid != ::geteuid()) {
-    *why = fmt::format("it is owned by uid {}, not by this process's ({}); chown it", st.st_uid, ::geteuid());
-    return std::nullopt;
-  }
-  if (st.st_mode & 077) {
-    *why = fmt::format("group or others may read or write it (mode {:o}); chmod 600 it", st.st_mode & 0777);
-    return std::nullopt;
-  }
-  if (st.st_size > kMaxKeyFileBytes) {
-    *why = fmt::format("it holds {} bytes, more than {}", st.st_size, kMaxKeyFileBytes);
-    return std::nullopt;
-  }
-  std::string key(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < key.size()) {
-    const ssize_t n = ::read(fd, key.data() + got, key.size() - got);
-    if (n <= 0) {
-      *why = "reading it failed";
-      return std::nullopt;
-    }
-    got += static_cast<size_t>(n);
-  }
-  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
-  if (key.size() < 16) {
-    *why = fmt::format("it holds {} bytes; a key needs at least 16 (openssl rand -hex 32 > FILE)", key.size());
-    return std::nullopt;
-  }
-  return key;
+  return fusion_jit::read_key_file(path, why);  // support/hash.h: the one key-file check, shared with packages
 }
 
 std::unique_ptr<RemoteCache> RemoteCache::from_options(const Options& o) {
