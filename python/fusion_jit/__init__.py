@@ -43,7 +43,7 @@ a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STR
 Errors in what the user gave surface as ValueError or TypeError.
 """
 
-import torch
+import sys
 
 from . import _native
 from ._backend import Options, backend, compile, explain, profile, reset, stats
@@ -54,15 +54,62 @@ __all__ = ["backend", "compile", "explain", "profile", "reset", "stats", "Option
            "load_package", "LoadedPackage"]
 __version__ = "0.7.0"
 
+# Note [Registering the backend lazily]
+# torch.compile(backend="fusion_jit") finds the backend by name in Dynamo's registry. Importing
+# torch._dynamo (and the parts of torch._inductor it takes along) costs more than `import torch` itself
+# (about 0.8 s on 2 cores), which a process that only loads a package (load_package) or never compiles
+# must not pay. So importing this package never imports Dynamo (tests/python/test_import.py):
+# - installed, the torch_dynamo_backends entry point (pyproject.toml) names `fusion_jit:backend`, and Dynamo
+#   loads it at its first lookup of the name (importing this package if it was not);
+# - from a source checkout (no entry point), the backend is registered when Dynamo is imported: at once if
+#   it already was, otherwise by a one-shot finder on sys.meta_path that runs torch._dynamo's module, then
+#   registers (torch.compile imports torch._dynamo before it looks the backend up).
+# Either way the name is registered once: where Dynamo's registry already knows it (its entry point, found
+# by a lookup that is now importing this package), registering it too would be a duplicate (an assertion).
+
+
+def _register_with_dynamo():
+    from torch._dynamo.backends import registry
+    if "fusion_jit" not in registry._BACKENDS and "fusion_jit" not in registry._COMPILER_FNS:
+        registry.register_backend(backend, name="fusion_jit")
+
+
+class _RegisterOnDynamoImport:
+    """The finder of Note [Registering the backend lazily]: finds torch._dynamo as the finders after it on
+    sys.meta_path do, and registers the backend once its module has run; it then leaves sys.meta_path."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch._dynamo":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find else None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec  # None: Python goes on as without this finder (and fails as it would)
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            try:
+                _register_with_dynamo()
+            except Exception as e:  # noqa: BLE001 - never fail torch._dynamo's import for our registration
+                import warnings
+                warnings.warn(f"fusion_jit: registering the backend with torch._dynamo failed: {e}")
+
+        spec.loader.exec_module = exec_then_register
+        return spec
 
 
 def _register():
-    # Installed, the package's torch_dynamo_backends entry point registers the backend when dynamo
-    # first looks it up (registering here too would be a duplicate); from a source checkout, import does.
-    from importlib.metadata import entry_points
-    if any(ep.name == "fusion_jit" for ep in entry_points(group="torch_dynamo_backends")):
-        return
-    torch._dynamo.register_backend(name="fusion_jit")(backend)
+    if "torch._dynamo" in sys.modules:
+        _register_with_dynamo()
+    elif not any(isinstance(f, _RegisterOnDynamoImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnDynamoImport())
 
 
 _register()
