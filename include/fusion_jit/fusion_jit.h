@@ -115,7 +115,10 @@ class CompiledModule {
   std::shared_ptr<Impl> impl_;
 };
 
-// Freezes (in eval mode) and inlines a copy of the module; the module itself is not changed.
+// Freezes (in eval mode) and inlines a copy of the module; the module itself is not changed. The compiled
+// module computes with the parameters and buffers as they are at this call (freezing copies them into the
+// plans' constants): a later change to the module (in place, through .data, or by assignment) is not seen,
+// by plans compiled before or after it; compile again to take it.
 CompiledModule compile(const torch::jit::Module& module, CompileOptions options = {});
 
 using TensorFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;

@@ -143,15 +143,6 @@ struct CompiledModule::Impl {
     return out;
   }
 
-  // Why these inputs must run eagerly whatever the graph, or "".
-  static std::string eager_only_reason(const std::vector<c10::IValue>& inputs) {
-    const int i = grad_requiring_input(inputs);
-    if (i < 0) return "";
-    return fmt::format("input {} requires grad and grad mode is on: compiled plans record no autograd "
-                       "history, so this signature runs eagerly (call under torch::NoGradGuard to compile it)",
-                       i);
-  }
-
   void set_report(std::string report) {
     std::lock_guard<std::mutex> g(report_mu);
     last_report = std::move(report);
@@ -240,7 +231,7 @@ struct CompiledModule::Impl {
     sig += c10::GradMode::is_enabled() ? '\1' : '\0';
     return table.get_or_compile(
         sig, [&](std::string* why, const SignatureTable::Admit& admit) { return compile(inputs, first_result, why, admit); },
-        eager_only_reason(inputs));
+        grad_eager_reason(inputs));
   }
 
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
@@ -368,7 +359,9 @@ std::vector<std::tuple<tj::Node*, size_t, int64_t>> literals_freezing_drops(tj::
 CompiledModule compile(const torch::jit::Module& module, CompileOptions options) {
   auto impl = std::make_shared<CompiledModule::Impl>(module.type()->name() ? module.type()->name()->name() : "module",
                                                      options);
-  // freeze_module works on its own copy; a module in training mode is first copied and set to eval.
+  // freeze_module works on its own copy; a module in training mode is first copied and set to eval. The
+  // frozen graph's constants are tensors of their own, not the caller's storage: a change to the module
+  // after compile reaches no plan (Capture.CompileFreezesACopyThatLaterChangesDoNotReach).
   tj::Module source = module;
   if (module.is_training()) {
     source = module.deepcopy();

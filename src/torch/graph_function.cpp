@@ -3,6 +3,7 @@
 #include "torch/graph_function.h"
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/GradMode.h>
 
 #include <fmt/ranges.h>
 
@@ -60,7 +61,7 @@ std::set<std::string> module_disable(const CompileOptions& options, const std::s
   known.insert("in_place");
   known.insert("symbolic");
   known.insert("symbolic.class");
-  known.insert("weight_memo");  // read by the Python package (Note [Weights reordered once per version])
+  known.insert("weight_memo");  // read by the Python package (Note [Weights reordered once per content])
   std::set<std::string> out;
   for (const std::string& name : options.disable) {
     if (!known.count(name)) {
@@ -525,7 +526,8 @@ struct GraphFunction::Impl {
   static std::string signature(const std::vector<at::Tensor>& inputs, const std::string& key,
                                std::vector<c10::IValue>* boxed) {
     boxed->assign(inputs.begin(), inputs.end());
-    return input_signature(*boxed) + '\1' + key;
+    // With the grad mode, as CompiledModule's: an input that requires grad runs eagerly only under it.
+    return input_signature(*boxed) + (c10::GradMode::is_enabled() ? '\2' : '\1') + key;
   }
   const std::string& name() const { return table.name(); }
 
@@ -634,14 +636,15 @@ GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const st
   std::vector<c10::IValue> boxed;
   GraphPlanInfo info;
   if (outputs) outputs->clear();
+  const std::string sig = Impl::signature(inputs, key, &boxed);  // (fills `boxed`, read below)
   auto e = impl_->table.get_or_compile(
-      Impl::signature(inputs, key, &boxed),
+      sig,
       [&](std::string*, const SignatureTable::Admit& admit) {
         auto inst = impl_->compile(inputs, ir, constants, admit);
         if (outputs) checked_first_run(*inst, boxed, outputs);
         return inst;
       },
-      "", &info.added_here);
+      grad_eager_reason(boxed), &info.added_here);
   return describe_entry(*e, info);
 }
 
@@ -658,8 +661,9 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
   }
   std::shared_ptr<const SignatureTable::Entry> e;
   try {
+    const std::string sig = Impl::signature(inputs, key, &boxed);  // (fills `boxed`, read below)
     e = impl_->table.get_or_compile(
-        Impl::signature(inputs, key, &boxed),
+        sig,
         [&](std::string*, const SignatureTable::Admit& admit) {
           if (!cls) {
             cls = impl_->build_class(inputs, class_ir, constants, bindings, admit);
@@ -671,7 +675,7 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
           checked_first_run(*inst, boxed, outputs);
           return inst;
         },
-        "", &info.added_here);
+        grad_eager_reason(boxed), &info.added_here);
   } catch (const OutsideClass& o) {
     info.outside_class = o.what();
     return info;

@@ -31,6 +31,45 @@ def forward(self, x):
   EXPECT_EQ(r.plan->aten_ops.at("aten::matmul"), 1);
 }
 
+// compile() freezes a copy of the module (the header's promise): parameters and buffers changed in place
+// afterwards (folded into the convolution, read by a kernel as a constant, read by an ATen step) are seen by
+// no signature, compiled before or after the change. A plan mixing folded old weights with the caller's
+// storage would fail here; freeze_module's constants are copies, so none does.
+TEST(Capture, CompileFreezesACopyThatLaterChangesDoNotReach) {
+  torch::jit::Module m("Block");
+  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
+  m.register_parameter("b", at::randn({16}) * 0.1, false);
+  m.register_buffer("gamma", at::rand({16}) + 0.5);
+  m.register_buffer("beta", at::randn({16}) * 0.1);
+  m.register_buffer("mean", at::randn({16}) * 0.1);
+  m.register_buffer("var", at::rand({16}) + 0.5);
+  m.register_parameter("scale", at::rand({16, 1, 1}) + 0.5, false);
+  m.register_parameter("proj", at::randn({12, 12}) * 0.3, false);
+  m.register_parameter("shift", at::randn({8, 1, 1}), false);
+  m.define("def forward(self, x):\n"
+           "    c = torch.conv2d(torch.tanh(x + self.shift), self.w, self.b, [1, 1], [1, 1], [1, 1], 1)\n"
+           "    y = torch.batch_norm(c, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-05, False)\n"
+           "    return torch.matmul(torch.relu(y) * self.scale, self.proj)\n");
+  m.eval();
+  at::Tensor x = at::randn({2, 8, 12, 12}), x2 = at::randn({1, 8, 12, 12});
+  const at::Tensor want = m.forward({x}).toTensor(), want2 = m.forward({x2}).toTensor();
+  auto fused = compile(m);
+  ASSERT_TRUE(check_close(fused({x}).toTensor(), want).ok);
+  ASSERT_NE(fused.plan_for({x}), nullptr);
+  {
+    c10::NoGradGuard no_grad;
+    m.attr("scale").toTensor().mul_(-3);
+    m.attr("gamma").toTensor().mul_(2);
+    m.attr("proj").toTensor().mul_(-1);
+    m.attr("shift").toTensor().mul_(-1);
+  }
+  ASSERT_FALSE(check_close(m.forward({x}).toTensor(), want).ok) << "the module itself sees its change";
+  auto got = check_close(fused({x}).toTensor(), want);
+  EXPECT_TRUE(got.ok) << "the compiled copy saw the module's change: " << got.message;
+  auto got2 = check_close(fused({x2}).toTensor(), want2);
+  EXPECT_TRUE(got2.ok) << "a signature compiled after the change: " << got2.message;
+}
+
 // A call three levels down (forward -> impl -> sub.forward -> sub.helper), as a TorchScript ResNet's
 // forward -> _forward_impl -> Conv2d.forward -> _conv_forward, with the graph executor's optimization off (as the CLI and these tests
 // run): torch's Inline took one level per run, and freezing then left a call to a method it had removed

@@ -315,6 +315,27 @@ TEST(Serving, RemoteCacheOptionsAreChecked) {
 
 // The specialization limit and its warning (one, whatever the number of signatures past it), the same
 // for a TorchScript module and for a graph handed over as IR text: both keep their plans in one table.
+// The same for the graph functions of the C++ API (and of the Python backend): a signature whose input
+// requires grad under grad mode is eager, so the caller's eager run keeps the history.
+TEST(WrongResults, GraphFunctionInputsRequiringGradRunEagerly) {
+  GraphFunction f("graph");
+  const std::string ir = "graph(%0 : f32[8]):\n  %1 : f32[8] = aten::exp(%0)\n  return (%1)\n";
+  at::Tensor x = at::randn({8}).requires_grad_(true);
+  std::vector<at::Tensor> outs;
+  EXPECT_EQ(f.run({x}, "", &outs), GraphFunction::Status::kNoPlan);
+  GraphPlanInfo info = f.add({x}, "", ir, {});
+  EXPECT_FALSE(info.compiled) << "a plan would return results without grad history";
+  EXPECT_NE(info.eager_reason.find("input 0 requires grad"), std::string::npos) << info.eager_reason;
+  EXPECT_EQ(f.run({x}, "", &outs), GraphFunction::Status::kEager);
+  EXPECT_EQ(f.num_plans(), 0);
+  // Without grad mode the same input compiles, and the earlier eager entry does not stand in its way.
+  c10::NoGradGuard no_grad;
+  EXPECT_EQ(f.run({x}, "", &outs), GraphFunction::Status::kNoPlan);
+  EXPECT_TRUE(f.add({x}, "", ir, {}).compiled);
+  ASSERT_EQ(f.run({x}, "", &outs), GraphFunction::Status::kRan);
+  EXPECT_TRUE(check_close(outs.at(0), x.exp()).ok);
+}
+
 TEST(Serving, TheLimitWarnsOnceForModulesAndGraphFunctions) {
   std::vector<std::string> warnings;
   CompileOptions o;
