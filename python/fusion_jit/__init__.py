@@ -6,6 +6,7 @@
     fusion_jit.stats()                 # graphs, kernels, fused_ops, fallback_ops, compile_ms, cache_hits, ...
     fusion_jit.explain(model, x)       # prints each graph's plan with its fusion decisions
     fusion_jit.reset()                 # clears the counters and the compiled plans held in memory
+    fusion_jit.refreeze(model)         # freezing: the model's graphs compile again with its weights as they are
     with fusion_jit.profile() as p:    # times each plan step inside the block: p.table(), p.summary()
         model(x)
     fusion_jit.package(model, (x,), "model.fjpkg")    # an ahead-of-time package (_package.py)
@@ -26,7 +27,9 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
     enable_fusion         bool, False compiles one kernel per fusible op; default True
     freezing              bool, inference graphs take the module's parameters and buffers as constants
                           of their plans (batch norm folded into convolutions, weights prepared once);
-                          a parameter changed later is detected and the graph compiled again;
+                          treated as constants: a parameter replaced or changed in place through
+                          itself is detected and the graph compiled again; writes through .data,
+                          numpy or DLPack are not seen (call fusion_jit.refreeze(model));
                           default FUSION_JIT_FREEZING or False
     disable               str (comma-separated) or list of str: passes, rule sets and rules left out for
                           this model (FUSION_JIT_DISABLE's names, e.g. "prepack.linear_mkl",
@@ -46,11 +49,11 @@ Errors in what the user gave surface as ValueError or TypeError.
 import sys
 
 from . import _native
-from ._backend import Options, backend, compile, explain, profile, reset, stats
+from ._backend import Options, backend, compile, explain, profile, refreeze, reset, stats
 from ._lowering import Unsupported
 from ._package import LoadedPackage, load_package, package
 
-__all__ = ["backend", "compile", "explain", "profile", "reset", "stats", "Options", "Unsupported", "package",
+__all__ = ["backend", "compile", "explain", "profile", "refreeze", "reset", "stats", "Options", "Unsupported", "package",
            "load_package", "LoadedPackage"]
 __version__ = "0.7.0"
 

@@ -8,12 +8,19 @@ prepack weights and fold whatever else is computed from constants alone (passes/
 inputs: those Dynamo marks static (the parameters and buffers of nn.Modules it inlines; also tensors the
 user marked with torch._dynamo.mark_static_address), unless the graph mutates one or returns a view of
 one (as Inductor's replace_params_with_constants). Training graphs (forward and backward) never freeze.
-Unlike Inductor, which documents that a parameter changed after compilation is not seen, each call checks
-that every frozen input is the same tensor object with the same version counter (in-place changes) and the
-same data pointer (`.data =` assignment): a change drops the graph's plans and compiles again with the new
-values, with one warning; an input found changed twice is an input of the plans from then on. The check
-is one native call per graph call (GraphFunction.frozen_changed) over the tensors at the frozen
-positions; a Python loop over them took 0.27 ms per call for efficientnet_b0's 311 parameters.
+Freezing treats those tensors as constants, as Inductor's does: the plans compute with their values at
+compilation. What the version counter can show is checked at each call, in one native call
+(GraphFunction.frozen_changed; a Python loop over efficientnet_b0's 311 parameters took 0.27 ms): another
+tensor object at a frozen position, a tensor changed in place through itself (its version counter moves:
+an optimizer step, load_state_dict, `p.mul_()` under no_grad), or given new storage (`p.data = t`: its
+data pointer moves). Such a change drops the graph's plans and compiles again with the new values, with
+one warning; an input found changed twice is an input of the plans from then on. What no counter shows
+is NOT seen: writes through `p.data` (`p.data.mul_()`, `p.data.copy_()`: `.data` is another tensor with
+a version counter of its own), through numpy or DLPack views, and in place under torch.inference_mode to
+an inference tensor (which has no version counter). After such a write call refreeze(model): it drops
+the plans of every graph holding one of the model's tensors frozen, and their next call compiles with the
+values as they are then. (With default settings nothing is frozen and every call reads the weights as
+they are: Note [Weights reordered once per content], src/torch/executor.h.)
 """
 
 import os
@@ -192,6 +199,7 @@ class _CompiledGraph:
         self.frozen = []            # positions of the frozen inputs as compiled (the native side holds the
                                     # tensors, their versions and data pointers, and checks them at each call)
         self.changes = {}           # position -> times its frozen tensor was found changed
+        self.frozen_ids = set()     # id() of the frozen tensors as compiled (refreeze)
         self.lock = threading.Lock()
         # Note [Symbolic graphs]: a graph with symbolic sizes is lowered once; its later signatures are
         # instances of that lowering's template.
@@ -272,7 +280,7 @@ class _CompiledGraph:
                 return results
         t0 = time.perf_counter()
         freeze = {i for i in self.freeze if isinstance(args[i], torch.Tensor)}
-        # Note [Weights reordered once per version] (src/torch/executor.h).
+        # Note [Weights reordered once per content] (src/torch/executor.h).
         memo = _enabled("weight_memo", self.opts)
         try:
             cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last(self.opts) else set()
@@ -320,6 +328,7 @@ class _CompiledGraph:
         if not self.frozen and freeze:
             self.frozen = sorted(freeze)
             self.fn.set_frozen([args[i] for i in self.frozen])
+            self.frozen_ids = {id(args[i]) for i in self.frozen}
         if not compiled:  # past the specialization limit: the lowering ran the graph eagerly
             self._report_warnings()
             with _stats.lock:
@@ -441,6 +450,7 @@ class _CompiledGraph:
         self.outputs.clear()
         self.positions = None
         self.frozen = []
+        self.frozen_ids = set()
         self.fn.set_frozen([])
         self.eager_reason = None
 
@@ -593,6 +603,31 @@ def reset():
     _warned.clear()
     with _stats.lock:
         _stats.clear()
+
+
+def refreeze(model=None):
+    """Note [Freezing]: the plans of every compiled graph that holds one of `model`'s parameters or buffers
+    frozen (`model`: an nn.Module, or what torch.compile or fusion_jit.compile returned for one; None: every
+    graph of the process) are dropped, so that each graph's next call compiles again with the tensors'
+    values as they are then. Call it after changing frozen weights in a way the check at each call cannot
+    see: through `.data` (`p.data.mul_()`, `p.data.copy_()`), numpy or DLPack views, or in place under
+    torch.inference_mode. Kernels whose source did not change come from the kernel cache. Returns how many
+    graphs it dropped."""
+    if model is None:
+        ids = None
+    else:
+        module = getattr(model, "_orig_mod", model)
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"fusion_jit.refreeze: expected an nn.Module or a compiled one, got {type(model).__name__}")
+        ids = {id(t) for t in module.parameters()} | {id(t) for t in module.buffers()}
+    dropped = 0
+    for g in list(_graphs):
+        with g.lock:
+            hit = g.frozen_ids if ids is None else g.frozen_ids & ids
+            if hit:
+                g.clear()
+                dropped += 1
+    return dropped
 
 
 def explain(model, *inputs, file=None, **options):

@@ -198,8 +198,8 @@ def channels_last_weights(gm, frozen):
 #   plan's edges (4-d graph inputs read by a convolution, 4-d outputs given eager's layout back).
 # resnet18 (11M weight elements, 2.5M written) stays NCHW where its weights are reordered in every call:
 # channels-last took it from 26 to 45 ms, and Inductor, which makes every CPU conv net channels-last with
-# default settings, is slower than eager on it. A weight reordered once per version (_memo_conv; Note
-# [Weights reordered once per version], src/torch/executor.h) costs nothing per call and is not copied, so
+# default settings, is slower than eager on it. A weight reordered once per content (_memo_conv; Note
+# [Weights reordered once per content], src/torch/executor.h) costs nothing per call and is not copied, so
 # its convolution counts no weight cost: resnet18 then goes channels-last (27.1 to 18.9 ms per call,
 # bench/RESULTS.md). Inference graphs only: in training the forward's saved activations would be copied
 # back to the layout the backward graph was traced with. explain prints the decision with both estimates;
@@ -217,7 +217,7 @@ def _numel_hint(t):
 
 def _memo_conv(n, placeholders):
     """Whether the convolution node `n` of a channels-last plan takes its weight through a reorder kept
-    across calls (Note [Weights reordered once per version], src/torch/executor.h): a float32 CPU weight
+    across calls (Note [Weights reordered once per content], src/torch/executor.h): a float32 CPU weight
     that is a graph input (given at each call, not frozen), an input image of more than one pixel (over a
     1x1 image ATen's convolution on the plain weight was faster: efficientnet_b0's 32 squeeze-excite
     convolutions 0.79 against 1.49 ms; for symbolic sizes, at the sizes traced), a static weight, literal
@@ -256,7 +256,7 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
     """Default settings: the convolutions whose input the plan makes channels-last (Note [Channels-last
     activations]) and a line for explain saying what was decided and why; (set(), None) where the graph
     has no CPU 2-d convolution. `memo_weights`: the convolutions that _memo_conv takes cost nothing per
-    weight element (Note [Weights reordered once per version], src/torch/executor.h); `frozen`: positions
+    weight element (Note [Weights reordered once per content], src/torch/executor.h); `frozen`: positions
     of inputs that are constants of the plan (not reordered through a memo)."""
     convs = list(_cpu_conv2d_nodes(gm))
     if not convs:
@@ -295,7 +295,7 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
     cost_us = (weights * _CL_NS_PER_WEIGHT + copied * _CL_NS_PER_COPIED + edges * _CL_NS_PER_EDGE) / 1000.0
     why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
            f"{cost_us:.1f} us ({weights} weight elements, {copied} of them copied per call, {edges} copied at "
-           f"the edges{f'; {memo} weight(s) reordered once per version' if memo else ''})")
+           f"the edges{f'; {memo} weight(s) reordered once per content' if memo else ''})")
     if gain_us <= cost_us:
         return set(), f"layout: NCHW kept, channels-last activations would not pay: {why}\n"
     return {n for n, _, _ in convs}, f"layout: channels-last activations: {why}\n"
@@ -335,7 +335,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
     layout back. `symbolic`: also write the template of Note [Symbolic graphs] (low.template). `copies`: the channels-last copies of frozen weights kept between lowerings
     (_channels_last_copy), or None. `memo_weights`: those convolutions of `channels_last_inputs` that
     _memo_conv takes read their weight through a reorder the executor keeps across calls (Note [Weights
-    reordered once per version], src/torch/executor.h). In a symbolic lowering the reorder's input size
+    reordered once per content], src/torch/executor.h). In a symbolic lowering the reorder's input size
     hint is this run's: a hint is not a promise (oneDNN's convolution reorders the weight again where its
     layout differs from the one it wants), and the batch sizes measured kept one layout."""
     relayout = bool(channels_last) or bool(channels_last_inputs)
@@ -473,7 +473,7 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
             memo = memo_weights and node in channels_last_inputs and _memo_conv(node, graph_inputs)
             if node in channels_last_inputs:
                 # The input and, with default settings, the weight (Note [Channels-last activations]); a
-                # weight reordered once per version is read as it is.
+                # weight reordered once per content is read as it is.
                 for x in node.args[:1 if memo else 2]:
                     s = _channels_last_input(x, env, ref, converted, emit, new_name, ttype)
                     if s is not None:
@@ -581,7 +581,7 @@ def _lower_memo_conv(node, v, what, env, ref, emit, new_name, ttype):
     """A convolution that _memo_conv takes (its input made channels-last): mkldnn::_reorder_convolution_weight
     of the weight input, with the input size hint's batch by octave as the C++ rules give it (Note [Folded
     constants shared across signatures]), and mkldnn::_convolution_pointwise on its result, which the
-    executor keeps across calls (Note [Weights reordered once per version], src/torch/executor.h)."""
+    executor keeps across calls (Note [Weights reordered once per content], src/torch/executor.h)."""
     x, w, b = node.args[0], node.args[1], node.args[2]
     stride, padding, dilation, groups = list(node.args[3]), list(node.args[4]), list(node.args[5]), node.args[8]
     hint = list(env[x].shape)

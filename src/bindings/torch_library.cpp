@@ -158,10 +158,15 @@ std::vector<int64_t> counter_list() {
           static_cast<int64_t>(c.remote_ms * 1000.0)};  // microseconds
 }
 
+// A tensor's version counter, or -1 for an inference tensor, which has none (reading it throws): such a
+// tensor can only be changed in place under torch.inference_mode, which nothing here can see (Note
+// [Freezing] in the package says so).
+int64_t version_of(const at::Tensor& t) { return t.is_inference() ? -1 : static_cast<int64_t>(t._version()); }
+
 void set_frozen(const Self& self, const std::vector<at::Tensor>& tensors) {
   std::lock_guard<std::mutex> g(self->mu);
   self->frozen.clear();
-  for (const at::Tensor& t : tensors) self->frozen.push_back({t, static_cast<int64_t>(t._version()), t.data_ptr()});
+  for (const at::Tensor& t : tensors) self->frozen.push_back({t, version_of(t), t.data_ptr()});
 }
 
 // The indices (into the frozen list) of the tensors in `now` (those at the frozen positions in this call)
@@ -173,7 +178,7 @@ std::vector<int64_t> frozen_changed(const Self& self, const std::vector<at::Tens
   for (size_t i = 0; i < self->frozen.size(); ++i) {
     const auto& f = self->frozen[i];
     if (i >= now.size() || now[i].unsafeGetTensorImpl() != f.tensor.unsafeGetTensorImpl() ||
-        static_cast<int64_t>(now[i]._version()) != f.version || now[i].data_ptr() != f.data)
+        version_of(now[i]) != f.version || now[i].data_ptr() != f.data)
       changed.push_back(static_cast<int64_t>(i));
   }
   return changed;

@@ -110,7 +110,7 @@ bool any_node(const tj::Block* b, const std::function<bool(const tj::Node*)>& pr
 
 // FUSION_JIT_DISABLE=channels_last (Note [Channels-last plans]); =symbolic, =symbolic.class and
 // =weight_memo, read by the Python package (Note [Symbolic graphs], python/fusion_jit/_symbolic.py; Note
-// [Plans of a shape class], runtime/plan.h; Note [Weights reordered once per version], torch/executor.h).
+// [Plans of a shape class], runtime/plan.h; Note [Weights reordered once per content], torch/executor.h).
 [[maybe_unused]] const bool kDisableNames =
     (Options::register_disable_names({"channels_last", "symbolic", "symbolic.class", "weight_memo"}), true);
 

@@ -621,7 +621,7 @@ void resolve_aten_steps(PlanInstance& inst, bool in_place) {
       c.kind = AtenCall::Kind::kOp;
       c.op = &find_handle(s);
       convert_literals(*c.op, c.stack);
-      // Note [Weights reordered once per version]: the reorder of a weight given at each call.
+      // Note [Weights reordered once per content]: the reorder of a weight given at each call.
       const auto& ins = plan.graph->inputs();
       if (s == "mkldnn::_reorder_convolution_weight" && !c.ids.empty() && c.slots.at(0) == 0 &&
           std::any_of(ins.begin(), ins.end(), [&](const Value* v) { return v->id() == c.ids[0]; }))
@@ -1175,18 +1175,14 @@ void run_call(const AtenCall& c, const Node& n, std::vector<c10::IValue>& stack)
   switch (c.kind) {
     case AtenCall::Kind::kOp:
       if (c.memo) {
-        // Note [Weights reordered once per version]. (An inference tensor has no version counter: one
-        // made and changed under torch.inference_mode is reordered at every call.)
+        // Note [Weights reordered once per content]. The hash is of the bytes before the reorder reads
+        // them: a weight written meanwhile hashes otherwise at the next call and is reordered again.
         const at::Tensor w = stack[c.slots[0]].toTensor();
-        if (w.defined() && w.has_storage() && !w.is_inference()) {
-          c10::IValue kept = c.memo->find(w);
+        if (const auto h = ReorderMemo::hash_of(w)) {
+          c10::IValue kept = c.memo->find(w, *h);
           if (kept.isNone()) {
-            // Kept under the version the reorder started from: a weight written while it read it is
-            // reordered again at the next call.
-            const int64_t version = w._version();
-            const void* data = w.const_data_ptr();
             c.op->callBoxed(stack);
-            c.memo->put(w, version, data, stack.at(0));
+            c.memo->put(w, *h, stack.at(0));
           } else {
             stack.assign(1, std::move(kept));
           }
@@ -1481,6 +1477,14 @@ int grad_requiring_input(const std::vector<c10::IValue>& inputs) {
   return -1;
 }
 
+std::string grad_eager_reason(const std::vector<c10::IValue>& inputs) {
+  const int i = grad_requiring_input(inputs);
+  if (i < 0) return "";
+  return fmt::format("input {} requires grad and grad mode is on: compiled plans record no autograd "
+                     "history, so this signature runs eagerly (call under torch::NoGradGuard to compile it)",
+                     i);
+}
+
 c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inputs, bool cuda_graphs,
                          const std::string& name, bool* replayed) {
   *replayed = false;
@@ -1505,22 +1509,39 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
   return inst.cuda_graph->replay(inputs);
 }
 
-c10::IValue ReorderMemo::find(const at::Tensor& w) {
-  if (w.defined() && w.is_inference()) return {};
+std::optional<ContentHash> ReorderMemo::hash_of(const at::Tensor& w) {
+  if (!w.defined() || !w.has_storage() || !w.device().is_cpu() || !w.is_non_overlapping_and_dense() ||
+      w.const_data_ptr() == nullptr)
+    return std::nullopt;
+  // Dense and non-overlapping: its elements fill numel * itemsize bytes from its data pointer. Pieces of a
+  // fixed size, hashed on the pool and combined, so that the hash does not depend on the thread count.
+  constexpr int64_t kPiece = int64_t{1} << 18;
+  const auto* bytes = static_cast<const char*>(w.const_data_ptr());
+  const int64_t n = w.numel() * static_cast<int64_t>(w.element_size());
+  if (n < 2 * kPiece) return content_hash(bytes, static_cast<size_t>(n));
+  std::vector<ContentHash> pieces(static_cast<size_t>((n + kPiece - 1) / kPiece));
+  at::parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      pieces[i] = content_hash(bytes + i * kPiece, static_cast<size_t>(std::min(kPiece, n - i * kPiece)));
+  });
+  return combine_hashes(pieces.data(), pieces.size());
+}
+
+c10::IValue ReorderMemo::find(const at::Tensor& w, const ContentHash& h) {
   std::lock_guard<std::mutex> lock(mu);
-  // The weak reference tells a live tensor from another one made later at the same address.
-  if (!w.defined() || w.unsafeGetTensorImpl() != impl || !weight || weight->expired() || !w.has_storage()) return {};
-  if (w._version() != version || w.const_data_ptr() != data) return {};
+  if (!kept || h != hash || w.scalar_type() != dtype || w.sizes() != c10::IntArrayRef(sizes) ||
+      w.strides() != c10::IntArrayRef(strides))
+    return {};
   return result;
 }
 
-void ReorderMemo::put(const at::Tensor& w, int64_t at_version, const void* at_data, const c10::IValue& r) {
+void ReorderMemo::put(const at::Tensor& w, const ContentHash& h, const c10::IValue& r) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!w.defined() || !w.has_storage() || !at_data || w.is_inference()) return;
-  weight.emplace(w.getIntrusivePtr());
-  impl = w.unsafeGetTensorImpl();
-  version = at_version;
-  data = at_data;
+  kept = true;
+  hash = h;
+  dtype = w.scalar_type();
+  sizes = w.sizes().vec();
+  strides = w.strides().vec();
   result = r;
 }
 

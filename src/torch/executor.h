@@ -15,36 +15,43 @@
 
 #include "driver/build_plan.h"  // PlanInstance holds what build_plan makes; its users build plans
 #include "passes/passes.h"  // GemmTiming
+#include "support/content_hash.h"
 #include "torch/capture.h"
 #include "torch/cuda_support.h"
 
 namespace fusion_jit {
 
-// Note [Weights reordered once per version]
+// Note [Weights reordered once per content]
 // With default settings a convolution's weight is an input of each call (torch.compile's graphs without
 // freezing), and oneDNN reorders it into its blocked layout inside every call: for a conv net's weights
-// that is a pass over every weight per call (timm_regnetx_002 at batch 1: 5.7 ms of convolutions with the
-// reorder, 4.5 ms without; bench/RESULTS.md). The backend's lowering therefore writes a channels-last
+// that is a pass over every weight per call. The backend's lowering therefore writes a channels-last
 // plan's convolutions on a weight input as mkldnn::_reorder_convolution_weight(W) and
 // mkldnn::_convolution_pointwise on its result (Note [Channels-last activations], _lowering.py), and the
-// executor keeps the reorder's last result with the step: a later call whose W is the same tensor (the
-// same TensorImpl, alive, at the same version counter and data pointer) takes it without reordering. A
-// weight changed in place (an optimizer step, load_state_dict, .data.copy_()) moves its version, another
-// tensor has another TensorImpl: either is reordered again at that call, so results are always those of
-// the weight the call was given. The memo holds the last reorder (the size of the weight) per step; it
-// refers to the weight weakly. An inference tensor (made under torch.inference_mode) has no version
-// counter and may be changed in place there unseen: it is reordered at every call.
+// executor keeps the reorder's last result with the step, under a 128-bit hash of W's bytes (XXH3-128,
+// support/content_hash.h) and W's dtype, sizes and strides: a later call whose W has the same bytes takes
+// it without reordering; any other W is reordered at that call. What decides is the content, read at each
+// call, because nothing else sees every way a weight is written: a write through `.data`
+// (`w.data.mul_()`, `.data.copy_()`: EMA updates, weight clipping, model surgery) moves the version
+// counter of `.data`'s tensor, not W's; a numpy or DLPack view writes the bytes with no counter at all;
+// an inference tensor has none. Hashing reads W once at memory speed, on the plan's threads for a large W,
+// where the reorder reads W and writes its blocked copy (bench/RESULTS.md measures both per model). The
+// memo holds the last reorder (the size of the weight) per step. A weight that is not a dense CPU tensor
+// is reordered at every call.
 struct ReorderMemo {
   std::mutex mu;
-  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> weight;
-  const c10::TensorImpl* impl = nullptr;
-  int64_t version = 0;
-  const void* data = nullptr;
+  bool kept = false;
+  ContentHash hash;
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> sizes, strides;
   c10::IValue result;
-  // The memo's result where `w` is the tensor it was made from, unchanged; None otherwise.
-  c10::IValue find(const at::Tensor& w);
-  // Keeps `result`, made from `w` when it had `version` and data pointer `data` (read before the reorder).
-  void put(const at::Tensor& w, int64_t version, const void* data, const c10::IValue& result);
+  // The hash of `w`'s bytes (on the calling thread and the plan's pool), or nullopt where `w` is not a
+  // dense, non-overlapping CPU tensor with storage.
+  static std::optional<ContentHash> hash_of(const at::Tensor& w);
+  // The memo's result where it was made from a tensor of `w`'s dtype, sizes and strides whose bytes
+  // hashed to `h`; None otherwise.
+  c10::IValue find(const at::Tensor& w, const ContentHash& h);
+  // Keeps `result`, made from `w` whose bytes hashed to `h` before the reorder read them.
+  void put(const at::Tensor& w, const ContentHash& h, const c10::IValue& result);
 };
 
 // One ATen step resolved at plan build (Note [ATen steps resolved at plan build]): the operator handle,
@@ -75,7 +82,7 @@ struct AtenCall {
   // argument at stack position in_place_slot is, at run time, the only reference to its tensor and storage.
   const c10::OperatorHandle* in_place_op = nullptr;
   int in_place_slot = -1;
-  // Note [Weights reordered once per version]: set for a reorder of a graph input.
+  // Note [Weights reordered once per content]: set for a reorder of a graph input.
   std::shared_ptr<ReorderMemo> memo;
 };
 
@@ -136,6 +143,9 @@ std::string input_signature(const std::vector<c10::IValue>& inputs, const c10::D
 // The first tensor input that requires grad while grad mode is on (plans record no autograd history, so
 // such a call cannot run a plan), or -1.
 int grad_requiring_input(const std::vector<c10::IValue>& inputs);
+// Why a call with these inputs must run eagerly (grad_requiring_input), naming the input, or "": the
+// eager reason of CompiledModule's and GraphFunction's signature tables.
+std::string grad_eager_reason(const std::vector<c10::IValue>& inputs);
 // Marks the nodes that draw from a random generator (the dispatcher's nondeterministic_seeded tag;
 // dropout with a literal train=False excepted) and those with mutating schemas as having side effects:
 // passes then never merge, fold, remove or reorder them, and fusion leaves them to ATen in order.

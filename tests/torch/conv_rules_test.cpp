@@ -788,40 +788,67 @@ TEST(FoldedConstants, ChannelsLastCopiesFollowTheWeightsVersion) {
   EXPECT_TRUE(copies.of(w).is_same(again));
 }
 
-// Note [Weights reordered once per version]: the memo gives its result back only for the tensor it was
-// made from, at the version and data pointer read before the reorder.
-TEST(ReorderMemo, KeepsTheReorderWhileTheWeightIsTheSameTensorUnchanged) {
+// Note [Weights reordered once per content]: the memo gives its result back only for a weight whose bytes,
+// dtype, sizes and strides are those it was made from, however the weight was written in between.
+TEST(ReorderMemo, KeepsTheReorderWhileTheWeightsBytesAreUnchanged) {
   ReorderMemo memo;
   at::Tensor w = at::randn({16, 8, 3, 3});
   const at::Tensor r = w.clone();
-  EXPECT_TRUE(memo.find(w).isNone());
-  memo.put(w, w._version(), w.const_data_ptr(), r);
-  ASSERT_TRUE(memo.find(w).isTensor());
-  EXPECT_TRUE(memo.find(w).toTensor().is_same(r));
-  const at::Tensor same = w;  // another reference to the same tensor
-  EXPECT_TRUE(memo.find(same).isTensor());
-  EXPECT_TRUE(memo.find(w.clone()).isNone()) << "another tensor with equal values";
-  EXPECT_TRUE(memo.find(w.detach()).isNone()) << "another TensorImpl on the same storage";
+  auto find = [&](const at::Tensor& t) {
+    const auto h = ReorderMemo::hash_of(t);
+    return h ? memo.find(t, *h) : c10::IValue();
+  };
+  auto put = [&](const at::Tensor& t) { memo.put(t, *ReorderMemo::hash_of(t), r); };
+  EXPECT_TRUE(find(w).isNone());
+  put(w);
+  ASSERT_TRUE(find(w).isTensor());
+  EXPECT_TRUE(find(w).toTensor().is_same(r));
+  EXPECT_TRUE(find(w.clone()).isTensor()) << "another tensor with the same bytes";
+  // Writes that move no version counter of w: through .data (its own counter), through the raw memory
+  // (a numpy or DLPack view).
+  const auto version = w._version();
+  w.variable_data().mul_(-3.0);
+  EXPECT_EQ(w._version(), version);
+  EXPECT_TRUE(find(w).isNone()) << "written through .data";
+  put(w);
+  ASSERT_TRUE(find(w).isTensor());
+  static_cast<float*>(w.data_ptr())[17] += 1.0f;
+  EXPECT_TRUE(find(w).isNone()) << "one element written through a pointer";
+  put(w);
   w.mul_(2.0);
-  EXPECT_TRUE(memo.find(w).isNone()) << "changed in place";
-  memo.put(w, w._version(), w.const_data_ptr(), r);
-  EXPECT_TRUE(memo.find(w).isTensor());
+  EXPECT_TRUE(find(w).isNone()) << "changed in place";
+  put(w);
   w.set_data(at::randn({16, 8, 3, 3}));
-  EXPECT_TRUE(memo.find(w).isNone()) << "new storage (.data =)";
-  // Kept under the version before a write that came during the reorder: found stale at the next call.
-  const int64_t before = w._version();
-  const void* data = w.const_data_ptr();
-  w.add_(1.0);
-  memo.put(w, before, data, r);
-  EXPECT_TRUE(memo.find(w).isNone());
-  // An inference tensor has no version counter: never kept, never found.
-  at::Tensor frozen_in_inference;
+  EXPECT_TRUE(find(w).isNone()) << "new storage (.data =)";
+  // The same bytes read as another tensor: other strides, other sizes, another dtype.
+  put(w);
+  EXPECT_TRUE(find(w.view({8, 16, 3, 3})).isNone());
+  EXPECT_TRUE(find(w.view(at::kInt)).isNone());
+  const at::Tensor cl = w.contiguous(at::MemoryFormat::ChannelsLast);
+  put(cl);
+  EXPECT_TRUE(find(cl).isTensor());
+  EXPECT_TRUE(find(cl.as_strided(cl.sizes(), w.strides())).isNone()) << "the bytes as NCHW strides";
+  // An inference tensor has no version counter: its bytes decide as any tensor's.
+  at::Tensor made_in_inference;
   {
     c10::InferenceMode guard;
-    frozen_in_inference = at::randn({16, 8, 3, 3});
+    made_in_inference = at::randn({16, 8, 3, 3});
   }
-  memo.put(frozen_in_inference, 0, frozen_in_inference.const_data_ptr(), r);
-  EXPECT_TRUE(memo.find(frozen_in_inference).isNone());
+  put(made_in_inference);
+  EXPECT_TRUE(find(made_in_inference).isTensor());
+  {
+    c10::InferenceMode guard;
+    made_in_inference.add_(1.0);
+  }
+  EXPECT_TRUE(find(made_in_inference).isNone());
+  // A weight larger than two pieces is hashed on the pool: a change in its last piece is seen.
+  at::Tensor big = at::randn({256, 256, 3, 3});
+  put(big);
+  EXPECT_TRUE(find(big).isTensor());
+  static_cast<float*>(big.data_ptr())[big.numel() - 1] *= 2.0f;
+  EXPECT_TRUE(find(big).isNone());
+  // Not dense: never hashed (reordered at every call).
+  EXPECT_FALSE(ReorderMemo::hash_of(at::randn({16, 8, 3, 6}).slice(3, 0, 6, 2)).has_value());
 }
 
 }  // namespace
