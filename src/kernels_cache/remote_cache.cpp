@@ -2,10 +2,14 @@
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "support/error.h"
 #include "support/hash.h"
@@ -34,23 +38,69 @@ std::string address_of(const RemoteCacheUrl& u) {
 
 }  // namespace
 
+// Note [Bounded replies]
+// hiredis's blocking calls time out per read (SO_RCVTIMEO) and read a reply of any size: a server that
+// trickles a byte every 200 ms, or answers with a gigabyte, holds a call and its memory for as long as it
+// likes. So a command is sent with hiredis's buffer calls and its reply read here: poll() waits for what
+// is left of the operation's deadline, and the bytes received are counted after each read against the
+// most the command may return (an entry's frame and its protocol header for GETRANGE, kSmallReply for
+// the rest). A command that runs out of either is abandoned, its connection closed (a reply may be
+// pending on it), and counted as a failure: not retried, since a new connection would wait as long.
+// Values planted under entry keys never get this far: get() asks STRLEN first (Note [The remote tier]).
 struct RemoteCache::Conn {
   redisContext* ctx = nullptr;
   bool reused = false;
+  bool abandoned = false;  // the last command ran past its deadline or its size bound
+  std::string why;         // ...and why
   ~Conn() {
     if (ctx) redisFree(ctx);
   }
-  // A command given as binary-safe arguments; null with the context's error when the connection failed.
-  redisReply* command(const std::vector<std::string>& args) {
+  // A command given as binary-safe arguments; null with error() when it failed, or was abandoned.
+  redisReply* command(const std::vector<std::string>& args, size_t max_reply,
+                      std::chrono::steady_clock::time_point deadline) {
+    why.clear();
     std::vector<const char*> argv;
     std::vector<size_t> lens;
     for (const auto& a : args) {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    return static_cast<redisReply*>(redisCommandArgv(ctx, static_cast<int>(args.size()), argv.data(), lens.data()));
+    if (redisAppendCommandArgv(ctx, static_cast<int>(args.size()), argv.data(), lens.data()) != REDIS_OK) return nullptr;
+    // The request: a blocking write, each one bounded by the socket's timeout (redisSetTimeout).
+    for (int done = 0; !done;) {
+      if (redisBufferWrite(ctx, &done) != REDIS_OK) return nullptr;
+      if (!done && std::chrono::steady_clock::now() >= deadline) return abandon("timed out sending");
+    }
+    size_t received = 0;
+    while (true) {
+      void* reply = nullptr;
+      if (redisGetReplyFromReader(ctx, &reply) != REDIS_OK) return nullptr;
+      if (reply) return static_cast<redisReply*>(reply);
+      if (received > max_reply) return abandon(fmt::format("its reply is over {} bytes", max_reply));
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return abandon("timed out");
+      pollfd p{ctx->fd, POLLIN, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return abandon(fmt::format("poll: {}", std::strerror(errno)));
+      if (n == 0) return abandon("timed out");
+      const size_t before = ctx->reader->len;
+      if (redisBufferRead(ctx) != REDIS_OK) return nullptr;
+      // The reader's buffer only grows in a read (hiredis trims it when parsing, or frees it when empty).
+      received += ctx->reader->len >= before ? ctx->reader->len - before : ctx->reader->len;
+    }
   }
-  std::string error() const { return ctx && ctx->err ? ctx->errstr : "no reply"; }
+  std::string error() const {
+    if (!why.empty()) return why;
+    return ctx && ctx->err ? ctx->errstr : "no reply";
+  }
+
+ private:
+  redisReply* abandon(std::string what) {
+    why = std::move(what);
+    abandoned = true;
+    return nullptr;
+  }
 };
 
 RemoteCacheStats& RemoteCacheStats::operator+=(const RemoteCacheStats& o) {
@@ -199,7 +249,7 @@ std::unique_ptr<RemoteCache::Conn> RemoteCache::take() {
     return nullptr;
   }
   auto setup = [&](const std::vector<std::string>& cmd, const char* what) {
-    ReplyPtr r(c->command(cmd), freeReplyObject);
+    ReplyPtr r(c->command(cmd, kSmallReply, deadline(0)), freeReplyObject);
     if (!r) {
       failed(fmt::format("{}: {}", what, c->error()));
       return false;
@@ -225,16 +275,25 @@ void RemoteCache::give_back(std::unique_ptr<Conn> c) {
   if (idle_.size() < 8) idle_.push_back(std::move(c));
 }
 
-RemoteCache::ReplyPtr RemoteCache::run(const std::vector<std::string>& cmd) {
+std::chrono::steady_clock::time_point RemoteCache::deadline(int64_t bytes) const {
+  const double ms = config_.op_timeout_ms + kMsPerMB * static_cast<double>(bytes) / (1 << 20);
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
+RemoteCache::ReplyPtr RemoteCache::run(const std::vector<std::string>& cmd, size_t max_reply, int64_t reply_bytes) {
   const auto t0 = std::chrono::steady_clock::now();
+  int64_t bytes = reply_bytes;
+  for (const auto& a : cmd) bytes += static_cast<int64_t>(a.size());
   ReplyPtr out(nullptr, freeReplyObject);
   for (int attempt = 0; attempt < 2 && !out; ++attempt) {
     auto c = take();
     if (!c) break;
-    out.reset(c->command(cmd));
+    out.reset(c->command(cmd, max_reply, deadline(bytes)));
     if (!out) {
-      // A pooled connection may have died with a restarted server: one more try on a new one.
-      const bool retry = c->reused;
+      // A pooled connection may have died with a restarted server: one more try on a new one (not after a
+      // timeout or an oversized reply, which a new connection would meet again).
+      const bool retry = c->reused && !c->abandoned;
       failed(cmd[0] + ": " + c->error());
       if (retry) continue;
       break;
@@ -249,23 +308,42 @@ RemoteCache::ReplyPtr RemoteCache::run(const std::vector<std::string>& cmd) {
 
 std::optional<std::string> RemoteCache::get(const std::string& key, bool count_miss) {
   const std::string rkey = kNamespace + key;
-  ReplyPtr r = run({"GET", rkey});
+  // Its length first: a value over the limit (planted; no put stores one) is refused unread. Then at most
+  // the limit and one byte (GETRANGE's end is inclusive): the value may have been replaced by a larger
+  // one in between, which the extra byte shows, and nothing larger is read whatever happened.
+  const int64_t limit = config_.max_entry_bytes;
+  int64_t length = 0;
+  std::string value;  // "" for a miss (no put stores an empty value)
+  if (ReplyPtr n = run({"STRLEN", rkey}); n && n->type == REDIS_REPLY_INTEGER) {
+    length = n->integer;
+    if (length > 0 && length <= limit) {
+      // The protocol around it: "$<length>\r\n" and "\r\n".
+      ReplyPtr r = run({"GETRANGE", rkey, "0", std::to_string(limit)}, static_cast<size_t>(limit) + 64, length);
+      if (r && r->type == REDIS_REPLY_STRING) {
+        value.assign(r->str, r->len);
+        length = static_cast<int64_t>(r->len);  // 0 when deleted since: a miss
+      }
+    }
+  }
+  const bool too_large = length > limit;
   std::optional<std::string> out;
-  bool refused = false;
+  if (!value.empty() && !too_large) out = unframe(config_.secret, key, value);
+  const bool refused = too_large || (!value.empty() && !out);
+  bool warn_large = false, warn_refused = false;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (r && r->type == REDIS_REPLY_STRING) {
-      out = unframe(config_.secret, key, std::string(r->str, r->len));
-      stats_.bytes_in += static_cast<int64_t>(r->len);
-      refused = !out;
-      stats_.refused += refused;
-    }
+    stats_.bytes_in += static_cast<int64_t>(value.size());
+    stats_.refused += refused;
     if (out) stats_.hits++;
     else stats_.misses += count_miss;
-    if (refused && !warned_refused_) warned_refused_ = true;
-    else refused = false;  // warned already
+    if (too_large) warn_large = !std::exchange(warned_large_, true);
+    else if (refused) warn_refused = !std::exchange(warned_refused_, true);
   }
-  if (refused)
+  if (warn_large)
+    log_warn("remote cache {}: refused entry {} unread: it holds over {} bytes, the most an entry may "
+             "(FUSION_JIT_REMOTE_CACHE_MAX_MB; planted, or stored by a machine with a larger limit)", address(), rkey,
+             limit);
+  if (warn_refused)
     log_warn("remote cache {}: refused entry {} (its frame, key or signature is wrong: tampered with, or signed "
              "with another key); it will be overwritten by the next compile", address(), rkey);
   return out;
@@ -318,7 +396,7 @@ RemotePing RemoteCache::ping() {
     p.error = "cannot connect (or skipped after failures)";
     return p;
   }
-  ReplyPtr r(c->command({"PING"}), freeReplyObject);
+  ReplyPtr r(c->command({"PING"}, kSmallReply, deadline(0)), freeReplyObject);
   if (!r || r->type == REDIS_REPLY_ERROR) {
     p.error = r ? std::string(r->str, r->len) : c->error();
     failed("PING: " + p.error);
@@ -330,8 +408,11 @@ RemotePing RemoteCache::ping() {
   std::string cursor = "0";
   int64_t n = 0;
   for (int round = 0; round < 1000; ++round) {
-    ReplyPtr s(c->command({"SCAN", cursor, "MATCH", std::string(kNamespace) + "*", "COUNT", "1000"}), freeReplyObject);
-    if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 2) {
+    ReplyPtr s(c->command({"SCAN", cursor, "MATCH", std::string(kNamespace) + "*", "COUNT", "1000"}, 16 << 20,
+                          deadline(0)),
+               freeReplyObject);
+    if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 2 || s->element[0]->type != REDIS_REPLY_STRING ||
+        s->element[1]->type != REDIS_REPLY_ARRAY) {
       n = -1;
       break;
     }

@@ -11,11 +11,17 @@
 //    by nobody else: checked like the cache directory). An entry whose frame, embedded key or MAC is wrong
 //    is counted as refused, never returned, and overwritten by the next put of its key. Without a usable
 //    key file the tier is off, with one warning that says why.
-//  - Bounded: each connection has a connect timeout and an operation timeout; after kBreakerFailures
-//    failures in a row the tier is skipped (a miss, no network) for kBreakerSeconds, with one warning, then
-//    tried again. Nothing fails because Redis is down or slow: a failed get is a miss, a failed put is
-//    counted. Connections come from a small pool whose lock is held only to take or give one back, never
-//    across a network operation.
+//  - Bounded in time: each connection has a connect timeout, and each operation a deadline (the operation
+//    timeout, plus kMsPerMB for each MB of entry it carries) by which its reply is read whole, however
+//    slowly the server trickles it (Note [Bounded replies]); after kBreakerFailures failures in a row the
+//    tier is skipped (a miss, no network) for kBreakerSeconds, with one warning, then tried again. Nothing
+//    fails because Redis is down or slow: a failed get is a miss, a failed put is counted. Connections come
+//    from a small pool whose lock is held only to take or give one back, never across a network
+//    operation.
+//  - Bounded in size: no reply over what its command can legitimately return is read (an entry: the
+//    entry limit, Config::max_entry_bytes, which bounds the whole frame). A get asks STRLEN first and
+//    refuses a larger value unread, then reads at most the limit (GETRANGE), so a value planted under an
+//    entry's key costs a few bytes, not its size.
 #pragma once
 
 #include <atomic>
@@ -57,6 +63,9 @@ struct RemotePing {
 class RemoteCache {
  public:
   static constexpr int kBreakerFailures = 3;
+  // The time an operation's deadline grants per MB it sends or reads, besides the operation timeout: a
+  // 64 MB entry gets 2.6 s more (a 25 MB/s link).
+  static constexpr double kMsPerMB = 40;
   static constexpr const char* kNamespace = "fusion_jit:v1:";
 
   struct Config {
@@ -106,8 +115,13 @@ class RemoteCache {
   struct Conn;
   using ReplyPtr = std::unique_ptr<redisReply, void (*)(void*)>;
   // `cmd` on a pooled connection (one more try on a new one when a pooled one proves dead); null when no
-  // connection could run it. Failures (an error reply included) feed the breaker.
-  ReplyPtr run(const std::vector<std::string>& cmd);
+  // connection could run it, or its reply would exceed `max_reply` bytes of protocol (Note [Bounded
+  // replies]); `reply_bytes`: the size of reply it may take, for its deadline. Failures (an error reply
+  // included) feed the breaker.
+  ReplyPtr run(const std::vector<std::string>& cmd, size_t max_reply = kSmallReply, int64_t reply_bytes = 0);
+  static constexpr size_t kSmallReply = 64 << 10;  // all replies but an entry's and SCAN's
+  // An operation's deadline from now: the operation timeout, plus kMsPerMB for each MB of `bytes` it moves.
+  std::chrono::steady_clock::time_point deadline(int64_t bytes) const;
   // A connection (pooled or new), or null (counted as an error, or skipped while the breaker is open).
   std::unique_ptr<Conn> take();
   void give_back(std::unique_ptr<Conn> c);
@@ -121,7 +135,7 @@ class RemoteCache {
   std::vector<std::unique_ptr<Conn>> idle_;
   int failures_ = 0;
   std::chrono::steady_clock::time_point open_until_{};
-  bool warned_refused_ = false;
+  bool warned_refused_ = false, warned_large_ = false;
 };
 
 }  // namespace fusion_jit

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -147,7 +148,6 @@ TEST(RemoteCacheUrl, ParsesAndRejectsNamingTheVariable) {
   }
 }
 
-TEST(RemoteCacheFrame, RefusesTamperingAnotherKeyAndAnotherName) {
 // Issue 63: redis://PASSWORD@host (the password-only form, as redis-cli -u takes it) with any other
 // mistake printed the password; so did a misspelt scheme. Every form hides it, and only it.
 TEST(RemoteCacheUrl, NoErrorShowsThePassword) {
@@ -176,6 +176,7 @@ TEST(RemoteCacheUrl, NoErrorShowsThePassword) {
   }
 }
 
+TEST(RemoteCacheFrame, RefusesTamperingAnotherKeyAndAnotherName) {
   const std::string secret = "0123456789abcdef";
   const std::string f = RemoteCache::frame(secret, kKey, "payload bytes");
   EXPECT_EQ(RemoteCache::unframe(secret, kKey, f), "payload bytes");
@@ -398,6 +399,122 @@ TEST(RemoteCache, KeyedAsTheLocalCache) {
     EXPECT_FALSE(b.get(cache_key(changed))) << changed.*field;
   }
   std::system(("rm -rf '" + a.dir() + "' '" + b.dir() + "'").c_str());
+}
+
+}  // namespace
+}  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+// Issue 63: values planted under entry keys (300 MB each in the report) were read and copied whole before
+// the signature refused them. A value over the entry limit is refused unread (STRLEN), without a failure
+// that would feed the breaker; one within the limit but not ours is read and refused as before.
+TEST(RemoteCache, ValuesOverTheLimitAreRefusedUnread) {
+  NEED_REDIS();
+  RedisServer redis;
+  auto c = config(redis.port());
+  c.max_entry_bytes = 4096;
+  RemoteCache cache(c);
+  redis.command({"SET", RemoteCache::kNamespace + kKey, std::string(8 << 20, 'x')});
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(cache.get(kKey));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.5);
+  RemoteCacheStats s = cache.stats();
+  EXPECT_EQ(s.bytes_in, 0) << "the 8 MB value was read";
+  EXPECT_EQ(s.refused, 5);
+  EXPECT_EQ(s.errors, 0);
+  EXPECT_EQ(s.skipped, 0) << "a planted value does not open the breaker";
+  // Within the limit: read, and refused by its signature.
+  redis.command({"SET", RemoteCache::kNamespace + kKey, std::string(4096, 'y')});
+  EXPECT_FALSE(cache.get(kKey));
+  EXPECT_EQ(cache.stats().bytes_in, 4096);
+  EXPECT_EQ(cache.stats().refused, 6);
+  // The put of the key replaces it, and an entry of exactly the limit is read.
+  const std::string payload(4096 - RemoteCache::frame(c.secret, kKey, "").size(), 'p');
+  ASSERT_TRUE(cache.put(kKey, payload));
+  EXPECT_EQ(cache.get(kKey), payload);
+  EXPECT_FALSE(cache.put(kKey, payload + "!"));
+}
+
+// A fake Redis on 127.0.0.1 that answers every command of its first connection with the header of a
+// bulk string of `claimed` bytes, then sends `rate_bytes` of it every `every` until `for_s` has passed,
+// the client hangs up, or all was sent. sent(): the bytes that got through.
+class FakeRedis {
+ public:
+  FakeRedis(int64_t claimed, size_t rate_bytes, std::chrono::milliseconds every, double for_s) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listen_fd_, 4);
+    socklen_t n = sizeof a;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &n);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this, claimed, rate_bytes, every, for_s] {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      char buf[4096];
+      if (::recv(fd, buf, sizeof buf, 0) > 0) {
+        const std::string head = "$" + std::to_string(claimed) + "\r\n";
+        ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+        const std::string chunk(rate_bytes, 'z');
+        const auto t0 = std::chrono::steady_clock::now();
+        while (sent_ < claimed && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < for_s) {
+          const ssize_t k = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+          if (k <= 0) break;  // the client hung up
+          sent_ += k;
+          std::this_thread::sleep_for(every);
+        }
+      }
+      ::close(fd);
+    });
+  }
+  ~FakeRedis() {
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  int port() const { return port_; }
+  int64_t sent() const { return sent_; }
+
+ private:
+  int listen_fd_ = -1, port_ = 0;
+  std::atomic<int64_t> sent_{0};
+  std::thread thread_;
+};
+
+// Note [Bounded replies]: a server that trickles its reply costs an operation its timeout, not as long as
+// it likes (hiredis's per-read timeout never fires while a byte comes every 50 ms); one that answers
+// with a huge reply is hung up on once the reply passes what the command may return.
+TEST(RemoteCache, TricklingOrFloodingServerIsCutOff) {
+  auto bounded = [](int port) {
+    auto c = config(port);
+    c.connect_timeout_ms = c.op_timeout_ms = 200;
+    c.max_entry_bytes = 1 << 20;
+    return c;
+  };
+  {
+    FakeRedis fake(1 << 20, 1, std::chrono::milliseconds(50), 3.0);
+    RemoteCache cache(bounded(fake.port()));
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(cache.get(kKey));
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.6)
+        << "a reply trickled for 3 s";
+    EXPECT_EQ(cache.stats().errors, 1);
+  }
+  {
+    FakeRedis fake(int64_t{256} << 20, 1 << 20, std::chrono::milliseconds(0), 5.0);
+    RemoteCache cache(bounded(fake.port()));
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(cache.get(kKey));
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.6);
+    EXPECT_EQ(cache.stats().errors, 1);
+    // What the socket buffers hold besides what was read (a few MB on loopback), not the 256 MB.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_LT(fake.sent(), int64_t{64} << 20);
+  }
 }
 
 }  // namespace
