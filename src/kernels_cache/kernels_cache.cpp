@@ -439,14 +439,15 @@ void KernelsCache::erase(const std::string& key) {
 // Note [One compile per key across the fleet]
 // Before a process makes an entry the remote tier misses, it takes a lease on the key in Redis (SET NX
 // with a TTL of kLeaseSeconds): the machines that find it held poll the tier for the entry instead of
-// compiling, up to kLeaseWaitSeconds, then compile themselves. The holder looks in the tier once more
+// compiling, while their process's budget for such waits lasts (a few seconds for all keys together,
+// Note [Lease wait budget] in remote_cache.cpp: a crashed holder or a planted lease must not stall every
+// cold process for the lease time), then compile themselves. The holder looks in the tier once more
 // after taking it (another may have stored the entry and released its lease since this process missed)
 // and releases it once the entry is stored, or when making it fails (the destructor). Without a tier, or
 // when Redis fails, nothing waits.
 class KernelsCache::RemoteLease {
  public:
   static constexpr int64_t kLeaseSeconds = 120;
-  static constexpr double kLeaseWaitSeconds = 120;
   RemoteLease(RemoteCache* remote, const std::string& key) : remote_(remote), key_(key) {}
   ~RemoteLease() {
     if (held_) remote_->release_lease(key_, token_);
@@ -458,7 +459,7 @@ class KernelsCache::RemoteLease {
     char host[256] = {0};
     ::gethostname(host, sizeof host - 1);
     token_ = fmt::format("{}:{}:{}", host, ::getpid(), counter++);
-    const auto t0 = std::chrono::steady_clock::now();
+    auto since = std::chrono::steady_clock::now();
     auto sleep_ms = std::chrono::milliseconds(20);
     while (true) {
       const RemoteCache::Lease l = remote_->try_lease(key_, token_, kLeaseSeconds * 1000);
@@ -468,12 +469,7 @@ class KernelsCache::RemoteLease {
         return remote_->get(key_, /*count_miss=*/false);
       }
       if (auto p = remote_->get(key_, /*count_miss=*/false)) return p;
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > kLeaseWaitSeconds) {
-        log_warn("remote cache: another machine holds the lease on {} for over {:.0f} s; compiling here", key_,
-                 kLeaseWaitSeconds);
-        return std::nullopt;
-      }
-      std::this_thread::sleep_for(sleep_ms);
+      if (!remote_->wait_on_lease(sleep_ms, &since)) return std::nullopt;  // the budget is spent: make it here
       sleep_ms = std::min(sleep_ms * 2, std::chrono::milliseconds(200));
     }
   }

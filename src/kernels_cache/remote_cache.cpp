@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "support/error.h"
@@ -112,6 +113,7 @@ RemoteCacheStats& RemoteCacheStats::operator+=(const RemoteCacheStats& o) {
   writes += o.writes;
   too_large += o.too_large;
   leases += o.leases;
+  leases_void += o.leases_void;
   lease_polls += o.lease_polls;
   bytes_in += o.bytes_in;
   bytes_out += o.bytes_out;
@@ -374,12 +376,82 @@ bool RemoteCache::put(const std::string& key, const std::string& payload) {
 }
 
 RemoteCache::Lease RemoteCache::try_lease(const std::string& key, const std::string& token, int64_t ttl_ms) {
-  ReplyPtr r = run({"SET", std::string(kNamespace) + "lease:" + key, token, "NX", "PX", std::to_string(ttl_ms)});
+  const std::string lease = std::string(kNamespace) + "lease:" + key;
+  const std::string ttl = std::to_string(ttl_ms);
+  ReplyPtr r = run({"SET", lease, token, "NX", "PX", ttl});
   if (!r || r->type == REDIS_REPLY_ERROR) return Lease::kUnavailable;
-  const bool acquired = r->type == REDIS_REPLY_STATUS;  // OK; nil when another holds it
+  if (r->type == REDIS_REPLY_STATUS) {  // OK; nil when another holds it
+    std::lock_guard<std::mutex> g(mu_);
+    stats_.leases++;
+    return Lease::kAcquired;
+  }
+  // Every lease is set with its expiry (SET NX PX) by machines that all use the same lease time, so one
+  // without an expiry (PTTL -1), or with a longer one, was not set by a machine of the fleet: planted, or
+  // kept by a PERSIST. Honoured, it would hold every cold process for its whole life, so it is void,
+  // and taken over as a free one would be. The script looks again and sets ours in one step, so two
+  // machines cannot both take it over, and a lease set meanwhile by a machine of the fleet is honoured.
+  bool taken_over = false;
+  if (ReplyPtr t = run({"PTTL", lease}); t && t->type == REDIS_REPLY_INTEGER && (t->integer == -1 || t->integer > ttl_ms)) {
+    static const char* kTakeOver =
+        "local t = redis.call('pttl', KEYS[1]) "
+        "if t == -1 or t > tonumber(ARGV[2]) then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
+        "return 0";
+    ReplyPtr e = run({"EVAL", kTakeOver, "1", lease, token, ttl});
+    // Without scripting (EVAL refused), the void lease is not waited on: the entry is made here.
+    if (!e || e->type != REDIS_REPLY_INTEGER) return Lease::kUnavailable;
+    taken_over = e->integer == 1;
+  }
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (taken_over) {
+      stats_.leases++;
+      stats_.leases_void++;
+      warn = !warned_void_lease_;
+      warned_void_lease_ = true;
+    } else {
+      stats_.lease_polls++;
+    }
+  }
+  if (warn)
+    log_warn("remote cache {}: the lease {} had no expiry or one over {} ms, which no machine of the fleet sets "
+             "(planted?); it was taken over", address(), lease, ttl_ms);
+  return taken_over ? Lease::kAcquired : Lease::kHeld;
+}
+
+// Note [Lease wait budget]
+// A lease is waited on (Note [One compile per key across the fleet]) because another machine is making
+// the entry, which usually takes a compile's time. But a holder that crashed keeps its lease for the whole
+// lease time (120 s), and anyone who can write to the Redis can set leases on every key with the lease
+// time as expiry (void ones are taken over, see try_lease): each cold process would stall that long per
+// key. So the waiting is bounded for the process, not per key: all waits on all keys together, each poll
+// included, charge one budget (Config::lease_wait_budget_s, 5 s; concurrent waits each charge theirs,
+// so it is spent faster, never slower, than the wall clock). Once it is spent a held lease is not waited
+// on: the entry is made here (a duplicate compile, the cost of a lease that never ends), with one
+// warning. Leases are still taken, so this process still spares the others their compiles.
+bool RemoteCache::wait_on_lease(std::chrono::milliseconds d, std::chrono::steady_clock::time_point* since) {
+  using Seconds = std::chrono::duration<double>;
+  double left = 0;
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    lease_waited_s_ += Seconds(std::chrono::steady_clock::now() - *since).count();
+    left = config_.lease_wait_budget_s - lease_waited_s_;
+    if (left <= 0) {
+      warn = !warned_lease_budget_;
+      warned_lease_budget_ = true;
+    }
+  }
+  if (warn)
+    log_warn("remote cache {}: this process has waited {:g} s in all on other machines' leases, its budget; it "
+             "makes entries whose lease is held from now on", address(), config_.lease_wait_budget_s);
+  if (left <= 0) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::min<Seconds>(d, Seconds(left)));
+  *since = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> g(mu_);
-  (acquired ? stats_.leases : stats_.lease_polls)++;
-  return acquired ? Lease::kAcquired : Lease::kHeld;
+  lease_waited_s_ += Seconds(*since - t0).count();
+  return true;
 }
 
 void RemoteCache::release_lease(const std::string& key, const std::string& token) {

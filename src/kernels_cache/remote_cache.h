@@ -17,7 +17,8 @@
 //    tier is skipped (a miss, no network) for kBreakerSeconds, with one warning, then tried again. Nothing
 //    fails because Redis is down or slow: a failed get is a miss, a failed put is counted. Connections come
 //    from a small pool whose lock is held only to take or give one back, never across a network
-//    operation.
+//    operation. Waits on other machines' leases have a budget for the whole process (Note [Lease wait
+//    budget]).
 //  - Bounded in size: no reply over what its command can legitimately return is read (an entry: the
 //    entry limit, Config::max_entry_bytes, which bounds the whole frame). A get asks STRLEN first and
 //    refuses a larger value unread, then reads at most the limit (GETRANGE), so a value planted under an
@@ -47,6 +48,7 @@ struct RemoteCacheStats {
   int64_t skipped = 0;   // operations not tried while the breaker was open
   int64_t writes = 0, too_large = 0;
   int64_t leases = 0, lease_polls = 0;  // leases taken; tries that found another machine holding one
+  int64_t leases_void = 0;              // leases taken over: no expiry, or one longer than a lease's
   int64_t bytes_in = 0, bytes_out = 0;
   double ms = 0;         // time spent in Redis operations, connects included
   RemoteCacheStats& operator+=(const RemoteCacheStats& o);
@@ -76,6 +78,7 @@ class RemoteCache {
     int op_timeout_ms = 300;
     int64_t max_entry_bytes = 64 << 20;
     double breaker_seconds = 30;
+    double lease_wait_budget_s = 5;  // Note [Lease wait budget]
   };
 
   // The tier the options ask for: null when FUSION_JIT_REMOTE_CACHE is unset, or when the key file is
@@ -97,9 +100,16 @@ class RemoteCache {
   bool contains(const std::string& key);
   // Stores `payload` under `key` (best effort: failures are counted, never thrown); whether it was stored.
   bool put(const std::string& key, const std::string& payload);
-  // Note [One compile per key across the fleet]: a lease on `key` (SET NX with a TTL) held by `token`.
+  // Note [One compile per key across the fleet]: a lease on `key` (SET NX with a TTL of `ttl_ms`) held by
+  // `token`. A lease found without an expiry, or with one over `ttl_ms`, is void (planted, or left by a
+  // PERSIST): it is taken over, atomically, as if it were free.
   enum class Lease { kAcquired, kHeld, kUnavailable };
   Lease try_lease(const std::string& key, const std::string& token, int64_t ttl_ms);
+  // Note [Lease wait budget]: sleeps `d` (at most what is left of the process's budget) between polls
+  // of a lease another machine holds, first charging the budget with the time since `*since` (the polls
+  // themselves); false, without sleeping, once the budget is spent: then the caller makes the entry.
+  // Sets *since to now.
+  bool wait_on_lease(std::chrono::milliseconds d, std::chrono::steady_clock::time_point* since);
   // Releases the lease if `token` still holds it.
   void release_lease(const std::string& key, const std::string& token);
   RemoteCacheStats stats() const;
@@ -135,7 +145,8 @@ class RemoteCache {
   std::vector<std::unique_ptr<Conn>> idle_;
   int failures_ = 0;
   std::chrono::steady_clock::time_point open_until_{};
-  bool warned_refused_ = false, warned_large_ = false;
+  bool warned_refused_ = false, warned_large_ = false, warned_void_lease_ = false, warned_lease_budget_ = false;
+  double lease_waited_s_ = 0;  // Note [Lease wait budget]
 };
 
 }  // namespace fusion_jit

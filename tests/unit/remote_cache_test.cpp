@@ -517,5 +517,74 @@ TEST(RemoteCache, TricklingOrFloodingServerIsCutOff) {
   }
 }
 
+// Issue 63: a lease planted with no expiry (or a longer one than leases get) held every cold process for
+// the lease wait, per key. Such a lease is void: taken over at once, atomically; a lease with a lease's
+// expiry is honoured.
+TEST(RemoteCache, VoidLeasesAreTakenOver) {
+  NEED_REDIS();
+  RedisServer redis;
+  RemoteCache cache(config(redis.port()));
+  const std::string lease = std::string(RemoteCache::kNamespace) + "lease:" + kKey;
+  std::string ttl, holder;
+  redis.command({"SET", lease, "planted"});
+  EXPECT_EQ(cache.try_lease(kKey, "me", 120000), RemoteCache::Lease::kAcquired);
+  redis.command({"PTTL", lease}, &ttl);
+  EXPECT_GT(std::stoll(ttl), 0);
+  EXPECT_LE(std::stoll(ttl), 120000);
+  redis.command({"GET", lease}, &holder);
+  EXPECT_EQ(holder, "me");
+  cache.release_lease(kKey, "me");
+  redis.command({"EXISTS", lease}, &ttl);
+  EXPECT_EQ(ttl, "0");
+  redis.command({"SET", lease, "planted", "EX", "31536000"});  // a year
+  EXPECT_EQ(cache.try_lease(kKey, "me", 120000), RemoteCache::Lease::kAcquired);
+  cache.release_lease(kKey, "me");
+  redis.command({"SET", lease, "another machine", "PX", "60000"});
+  EXPECT_EQ(cache.try_lease(kKey, "me", 120000), RemoteCache::Lease::kHeld);
+  redis.command({"GET", lease}, &holder);
+  EXPECT_EQ(holder, "another machine");
+  EXPECT_EQ(cache.stats().leases, 2);
+  EXPECT_EQ(cache.stats().leases_void, 2);
+  EXPECT_EQ(cache.stats().lease_polls, 1);
+
+  // Through the kernel cache: a key whose lease was planted is made at once, and its lease released.
+  KernelsCache kc(temp_dir(), 1 << 30, std::make_shared<RemoteCache>(config(redis.port())));
+  const std::string key(64, 'f'), key_lease = std::string(RemoteCache::kNamespace) + "lease:" + key;
+  redis.command({"SET", key_lease, "planted"});
+  bool made = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(kc.get_or_make(key, [] { return std::string("kernel"); }, &made), "kernel");
+  EXPECT_TRUE(made);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.5);
+  redis.command({"EXISTS", key_lease}, &ttl);
+  EXPECT_EQ(ttl, "0");
+  std::system(("rm -rf '" + kc.dir() + "'").c_str());
+}
+
+// Note [Lease wait budget]: leases that look right but never end (a crashed holder's; or planted with a
+// lease's expiry) cost a process its budget once, for all keys together, not the lease time per key.
+TEST(RemoteCache, LeaseWaitsShareOneBudget) {
+  NEED_REDIS();
+  RedisServer redis;
+  auto c = config(redis.port());
+  c.lease_wait_budget_s = 0.5;
+  KernelsCache kc(temp_dir(), 1 << 30, std::make_shared<RemoteCache>(c));
+  std::vector<double> seconds;
+  for (char k : {'1', '2', '3'}) {
+    const std::string key(64, k);
+    redis.command({"SET", std::string(RemoteCache::kNamespace) + "lease:" + key, "crashed", "PX", "100000"});
+    bool made = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(kc.get_or_make(key, [] { return std::string("kernel"); }, &made), "kernel");
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_TRUE(made);
+  }
+  EXPECT_GE(seconds[0], 0.4) << "the first key's lease was waited on, up to the budget";
+  EXPECT_LT(seconds[0], 1.0);
+  EXPECT_LT(seconds[1] + seconds[2], 0.3) << "the budget was spent: later keys are not waited on";
+  EXPECT_GE(kc.stats().remote.lease_polls, 3);
+  std::system(("rm -rf '" + kc.dir() + "'").c_str());
+}
+
 }  // namespace
 }  // namespace fusion_jit
