@@ -5,6 +5,7 @@ here a dist-info folder written for the test) or from this checkout, whichever i
 case runs in a fresh process. The time import takes is measured by bench (bench/RESULTS.md), not here."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,8 +14,6 @@ import torch
 
 import fusion_jit
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGE_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "python"))
 
 # The first few modules of torch's compile machinery a process holds: torch._dynamo, torch._inductor (its FX
 # passes, torch._inductor.fx_passes, included) and their submodules; [] where none.
@@ -23,12 +22,24 @@ def compile_modules():
     return sorted(m for m in sys.modules if m.split(".")[:2] in (["torch", "_dynamo"], ["torch", "_inductor"]))[:8]
 """
 
+# The process sees the torch_dynamo_backends entry point of fusion_jit where the test gives one, else none.
+CHECK_ENTRY_POINT = """
+from importlib.metadata import entry_points
+assert [ep.value for ep in entry_points(group="torch_dynamo_backends") if ep.name == "fusion_jit"] == (
+    ["fusion_jit:backend"] if {} else []), entry_points(group="torch_dynamo_backends")
+"""
+
 
 def run(code, tmp_path, entry_point=False, *args):
-    """Runs `code` in a fresh Python with this checkout's fusion_jit importable and its own kernel cache;
+    """Runs `code` in a fresh Python with its own kernel cache, importing a copy of this checkout's fusion_jit
+    (no `pip install` of the checkout has left an egg-info beside it) with the native library of the build;
     entry_point: with a dist-info folder on the path whose entry point registers the backend, as
     `pip install` writes it (pyproject.toml)."""
-    path = [PACKAGE_DIR]
+    checkout = tmp_path / "checkout"
+    if not checkout.exists():
+        shutil.copytree(os.path.dirname(fusion_jit.__file__), checkout / "fusion_jit",
+                        ignore=shutil.ignore_patterns("__pycache__", "lib"))
+    path = [str(checkout)]
     if entry_point:
         site = tmp_path / "site"
         dist = site / "fusion_jit-0.7.0.dist-info"
@@ -36,9 +47,10 @@ def run(code, tmp_path, entry_point=False, *args):
         (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fusion_jit\nVersion: 0.7.0\n")
         (dist / "entry_points.txt").write_text("[torch_dynamo_backends]\nfusion_jit = fusion_jit:backend\n")
         path.append(str(site))
-    env = dict(os.environ, FUSION_JIT_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join(path + [os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-c", "import sys\n" + COMPILE_MODULES + code, *map(str, args)], env=env,
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=str(tmp_path / "cache"), FUSION_JIT_LIBRARY=fusion_jit._native.path,
+               PYTHONPATH=os.pathsep.join(path))
+    code = f"import sys\n{COMPILE_MODULES}\n{CHECK_ENTRY_POINT.format(entry_point)}\n{code}"
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env,
                        capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout
@@ -47,7 +59,6 @@ def run(code, tmp_path, entry_point=False, *args):
 def test_importing_fusion_jit_leaves_dynamo_and_inductor_out(tmp_path):
     out = run("""
 import torch
-before = set(sys.modules)
 import fusion_jit
 print(compile_modules())
 # the public functions that compile nothing work without them too
