@@ -3,7 +3,7 @@ warm from Redis (a new machine: empty local cache, the remote tier on localhost)
 measured in the same processes.
 
     ./run python bench/warm_start.py build/fusion-jit [--rounds 3] [--no-redis] [--demo-models a,b]
-                                                      [--python-models a,b] [--packages]
+                                                      [--python-models a,b] [--packages [--import-runs N]]
 
 Each round: `fusion-jit run MODEL --json` with an emptied cache (cold; with the remote tier, which it writes
 through to), then again in a fresh process (warm, with FUSION_JIT_ASSERT_NO_COMPILE=1: no compiler may
@@ -20,7 +20,11 @@ fresh process (`fusion-jit load`, FUSION_JIT_ASSERT_NO_COMPILE=1, no cache direc
 which reading the weights, and its first call, against eager's first call and the plan cache's warm start
 measured in the same round; and per --python-models model, a package from Python (fusion_jit.package: the
 FX path, torch.export and the backend's lowering) built in a fresh process that first times eager's first
-call, then loaded and called in another fresh process (fusion_jit.load_package, no compiler, no cache).
+call, then loaded and called in another fresh process (fusion_jit.load_package, no compiler, no cache);
+then, per Python model, the serving process's figures from `import torch` on: `import fusion_jit`, and it
+plus the package's load (weights included) and first call, against torch.jit.load of a traced TorchScript of
+the model and its first call in another fresh process (eager's serving process). It starts with `import
+torch` against `import torch; import fusion_jit` in fresh processes (--import-runs of each, 0: none).
 """
 import argparse
 import json
@@ -110,7 +114,8 @@ def python_child(name):
 
 def python_package_child(name, pkg, inputs):
     """Builds the --packages row of a Python model: eager's first call in this fresh process, then the
-    package (FX path) and the inputs saved for the loading process."""
+    package (FX path), the inputs and a TorchScript of the model (torch.jit.trace, for eager's serving process;
+    none where tracing fails) saved for the loading processes."""
     import time
     sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
     sys.modules.pop("models", None)
@@ -130,14 +135,23 @@ def python_package_child(name, pkg, inputs):
     fusion_jit.package(model, args, pkg)
     build = (time.perf_counter() - t0) * 1e3
     torch.save(args, inputs)
-    print(json.dumps({"eager_first_ms": eager, "build_ms": build}))
+    traced = True
+    try:
+        with torch.no_grad():
+            torch.jit.save(torch.jit.trace(model, args, strict=False, check_trace=False), pkg + ".pt")
+    except Exception:  # noqa: BLE001 - a model tracing cannot take has no TorchScript column
+        traced = False
+    print(json.dumps({"eager_first_ms": eager, "build_ms": build, "traced": traced}))
 
 
 def python_load_child(pkg, inputs):
-    """The loading process of a Python model's package: load, then the first call (ms)."""
+    """The loading process of a Python model's package: `import fusion_jit` after `import torch`, load, then
+    the first call (ms)."""
     import time
     import torch
+    t0 = time.perf_counter()
     import fusion_jit
+    imported = (time.perf_counter() - t0) * 1e3
     args = torch.load(inputs)
     with torch.no_grad():
         t0 = time.perf_counter()
@@ -145,11 +159,25 @@ def python_load_child(pkg, inputs):
         t1 = time.perf_counter()
         served(*args)
         first = (time.perf_counter() - t1) * 1e3
-    print(json.dumps({"load_ms": (t1 - t0) * 1e3, "constants_ms": served.constants_ms,
+    print(json.dumps({"import_ms": imported, "load_ms": (t1 - t0) * 1e3, "constants_ms": served.constants_ms,
                       "prepack_ms": served.prepack_ms, "first_call_ms": first}))
 
 
+def python_jit_load_child(scripted, inputs):
+    """Eager's serving process: torch.jit.load of the traced model, then its first call (ms)."""
+    import time
+    import torch
+    args = torch.load(inputs)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        model = torch.jit.load(scripted)
+        model(*args)
+        t1 = time.perf_counter()
+    print(json.dumps({"jit_load_first_ms": (t1 - t0) * 1e3}))
+
+
 def python_package_rows(tmp, rounds, names):
+    serving = {}
     for name in names:
         rows = []
         for r in range(rounds):
@@ -161,9 +189,54 @@ def python_package_rows(tmp, rounds, names):
             rows.append((built["eager_first_ms"], built["build_ms"], loaded["load_ms"], loaded["constants_ms"],
                          loaded["prepack_ms"], loaded["first_call_ms"],
                          loaded["load_ms"] - loaded["constants_ms"] + loaded["first_call_ms"] - built["eager_first_ms"]))
+            jit = (run_child(["--jit-load-child", pkg + ".pt", inputs], dict(os.environ))["jit_load_first_ms"]
+                   if built["traced"] else float("nan"))
+            served = loaded["import_ms"] + loaded["load_ms"] + loaded["first_call_ms"]
+            serving.setdefault(name, []).append((loaded["import_ms"], served, jit, served - jit))
         med = [statistics.median(r[i] for r in rows) for i in range(7)]
         print(f"{name + ' (py)':<18} {med[0]:>10.1f}ms {'built in':>11} {med[2]:>7.1f}ms {med[3]:>6.1f}ms "
               f"{med[4]:>6.1f}ms {med[5]:>8.1f}ms {med[6]:>25.1f}ms   (package built in {med[1] / 1e3:.1f} s)", flush=True)
+    if not serving:
+        return
+    # A serving process from `import torch` on (issue 63): what it pays to import fusion_jit, load the package
+    # (weights included) and make its first call, against eager's serving process, which loads a TorchScript of
+    # the model (torch.jit.trace) and makes its first call; nan where the model could not be traced.
+    print("\nserving process, after import torch: import fusion_jit + package load + first call, against "
+          "torch.jit.load + first call")
+    print(f"{'model':<18} {'import fj':>10} {'import+load+first':>18} {'jit.load+first':>15} {'difference':>11}")
+    for name, rows in serving.items():
+        med = [statistics.median(r[i] for r in rows) for i in range(4)]
+        print(f"{name + ' (py)':<18} {med[0]:>8.1f}ms {med[1]:>16.1f}ms {med[2]:>13.1f}ms {med[3]:>9.1f}ms", flush=True)
+
+
+IMPORT_CHILD = """
+import sys, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+if sys.argv[1] == "fusion_jit":
+    import fusion_jit
+t2 = time.perf_counter()
+print((t1 - t0) * 1e3, (t2 - t0) * 1e3, any(m.startswith(("torch._dynamo", "torch._inductor")) for m in sys.modules))
+"""
+
+
+def import_rows(runs):
+    """`import torch` against `import torch; import fusion_jit` (issue 63), each in `runs` fresh processes,
+    interleaved, after one uncounted pair (it warms the page cache); times taken inside each process."""
+    alone, both, own, compile_machinery = [], [], [], False
+    for r in range(runs + 1):
+        a, b = (subprocess.run([sys.executable, "-c", IMPORT_CHILD, what], capture_output=True, text=True, check=True)
+                .stdout.split() for what in ("torch", "fusion_jit"))
+        if r:
+            alone.append(float(a[1]))
+            both.append(float(b[1]))
+            own.append(float(b[1]) - float(b[0]))
+            compile_machinery |= b[2] == "True"
+    med = statistics.median
+    print(f"fresh processes, medians of {runs}: import torch {med(alone):.0f} ms; import torch; import fusion_jit "
+          f"{med(both):.0f} ms ({med(both) - med(alone):+.0f} ms), of which import fusion_jit {med(own):.1f} ms; "
+          f"torch._dynamo or torch._inductor imported: {'yes' if compile_machinery else 'no'}", flush=True)
 
 
 def run_child(argv, env):
@@ -185,10 +258,13 @@ def main():
     ap.add_argument("--python-models", default="gpt2_tiny,resnet18")
     ap.add_argument("--demo-models", default=",".join(MODELS), help="the demo models' rows (\"\": none)")
     ap.add_argument("--packages", action="store_true", help="only the ahead-of-time package rows")
+    ap.add_argument("--import-runs", type=int, default=10, help="--packages: fresh processes timing the imports")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="fj-warm-")
     paths = make_models(os.path.join(tmp, "models"))
     if args.packages:
+        if args.import_runs:
+            import_rows(args.import_runs)
         package_rows(args.cli, paths, tmp, args.rounds, args.demo_models.split(","))
         python_package_rows(tmp, args.rounds, [m for m in args.python_models.split(",") if m])
         return
@@ -245,5 +321,7 @@ if __name__ == "__main__":
         python_package_child(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "--load-child":
         python_load_child(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "--jit-load-child":
+        python_jit_load_child(*sys.argv[2:])
     else:
         main()
