@@ -21,14 +21,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
 
-
-def _bench_models():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_models", os.path.join(HERE, "models.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from model_variants import _bench_models  # noqa: E402  (bench/models.py, loaded by path)
 
 
 def memo_ms(fn, calls, before=None):
