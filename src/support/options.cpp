@@ -201,7 +201,6 @@ RemoteCacheUrl parse_remote_cache_url(const std::string& what, const std::string
     secrets.push_back(value.substr(keep, at - keep));
     shown = value.substr(0, keep) + "***" + value.substr(at);
   }
-  auto bad = [&](const std::string& why) {
   for (size_t p = shown.find("password="); p != std::string::npos; p = shown.find("password=", p + 1)) {
     const size_t from = p + 9, end = std::min(shown.find('&', from), shown.size());
     secrets.push_back(shown.substr(from, end - from));
@@ -214,6 +213,7 @@ RemoteCacheUrl parse_remote_cache_url(const std::string& what, const std::string
     return text;
   };
   shown = hide(shown);  // the password typed again where the host or port goes
+  auto bad = [&](const std::string& why) {
     FJ_CHECK(false, "{}={}: {} (expected redis://[user:password@]host[:port][/db] or unix:///path/to.sock[?db=N])",
              what, shown, hide(why));
   };
