@@ -73,7 +73,9 @@ TEST(ConvRules, DisableOptionLeavesRulesOutForOneModule) {
   EXPECT_NE(ex.find("fold.conv_bn x1"), std::string::npos) << ex;
   EXPECT_EQ(ex.find("epilogue.conv_relu"), std::string::npos) << ex;
   EXPECT_EQ(r.plan->kernels.size(), 1u + input_copies()) << "relu in our kernel\n" << ex;
-  if (input_copies()) EXPECT_NE(ex.find("layout.conv_input x1"), std::string::npos) << ex;
+  if (input_copies()) {
+    EXPECT_NE(ex.find("layout.conv_input x1"), std::string::npos) << ex;
+  }
   o.disable = {"fold", "epilogue", "prepack"};
   r = run_and_compare(m, {input(at::kFloat)}, "conv + batch_norm + relu, three rule sets disabled", o);
   ASSERT_NE(r.plan, nullptr);
