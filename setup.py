@@ -3,7 +3,7 @@
 The C++ build needs the torch the package will run with (its headers and libraries). pip builds in an
 isolated environment without it, so torch is looked for in this order: FUSION_JIT_TORCH_DIR, an
 importable torch, then the interpreter pip runs for (sys.executable) with the isolation's PYTHONPATH
-removed. Needs cmake, g++ and the Debian packages of README.md (libfmt-dev libssl-dev
+removed. Needs cmake, g++ and the Debian packages of docs/building.md (libfmt-dev libssl-dev
 nlohmann-json3-dev); tests and the CLI are not built.
 """
 

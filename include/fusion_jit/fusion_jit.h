@@ -66,7 +66,7 @@ struct CompileOptions {
   // FUSION_JIT_CUDA_GRAPHS option. Plans that cannot be captured run normally; explain() says why.
   std::optional<bool> cuda_graphs;
   // Passes, rule sets and rules left out for this module, besides those FUSION_JIT_DISABLE names for the
-  // process: the pipeline's names (README's FUSION_JIT_DISABLE row lists them, e.g. "prepack.linear_mkl" or
+  // process: the pipeline's names (docs/options.md lists them, e.g. "prepack.linear_mkl" or
   // "epilogue"), "channels_last" and "in_place". A name that is not one of them is an error, listing
   // them, when the module is made; the plan-building switches ("fusion", "horizontal", "cat", "gather",
   // "arena", "cache") are process-wide (FUSION_JIT_DISABLE; enable_fusion above for this module's fusion).

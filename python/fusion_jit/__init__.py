@@ -22,8 +22,8 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
     remote_cache          str, a Redis shared by a fleet as the cache's second tier for this process from
     remote_cache_key_file then on (redis://[user:password@]host[:port][/db] or unix:///path), with the
                           file of the key its entries are signed with; both or neither; default
-                          FUSION_JIT_REMOTE_CACHE and FUSION_JIT_REMOTE_CACHE_KEY_FILE (README: "A fleet's
-                          cache on Redis")
+                          FUSION_JIT_REMOTE_CACHE and FUSION_JIT_REMOTE_CACHE_KEY_FILE (docs/caching.md: "A
+                          fleet's cache on Redis")
     enable_fusion         bool, False compiles one kernel per fusible op; default True
     freezing              bool, inference graphs take the module's parameters and buffers as constants
                           of their plans (batch norm folded into convolutions, weights prepared once);

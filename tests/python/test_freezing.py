@@ -134,7 +134,7 @@ def test_a_changed_parameter_is_seen_at_the_next_call():
 def test_writes_no_counter_shows_are_taken_by_refreeze(what, write):
     """Note [Freezing]: freezing treats parameters as constants. A write through `.data` or a numpy view
     moves no version counter of the parameter, so the plans keep the values they were compiled with
-    (as Inductor's freezing does, and as the README says); refreeze(model) makes the next call compile
+    (as Inductor's freezing does, and as docs/python.md says); refreeze(model) makes the next call compile
     with the values as they are."""
     m, x = conv_bn_relu()
     with torch.no_grad():
@@ -143,7 +143,7 @@ def test_writes_no_counter_shows_are_taken_by_refreeze(what, write):
         check(m, compiled, x, "the compiling call")
         write(m)
         assert not torch.allclose(m(x), before), f"{what} changed the model"
-        # Not seen: the frozen values (a limit the README states), never a mix of old and new.
+        # Not seen: the frozen values (a limit docs/python.md states), never a mix of old and new.
         torch.testing.assert_close(compiled(x), before, msg=f"after {what}, before refreeze")
         assert fusion_jit.refreeze(compiled) >= 1
         check(m, compiled, x, f"after {what} and refreeze")
