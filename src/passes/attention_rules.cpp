@@ -41,8 +41,9 @@
 //   - Rounding: SDPA scales q before the product and its softmax is online; the masks are summed before
 //     they are added to the scores. Within the tolerance rule (tests/torch/attention_test.cpp and
 //     tests/python/test_attention.py check against the fp64 reference).
-// SDPA's result may be a transposed view (the CPU flash kernel writes [B, T, H, Dv]); an aten::contiguous
-// after it gives the layout the plan's types promise (free where it already is).
+// SDPA's result is typed with the layout ATen gives it (Note [The layout of SDPA's result]); an
+// aten::contiguous after it gives the layout the matched product had (free where it already is).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -68,6 +69,40 @@ Node* producer_in(const Value* v, std::initializer_list<const char*> schemas) {
 bool used_once(const Builder& r, const Value* v) { return r.users(v).size() == 1 && !r.returned(v); }
 
 bool is_last(int64_t d, int64_t rank) { return d == -1 || d == rank - 1; }
+
+// Note [The layout of SDPA's result]
+// A library step's result is typed with the strides the library gives it, so that a plan's types hold at
+// run time (run_plan's check_layouts; a shape class is built only where they do) and a kernel reading the
+// result reads it as it is. On the CPU, ATen runs its flash kernel where the query, key and value have
+// one head size and a dtype it takes (float, double, bfloat16, half), and its result is laid out like the
+// query (empty_like: dense, the query's dims in the order of its strides; a query that is a transposed
+// view of [B, T, H, D] gives a [B, H, T, D] result strided as [B, T, H, D]); its math kernel, taken
+// otherwise, returns a contiguous product. On a GPU the kernel chosen depends on the card: the type says
+// contiguous. The ATen step makes its result the layout of its type where the library chose another
+// (AtenCall::conform in torch/executor.cpp, a copy), so a wrong guess costs a copy, never a wrong read.
+SymSizes sdpa_result_strides(const TensorType& q, const TensorType& k, const TensorType& v, const SymSizes& out) {
+  const bool flash = q.device == Device::kCPU && q.sizes.size() == 4 && k.sizes.size() == 4 &&
+                     v.sizes.size() == 4 && q.sizes[3].same(k.sizes[3]) && q.sizes[3].same(v.sizes[3]) &&
+                     (q.dtype == DType::kFloat32 || q.dtype == DType::kFloat64 || q.dtype == DType::kBFloat16 ||
+                      q.dtype == DType::kFloat16);
+  if (!flash) return contiguous_strides(out);
+  // Dims from the innermost (smallest stride) out, as empty_like orders a non-dense tensor's; ties and
+  // size-1 dims keep the contiguous order. The ordering reads the strides' hints: where it would differ
+  // at another size, the step's copy makes the result the typed layout.
+  std::vector<int> order = {3, 2, 1, 0};
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const bool a1 = q.sizes[a].hint() == 1, b1 = q.sizes[b].hint() == 1;
+    if (a1 || b1) return false;
+    return q.strides[a].hint() < q.strides[b].hint();
+  });
+  SymSizes strides(out.size(), SymInt(1));
+  SymInt step(1);
+  for (int d : order) {
+    strides[d] = step;
+    step = step * out[d];
+  }
+  return strides;
+}
 
 // The 4-d [B, H, X, Y] value a 3-d bmm operand [B*H, X, Y] is a view of (FX's spelling), looking through
 // a clone or contiguous and an expand to its own sizes (each leaves the values as they are); else nullptr.
@@ -262,10 +297,13 @@ Replacement sdpa(const Match& m, Builder& r) {
     mask = r.reshape(mask, SymSizes{1, ms.empty() ? SymInt(1) : ms[0]});
   }
   const SymSizes o4 = {tq.sizes[0], tq.sizes[1], tq.sizes[2], tv.sizes[3]};
-  Value* y = r.op("aten::scaled_dot_product_attention",
-                  {Arg::of(q), Arg::of(k), Arg::of(v), mask ? Arg::of(mask) : Arg::lit(None{}), Arg::lit(0.0),
-                   Arg::lit(false), Arg::lit(scale), Arg::lit(false)},
-                  dt, o4);
+  ValueType yt;
+  yt.tensor = TensorType{dt, o4, sdpa_result_strides(tq, tk, tv, o4), tq.device, tq.device_index};
+  Value* y = r.node("aten::scaled_dot_product_attention",
+                    {Arg::of(q), Arg::of(k), Arg::of(v), mask ? Arg::of(mask) : Arg::lit(None{}), Arg::lit(0.0),
+                     Arg::lit(false), Arg::lit(scale), Arg::lit(false)},
+                    {yt})
+                 ->output();
   y = r.op("aten::contiguous", {Arg::of(y), Arg::lit(int64_t{0})}, dt, o4);
   if (mask) {  // rows the mask removes entirely: eager's NaN
     const auto& ms = Builder::sizes(mask);

@@ -161,6 +161,23 @@ void check_step_layouts(const Node& n, const std::vector<c10::IValue>& results) 
   }
 }
 
+// Ops whose results' layout the library chooses at run time, from the kernel it picks (AtenCall::conform).
+bool library_chooses_layout(const std::string& schema) { return schema == "aten::scaled_dot_product_attention"; }
+
+// A conforming step's tensor results (AtenCall::conform), each copied into its type's layout where the
+// library gave it another.
+void conform_layouts(const Node& n, std::vector<c10::IValue>& results) {
+  for (size_t i = 0; i < results.size() && i < n.outputs().size(); ++i) {
+    if (!n.output(i)->is_tensor() || !results[i].isTensor()) continue;
+    const at::Tensor& r = results[i].toTensor();
+    const TensorType& t = n.output(i)->tensor_type();
+    if (!r.defined() || !r.sizes().equals(ints(t.sizes)) || same_layout(r, t)) continue;
+    at::Tensor c = at::empty_strided(r.sizes(), ints(t.strides), r.options());
+    c.copy_(r);
+    results[i] = std::move(c);
+  }
+}
+
 // The first index of `t` at `p` (walked in t's logical order by its sizes and strides) outside [0, rows),
 // or nullopt.
 template <class T>
@@ -621,6 +638,7 @@ void resolve_aten_steps(PlanInstance& inst, bool in_place) {
       c.kind = AtenCall::Kind::kOp;
       c.op = &find_handle(s);
       convert_literals(*c.op, c.stack);
+      c.conform = library_chooses_layout(s);
       // Note [Weights reordered once per content]: the reorder of a weight given at each call.
       const auto& ins = plan.graph->inputs();
       if (s == "mkldnn::_reorder_convolution_weight" && !c.ids.empty() && c.slots.at(0) == 0 &&
@@ -1630,6 +1648,7 @@ c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inpu
         for (size_t j = 0; j < c.slots.size(); ++j)
           stack[c.slots[j]] = c.move[j] ? std::move(env[c.ids[j]]) : env[c.ids[j]];
         run_call(c, n, stack);
+        if (c.conform) conform_layouts(n, stack);
         if (check_layouts) check_step_layouts(n, stack);
         if (p.memory.check[si]) copy_out_of_arena(stack, arena_bytes);
         for (size_t i = 0; i < stack.size(); ++i) env[n.output(i)->id()] = std::move(stack[i]);

@@ -84,6 +84,9 @@ struct AtenCall {
   int in_place_slot = -1;
   // Note [Weights reordered once per content]: set for a reorder of a graph input.
   std::shared_ptr<ReorderMemo> memo;
+  // The library chooses its results' layout at run time (Note [The layout of SDPA's result],
+  // passes/attention_rules.cpp): a result laid out otherwise than its type is copied into that layout.
+  bool conform = false;
 };
 
 // A kernel input read through folded views: the value whose data it reads and the byte offset.

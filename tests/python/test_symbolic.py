@@ -128,6 +128,75 @@ def test_a_derived_type_that_aten_does_not_give_is_refused_before_the_plan_is_ad
     torch.testing.assert_close(again[0], torch.relu(x @ x))
 
 
+_SDPA_RELU = """graph(%0 : f32[2,4,8,16], %1 : f32[2,4,8,16], %2 : f32[2,4,8,16]):
+  %3 : f32[2,4,8,16]{{{strides}}} = aten::scaled_dot_product_attention(%0, %1, %2, None, 0.0, False, 0.25, False)
+  %4 : f32[2,4,8,16] = aten::relu(%3)
+  return (%4)
+"""
+
+
+def test_a_library_step_whose_layout_the_library_chooses_gives_its_type():
+    """Note [The layout of SDPA's result]: where ATen lays SDPA's result out otherwise than its type says
+    (here a contiguous result typed as [B, T, H, D] transposed), the step copies it into the typed layout,
+    so the kernel reading it reads the right elements and the plan is added."""
+    fn = _native.GraphFunction("sdpa", True, False, -1, [], "")
+    q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
+    want = torch.relu(torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.25))
+    for strides in ("512,128,16,1", "512,16,64,1"):
+        info, outs = fn.add_run([q, k, v], strides, _SDPA_RELU.format(strides=strides), [])
+        assert info[0] == 1, info
+        torch.testing.assert_close(outs[0], want)
+        status, again = fn.run([q, k, v], strides)
+        assert status == 0
+        torch.testing.assert_close(again[0], want)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads, self.ln1, self.ln2 = heads, torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for y in self.qkv(self.ln1(x)).split(c, dim=2))
+        att = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5
+        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1), float("-inf"))
+        x = x + self.proj((att.softmax(-1) @ v).transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+
+class _Gpt(torch.nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(50, d), torch.nn.Embedding(32, d)
+        self.blocks, self.ln, self.head = torch.nn.Sequential(_Block(d), _Block(d)), torch.nn.LayerNorm(d), torch.nn.Linear(d, 50)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        return self.head(self.ln(self.blocks(x)))
+
+
+def test_a_gpt_tower_over_lengths_and_batches_is_one_class_per_graph():
+    """A causal GPT tower (the attention rule's SDPA inside) over lengths and batch sizes: each dynamic
+    graph is lowered once and its later sizes are instances of its class's plan. SDPA's CPU result is laid
+    out as [B, T, H, D]; before its type said so, the class was refused at its first check and each of the
+    signatures was lowered and planned on its own."""
+    model = _Gpt().eval()
+    compiled = fusion_jit.compile(model)
+    signatures = [(b, t) for b in (1, 2) for t in (5, 6, 7, 9, 12)]
+    with torch.no_grad():
+        for b, t in signatures:
+            idx = torch.randint(0, 50, (b, t))
+            torch.testing.assert_close(compiled(idx), model(idx), rtol=1e-4, atol=1e-4)
+    s = fusion_jit.stats()
+    assert s["plans"] == len(signatures) and s["eager_calls"] == 0, s
+    assert s["lowerings"] <= s["graphs"] and s["class_plans"] >= 1, s
+    assert s["class_instances"] >= len(signatures) - 2 * s["graphs"], s
+
+
 def test_a_template_whose_plan_fails_its_check_is_dropped_and_each_signature_lowered():
     from fusion_jit import _backend
     compiled = torch.compile(_f, backend="fusion_jit", dynamic=True)

@@ -221,6 +221,41 @@ TEST(AttentionRule, ASymbolicLengthKeepsTheClass) {
   }
 }
 
+// Note [The layout of SDPA's result]: the call's type has the strides ATen's CPU kernels give its result,
+// so that a plan's types hold at run time (a shape class is refused where they do not).
+TEST(AttentionRule, SdpasResultIsTypedWithTheLayoutTheLibraryGives) {
+  const std::string transposed = "%0 : f32[2,4,8,16], %1 :";
+  const std::string heads = "%0 : f32[2,4,8,16]{512,16,64,1}, %1 :";  // q: a [B, T, H, D] tensor's transpose
+  std::string ir = attention(Attn());
+  ir.replace(ir.find(transposed), transposed.size(), heads);
+  const struct {
+    const char* what;
+    std::string ir;
+    const char* type;
+  } cases[] = {
+      {"a contiguous query: contiguous", attention(Attn()), "f32[2,4,8,16] = aten::scaled_dot_product_attention("},
+      {"a query that is [B, T, H, D] transposed: that layout", ir,
+       "f32[2,4,8,16]{512,16,64,1} = aten::scaled_dot_product_attention("},
+      {"on a GPU: contiguous (the kernel depends on the card)",
+       std::regex_replace(ir, std::regex(R"(f32\[[^\]]*\](\{[^}]*\})?)"), "$&@cuda:0"),
+       "= aten::scaled_dot_product_attention("},
+  };
+  for (const auto& c : cases) {
+    std::string fired;
+    const std::string out = run(c.ir, &fired);
+    ASSERT_EQ(fired, "attention.sdpa x1") << c.what << "\n" << out;
+    EXPECT_NE(out.find(c.type), std::string::npos) << c.what << "\n" << out;
+  }
+  // A symbolic length: the strides are expressions of it.
+  std::string sym = std::regex_replace(ir, std::regex(R"((^|[\[,\s])8(?=[\],]))"), "$1s0");
+  sym = std::regex_replace(sym, std::regex(R"(\{512,16,64,1\})"), "{64*s0,16,64,1}");
+  sym = std::regex_replace(sym, std::regex(R"(\{512,128,1,16\})"), "{64*s0,16*s0,1,16}");
+  std::string fired;
+  const std::string out = run("graph[s0=8](" + sym.substr(6), &fired);
+  ASSERT_EQ(fired, "attention.sdpa x1") << sym << out;
+  EXPECT_NE(out.find("f32[2,4,s0,16]{64*s0,16,64,1} = aten::scaled_dot_product_attention("), std::string::npos) << out;
+}
+
 TEST(AttentionRule, TorchCompilesNearMissesDeclineWithAReason) {
   // k^T expanded over a broadcast head dim: what bmm reads is not a transpose of a [B, H, S, D] k.
   const std::string broadcast_k =
