@@ -90,10 +90,22 @@ GemmChoice parse_gemm_choice(const std::string& what, const std::string& value) 
 
 namespace {
 
+// One variable: `set` parses its value into Options (an error names the variable), `show` writes the
+// field back as text (Options::value). `show` is null for the variables the library only accepts: those
+// read before it loads (./run's, FUSION_JIT_LIBRARY).
 struct Entry {
   const char* name;
   std::function<void(Options&, const std::string&)> set;
+  std::function<std::string(const Options&)> show;
 };
+
+std::string show_list(const std::set<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ",") + i;
+  return out;
+}
+
+std::string show_bool(bool b) { return b ? "1" : "0"; }
 
 const std::vector<Entry>& table() {
   static const std::vector<Entry> t = {
@@ -104,78 +116,143 @@ const std::vector<Entry>& table() {
          else if (v == "info") o.log_level = LogLevel::kInfo;
          else if (v == "debug") o.log_level = LogLevel::kDebug;
          else FJ_CHECK(false, "FUSION_JIT_LOG_LEVEL={}: expected error, warn, info or debug", v);
+       },
+       [](const Options& o) -> std::string {
+         static const char* const names[] = {"error", "warn", "info", "debug"};
+         return names[static_cast<int>(o.log_level)];
        }},
       {"FUSION_JIT_DUMP",
        [](Options& o, const std::string& v) {
          o.dump = split_list(v);
          check_members("FUSION_JIT_DUMP", o.dump, {"ir", "plan", "source", "log", "all"});
-       }},
+       },
+       [](const Options& o) { return show_list(o.dump); }},
       {"FUSION_JIT_DISABLE",
        [](Options& o, const std::string& v) {
          o.disabled = split_list(v);
          check_members("FUSION_JIT_DISABLE", o.disabled, Options::disable_names());
-       }},
+       },
+       [](const Options& o) { return show_list(o.disabled); }},
       {"FUSION_JIT_ENABLE",
        [](Options& o, const std::string& v) {
          o.enabled = split_list(v);
          check_members("FUSION_JIT_ENABLE", o.enabled, Options::enable_names());
-       }},
+       },
+       [](const Options& o) { return show_list(o.enabled); }},
       {"FUSION_JIT_SPECIALIZATION_LIMIT",
        [](Options& o, const std::string& v) {
          o.specialization_limit = static_cast<int>(
              parse_int("FUSION_JIT_SPECIALIZATION_LIMIT", v, 0, std::numeric_limits<int>::max()));
-       }},
+       },
+       [](const Options& o) { return std::to_string(o.specialization_limit); }},
       {"FUSION_JIT_SHARED_PLANS",
        [](Options& o, const std::string& v) {
          o.shared_plans = static_cast<int>(parse_int("FUSION_JIT_SHARED_PLANS", v, 1, std::numeric_limits<int>::max()));
-       }},
+       },
+       [](const Options& o) { return std::to_string(o.shared_plans); }},
       {"FUSION_JIT_DYNAMIC",
-       [](Options& o, const std::string& v) { o.dynamic = parse_dynamic_sizes("FUSION_JIT_DYNAMIC", v); }},
-      {"FUSION_JIT_GEMM", [](Options& o, const std::string& v) { o.gemm = parse_gemm_choice("FUSION_JIT_GEMM", v); }},
-      {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; }},
+       [](Options& o, const std::string& v) { o.dynamic = parse_dynamic_sizes("FUSION_JIT_DYNAMIC", v); },
+       [](const Options& o) -> std::string {
+         return o.dynamic == DynamicSizes::kOn ? "on" : o.dynamic == DynamicSizes::kOff ? "off" : "auto";
+       }},
+      {"FUSION_JIT_GEMM", [](Options& o, const std::string& v) { o.gemm = parse_gemm_choice("FUSION_JIT_GEMM", v); },
+       [](const Options& o) -> std::string {
+         return o.gemm == GemmChoice::kAten ? "aten" : o.gemm == GemmChoice::kOneDnn ? "onednn" : "measure";
+       }},
+      {"FUSION_JIT_CACHE_DIR", [](Options& o, const std::string& v) { o.cache_dir = v; },
+       [](const Options& o) { return o.cache_dir; }},
       {"FUSION_JIT_CACHE_MAX_MB",
        [](Options& o, const std::string& v) {
          o.cache_max_mb = parse_int("FUSION_JIT_CACHE_MAX_MB", v, 1, kMaxMegabytes, " MB");
-       }},
+       },
+       [](const Options& o) { return std::to_string(o.cache_max_mb); }},
       {"FUSION_JIT_REMOTE_CACHE",
-       [](Options& o, const std::string& v) { o.remote_cache = parse_remote_cache_url("FUSION_JIT_REMOTE_CACHE", v); }},
-      {"FUSION_JIT_REMOTE_CACHE_KEY_FILE", [](Options& o, const std::string& v) { o.remote_cache_key_file = v; }},
+       [](Options& o, const std::string& v) { o.remote_cache = parse_remote_cache_url("FUSION_JIT_REMOTE_CACHE", v); },
+       [](const Options& o) { return o.remote_cache.text; }},
+      {"FUSION_JIT_REMOTE_CACHE_KEY_FILE", [](Options& o, const std::string& v) { o.remote_cache_key_file = v; },
+       [](const Options& o) { return o.remote_cache_key_file; }},
       {"FUSION_JIT_REMOTE_CACHE_TTL",
        [](Options& o, const std::string& v) {
          o.remote_cache_ttl = parse_int("FUSION_JIT_REMOTE_CACHE_TTL", v, 0, std::numeric_limits<int32_t>::max(), " s");
-       }},
+       },
+       [](const Options& o) { return std::to_string(o.remote_cache_ttl); }},
       {"FUSION_JIT_REMOTE_CACHE_TIMEOUT_MS",
        [](Options& o, const std::string& v) {
          o.remote_cache_timeout_ms = static_cast<int>(parse_int("FUSION_JIT_REMOTE_CACHE_TIMEOUT_MS", v, 1, 600000, " ms"));
-       }},
+       },
+       [](const Options& o) { return std::to_string(o.remote_cache_timeout_ms); }},
       {"FUSION_JIT_REMOTE_CACHE_MAX_MB",
        [](Options& o, const std::string& v) {
          o.remote_cache_max_mb = parse_int("FUSION_JIT_REMOTE_CACHE_MAX_MB", v, 1, 512, " MB");
-       }},
-      {"FUSION_JIT_PACKAGE_KEY", [](Options& o, const std::string& v) { o.package_key_file = v; }},
-      {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }},
+       },
+       [](const Options& o) { return std::to_string(o.remote_cache_max_mb); }},
+      {"FUSION_JIT_PACKAGE_KEY", [](Options& o, const std::string& v) { o.package_key_file = v; },
+       [](const Options& o) { return o.package_key_file; }},
+      {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }, [](const Options& o) { return o.cxx; }},
       {"FUSION_JIT_ASSERT_NO_COMPILE",
        [](Options& o, const std::string& v) {
          o.assert_no_compile = parse_bool("FUSION_JIT_ASSERT_NO_COMPILE", v);
-       }},
-      {"FUSION_JIT_CUDA_HOME", [](Options& o, const std::string& v) { o.cuda_home = v; }},
+       },
+       [](const Options& o) { return show_bool(o.assert_no_compile); }},
+      {"FUSION_JIT_CUDA_HOME", [](Options& o, const std::string& v) { o.cuda_home = v; },
+       [](const Options& o) { return o.cuda_home; }},
       {"FUSION_JIT_CUDA_GRAPHS",
-       [](Options& o, const std::string& v) { o.cuda_graphs = parse_bool("FUSION_JIT_CUDA_GRAPHS", v); }},
+       [](Options& o, const std::string& v) { o.cuda_graphs = parse_bool("FUSION_JIT_CUDA_GRAPHS", v); },
+       [](const Options& o) { return show_bool(o.cuda_graphs); }},
       {"FUSION_JIT_CPU_GRAIN",
-       [](Options& o, const std::string& v) { o.cpu_grain = parse_int("FUSION_JIT_CPU_GRAIN", v, 1); }},
+       [](Options& o, const std::string& v) { o.cpu_grain = parse_int("FUSION_JIT_CPU_GRAIN", v, 1); },
+       [](const Options& o) { return std::to_string(o.cpu_grain); }},
       {"FUSION_JIT_CPU_POOL_MB",
        [](Options& o, const std::string& v) {
          o.cpu_pool_mb = parse_int("FUSION_JIT_CPU_POOL_MB", v, 0, kMaxMegabytes, " MB");
-       }},
-      // Read by the Python package (python/fusion_jit), which checks its value.
-      {"FUSION_JIT_STRICT", [](Options&, const std::string& v) { parse_bool("FUSION_JIT_STRICT", v); }},
-      {"FUSION_JIT_FREEZING", [](Options&, const std::string& v) { parse_bool("FUSION_JIT_FREEZING", v); }},
-      {"FUSION_JIT_LIBRARY", [](Options&, const std::string&) {}},
-      // Read by ./run, not by the library; listed so that it is not rejected as unknown.
-      {"FUSION_JIT_VENV", [](Options&, const std::string&) {}},
-      {"FUSION_JIT_BUILD_JOBS", [](Options&, const std::string&) {}},
+       },
+       [](const Options& o) { return std::to_string(o.cpu_pool_mb); }},
+      // Read by the Python package (python/fusion_jit) through Options::value.
+      {"FUSION_JIT_STRICT", [](Options& o, const std::string& v) { o.strict = parse_bool("FUSION_JIT_STRICT", v); },
+       [](const Options& o) { return show_bool(o.strict); }},
+      {"FUSION_JIT_FREEZING",
+       [](Options& o, const std::string& v) { o.freezing = parse_bool("FUSION_JIT_FREEZING", v); },
+       [](const Options& o) { return show_bool(o.freezing); }},
+      // Read by the Python package before it loads the library (python/fusion_jit/_native.py).
+      {"FUSION_JIT_LIBRARY", [](Options&, const std::string&) {}, nullptr},
+      // Read by ./run, not by the library; listed so that they are not rejected as unknown.
+      {"FUSION_JIT_VENV", [](Options&, const std::string&) {}, nullptr},
+      {"FUSION_JIT_BUILD_JOBS", [](Options&, const std::string&) {}, nullptr},
+      {"FUSION_JIT_TEST_JOBS", [](Options&, const std::string&) {}, nullptr},
   };
   return t;
+}
+
+// The entry of `name`; an unknown name is an error that lists the known ones.
+const Entry& entry(const std::string& name) {
+  for (const auto& e : table())
+    if (name == e.name) return e;
+  std::string names;
+  for (const auto& e : table()) names += (names.empty() ? "" : ", ") + std::string(e.name);
+  FJ_CHECK(false, "unknown environment variable {} (known: {})", name, names);
+  return table().front();
+}
+
+// The FUSION_JIT_* variables of `envp` in order, as (name, value); "NAME" alone has the value "".
+template <typename F>
+void each_variable(const char* const* envp, F&& f) {
+  for (; envp && *envp; ++envp) {
+    std::string_view kv(*envp);
+    if (kv.rfind("FUSION_JIT_", 0) != 0) continue;
+    size_t eq = kv.find('=');
+    f(std::string(kv.substr(0, eq)), std::string(eq == std::string_view::npos ? "" : kv.substr(eq + 1)));
+  }
+}
+
+// The defaults that come from outside the table: the host compiler is $CXX unless FUSION_JIT_CXX names
+// one, and g++ where neither gives one.
+Options initial_options() {
+  Options o;
+  if (const char* cxx = std::getenv("CXX")) o.cxx = cxx;
+  return o;
+}
+void finish_options(Options& o) {
+  if (o.cxx.empty()) o.cxx = "g++";
 }
 
 }  // namespace
@@ -269,26 +346,22 @@ RemoteCacheUrl parse_remote_cache_url(const std::string& what, const std::string
 }
 
 Options Options::parse(const char* const* envp) {
-  Options o;
-  if (const char* cxx = std::getenv("CXX")) o.cxx = cxx;
-  for (; envp && *envp; ++envp) {
-    std::string_view kv(*envp);
-    if (kv.rfind("FUSION_JIT_", 0) != 0) continue;
-    size_t eq = kv.find('=');
-    std::string name(kv.substr(0, eq));
-    std::string value(eq == std::string_view::npos ? "" : kv.substr(eq + 1));
-    const Entry* found = nullptr;
-    for (const auto& e : table())
-      if (name == e.name) found = &e;
-    if (!found) {
-      std::string names;
-      for (const auto& e : table()) names += (names.empty() ? "" : ", ") + std::string(e.name);
-      FJ_CHECK(false, "unknown environment variable {} (known: {})", name, names);
-    }
-    found->set(o, value);
-  }
-  if (o.cxx.empty()) o.cxx = "g++";
+  Options o = initial_options();
+  each_variable(envp, [&](const std::string& name, const std::string& value) { entry(name).set(o, value); });
+  finish_options(o);
   return o;
+}
+
+std::string Options::value(const std::string& name, const char* const* envp) {
+  const Entry& e = entry(name);
+  FJ_CHECK(e.show != nullptr, "{} is read before the library loads (by ./run or the Python package), not "
+           "through the option table", name);
+  Options o = initial_options();
+  each_variable(envp, [&](const std::string& n, const std::string& v) {
+    if (n == name) e.set(o, v);
+  });
+  finish_options(o);
+  return e.show(o);
 }
 
 void Options::register_disable_names(const std::vector<std::string>& names) {

@@ -91,6 +91,11 @@ struct Options {
   int64_t cpu_grain = 32768;
   // FUSION_JIT_CPU_POOL_MB: megabytes of freed kernel outputs kept mapped for reuse (0 disables).
   int64_t cpu_pool_mb = 1024;
+  // FUSION_JIT_STRICT=1: the Python backend raises where a graph would run eagerly. FUSION_JIT_FREEZING=1:
+  // its inference graphs' parameters and buffers are constants of their plans by default. Read by the
+  // Python package only, through Options::value.
+  bool strict = false;
+  bool freezing = false;
 
   bool dumps(const std::string& what) const { return dump.count(what) || dump.count("all"); }
   bool is_disabled(const std::string& what) const { return disabled.count(what) > 0; }
@@ -100,6 +105,13 @@ struct Options {
   static const Options& get();
   // Parses a given environment (NAME=VALUE strings); for tests.
   static Options parse(const char* const* envp);
+  // The table's variable `name` in the environment `envp` as the table parses it (its default where
+  // unset), written back as text: 0 or 1 for a switch, a sorted comma list for a list, the number, the
+  // choice's name, a path or command as given (FUSION_JIT_REMOTE_CACHE: the URL as given). Only that
+  // variable's entry runs, so an error names it; an unknown name is the error an unknown variable is.
+  // The Python package reads its options through this (torch.ops.fusion_jit.option), with the
+  // environment as it is at each use; get() is the snapshot taken at the library's first read.
+  static std::string value(const std::string& name, const char* const* envp);
 
   // Adds names FUSION_JIT_DISABLE accepts. A layer above registers its own when the library loads,
   // before any option is read (the pass pipeline: passes/pipeline.cpp); support knows only its users'

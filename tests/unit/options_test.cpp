@@ -73,5 +73,71 @@ TEST(Options, OverflowingNumbersAreRejectedNamingTheVariableAndValue) {
   EXPECT_GT(o.cache_max_mb << 20, 0);
 }
 
+// Issue 64 item 3: the Python package reads its options through Options::value, so that their parsing,
+// checks and errors are the table's.
+TEST(Options, ValueIsTheTablesParseWrittenBack) {
+  const char* none[] = {"PATH=/bin", nullptr};
+  EXPECT_EQ(Options::value("FUSION_JIT_DYNAMIC", none), "auto");
+  EXPECT_EQ(Options::value("FUSION_JIT_STRICT", none), "0");
+  EXPECT_EQ(Options::value("FUSION_JIT_FREEZING", none), "0");
+  EXPECT_EQ(Options::value("FUSION_JIT_DISABLE", none), "");
+  EXPECT_EQ(Options::value("FUSION_JIT_SPECIALIZATION_LIMIT", none), "8");
+  const char* env[] = {"FUSION_JIT_DYNAMIC=off", "FUSION_JIT_STRICT=yes", "FUSION_JIT_FREEZING=on",
+                       "FUSION_JIT_CUDA_GRAPHS=true", "FUSION_JIT_DISABLE=horizontal,,fusion",
+                       "FUSION_JIT_LOG_LEVEL=debug", "FUSION_JIT_GEMM=onednn", "FUSION_JIT_CACHE_MAX_MB=7", nullptr};
+  EXPECT_EQ(Options::value("FUSION_JIT_DYNAMIC", env), "off");
+  EXPECT_EQ(Options::value("FUSION_JIT_STRICT", env), "1");
+  EXPECT_EQ(Options::value("FUSION_JIT_FREEZING", env), "1");
+  EXPECT_EQ(Options::value("FUSION_JIT_CUDA_GRAPHS", env), "1");
+  EXPECT_EQ(Options::value("FUSION_JIT_DISABLE", env), "fusion,horizontal");
+  EXPECT_EQ(Options::value("FUSION_JIT_LOG_LEVEL", env), "debug");
+  EXPECT_EQ(Options::value("FUSION_JIT_GEMM", env), "onednn");
+  EXPECT_EQ(Options::value("FUSION_JIT_CACHE_MAX_MB", env), "7");
+  Options o = Options::parse(env);
+  EXPECT_TRUE(o.strict);
+  EXPECT_TRUE(o.freezing);
+}
+
+// Only the variable asked for is parsed: another's bad value is the snapshot's error (Options::get), not
+// this one's; the one asked for is reported as parse reports it, naming the variable and its value.
+TEST(Options, ValueParsesOnlyTheVariableAskedFor) {
+  const char* env[] = {"FUSION_JIT_CPU_GRAIN=many", "FUSION_JIT_DYNAMIC=sometimes", "FUSION_JIT_STRICT=maybe", nullptr};
+  EXPECT_EQ(Options::value("FUSION_JIT_FREEZING", env), "0");
+  auto expect_value_error = [&](const char* name, const char* fragment) {
+    try {
+      Options::value(name, env);
+      FAIL() << name;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_value_error("FUSION_JIT_DYNAMIC", "FUSION_JIT_DYNAMIC=sometimes: expected auto, on or off");
+  expect_value_error("FUSION_JIT_STRICT", "FUSION_JIT_STRICT=maybe: expected 0 or 1");
+  expect_value_error("FUSION_JIT_CPU_GRAIN", "FUSION_JIT_CPU_GRAIN=many: expected an integer");
+  expect_value_error("FUSION_JIT_STRCT", "unknown environment variable FUSION_JIT_STRCT");
+  expect_value_error("FUSION_JIT_LIBRARY", "FUSION_JIT_LIBRARY is read before the library loads");
+}
+
+// Every entry's value read back is the value: what `show` writes, `set` parses to the same.
+TEST(Options, ValueRoundTripsThroughTheTable) {
+  const char* env[] = {"FUSION_JIT_DUMP=plan,ir", "FUSION_JIT_SHARED_PLANS=9", "FUSION_JIT_REMOTE_CACHE_TTL=60",
+                       "FUSION_JIT_CXX=ccache g++", "FUSION_JIT_ASSERT_NO_COMPILE=1", nullptr};
+  for (const char* name : {"FUSION_JIT_DUMP", "FUSION_JIT_SHARED_PLANS", "FUSION_JIT_REMOTE_CACHE_TTL",
+                           "FUSION_JIT_CXX", "FUSION_JIT_ASSERT_NO_COMPILE", "FUSION_JIT_CPU_POOL_MB"}) {
+    const std::string shown = Options::value(name, env);
+    const std::string again = std::string(name) + "=" + shown;
+    const char* back[] = {again.c_str(), nullptr};
+    EXPECT_EQ(Options::value(name, back), shown) << name;
+  }
+  EXPECT_EQ(Options::value("FUSION_JIT_DUMP", env), "ir,plan");
+  EXPECT_EQ(Options::value("FUSION_JIT_CXX", env), "ccache g++");
+}
+
+// ./run reads FUSION_JIT_TEST_JOBS (README); the library accepts it as it accepts ./run's other variables.
+TEST(Options, AcceptsRunsVariables) {
+  const char* env[] = {"FUSION_JIT_VENV=/v", "FUSION_JIT_BUILD_JOBS=4", "FUSION_JIT_TEST_JOBS=3", nullptr};
+  EXPECT_NO_THROW(Options::parse(env));
+}
+
 }  // namespace
 }  // namespace fusion_jit
