@@ -49,15 +49,11 @@ _OPTION_TYPES = {
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def _env_bool(name, default):
-    v = os.environ.get(name)
-    if v is None:
-        return default
-    if v in ("1", "true", "on", "yes"):
-        return True
-    if v in ("0", "false", "off", "no", ""):
-        return False
-    raise ValueError(f"{name}={v}: expected 0 or 1")
+def _option(name):
+    """The FUSION_JIT_* variable `name` as the C++ option table parses it (src/support/options.cpp), read
+    from the environment as it is now: the table's default where unset, a ValueError naming the variable
+    and its value where it does not parse. Switches come back as "0" or "1", lists as a sorted comma list."""
+    return _native.ops.option(name)
 
 
 def _channels_last(opts):
@@ -68,7 +64,7 @@ def _channels_last(opts):
 def _enabled(rule, opts):
     """Whether a rule applied on the Python side is on: neither it nor its rule set is named by
     FUSION_JIT_DISABLE or the `disable` option."""
-    names = set(os.environ.get("FUSION_JIT_DISABLE", "").split(",")) | set(opts.disable)
+    names = set(_option("FUSION_JIT_DISABLE").split(",")) | set(opts.disable)
     return rule not in names and rule.split(".")[0] not in names
 
 
@@ -79,12 +75,12 @@ def _differentiated(example_inputs):
 
 
 def _strict():
-    return _env_bool("FUSION_JIT_STRICT", False)
+    return _option("FUSION_JIT_STRICT") == "1"
 
 
 def _dynamic_setting(opts):
     """dynamic_kernels, or FUSION_JIT_DYNAMIC where the option is not given ("auto" by default)."""
-    return opts.dynamic_kernels or os.environ.get("FUSION_JIT_DYNAMIC", "").strip().lower() or "auto"
+    return opts.dynamic_kernels or _option("FUSION_JIT_DYNAMIC")
 
 
 class Options:
@@ -96,10 +92,10 @@ class Options:
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"fusion_jit: options must be a dict, not {type(options).__name__}")
         self.specialization_limit = None  # None: FUSION_JIT_SPECIALIZATION_LIMIT, read by the C++ side
-        self.cuda_graphs = _env_bool("FUSION_JIT_CUDA_GRAPHS", False) or mode == "reduce-overhead"
+        self.cuda_graphs = _option("FUSION_JIT_CUDA_GRAPHS") == "1" or mode == "reduce-overhead"
         self.cache_dir = None
         self.enable_fusion = True
-        self.freezing = _env_bool("FUSION_JIT_FREEZING", False)
+        self.freezing = _option("FUSION_JIT_FREEZING") == "1"
         self.disable = []  # passes and rules left out for this model (checked by the C++ side)
         self.dynamic_kernels = ""  # "": FUSION_JIT_DYNAMIC, read by the C++ side
         self.remote_cache = None   # None: FUSION_JIT_REMOTE_CACHE, read by the C++ side

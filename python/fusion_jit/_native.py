@@ -12,6 +12,10 @@ _NAME = "libfusion_jit_python.so"
 
 
 def _library_path():
+    # The one FUSION_JIT_* variable the package reads itself rather than through the option table
+    # (torch.ops.fusion_jit.option, as _backend.py reads the others): it names the library that holds the
+    # table, so it is read before that library is loaded. The table lists it only so that it is not
+    # rejected as unknown.
     given = os.environ.get("FUSION_JIT_LIBRARY")
     if given:
         if not os.path.isfile(given):

@@ -1,6 +1,7 @@
 // The Python binding: TORCH_LIBRARY registrations, loaded by the Python package with
 // torch.ops.load_library. No Python headers: torch's own bindings carry the calls. It uses the public API
-// only (fusion_jit/fusion_jit.h, fusion_jit/cache.h, fusion_jit/package.h) and the tolerance rule.
+// (fusion_jit/fusion_jit.h, fusion_jit/cache.h, fusion_jit/package.h), the tolerance rule, the step
+// profiler and the option table only.
 //
 //   torch.classes.fusion_jit.GraphFunction(name, enable_fusion, cuda_graphs, specialization_limit, disable,
 //                                          dynamic)
@@ -35,6 +36,9 @@
 //   torch.ops.fusion_jit.use_cache_dir(dir), torch.ops.fusion_jit.cache_dir() -> str
 //   torch.ops.fusion_jit.check_close(actual, expected, reference64?) -> (ok, max error, why not)
 //     the accuracy rule of DESIGN.md (torch/tolerance.h), for the Python tests
+//   torch.ops.fusion_jit.option(name) -> str   the FUSION_JIT_* variable `name` as the option table parses it
+//     from the environment as it is now (Options::value, support/options.h): how the package reads its
+//     options, so that their parsing, checks and errors are the table's
 //
 // fusion_jit::Error reaches Python as ValueError, fusion_jit::TypeError as TypeError (c10's ValueError
 // and TypeError, which torch translates), anything else as RuntimeError.
@@ -50,7 +54,10 @@
 #include "fusion_jit/fusion_jit.h"
 #include "fusion_jit/package.h"
 #include "runtime/profile.h"
+#include "support/options.h"
 #include "torch/tolerance.h"
+
+extern char** environ;
 
 namespace fusion_jit {
 namespace {
@@ -339,6 +346,9 @@ TORCH_LIBRARY(fusion_jit, m) {
   m.def("cache_dir", []() { return cache::dir(); });
   m.def("use_remote_cache", [](const std::string& url, const std::string& key_file) {
     translate_errors([&] { cache::use_remote(url, key_file); });
+  });
+  m.def("option", [](const std::string& name) {
+    return translate_errors([&] { return Options::value(name, environ); });
   });
   m.def("check_close", [](const at::Tensor& actual, const at::Tensor& expected, const std::optional<at::Tensor>& ref64) {
     CheckResult r = check_close(actual, expected, ref64);
