@@ -1,6 +1,7 @@
 """The fusion-jit CLI: successful runs and every error case (exit code 2, one line naming the problem).
 
-Usage: python tests/cli_test.py PATH/TO/fusion-jit   (FJ_CLI_TEST_CASES=TEXT: only the cases whose name holds TEXT)
+Usage: python tests/cli_test.py PATH/TO/fusion-jit   (FJ_CLI_TEST_CASES=TEXT: only the cases whose name holds TEXT;
+FJ_CLI_TEST_SHARD=I/N: the I-th of N shares of the cases). Each case's time is printed with its result.
 """
 import json
 import os
@@ -8,6 +9,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -49,17 +51,29 @@ def cli(*args, env=None):
 
 # FJ_CLI_TEST_CASES=TEXT: only the cases whose name holds TEXT run (a quick check of one area).
 ONLY = os.environ.get("FJ_CLI_TEST_CASES", "")
+# FJ_CLI_TEST_SHARD=I/N: only every N-th case from the I-th (1-based) runs, so that N processes share the
+# cases (CMakeLists.txt runs the sanitized build's in two, on two cores).
+SHARD = os.environ.get("FJ_CLI_TEST_SHARD", "1/1")
+try:
+    SHARD_INDEX, SHARD_COUNT = (int(x) for x in SHARD.split("/"))
+    assert 1 <= SHARD_INDEX <= SHARD_COUNT
+except (ValueError, AssertionError):
+    sys.exit(f"FJ_CLI_TEST_SHARD={SHARD!r}: expected I/N with 1 <= I <= N")
+_seen = 0
 
 
 def case(name):
     def wrap(fn):
-        if ONLY not in name:
+        global _seen
+        _seen += 1
+        if ONLY not in name or (_seen - 1) % SHARD_COUNT != SHARD_INDEX - 1:
             return fn
+        start = time.monotonic()
         try:
             fn()
-            results.append((name, None))
+            results.append((name, None, time.monotonic() - start))
         except Exception as e:  # noqa: BLE001 - report every failure and go on
-            results.append((name, f"{type(e).__name__}: {e}"))
+            results.append((name, f"{type(e).__name__}: {e}", time.monotonic() - start))
         return fn
 
     return wrap
@@ -889,8 +903,9 @@ def _():
 
 if REDIS is not None:
     REDIS.stop()
-failed = [(n, e) for n, e in results if e]
-for n, e in results:
-    print(("FAIL " if e else "ok   ") + n + (f": {e}" if e else ""))
-print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+failed = [(n, e) for n, e, _ in results if e]
+for n, e, seconds in results:
+    print(("FAIL " if e else "ok   ") + f"{seconds:6.1f} s  " + n + (f": {e}" if e else ""))
+print(f"{len(results) - len(failed)} passed, {len(failed)} failed"
+      + (f" (shard {SHARD} of {_seen} cases)" if SHARD_COUNT > 1 else ""))
 sys.exit(1 if failed else 0)

@@ -1,5 +1,5 @@
-// Every kernel the foundation's op corpus generates for a GPU (every op, every dtype it accepts, every
-// layout), compiled with NVRTC for sm_80 and sm_90: no error, no spills, no stack, and the same source
+// Every kernel the foundation's op corpus generates for a GPU (every op, in its first dtype and a
+// daily sample of the others (sampling.h), every layout), compiled with NVRTC for sm_80 and sm_90: no error, no spills, no stack, and the same source
 // on every run. No GPU needed: the corpus is captured on CPU tensors and the plans are moved to cuda:0.
 // One NVRTC call per op and architecture, over all its dtypes' kernels.
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include "gather_corpus.h"
 #include "op_corpus.h"
 #include "reduction_corpus.h"
+#include "sampling.h"
 #include "support/error.h"
 #include "targets/cuda/cuda_printer.h"
 #include "targets/cuda/nvrtc.h"
@@ -66,7 +67,7 @@ TEST_P(NvrtcCorpus, CompilesForSm80AndSm90WithoutSpills) {
   auto m = corpus_module(c);
   std::vector<std::shared_ptr<const ExecutablePlan>> plans;  // own the specs' graphs
   std::vector<KernelSpec> specs;
-  for (at::ScalarType t : dtypes_of(c.dtypes)) {
+  for (at::ScalarType t : sample_of(std::string("nvrtc-ops/") + c.name, dtypes_of(c.dtypes))) {
     auto inputs = corpus_inputs(c, t);
     std::string what = std::string(c.name) + " " + c10::toString(t);
     auto plan = compile(m).compile_cuda(inputs, "sm_90", /*run_nvrtc=*/false);
@@ -156,7 +157,7 @@ TEST_P(NvrtcReductions, CompileForSm80AndSm90WithoutSpills) {
   auto m = reduction_module(c, ins.size());
   std::vector<std::shared_ptr<const ExecutablePlan>> plans;
   std::vector<KernelSpec> specs;
-  for (at::ScalarType t : reduction_dtypes(c.dtypes)) {
+  for (at::ScalarType t : sample_of(std::string("nvrtc-reductions/") + c.name, reduction_dtypes(c.dtypes))) {
     auto plan = compile(m).compile_cuda(reduction_case_inputs(ins, t), "sm_90", /*run_nvrtc=*/false);
     append_specs(*plan, fmt::format("{}_{}_", c.name, c10::toString(t)), &specs);
     plans.push_back(std::move(plan));
