@@ -59,8 +59,8 @@ __version__ = "0.7.0"
 
 # Note [Registering the backend lazily]
 # torch.compile(backend="fusion_jit") finds the backend by name in Dynamo's registry. Importing
-# torch._dynamo (and the parts of torch._inductor it takes along) costs more than `import torch` itself
-# (about 0.8 s on 2 cores), which a process that only loads a package (load_package) or never compiles
+# torch._dynamo (and the parts of torch._inductor it takes along) costs more than `import torch` itself,
+# which a process that only loads a package (load_package) or never compiles
 # must not pay. So importing this package never imports Dynamo (tests/python/test_import.py):
 # - installed, the torch_dynamo_backends entry point (pyproject.toml) names `fusion_jit:backend`, and Dynamo
 #   loads it at its first lookup of the name (importing this package if it was not);

@@ -184,26 +184,21 @@ def channels_last_weights(gm, frozen):
 # still be made channels-last: oneDNN's convolution then writes its result channels-last, the ops after it
 # keep that layout up to the next convolution, and outputs get eager's layout back (as with channels-last
 # weights). Its weight is copied to channels-last by a kernel of the plan (aten::clone with that layout),
-# as ATen's convolution would copy it inside each call otherwise (a weight must have its input's layout;
-# timm_regnetx_002: 15 such copies per call, 0.56 ms of aten::clone under torch.profiler); the input's
-# copy at the plan's edge is such a kernel too. Whether it pays is a cost estimate over the graph's CPU convolutions, from measurements on
-# this project's machine (2 threads; bench/RESULTS.md, "Channels-last activations"):
-# - gain: about 0.75 ns per element the convolutions write (efficientnet_b0 0.73x of the NCHW plan's time,
-#   mobilenet_v3_small and timm_regnetx_002 0.81x: 0.74-0.77 ns per written element);
-# - cost: about 0.6 ns per weight element, read and reordered by oneDNN's channels-last kernels on each
-#   call (slower than its NCHW ones for large weights over small images: a [512, 256, 1, 1] stride-2
-#   convolution 0.23 ms NCHW, 1.39 ms channels-last), another 0.6 ns per weight element that is not
+# as ATen's convolution would copy it inside each call otherwise (a weight must have its input's layout);
+# the input's copy at the plan's edge is such a kernel too. Whether it pays is an estimate over the
+# graph's CPU convolutions, gain against cost, each linear in what it counts:
+# - gain: per element the convolutions write (oneDNN's channels-last kernels write faster);
+# - cost: per weight element read and reordered by oneDNN's channels-last kernels on each call (slower
+#   than its NCHW ones for large weights over small images), again per weight element that is not
 #   channels-last already (copied on each call: a kh x kw > 1 kernel over more than one input channel per
-#   group; 1x1 and depthwise weights are both layouts at once), and 0.3 ns per element copied at the
-#   plan's edges (4-d graph inputs read by a convolution, 4-d outputs given eager's layout back).
-# resnet18 (11M weight elements, 2.5M written) stays NCHW where its weights are reordered in every call:
-# channels-last took it from 26 to 45 ms, and Inductor, which makes every CPU conv net channels-last with
-# default settings, is slower than eager on it. A weight reordered once per content (_memo_conv; Note
-# [Weights reordered once per content], src/torch/executor.h) costs nothing per call and is not copied, so
-# its convolution counts no weight cost: resnet18 then goes channels-last (27.1 to 18.9 ms per call,
-# bench/RESULTS.md). Inference graphs only: in training the forward's saved activations would be copied
-# back to the layout the backward graph was traced with. explain prints the decision with both estimates;
-# FUSION_JIT_DISABLE=channels_last keeps NCHW.
+#   group; 1x1 and depthwise weights are both layouts at once), and per element copied at the plan's
+#   edges (4-d graph inputs read by a convolution, 4-d outputs given eager's layout back).
+# A weight reordered once per content (_memo_conv; Note [Weights reordered once per content],
+# src/torch/executor.h) costs nothing per call and is not copied, so its convolution counts no weight
+# cost. The constants below were measured on this project's machine (bench/RESULTS.md, "Channels-last
+# activations", with the models that fixed them). Inference graphs only: in training the forward's saved
+# activations would be copied back to the layout the backward graph was traced with. explain prints the
+# decision with both estimates; FUSION_JIT_DISABLE=channels_last keeps NCHW.
 _CL_GAIN_NS_PER_WRITTEN = 0.75
 _CL_NS_PER_WEIGHT = 0.6
 _CL_NS_PER_COPIED = 0.6

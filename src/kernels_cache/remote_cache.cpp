@@ -41,7 +41,7 @@ std::string address_of(const RemoteCacheUrl& u) {
 
 // Note [Bounded replies]
 // hiredis's blocking calls time out per read (SO_RCVTIMEO) and read a reply of any size: a server that
-// trickles a byte every 200 ms, or answers with a gigabyte, holds a call and its memory for as long as it
+// trickles its reply a byte at a time, or answers with a gigabyte, holds a call and its memory for as long as it
 // likes. So a command is sent with hiredis's buffer calls and its reply read here: poll() waits for what
 // is left of the operation's deadline, and the bytes received are counted after each read against the
 // most the command may return (an entry's frame and its protocol header for GETRANGE, kSmallReply for

@@ -11,8 +11,9 @@
 // what is wrong, never half read. The checksum guards against damage (a truncated copy, a flipped bit), not
 // against someone who rewrites the file: no checksum without a key could, and a package holds code that is
 // run, so it is trusted as a shared library is. So it is xxHash's XXH3-128 (Debian's libxxhash, header
-// only), about 10 GB/s here where SHA-256 ran at 1.6 GB/s: 30 ms of a 47 MB resnet18 package's load. Writing goes to a temporary file in the same directory, flushed to disk
-// and renamed over the path: a reader sees the old file or the new one, never a part.
+// only), several times faster than SHA-256 (bench/RESULTS.md, "Figures moved out of Notes"). Writing goes
+// to a temporary file in the same directory, flushed to disk and renamed over the path: a reader sees the
+// old file or the new one, never a part.
 #pragma once
 
 #include <cstdint>

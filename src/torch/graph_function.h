@@ -3,9 +3,9 @@
 // backend) keep their plans in one each; the specialization limit and its warning live only here.
 //
 // Note [One plan per input signature]
-// - A call looks its signature up under the table's lock (a std::unordered_map: on every call, about
-//   21 ns with 8 signatures, under 1% of a served call; absl::flat_hash_map was measured slower there,
-//   bench/RESULTS.md "Signature lookup").
+// - A call looks its signature up under the table's lock (a std::unordered_map, on every call: a small
+//   part of a served call; absl::flat_hash_map was measured slower there, bench/RESULTS.md "Signature
+//   lookup").
 // - A new signature under the limit is reserved under the lock, then compiled with no lock held: calls
 //   of other signatures go on meanwhile, callers of the same signature wait for it (`Entry::ready`).
 // - A new signature past the limit, or one the caller says must run eagerly (an input that requires grad

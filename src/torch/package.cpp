@@ -39,8 +39,8 @@
 // parses anything, and refuses a package that has no signature or whose MAC differs (another key, or a
 // change after signing): the error names the path, the key file and the cause, and nothing of the package
 // was loaded. A loader without a key does not check a signature: an unsigned package is trusted code, as a
-// shared library is, and explain says so. Verifying reads every byte once more through SHA-256 (about
-// 1.6 GB/s here: 30 ms of a 47 MB resnet18 package); without a key it costs nothing.
+// shared library is, and explain says so. Verifying reads every byte once more through SHA-256 (its
+// cost: bench/RESULTS.md, "Figures moved out of Notes"); without a key it costs nothing.
 //
 // Note [Checks before code]
 // Signed or not, everything of a package that is data is read and checked before any of its code is loaded:

@@ -109,10 +109,11 @@ bool computes(const Expr& e) {
 // Note [Short rows]
 // A pointwise kernel walks rows of its innermost iteration dim, one vector loop per row. Where that dim is
 // a few elements long (a channels-last copy of a 3-channel image: [50176, 3], the input's reads 50176
-// apart; a [N, 3] tensor plus a [3] bias) each loop ran 3 elements with a row's set-up around them: the
-// image's copy took 220 us on one thread. Such a kernel walks the whole rows of its range along the next
+// apart; a [N, 3] tensor plus a [3] bias) each loop ran 3 elements with a row's set-up around them, the
+// set-up costing more than the elements. Such a kernel walks the whole rows of its range along the next
 // dim instead, the vector loop over rows (each buffer stepping by its stride there) and the row's few
-// elements written out in its body, which GCC vectorizes as interleaved loads and stores: 16 us. A
+// elements written out in its body, which GCC vectorizes as interleaved loads and stores (the image's
+// copy about 14 times faster: bench/RESULTS.md, "Figures moved out of Notes"). A
 // thread's range need not start or end on a row: its partial first and last rows take the row loop.
 // Taken for an innermost extent of 2 to kShortRow, without cat pieces, while the body written out stays
 // small (kShortRowStatements, so that compile time stays as it was), and with literal sizes only: a
