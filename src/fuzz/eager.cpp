@@ -345,51 +345,58 @@ bool eager_structural(const std::string& schema, std::vector<c10::IValue>& stack
   return true;
 }
 
-}  // namespace
+// ---- eager_op's steps ----
 
-bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
-              uint8_t* out_flags, bool check_preconditions) {
-  if (is_structural_schema(schema)) return eager_structural(schema, stack, arg_flags, out_flags, check_preconditions);
-  // An in-place op follows the rules of its out-of-place form (its result is the mutated self).
-  std::string base = inplace_base(schema);
-  const OpInfo* op = find_op(base.empty() ? schema : base);
-  if (!op) return false;
-  if (!check_preconditions) {
-    // The float64 reference replays a recipe already accepted: its values differ, its preconditions
-    // were checked on the real ones.
-    try {
-      call_schema(schema, stack);
-    } catch (const std::exception&) {
-      return false;
-    }
-    *out_flags = 0;
-    return stack.size() == 1 && stack[0].isTensor();
-  }
-  const std::string& fn = op->kernel_fn;
-  auto is_float_tensor = [](const c10::IValue& v) { return v.isTensor() && at::isFloatingType(v.toTensor().scalar_type()); };
-  auto abs_max = [](const c10::IValue& v) {
-    at::Tensor d = v.toTensor().to(at::kDouble);
-    if (d.numel() == 0) return 0.0;
-    if (!d.isfinite().all().item<bool>()) return static_cast<double>(INFINITY);
-    return d.abs().max().item<double>();
-  };
+bool is_float_tensor(const c10::IValue& v) { return v.isTensor() && at::isFloatingType(v.toTensor().scalar_type()); }
+// The largest |x| of a tensor argument: infinite where one is not finite, 0 where it is empty.
+double abs_max(const c10::IValue& v) {
+  at::Tensor d = v.toTensor().to(at::kDouble);
+  if (d.numel() == 0) return 0.0;
+  if (!d.isfinite().all().item<bool>()) return static_cast<double>(INFINITY);
+  return d.abs().max().item<double>();
+}
+// The smallest |x + shift| of a tensor argument, NaNs left out; infinite where it is empty.
+double min_abs(const c10::IValue& v, double shift) {
+  at::Tensor d = (v.toTensor().to(at::kDouble) + shift).abs();
+  d = at::where(d.isnan(), at::full_like(d, INFINITY), d);  // NaN would hide a zero from min()
+  return d.numel() == 0 ? static_cast<double>(INFINITY) : d.min().item<double>();
+}
+
+// What the preconditions read of an op's float tensor arguments and their flags.
+struct ArgFacts {
   bool any_inexact = false, float_in = false, zero_sign = false;
-  std::vector<bool> arg_inexact(stack.size(), false);
+  std::vector<bool> arg_inexact;  // per argument: a float tensor flagged inexact
+};
+
+ArgFacts arg_facts(const std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags) {
+  ArgFacts f;
+  f.arg_inexact.assign(stack.size(), false);
   for (size_t i = 0; i < stack.size(); ++i) {
     if (!is_float_tensor(stack[i])) continue;
-    float_in = true;
-    arg_inexact[i] = i < arg_flags.size() && (arg_flags[i] & kInexact);
-    any_inexact = any_inexact || arg_inexact[i];
-    zero_sign = zero_sign || (i < arg_flags.size() && (arg_flags[i] & kZeroSignUnspecified));
+    f.float_in = true;
+    f.arg_inexact[i] = i < arg_flags.size() && (arg_flags[i] & kInexact);
+    f.any_inexact = f.any_inexact || f.arg_inexact[i];
+    f.zero_sign = f.zero_sign || (i < arg_flags.size() && (arg_flags[i] & kZeroSignUnspecified));
   }
+  return f;
+}
+
+// The preconditions on an op's arguments (Note [The fuzzer's oracle and ill-conditioned cases]):
+// discontinuous functions, casts to integers, integer division, domains and singularities, zeros of
+// unspecified sign. False where the op breaks one.
+bool arguments_ok(const std::string& schema, const OpInfo& op, const std::vector<c10::IValue>& stack,
+                  const std::vector<uint8_t>& arg_flags, const ArgFacts& facts) {
+  const std::string& fn = op.kernel_fn;
+  const bool any_inexact = facts.any_inexact, float_in = facts.float_in, zero_sign = facts.zero_sign;
+  const std::vector<bool>& arg_inexact = facts.arg_inexact;
   // Discontinuous functions of floats take exact values only.
   int target = -1;
   if (schema == "aten::to.dtype" && stack.size() > 1 && stack[1].isInt()) target = static_cast<int>(stack[1].toInt());
   if (schema == "aten::type_as" && stack.size() > 1 && stack[1].isTensor())
     target = static_cast<int>(stack[1].toTensor().scalar_type());
   bool to_int = target >= 0 && (is_int_code(target) || target == 11);
-  const bool int_division = op->has(OpFlag::kIntegerDivision);  // remainder, fmod, div with a rounding mode
-  bool discontinuous = op->has(OpFlag::kDiscontinuous) || to_int;
+  const bool int_division = op.has(OpFlag::kIntegerDivision);  // remainder, fmod, div with a rounding mode
+  bool discontinuous = op.has(OpFlag::kDiscontinuous) || to_int;
   if (discontinuous && any_inexact) return false;
   if (to_int && float_in) {
     static const double bounds[] = {255, 127, 32767, 2147483647.0, 9.2e18};
@@ -415,11 +422,6 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   }
   // Singularities and domain edges at 0 (x/0, log 0, sqrt of -0.0 versus -1e-45): inexact values must
   // keep clear of them, or a last-ulp difference moves a NaN or an Inf.
-  auto min_abs = [](const c10::IValue& v, double shift) {
-    at::Tensor d = (v.toTensor().to(at::kDouble) + shift).abs();
-    d = at::where(d.isnan(), at::full_like(d, INFINITY), d);  // NaN would hide a zero from min()
-    return d.numel() == 0 ? static_cast<double>(INFINITY) : d.min().item<double>();
-  };
   if (any_inexact) {
     size_t arg = in_set(fn, {"div", "remainder", "fmod"}) ? 1 : fn == "addcdiv" ? 2 : 0;
     bool singular = in_set(fn, {"div", "addcdiv", "reciprocal", "rsqrt", "sqrt", "log", "log2", "log1p", "pow"});
@@ -451,10 +453,83 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
     const at::Tensor& a = stack[0].toTensor();
     if (a.numel() && a.scalar_type() != at::kBool && a.to(at::kDouble).min().item<double>() <= -2147483648.0) return false;
   }
+  return true;
+}
+
+// The preconditions on an op's result: no overflow that depends on eager's loop (float16/bfloat16 with
+// alpha != 1: `scaled` and `summed`, where defined), no cancellation against its summands (`float_args`),
+// no transcendental result within a factor of 2 of its dtype's largest value.
+bool result_ok(const at::Tensor& result, const at::Tensor& scaled, const at::Tensor& summed,
+               const std::vector<at::Tensor>& float_args, bool exact_op) {
+  if (scaled.defined() && (result.scalar_type() == at::kHalf || result.scalar_type() == at::kBFloat16)) {
+    double half_max = (result.scalar_type() == at::kHalf ? 65504.0 : 3.3895313892515355e38) / 2;
+    if (at::logical_or(at::logical_and(scaled.isfinite(), scaled.gt(half_max)),
+                       at::logical_and(summed.isfinite(), summed.gt(half_max)))
+            .any()
+            .item<bool>())
+      return false;
+  }
+  if (!float_args.empty() && result.numel() > 0) {
+    at::Tensor big = at::zeros_like(result, at::kDouble);
+    for (const auto& a : float_args) big = at::maximum(big, at::where(a.isnan(), at::zeros_like(a), a).expand_as(big));
+    at::Tensor r = result.to(at::kDouble).abs();
+    at::Tensor lost = at::logical_and(big.isfinite(), r.lt(big * 1e-3));
+    if (lost.any().item<bool>()) return false;
+  }
+  bool is_float_out = at::isFloatingType(result.scalar_type());
+  // A transcendental result within a factor of 2 of the dtype's largest value may overflow in one
+  // library and not in the other.
+  if (is_float_out && !exact_op && result.numel() > 0) {
+    double limit = result.scalar_type() == at::kHalf ? 65504.0 : result.scalar_type() == at::kDouble ? 1.7e308 : 3.4e38;
+    at::Tensor r = result.to(at::kDouble).abs();
+    if (at::logical_and(r.isfinite(), r.gt(limit / 2)).any().item<bool>()) return false;
+  }
+  return true;
+}
+
+// The flags of an op's result (Note [The fuzzer's oracle and ill-conditioned cases]).
+uint8_t result_flags(const std::string& fn, const at::Tensor& result, const std::vector<uint8_t>& arg_flags,
+                     const ArgFacts& facts, bool exact_op) {
+  const bool any_inexact = facts.any_inexact, zero_sign = facts.zero_sign;
+  bool is_float_out = at::isFloatingType(result.scalar_type());
+  bool makes_zero_sign = in_set(fn, {"minimum", "maximum", "clamp", "clamp_min", "clamp_max", "hardtanh", "relu",
+                                     "where", "masked_fill"});
+  int prec = 0;
+  for (uint8_t f : arg_flags) prec = std::max(prec, f >> 2);  // (the stack holds the result by now)
+  bool inexact_out = is_float_out && (any_inexact || !exact_op);
+  if (inexact_out && !exact_op) prec = std::max(prec, precision_class(result.scalar_type()));
+  return static_cast<uint8_t>((inexact_out ? kInexact : 0) |
+                              (is_float_out && (zero_sign || makes_zero_sign) && fn != "abs" ? kZeroSignUnspecified : 0) |
+                              (inexact_out ? prec << 2 : 0));
+}
+
+}  // namespace
+
+bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const std::vector<uint8_t>& arg_flags,
+              uint8_t* out_flags, bool check_preconditions) {
+  if (is_structural_schema(schema)) return eager_structural(schema, stack, arg_flags, out_flags, check_preconditions);
+  // An in-place op follows the rules of its out-of-place form (its result is the mutated self).
+  std::string base = inplace_base(schema);
+  const OpInfo* op = find_op(base.empty() ? schema : base);
+  if (!op) return false;
+  if (!check_preconditions) {
+    // The float64 reference replays a recipe already accepted: its values differ, its preconditions
+    // were checked on the real ones.
+    try {
+      call_schema(schema, stack);
+    } catch (const std::exception&) {
+      return false;
+    }
+    *out_flags = 0;
+    return stack.size() == 1 && stack[0].isTensor();
+  }
+  const std::string& fn = op->kernel_fn;
+  const ArgFacts facts = arg_facts(stack, arg_flags);
+  if (!arguments_ok(schema, *op, stack, arg_flags, facts)) return false;
   // Cancellation: a difference of inexact values that is far smaller than its operands has lost their
   // accuracy (a relative error of ulps becomes one of thousands of ulps); it is not generated.
   std::vector<at::Tensor> float_args;
-  if (any_inexact) {
+  if (facts.any_inexact) {
     try {
       float_args = summands(fn, stack);
     } catch (const std::exception&) {
@@ -484,39 +559,9 @@ bool eager_op(const std::string& schema, std::vector<c10::IValue>& stack, const 
   }
   if (stack.size() != 1 || !stack[0].isTensor()) return false;
   const at::Tensor& result = stack[0].toTensor();
-  if (scaled.defined() && (result.scalar_type() == at::kHalf || result.scalar_type() == at::kBFloat16)) {
-    double half_max = (result.scalar_type() == at::kHalf ? 65504.0 : 3.3895313892515355e38) / 2;
-    if (at::logical_or(at::logical_and(scaled.isfinite(), scaled.gt(half_max)),
-                       at::logical_and(summed.isfinite(), summed.gt(half_max)))
-            .any()
-            .item<bool>())
-      return false;
-  }
-  if (!float_args.empty() && result.numel() > 0) {
-    at::Tensor big = at::zeros_like(result, at::kDouble);
-    for (const auto& a : float_args) big = at::maximum(big, at::where(a.isnan(), at::zeros_like(a), a).expand_as(big));
-    at::Tensor r = result.to(at::kDouble).abs();
-    at::Tensor lost = at::logical_and(big.isfinite(), r.lt(big * 1e-3));
-    if (lost.any().item<bool>()) return false;
-  }
-  bool exact_op = op->has(OpFlag::kExact) || (in_set(fn, {"add", "sub", "rsub"}) && alpha_one);
-  bool is_float_out = at::isFloatingType(stack[0].toTensor().scalar_type());
-  // A transcendental result within a factor of 2 of the dtype's largest value may overflow in one
-  // library and not in the other.
-  if (is_float_out && !exact_op && result.numel() > 0) {
-    double limit = result.scalar_type() == at::kHalf ? 65504.0 : result.scalar_type() == at::kDouble ? 1.7e308 : 3.4e38;
-    at::Tensor r = result.to(at::kDouble).abs();
-    if (at::logical_and(r.isfinite(), r.gt(limit / 2)).any().item<bool>()) return false;
-  }
-  bool makes_zero_sign = in_set(fn, {"minimum", "maximum", "clamp", "clamp_min", "clamp_max", "hardtanh", "relu",
-                                     "where", "masked_fill"});
-  int prec = 0;
-  for (uint8_t f : arg_flags) prec = std::max(prec, f >> 2);  // (the stack holds the result by now)
-  bool inexact_out = is_float_out && (any_inexact || !exact_op);
-  if (inexact_out && !exact_op) prec = std::max(prec, precision_class(result.scalar_type()));
-  *out_flags = static_cast<uint8_t>((inexact_out ? kInexact : 0) |
-                                    (is_float_out && (zero_sign || makes_zero_sign) && fn != "abs" ? kZeroSignUnspecified : 0) |
-                                    (inexact_out ? prec << 2 : 0));
+  const bool exact_op = op->has(OpFlag::kExact) || (in_set(fn, {"add", "sub", "rsub"}) && alpha_one);
+  if (!result_ok(result, scaled, summed, float_args, exact_op)) return false;
+  *out_flags = result_flags(fn, result, arg_flags, facts, exact_op);
   return true;
 }
 

@@ -418,6 +418,141 @@ std::optional<OpSpec> make_inplace(Rng& r, const std::vector<at::Tensor>& vals, 
   return s;
 }
 
+// The inputs of a recipe: 1 to 3 of one shape (at times broadcasting variants of it) and mostly one
+// dtype; at times (`*huge`) a bool or uint8 first input whose rows lie 2^31 + 16 elements apart.
+void draw_inputs(Rng& r, uint64_t seed, uint64_t attempt, Recipe* rec, bool* huge) {
+  static const std::vector<int> dtypes = {6, 6, 6, 7, 5, 5, 15, 15, 3, 4, 11};
+  static const std::vector<std::vector<int64_t>> shapes = {
+      {}, {0}, {1}, {7}, {8}, {9}, {15}, {16}, {17}, {31}, {33}, {64}, {65}, {3, 5}, {5, 1}, {4, 8},
+      {0, 3}, {2, 3, 5}, {2, 1, 4, 3}, {2, 3, 4, 5}, {3, 11, 13}, {32769}, {2, 16385}};
+  int base = pick(r, dtypes);
+  bool specials = !chance(r, 0.3);
+  *huge = chance(r, 0.04);
+  std::vector<int64_t> shape = *huge ? std::vector<int64_t>{2, 33} : pick(r, shapes);
+  int n_inputs = uniform(r, 1, 3);
+  for (int i = 0; i < n_inputs; ++i) {
+    InputSpec in;
+    in.dtype = *huge && i == 0 ? 11 : (chance(r, 0.2) ? pick(r, dtypes) : base);
+    in.sizes = shape;
+    if (i > 0 && !in.sizes.empty() && chance(r, 0.5)) {
+      // A broadcasting variant: fewer leading dims, or size-1 dims.
+      if (chance(r, 0.5)) in.sizes.erase(in.sizes.begin(), in.sizes.begin() + uniform(r, 0, static_cast<int>(in.sizes.size())));
+      for (auto& d : in.sizes)
+        if (chance(r, 0.3)) d = 1;
+    }
+    static const std::vector<Layout> layouts = {Layout::kContiguous, Layout::kContiguous, Layout::kTransposed,
+                                                Layout::kSliced, Layout::kExpanded, Layout::kChannelsLast};
+    in.layout = *huge && i == 0 ? Layout::kHugeStride : pick(r, layouts);
+    in.value_seed = mix(seed, 1000 + static_cast<uint64_t>(i) + attempt * 7);
+    in.specials = specials;
+    rec->inputs.push_back(in);
+  }
+}
+
+// An elementwise op of the table over earlier values whose shapes broadcast together (to at most
+// kMaxBroadcastNumel elements), with random literals.
+std::optional<OpSpec> make_elementwise(Rng& r, const std::vector<at::Tensor>& vals) {
+  const OpInfo& op = *pick(r, fuzz_ops());
+  OpSpec spec;
+  spec.schema = op.schema;
+  std::vector<int64_t> out_shape;
+  bool have_shape = false, ok = true;
+  int first_tensor = -1;
+  for (size_t i = 0; i < op.args.size() && ok; ++i) {
+    const ArgSpec& a = op.args[i];
+    RecipeArg ra;
+    if (a.is_tensor()) {
+      // Prefer recent values; the mask and condition of where/masked_fill must be bool.
+      std::vector<int> cands;
+      for (int v = 0; v < static_cast<int>(vals.size()); ++v) {
+        // (type_as's second tensor only lends its dtype: any dtype does.)
+        if (a.kind == ArgKind::kTensorNoPromote && op.rule != DTypeRule::kCastLike &&
+            vals[static_cast<size_t>(v)].scalar_type() != at::kBool)
+          continue;
+        bool bok = true;
+        if (have_shape) {
+          // Views make values of other ranks: [n, 1] against [n] would broadcast to n^2 elements.
+          auto b = broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &bok);
+          int64_t numel = 1;
+          for (int64_t d : b) numel *= d;
+          bok = bok && numel <= kMaxBroadcastNumel;
+        }
+        if (bok) cands.push_back(v);
+      }
+      if (cands.empty()) {
+        ok = false;
+        break;
+      }
+      int v = chance(r, 0.6) ? cands.back() : pick(r, cands);
+      if (chance(r, 0.3) && cands.size() > 1) v = cands[cands.size() - 2];
+      ra.value = v;
+      out_shape = have_shape ? broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &ok)
+                             : vals[static_cast<size_t>(v)].sizes().vec();
+      have_shape = true;
+      if (first_tensor < 0) first_tensor = v;
+    } else if (a.kind == ArgKind::kScalar || a.kind == ArgKind::kScalarNoPromote) {
+      bool int_only = op.has(OpFlag::kIntegral) ||
+                      (first_tensor >= 0 && !at::isFloatingType(vals[static_cast<size_t>(first_tensor)].scalar_type()) &&
+                       (op.kernel_fn == "add" || op.kernel_fn == "sub" || op.kernel_fn == "rsub") && i == 2);
+      ra.literal = a.has_default && chance(r, 0.5) ? a.default_value : random_scalar(r, int_only);
+    } else if (a.kind == ArgKind::kOptScalar) {
+      ra.literal = chance(r, 0.3) ? Literal(None{}) : random_scalar(r, false);
+    } else if (a.kind == ArgKind::kMode) {
+      if (op.kernel_fn == "gelu") ra.literal = std::string(chance(r, 0.5) ? "none" : "tanh");
+      else ra.literal = std::string(chance(r, 0.5) ? "trunc" : "floor");
+    } else if (a.kind == ArgKind::kDTypeArg) {
+      static const std::vector<int64_t> codes = {11, 3, 4, 5, 15, 6, 7};
+      ra.literal = pick(r, codes);
+    } else {
+      FJ_INTERNAL_ASSERT(a.has_default, "{}: argument {} has no default", op.schema, i);
+      ra.literal = a.default_value;
+    }
+    spec.args.push_back(ra);
+  }
+  if (!ok) return std::nullopt;
+  return spec;
+}
+
+// One draw of an op over `vals`: the in-place op where `inplace_here`, else by GenOptions' chances a
+// reduction, view, random op (none where the recipe has an in-place op: `with_inplace`), cat, gather or
+// batch_norm, else an elementwise op. nullopt where the draw found no values that fit.
+std::optional<OpSpec> draw_op(Rng& r, const GenOptions& gen, const std::vector<at::Tensor>& vals, int n_in,
+                              bool inplace_here, bool with_inplace) {
+  const bool wide = gen.reductions + gen.views + gen.random_ops + gen.cats + gen.gathers + gen.batch_norms > 0;
+  const double u = wide ? std::uniform_real_distribution<double>(0, 1)(r) : 1.0;
+  // No random ops with an in-place op: such recipes run through TorchScript, whose interpreter
+  // drops unused random ops (eager's op-by-op replay draws them).
+  const double p_red = gen.reductions, p_view = p_red + gen.views,
+               p_rand = p_view + (with_inplace ? 0.0 : gen.random_ops), p_cat = p_rand + gen.cats,
+               p_gather = p_cat + gen.gathers, p_bn = p_gather + gen.batch_norms;
+  if (inplace_here || u < p_bn)
+    return inplace_here  ? make_inplace(r, vals, uniform(r, 0, n_in - 1))
+           : u < p_red    ? make_reduction(r, vals)
+           : u < p_view   ? make_view(r, vals)
+           : u < p_rand   ? make_random(r, vals)
+           : u < p_cat    ? make_cat(r, vals)
+           : u < p_gather ? make_gather(r, vals)
+                          : make_batch_norm(r, vals);
+  return make_elementwise(r, vals);
+}
+
+// Runs a drawn op eagerly on the values (eager_op, with the oracle's preconditions); where eager accepts
+// it, its result becomes the next value (and an in-place op's flags its self's).
+bool accept_op(const OpSpec& spec, std::vector<at::Tensor>& vals, std::vector<uint8_t>& vflags) {
+  std::vector<c10::IValue> stack;
+  std::vector<uint8_t> flags;
+  for (const auto& a : spec.args) {
+    stack.push_back(a.value >= 0 ? c10::IValue(vals[static_cast<size_t>(a.value)]) : literal_to_ivalue(a.literal));
+    flags.push_back(a.value >= 0 ? vflags[static_cast<size_t>(a.value)] : 0);
+  }
+  uint8_t res_flags = 0;
+  if (!eager_op(spec.schema, stack, flags, &res_flags)) return false;
+  if (!inplace_base(spec.schema).empty()) vflags.at(static_cast<size_t>(spec.args[0].value)) = res_flags;
+  vals.push_back(stack.at(0).toTensor());
+  vflags.push_back(res_flags);
+  return true;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> make_inputs(const Recipe& r) {
@@ -431,36 +566,11 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
     Rng r(mix(seed, attempt));
     Recipe rec;
     rec.seed = seed;
-    static const std::vector<int> dtypes = {6, 6, 6, 7, 5, 5, 15, 15, 3, 4, 11};
-    static const std::vector<std::vector<int64_t>> shapes = {
-        {}, {0}, {1}, {7}, {8}, {9}, {15}, {16}, {17}, {31}, {33}, {64}, {65}, {3, 5}, {5, 1}, {4, 8},
-        {0, 3}, {2, 3, 5}, {2, 1, 4, 3}, {2, 3, 4, 5}, {3, 11, 13}, {32769}, {2, 16385}};
-    int base = pick(r, dtypes);
-    bool specials = !chance(r, 0.3);
-    bool huge = chance(r, 0.04);
-    std::vector<int64_t> shape = huge ? std::vector<int64_t>{2, 33} : pick(r, shapes);
-    int n_inputs = uniform(r, 1, 3);
-    for (int i = 0; i < n_inputs; ++i) {
-      InputSpec in;
-      in.dtype = huge && i == 0 ? 11 : (chance(r, 0.2) ? pick(r, dtypes) : base);
-      in.sizes = shape;
-      if (i > 0 && !in.sizes.empty() && chance(r, 0.5)) {
-        // A broadcasting variant: fewer leading dims, or size-1 dims.
-        if (chance(r, 0.5)) in.sizes.erase(in.sizes.begin(), in.sizes.begin() + uniform(r, 0, static_cast<int>(in.sizes.size())));
-        for (auto& d : in.sizes)
-          if (chance(r, 0.3)) d = 1;
-      }
-      static const std::vector<Layout> layouts = {Layout::kContiguous, Layout::kContiguous, Layout::kTransposed,
-                                                  Layout::kSliced, Layout::kExpanded, Layout::kChannelsLast};
-      in.layout = huge && i == 0 ? Layout::kHugeStride : pick(r, layouts);
-      in.value_seed = mix(seed, 1000 + static_cast<uint64_t>(i) + attempt * 7);
-      in.specials = specials;
-      rec.inputs.push_back(in);
-    }
+    bool huge = false;
+    draw_inputs(r, seed, attempt, &rec, &huge);
     std::vector<at::Tensor> vals = make_inputs(rec);
     std::vector<uint8_t> vflags(vals.size(), 0);
     int n_ops = uniform(r, 2, 16);
-    const auto& ops = fuzz_ops();
     // Random ops draw here what check_batch's eager and fused runs will draw (Note [The fuzzer's wider
     // graphs]), so that the preconditions hold for those values too.
     at::manual_seed(draw_seed(seed));
@@ -470,95 +580,9 @@ Recipe generate(uint64_t seed, const GenOptions& gen) {
     const int inplace_at = gen.inplace > 0 && chance(r, gen.inplace) && !huge ? uniform(r, 0, n_ops - 1) : -1;
     for (int k = 0; k < n_ops; ++k) {
       for (int tries = 0; tries < 30; ++tries) {
-        OpSpec spec;
-        const bool wide = gen.reductions + gen.views + gen.random_ops + gen.cats + gen.gathers + gen.batch_norms > 0;
-        const double u = wide ? std::uniform_real_distribution<double>(0, 1)(r) : 1.0;
-        // No random ops with an in-place op: such recipes run through TorchScript, whose interpreter
-        // drops unused random ops (eager's op-by-op replay draws them).
-        const double p_red = gen.reductions, p_view = p_red + gen.views,
-                     p_rand = p_view + (inplace_at >= 0 ? 0.0 : gen.random_ops), p_cat = p_rand + gen.cats,
-                     p_gather = p_cat + gen.gathers, p_bn = p_gather + gen.batch_norms;
-        if ((k == inplace_at && tries < 10) || u < p_bn) {
-          std::optional<OpSpec> sp = k == inplace_at && tries < 10 ? make_inplace(r, vals, uniform(r, 0, n_in - 1))
-                                     : u < p_red                   ? make_reduction(r, vals)
-                                     : u < p_view                  ? make_view(r, vals)
-                                     : u < p_rand                  ? make_random(r, vals)
-                                     : u < p_cat                   ? make_cat(r, vals)
-                                     : u < p_gather                ? make_gather(r, vals)
-                                                                   : make_batch_norm(r, vals);
-          if (!sp) continue;
-          spec = std::move(*sp);
-        } else {
-        const OpInfo& op = *pick(r, ops);
-        spec.schema = op.schema;
-        std::vector<int64_t> out_shape;
-        bool have_shape = false, ok = true;
-        int first_tensor = -1;
-        for (size_t i = 0; i < op.args.size() && ok; ++i) {
-          const ArgSpec& a = op.args[i];
-          RecipeArg ra;
-          if (a.is_tensor()) {
-            // Prefer recent values; the mask and condition of where/masked_fill must be bool.
-            std::vector<int> cands;
-            for (int v = 0; v < static_cast<int>(vals.size()); ++v) {
-              // (type_as's second tensor only lends its dtype: any dtype does.)
-              if (a.kind == ArgKind::kTensorNoPromote && op.rule != DTypeRule::kCastLike &&
-                  vals[static_cast<size_t>(v)].scalar_type() != at::kBool)
-                continue;
-              bool bok = true;
-              if (have_shape) {
-                // Views make values of other ranks: [n, 1] against [n] would broadcast to n^2 elements.
-                auto b = broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &bok);
-                int64_t numel = 1;
-                for (int64_t d : b) numel *= d;
-                bok = bok && numel <= kMaxBroadcastNumel;
-              }
-              if (bok) cands.push_back(v);
-            }
-            if (cands.empty()) {
-              ok = false;
-              break;
-            }
-            int v = chance(r, 0.6) ? cands.back() : pick(r, cands);
-            if (chance(r, 0.3) && cands.size() > 1) v = cands[cands.size() - 2];
-            ra.value = v;
-            out_shape = have_shape ? broadcast_shapes(out_shape, vals[static_cast<size_t>(v)].sizes().vec(), &ok)
-                                   : vals[static_cast<size_t>(v)].sizes().vec();
-            have_shape = true;
-            if (first_tensor < 0) first_tensor = v;
-          } else if (a.kind == ArgKind::kScalar || a.kind == ArgKind::kScalarNoPromote) {
-            bool int_only = op.has(OpFlag::kIntegral) ||
-                            (first_tensor >= 0 && !at::isFloatingType(vals[static_cast<size_t>(first_tensor)].scalar_type()) &&
-                             (op.kernel_fn == "add" || op.kernel_fn == "sub" || op.kernel_fn == "rsub") && i == 2);
-            ra.literal = a.has_default && chance(r, 0.5) ? a.default_value : random_scalar(r, int_only);
-          } else if (a.kind == ArgKind::kOptScalar) {
-            ra.literal = chance(r, 0.3) ? Literal(None{}) : random_scalar(r, false);
-          } else if (a.kind == ArgKind::kMode) {
-            if (op.kernel_fn == "gelu") ra.literal = std::string(chance(r, 0.5) ? "none" : "tanh");
-            else ra.literal = std::string(chance(r, 0.5) ? "trunc" : "floor");
-          } else if (a.kind == ArgKind::kDTypeArg) {
-            static const std::vector<int64_t> codes = {11, 3, 4, 5, 15, 6, 7};
-            ra.literal = pick(r, codes);
-          } else {
-            FJ_INTERNAL_ASSERT(a.has_default, "{}: argument {} has no default", op.schema, i);
-            ra.literal = a.default_value;
-          }
-          spec.args.push_back(ra);
-        }
-        if (!ok) continue;
-        }
-        std::vector<c10::IValue> stack;
-        std::vector<uint8_t> flags;
-        for (const auto& a : spec.args) {
-          stack.push_back(a.value >= 0 ? c10::IValue(vals[static_cast<size_t>(a.value)]) : literal_to_ivalue(a.literal));
-          flags.push_back(a.value >= 0 ? vflags[static_cast<size_t>(a.value)] : 0);
-        }
-        uint8_t res_flags = 0;
-        if (!eager_op(spec.schema, stack, flags, &res_flags)) continue;
-        if (!inplace_base(spec.schema).empty()) vflags.at(static_cast<size_t>(spec.args[0].value)) = res_flags;
-        vals.push_back(stack.at(0).toTensor());
-        vflags.push_back(res_flags);
-        rec.ops.push_back(std::move(spec));
+        std::optional<OpSpec> spec = draw_op(r, gen, vals, n_in, k == inplace_at && tries < 10, inplace_at >= 0);
+        if (!spec || !accept_op(*spec, vals, vflags)) continue;
+        rec.ops.push_back(std::move(*spec));
         break;
       }
     }
