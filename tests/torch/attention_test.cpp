@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "test_util.h"
 
 namespace fusion_jit::testing {
@@ -93,6 +95,45 @@ def forward(self, x, mask):
   auto r = run_and_compare(m, {x, mask}, "self-attention block");
   ASSERT_NE(r.plan, nullptr);
   EXPECT_EQ(sdpa_calls(r), 1) << r.plan->explain();
+}
+
+// A causal block as GPT writes it (the mask from torch.triu, masked_fill with -inf, softmax @ v, a layer
+// norm), captured by TorchScript over lengths and batch sizes: after the captures a class is made from,
+// every signature is an instance of its shape class's plan. SDPA's CPU result is laid out as the query's
+// [B, T, H, D] source (Note [The layout of SDPA's result]); while its type said contiguous, the class's
+// first run refused it and each signature was captured, planned and compiled on its own.
+TEST(Attention, ACausalBlockOverLengthsAndBatchesIsOneShapeClass) {
+  torch::jit::setGraphExecutorOptimize(false);
+  at::manual_seed(0);
+  torch::jit::Module m("CausalBlock");
+  m.register_parameter("wqkv", at::randn({96, 32}) * 0.2, false);
+  m.register_parameter("g", at::rand({32}) + 0.5, false);
+  m.define(R"(
+def forward(self, x):
+    B, T, C = x.shape
+    q, k, v = torch.linear(torch.layer_norm(x, [C], self.g), self.wqkv).split(C, 2)
+    q = q.view(B, T, 4, 8).transpose(1, 2)
+    k = k.view(B, T, 4, 8).transpose(1, 2)
+    v = v.view(B, T, 4, 8).transpose(1, 2)
+    mask = torch.triu(torch.ones(T, T), 1) > 0.5
+    att = torch.softmax((torch.matmul(q, k.transpose(-2, -1)) * 0.35).masked_fill(mask, float('-inf')), -1)
+    return x + torch.matmul(att, v).transpose(1, 2).reshape(B, T, C)
+)");
+  m.eval();
+  auto fused = compile(m);
+  int instances = 0, signatures = 0;
+  for (int64_t b : {2, 3})
+    for (int64_t t : {5, 9, 12, 7, 16}) {
+      const std::string what = fmt::format("[{},{},32]", b, t);
+      auto r = compare_with_eager(fused, m, {at::randn({b, t, 32})}, what);
+      ASSERT_NE(r.plan, nullptr) << what;
+      EXPECT_EQ(sdpa_calls(r), 1) << what << "\n" << r.plan->explain();
+      ++signatures;
+      if (!r.plan->bindings.empty()) ++instances;
+    }
+  // The first two captures of each batch size make a class; the rest are its instances.
+  EXPECT_GE(fused.stats().class_plans, 1);
+  EXPECT_GE(instances, signatures - 4) << fused.stats().class_plans << " class plans";
 }
 
 TEST(Attention, NearMissesKeepEagersOps) {
