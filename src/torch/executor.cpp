@@ -604,10 +604,52 @@ void fold_views(PlanInstance& inst, const std::vector<int>& step_of, const std::
   }
 }
 
-// The in-place form of a step's op (Note [Results written into a dying argument]), or nullptr.
-const char* in_place_form(const Node& n);
+// The dispatcher's operator for a schema, or nullptr (a prim:: node, a name it lacks).
+const c10::OperatorHandle* dispatcher_op(const std::string& s) {
+  if (s.rfind("prim::", 0) == 0) return nullptr;
+  try {
+    return &find_handle(s);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// The memory plan's questions about ops (runtime/memory_plan.h), answered from the dispatcher's schemas: a
+// view by its first return's alias annotation, a mutation by the schema's mutability (an op the
+// dispatcher lacks may mutate), and the in-place forms this adapter knows.
+class DispatcherOpFacts final : public OpFacts {
+ public:
+  bool returns_alias(const Node& n) const override {
+    const c10::OperatorHandle* op = dispatcher_op(n.schema());
+    return op && fusion_jit::returns_alias(*op);
+  }
+  bool may_mutate(const Node& n) const override {
+    const c10::OperatorHandle* op = dispatcher_op(n.schema());
+    return !op || op->schema().is_mutable();
+  }
+  // Note [Results written into a dying argument] (runtime/memory_plan.cpp): a residual block's last
+  // convolution whose post-ops are those its in-place form takes (add with alpha 1, then relu or none)
+  // writes into the residual `other`, its value input 1, where this build of torch has that form.
+  InPlaceForm in_place_form(const Node& n) const override {
+    if (n.schema() != "mkldnn::_convolution_pointwise.binary") return {};
+    const auto& a = n.args();
+    if (a.size() != 13 || !a[0].is_value() || !a[1].is_value()) return {};
+    auto is = [&](size_t i, const Literal& l) { return !a[i].is_value() && a[i].literal == l; };
+    if (!is(8, std::string("add"))) return {};
+    if (!is(9, None{}) && !is(9, int64_t{1}) && !is(9, 1.0)) return {};
+    if (!is(10, None{}) && !is(10, std::string("relu"))) return {};
+    constexpr const char* kForm = "mkldnn::_convolution_pointwise_.binary";
+    if (!dispatcher_op(kForm)) return {};
+    return {kForm, 1};
+  }
+};
 
 }  // namespace
+
+const OpFacts& dispatcher_op_facts() {
+  static const DispatcherOpFacts facts;
+  return facts;
+}
 
 void resolve_aten_steps(PlanInstance& inst, bool in_place) {
   const ExecutablePlan& plan = *inst.plan;
@@ -704,448 +746,19 @@ void resolve_aten_steps(PlanInstance& inst, bool in_place) {
     AtenCall& c = inst.calls[i];
     const int j = inst.memory.in_place[i];
     if (j < 0 || c.kind != AtenCall::Kind::kOp || !c.move.at(j)) continue;
-    c.in_place_op = &find_handle(in_place_form(*plan.steps[i].node));
+    c.in_place_op = &find_handle(dispatcher_op_facts().in_place_form(*plan.steps[i].node).schema);
     c.in_place_slot = c.slots.at(j);
   }
 }
 
-// Note [Peak memory]
-// The bytes a call allocates that are live at once at its worst point: intermediates and outputs, not the
-// inputs or frozen constants. A step's tensor results take new storage of their type's extent, except
-// views (the schema's alias annotation) and lists, which share their inputs' storage; storage is freed
-// when the last value on it dies. The plan is counted step by step with the executor's releases, its
-// arena (Note [Static memory plan]) whole from its first value's write to its last one's death; eager
-// over the graph as captured, before the passes (its own ops, one result each, freed after their last
-// use). It is what the plan's order, fusion and arena need, as an ideal allocator would place the rest:
-// our CPU pool and torch's caching allocator round sizes up and keep freed blocks.
-namespace {
+int64_t eager_peak_bytes(const Graph& g) { return eager_peak_bytes(g, dispatcher_op_facts()); }
 
-class StorageTracker {
- public:
-  struct Storage {
-    const Value* value;  // the value it was made for
-    int64_t bytes;
-    int refs = 1;
-    int born, died = -1;  // steps: made at, last alive at (-1: alive at the end)
-    bool kernel;          // a kernel's output
-    bool counted;         // in the live bytes (not an arena value's)
-    bool pinned = false;  // must outlive the call or be left where an op mutates it
-  };
-
-  explicit StorageTracker(size_t num_values) : of_(num_values) {}
-  void fresh(const Value* v, int step, bool kernel = false, bool counted = true) {
-    if (!v->is_tensor()) return;
-    const TensorType& t = v->tensor_type();
-    storages_.push_back({v, t.extent() * static_cast<int64_t>(dtype_size(t.dtype)), 1, step, -1, kernel, counted});
-    of_[v->id()] = {static_cast<int>(storages_.size()) - 1};
-    if (counted) live_ += storages_.back().bytes;
-    note_peak(step);
-  }
-  // `v` holds the storages of `from` too.
-  void share(const Value* v, const std::vector<const Value*>& from) {
-    std::set<int> s(of_[v->id()].begin(), of_[v->id()].end());
-    for (const Value* f : from)
-      for (int x : of_[f->id()])
-        if (s.insert(x).second) ++storages_[x].refs;
-    of_[v->id()].assign(s.begin(), s.end());
-  }
-  void release(int id, int step) {
-    for (int x : of_[id])
-      if (--storages_[x].refs == 0) {
-        storages_[x].died = step;
-        if (storages_[x].counted) live_ -= storages_[x].bytes;
-      }
-    of_[id].clear();
-  }
-  // Bytes outside any value's storage (the arena) taken (> 0) or given back at `step`.
-  void hold(int64_t bytes, int step) {
-    live_ += bytes;
-    note_peak(step);
-  }
-  void pin(const Value* v) {
-    for (int x : of_[v->id()]) storages_[x].pinned = true;
-  }
-  const std::vector<int>& of(const Value* v) const { return of_[v->id()]; }
-  const std::vector<Storage>& storages() const { return storages_; }
-  int64_t peak() const { return peak_; }
-  int peak_step() const { return peak_step_; }
-
- private:
-  void note_peak(int step) {
-    if (live_ <= peak_) return;
-    peak_ = live_;
-    peak_step_ = step;
-  }
-  std::vector<std::vector<int>> of_;  // value id -> the storages it holds
-  std::vector<Storage> storages_;
-  int64_t live_ = 0, peak_ = 0;
-  int peak_step_ = -1;
-};
-
-bool is_list_schema(const std::string& s) { return s == "prim::ListConstruct" || s == "prim::ListUnpack"; }
-
-// The dispatcher's operator for a schema, or nullptr (a prim:: node, a name it lacks).
-const c10::OperatorHandle* dispatcher_op(const std::string& s) {
-  if (s.rfind("prim::", 0) == 0) return nullptr;
-  try {
-    return &find_handle(s);
-  } catch (const std::exception&) {
-    return nullptr;
-  }
+int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) {
+  return plan_peak_bytes(plan, dispatcher_op_facts(), memory);
 }
-
-// The results of an ATen node (or a list node) into `t` at `step`: views and lists share their inputs'
-// storage (a view its first tensor input's). `may_alias`: new results that may share every tensor input's
-// storage too (an op without alias annotation that returns its input where it can: type_as, dropout).
-void track_node(const Node& n, StorageTracker& t, int step, bool may_alias = false) {
-  if (n.is_constant()) return;
-  const bool list = is_list_schema(n.schema());
-  const c10::OperatorHandle* op = list ? nullptr : dispatcher_op(n.schema());
-  const bool alias = op && returns_alias(*op);
-  std::vector<const Value*> from, all;
-  for (const Value* v : n.value_inputs()) {
-    if (list || (alias && from.empty() && v->is_tensor())) from.push_back(v);
-    all.push_back(v);
-  }
-  for (const Value* o : n.outputs()) {
-    if (list || alias) {
-      t.share(o, from);
-    } else {
-      t.fresh(o, step);
-      if (may_alias) t.share(o, all);
-    }
-  }
-}
-
-// Whether a step may change its arguments in place: a mutating schema, or a node the dispatcher lacks.
-bool may_mutate(const Node& n) {
-  if (n.is_constant() || is_list_schema(n.schema())) return false;
-  const c10::OperatorHandle* op = dispatcher_op(n.schema());
-  return !op || op->schema().is_mutable();
-}
-
-// Note [Results written into a dying argument]
-// mkldnn::_convolution_pointwise.binary(X, other, W, B, ..., "add", alpha, unary, ...), a residual block's
-// last convolution with its add (and relu) as post-ops (Note [Convolution rules]), computes into new
-// storage, and copies `other` first (torch.profiler shows an aten::clone inside each call). Its
-// in-place form, mkldnn::_convolution_pointwise_.binary(other, X, W, B, ...), adds into `other` itself, as
-// Inductor's freezing calls it. Measured on this project's machine ([1,152,14,14], a 1x1 convolution):
-// 122 against 190 us, the same bits. A step takes the in-place form in two stages.
-// - At plan build (plan_memory): its post-ops are those the in-place form takes (add with alpha 1, then
-//   relu or none); `other` dies at the step, is read once by it and has the result's type (sizes,
-//   strides, dtype, device); and its storage was made within the call and no other value holds it (not
-//   an input, a constant, nor the base of a view still alive). The memory plan then gives the result
-//   other's storage, kept out of the arena.
-// - At run time: the tensor the step receives is the only reference to itself and to its storage (use
-//   counts of 1: nothing else can see the write, whichever op made it, an op that returns its input
-//   unannotated included), is plain and does not need autograd. Otherwise the step calls the out-of-place
-//   form, whose result then has storage of its own (the plan's peak counted it as shared).
-// Inputs and frozen constants are never written: the caller and the plan hold references to them.
-// FUSION_JIT_DISABLE=in_place (or a module's disable option naming it) leaves every step out-of-place.
-const char* in_place_form(const Node& n) {
-  if (n.schema() != "mkldnn::_convolution_pointwise.binary") return nullptr;
-  const auto& a = n.args();
-  if (a.size() != 13 || !a[0].is_value() || !a[1].is_value()) return nullptr;
-  auto is = [&](size_t i, const Literal& l) { return !a[i].is_value() && a[i].literal == l; };
-  if (!is(8, std::string("add"))) return nullptr;
-  if (!is(9, None{}) && !is(9, int64_t{1}) && !is(9, 1.0)) return nullptr;
-  if (!is(10, None{}) && !is(10, std::string("relu"))) return nullptr;
-  return "mkldnn::_convolution_pointwise_.binary";
-}
-
-// The value input of step `st` whose storage its result may take (Note [Results written into a dying
-// argument]), given the storages tracked up to the step; -1 where none may.
-int in_place_input(const ExecStep& st, const StorageTracker& t) {
-  if (st.kernel >= 0 || st.node->is_constant()) return -1;
-  const Node& n = *st.node;
-  const char* form = in_place_form(n);
-  if (!form || !dispatcher_op(form)) return -1;
-  const Value* other = n.value_inputs().at(1);
-  const auto& ins = n.value_inputs();
-  if (std::count(ins.begin(), ins.end(), other) != 1) return -1;
-  if (std::find(st.release.begin(), st.release.end(), other->id()) == st.release.end()) return -1;
-  if (!other->is_tensor() || n.outputs().size() != 1 || !n.output()->is_tensor()) return -1;
-  const TensorType& o = other->tensor_type();
-  const TensorType& y = n.output()->tensor_type();
-  if (o.sizes != y.sizes || o.strides != y.strides || o.dtype != y.dtype || o.device != y.device ||
-      o.device_index != y.device_index)
-    return -1;
-  const auto& held = t.of(other);
-  if (held.empty()) return -1;  // an input's or a constant's
-  for (int x : held)
-    if (t.storages()[x].refs != 1) return -1;
-  return 1;  // `other`
-}
-
-// Note [Kernel results written over a dying input]
-// A pointwise kernel reading an ATen step's result that dies at the kernel (a convolution's output, read
-// by its batch norm and activation) writes its own output over it where the two have one type (sizes,
-// strides, dtype; CPU): the kernel reads each element before it writes the same element, and no other
-// element of that buffer, so the result is the same. It saves the output's memory and, on this project's
-// machine, a third of the kernel's time: a BN+ReLU kernel over [1,32,112,112] channels-last, its input
-// just written, 225 against 338 us into a separate cold buffer (the write no longer reads lines it then
-// overwrites). Inductor reuses such buffers too. As Note [Results written into a dying argument]:
-// - at plan build (plan_memory): the kernel is pointwise (no reduction, no cat pieces, no gathered load,
-//   no slices of an output), the input's buffer is the only one reading it, it dies at the kernel, it is
-//   not a view, and its storage was made by an ATen step within the call and no other value holds it
-//   (inputs and constants never are; kernel outputs are placed in the arena instead);
-// - at run time: the input's tensor and its storage have no other reference (an op that returned its
-//   argument unannotated leaves the caller's reference), else the output is allocated as usual.
-// FUSION_JIT_DISABLE=in_place (or a module's disable option naming it) turns this off too.
-std::vector<std::pair<int, int>> kernel_in_place_buffers(const ExecStep& st, const KernelSpec& k,
-                                                         const StorageTracker& t) {
-  std::vector<std::pair<int, int>> pairs;
-  if (k.is_reduction() || !k.pieces.empty() || k.device != Device::kCPU) return pairs;
-  for (const KernelBuffer& b : k.buffers)
-    if (b.gather >= 0 || (b.is_output && b.offset != 0)) return pairs;
-  std::vector<bool> taken(k.buffers.size(), false);
-  for (size_t o = 0; o < k.buffers.size(); ++o) {
-    const KernelBuffer& out = k.buffers[o];
-    if (!out.is_output) continue;
-    const TensorType& y = out.value->tensor_type();
-    for (size_t i = 0; i < k.buffers.size(); ++i) {
-      const KernelBuffer& in = k.buffers[i];
-      if (in.is_output || taken[i] || in.strides != out.strides) continue;
-      const Value* v = in.value;
-      const TensorType& x = v->tensor_type();
-      if (x.sizes != y.sizes || x.strides != y.strides || x.dtype != y.dtype || x.device != y.device) continue;
-      if (std::count_if(k.buffers.begin(), k.buffers.end(), [&](const KernelBuffer& c) { return c.value == v; }) != 1)
-        continue;
-      if (std::find(st.release.begin(), st.release.end(), v->id()) == st.release.end()) continue;
-      const auto& held = t.of(v);
-      if (held.size() != 1) continue;
-      const auto& s = t.storages()[held[0]];
-      if (s.kernel || s.value != v || s.refs != 1) continue;
-      taken[i] = true;
-      pairs.emplace_back(static_cast<int>(o), static_cast<int>(i));
-      break;
-    }
-  }
-  return pairs;
-}
-
-}  // namespace
-
-int64_t eager_peak_bytes(const Graph& g) {
-  StorageTracker t(g.num_value_ids());
-  const auto& nodes = g.nodes();
-  std::vector<int> last(g.num_value_ids(), -1);
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (const Value* v : nodes[i]->value_inputs()) last[v->id()] = static_cast<int>(i);
-  for (const Value* v : g.outputs()) last[v->id()] = static_cast<int>(nodes.size());
-  std::vector<std::vector<int>> dies(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (const Value* o : nodes[i]->outputs()) {
-      int l = last[o->id()];
-      if (l < 0) dies[i].push_back(o->id());  // unused: freed at once
-      else if (l < static_cast<int>(nodes.size())) dies[l].push_back(o->id());
-    }
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    track_node(*nodes[i], t, static_cast<int>(i));
-    for (int id : dies[i]) t.release(id, static_cast<int>(i));
-  }
-  return t.peak();
-}
-
-namespace {
-
-// The input buffer whose storage kernel output buffer `bi` takes (`pairs`: the step's kernel_in_place),
-// or null.
-const KernelBuffer* written_over(const std::vector<KernelBuffer>& buffers, const std::vector<std::pair<int, int>>* pairs,
-                                 size_t bi) {
-  if (pairs)
-    for (const auto& [o, i] : *pairs)
-      if (o == static_cast<int>(bi)) return &buffers[i];
-  return nullptr;
-}
-
-// A kernel step's outputs in `t`: each shares the storage of the input it is written over, or is fresh
-// (`alone(v)`: allocated on its own, counted in the live bytes; not an arena value).
-void track_kernel_outputs(StorageTracker& t, const std::vector<KernelBuffer>& buffers,
-                          const std::vector<std::pair<int, int>>* pairs, int step,
-                          const std::function<bool(const Value*)>& alone) {
-  for (size_t bi = 0; bi < buffers.size(); ++bi) {
-    const KernelBuffer& b = buffers[bi];
-    if (!b.is_output || b.offset != 0) continue;
-    if (const KernelBuffer* into = written_over(buffers, pairs, bi)) t.share(b.value, {into->value});
-    else t.fresh(b.value, step, true, alone(b.value));
-  }
-}
-
-// plan_peak_bytes, and the step where it is reached.
-std::pair<int64_t, int> plan_peak(const ExecutablePlan& plan, const MemoryPlan* memory) {
-  StorageTracker t(plan.graph->num_value_ids());
-  const bool arena = memory && memory->arena_bytes > 0;
-  for (size_t si = 0; si < plan.steps.size(); ++si) {
-    const ExecStep& st = plan.steps[si];
-    const int step = static_cast<int>(si);
-    if (arena && step == memory->first_step) t.hold(memory->arena_bytes, step);
-    if (st.kernel >= 0) {
-      const auto* pairs = memory && !memory->kernel_in_place.empty() ? &memory->kernel_in_place[si] : nullptr;
-      track_kernel_outputs(t, plan.kernels[st.kernel].spec.buffers, pairs, step, [&](const Value* v) {
-        return !memory || memory->arena_bytes == 0 || memory->offset[v->id()] < 0;
-      });
-    } else if (memory && !memory->in_place.empty() && memory->in_place[si] >= 0) {
-      t.share(st.node->output(), {st.node->value_inputs().at(memory->in_place[si])});
-    } else {
-      track_node(*st.node, t, step);
-    }
-    for (int id : st.release) t.release(id, step);
-    if (arena && step == memory->last_step) t.hold(-memory->arena_bytes, step);
-  }
-  return {t.peak(), t.peak_step()};
-}
-
-}  // namespace
-
-int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) { return plan_peak(plan, memory).first; }
-
-// Note [Static memory plan]
-// A kernel output that dies within the call gets a place in one arena, allocated once per call where the
-// first placed value is written (from the CPU pool, or torch's caching allocator on CUDA: a CUDA Graph's
-// private pool under capture) and freed when the last placed value dies. Liveness is storage liveness
-// as Note [Peak memory] counts it: a storage is alive from the step that writes it to the step after
-// which no value on it (its views, the lists holding it) is used. A kernel output is left out of the arena, allocated alone as before, where its storage
-// - reaches a returned value (results never alias the arena: the caller keeps them past the call);
-// - is an argument of a step that may mutate it (a mutating schema, or an op the dispatcher lacks): such
-//   an op may resize it, and it keeps eager's aliasing with the values the op returns;
-// - or lies on another device than the arena's.
-// An op that returns its input although its schema has no alias annotation (type_as, dropout in eval,
-// contiguous through a composite) would hand out arena bytes as a new value: such steps are flagged and
-// their tensor results that land in the arena are copied out at once (`check`); where such a result is
-// mutated later, its inputs are treated as its aliases when planning, so they stay out of the arena.
-// Places are chosen greedily, largest first, each at the lowest 64-byte aligned offset free over its
-// lifetime (the "greedy by size" placement of TFLite's arena planner): storages whose lifetimes do not
-// overlap share bytes. The arena then counts whole in the plan's peak over its own lifetime, so it may
-// hold bytes for values not yet written or dead where the call's peak lies: while the plan's peak is
-// above that of every output allocated alone, the largest placed value not alive at the peak's step is
-// taken out and the rest placed again (with none left to take out, there is no arena). The arena never
-// raises the peak; it trades a per-output allocation for one per call.
-namespace {
-
-// Places `order`'s storages (largest first) in `m`'s arena, each at the lowest 64-byte aligned offset
-// free over its lifetime; `place_of[i]`: storage i's offset, or -1.
-void place(const std::vector<StorageTracker::Storage>& storages, const std::vector<int>& order, MemoryPlan& m,
-           std::vector<int64_t>& place_of) {
-  constexpr int64_t kAlign = 64;
-  std::fill(m.offset.begin(), m.offset.end(), -1);
-  place_of.assign(storages.size(), -1);
-  m.arena_bytes = m.value_bytes = 0;
-  m.values = 0;
-  m.first_step = m.last_birth = m.last_step = -1;
-  struct Placed {
-    int64_t at, bytes;
-    int born, died;
-  };
-  std::vector<Placed> placed;
-  for (int i : order) {
-    const auto& s = storages[i];
-    const int64_t bytes = (s.bytes + kAlign - 1) / kAlign * kAlign;
-    std::vector<std::pair<int64_t, int64_t>> busy;  // [at, end) of places alive with it
-    for (const Placed& p : placed)
-      if (p.born <= s.died && s.born <= p.died) busy.emplace_back(p.at, p.at + p.bytes);
-    std::sort(busy.begin(), busy.end());
-    int64_t at = 0;
-    for (const auto& [b, e] : busy) {
-      if (b >= at + bytes) break;
-      at = std::max(at, e);
-    }
-    placed.push_back({at, bytes, s.born, s.died});
-    m.first_step = m.first_step < 0 ? s.born : std::min(m.first_step, s.born);
-    m.last_birth = std::max(m.last_birth, s.born);
-    m.last_step = std::max(m.last_step, s.died);
-    place_of[i] = at;
-    m.offset[s.value->id()] = at;
-    m.arena_bytes = std::max(m.arena_bytes, at + bytes);
-    ++m.values;
-    m.value_bytes += s.bytes;
-  }
-}
-
-}  // namespace
 
 MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place) {
-  MemoryPlan m;
-  const Graph& g = *plan.graph;
-  m.offset.assign(g.num_value_ids(), -1);
-  m.check.assign(plan.steps.size(), false);
-  m.in_place.assign(plan.steps.size(), -1);
-  m.kernel_in_place.assign(plan.steps.size(), {});
-  in_place = in_place && !Options::get().is_disabled("in_place");
-  std::vector<bool> mutated(g.num_value_ids(), false);
-  for (const ExecStep& st : plan.steps)
-    if (st.kernel < 0 && may_mutate(*st.node))
-      for (const Value* v : st.node->value_inputs()) mutated[v->id()] = true;
-  StorageTracker t(g.num_value_ids());
-  std::vector<std::vector<int>> reads(plan.steps.size());  // storages an ATen step's inputs hold
-  for (size_t si = 0; si < plan.steps.size(); ++si) {
-    const ExecStep& st = plan.steps[si];
-    const int step = static_cast<int>(si);
-    if (st.kernel >= 0) {
-      const KernelSpec& k = plan.kernels[st.kernel].spec;
-      if (in_place) m.kernel_in_place[si] = kernel_in_place_buffers(st, k, t);
-      track_kernel_outputs(t, k.buffers, &m.kernel_in_place[si], step, [](const Value*) { return true; });
-    } else if (!st.node->is_constant()) {
-      const Node& n = *st.node;
-      const bool mutates = may_mutate(n);
-      bool result_mutated = false;
-      for (const Value* o : n.outputs()) result_mutated = result_mutated || mutated[o->id()];
-      for (const Value* v : n.value_inputs()) {
-        if (mutates) t.pin(v);
-        reads[si].insert(reads[si].end(), t.of(v).begin(), t.of(v).end());
-      }
-      if (in_place && (m.in_place[si] = in_place_input(st, t)) >= 0) {
-        const Value* into = n.value_inputs()[m.in_place[si]];
-        t.pin(into);
-        t.share(n.output(), {into});
-      } else {
-        track_node(n, t, step, result_mutated);
-      }
-    }
-    for (int id : st.release) t.release(id, step);
-  }
-  if (Options::get().is_disabled("arena")) return m;
-  for (const Value* v : g.outputs()) t.pin(v);
-  const auto& storages = t.storages();
-  std::vector<int> order;
-  for (size_t i = 0; i < storages.size(); ++i) {
-    const auto& s = storages[i];
-    if (!s.kernel || s.pinned || s.died < 0 || s.bytes == 0) continue;
-    const TensorType& type = s.value->tensor_type();
-    if (order.empty()) {
-      m.device = type.device;
-      m.device_index = type.device_index;
-    } else if (type.device != m.device || type.device_index != m.device_index) {
-      continue;
-    }
-    order.push_back(static_cast<int>(i));
-  }
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return storages[a].bytes > storages[b].bytes; });
-  std::vector<int64_t> place_of;
-  // Placed as the Note says; then, while the arena raises the plan's peak above that of every output
-  // allocated alone, the largest placed value not alive at the peak's step leaves it and the rest are
-  // placed again; where none is left to take out, there is no arena.
-  MemoryPlan alone_plan;  // no arena: every output allocated alone, results written in place as planned
-  alone_plan.in_place = m.in_place;
-  alone_plan.kernel_in_place = m.kernel_in_place;
-  const int64_t alone = plan_peak(plan, &alone_plan).first;
-  for (;;) {
-    place(storages, order, m, place_of);
-    const auto [peak, step] = plan_peak(plan, &m);
-    if (peak <= alone || order.empty()) break;
-    auto idle = std::find_if(order.begin(), order.end(),
-                             [&, step = step](int i) { return storages[i].born > step || storages[i].died < step; });
-    if (idle == order.end()) order.clear();
-    else order.erase(idle);
-  }
-  for (size_t si = 0; si < plan.steps.size(); ++si) {
-    const ExecStep& st = plan.steps[si];
-    if (st.kernel >= 0 || st.node->is_constant() || is_list_schema(st.node->schema())) continue;
-    const c10::OperatorHandle* op = dispatcher_op(st.node->schema());
-    if (op && returns_alias(*op)) continue;  // its results share the arena's bytes by plan
-    for (int x : reads[si]) m.check[si] = m.check[si] || place_of[x] >= 0;
-  }
-  return m;
+  return plan_memory(plan, dispatcher_op_facts(), in_place);
 }
 
 std::string instance_explain(const PlanInstance& inst) {

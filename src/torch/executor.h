@@ -15,6 +15,7 @@
 
 #include "driver/build_plan.h"  // PlanInstance holds what build_plan makes; its users build plans
 #include "passes/passes.h"  // GemmTiming
+#include "runtime/memory_plan.h"
 #include "support/content_hash.h"
 #include "torch/capture.h"
 #include "torch/cuda_support.h"
@@ -93,28 +94,6 @@ struct AtenCall {
 struct FoldedInput {
   int root = -1;  // value id; -1: the buffer's own value
   int64_t offset_bytes = 0;
-};
-
-// Note [Static memory plan]: where a call's intermediates live. Kernel outputs that die within the call
-// (never returned, never a view's base that is returned, never an argument of a mutating op) get a byte
-// offset in one arena, allocated once per call; lifetimes that do not overlap share bytes.
-struct MemoryPlan {
-  int64_t arena_bytes = 0;              // 0: no arena (every output allocated alone)
-  Device device = Device::kCPU;         // the arena's device: that of its first intermediate
-  int device_index = 0;
-  std::vector<int64_t> offset;          // by value id: the value's byte offset in the arena, or -1
-  std::vector<bool> check;              // by step: an ATen step reading the arena, whose new results are
-                                        // checked for aliasing it (an op returning its input unannotated)
-  int first_step = -1;                  // the step writing the first placed value: the arena is allocated
-  int last_birth = -1;                  // there, and the executor lets it go after the last placed value
-  int last_step = -1;                   // is written; its bytes are freed after the last one dies
-  int values = 0;                       // intermediates placed
-  int64_t value_bytes = 0;              // their bytes, before sharing
-  std::vector<int> in_place;            // by step: the value input whose storage the result takes (Note
-                                        // [Results written into a dying argument]), or -1
-  // By step: a kernel's (output buffer, input buffer) pairs whose output takes the input's storage (Note
-  // [Kernel results written over a dying input]); empty for other steps.
-  std::vector<std::vector<std::pair<int, int>>> kernel_in_place;
 };
 
 struct PlanInstance {
@@ -225,14 +204,13 @@ c10::IValue run_instance(PlanInstance& inst, const std::vector<c10::IValue>& inp
 // `in_place`: steps may write their result into a dying argument (Note [Results written into a dying
 // argument]); false where the module's disable option names "in_place".
 void resolve_aten_steps(PlanInstance& inst, bool in_place = true);
-// Note [Peak memory]: the bytes of results live at once at the worst point of a call, in the order of the
-// graph's nodes (eager: the graph as captured) or of the plan's steps.
+// The memory plan's questions about ops (runtime/memory_plan.h: views, mutation, in-place forms),
+// answered from the dispatcher's schemas.
+const OpFacts& dispatcher_op_facts();
+// runtime/memory_plan.h's eager_peak_bytes, plan_peak_bytes and plan_memory with dispatcher_op_facts():
+// Note [Peak memory], Note [Static memory plan], Note [Results written into a dying argument].
 int64_t eager_peak_bytes(const Graph& g);
-// With a memory plan, the arena counts whole while it lives and its values not again.
 int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory = nullptr);
-// Note [Static memory plan]: places the plan's intermediates in one arena (none where FUSION_JIT_DISABLE
-// has "arena"), and picks the steps that write their result into a dying argument (Note [Results written
-// into a dying argument]; none where `in_place` is false or FUSION_JIT_DISABLE has "in_place").
 MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place = true);
 // explain's lines for what an instance decides: views made at plan build and folded into kernel loads,
 // and the peak memory against eager's with the arena.
