@@ -40,16 +40,17 @@ namespace fusion_jit {
 
 // The decompositions as a rule set, and the whole set applied to a fixed point (no rule disabled).
 const RuleSet& decompositions();
-// The rules around convolutions (Note [Convolution rules], conv_rules.cpp): "fold" folds a frozen
-// batch_norm into the convolution before it; "epilogue" turns a convolution and its activation into one
-// oneDNN call with the activation as a post-op.
+// The rules around convolutions (Note [Convolution rules], conv_common.h; a file per rule set): "fold"
+// (fold_rules.cpp) folds a frozen batch_norm into the convolution before it; "epilogue"
+// (epilogue_rules.cpp) turns a convolution and its activation into one oneDNN call with the activation as a
+// post-op.
 const RuleSet& fold_rules();
 const RuleSet& epilogue_rules();
-// "prepack": a convolution with a frozen weight that no epilogue took, as the same oneDNN call without a
-// post-op, for the weight reordered once.
+// "prepack" (prepack_rules.cpp): a convolution with a frozen weight that no epilogue took, as the same
+// oneDNN call without a post-op, for the weight reordered once.
 const RuleSet& prepack_rules();
 // "layout": a channels-last plan's oneDNN convolution on an NCHW input of a few channels takes it through
-// our channels-last copy (Note [A convolution's NCHW input copied by our kernel], conv_rules.cpp).
+// our channels-last copy (Note [A convolution's NCHW input copied by our kernel], layout_rules.cpp).
 const RuleSet& layout_rules();
 // "attention": softmax(q @ k^T * scale [+ mask]) @ v as aten::scaled_dot_product_attention (Note
 // [Attention rule], attention_rules.cpp).
@@ -66,7 +67,7 @@ void set_schema_probe(bool (*probe)(const std::string& schema));
 // when the library loads. Unset, bfloat16 is taken as supported.
 void set_onednn_bf16_probe(bool (*probe)());
 // "gemm": linears whose weight is given at each call (not frozen) as oneDNN's GEMM where it is faster here
-// (Note [GEMM backend measured on this machine], conv_rules.cpp).
+// (Note [GEMM backend measured on this machine], gemm_rules.cpp).
 const RuleSet& gemm_rules();
 // Median times of one float32 linear [rows, k] x [k, n] (+ bias [n] where `bias`) on this machine, in
 // microseconds, by MKL and by oneDNN. On a plain weight (`prepacked` false): ATen's GEMM (addmm, MKL's
