@@ -1,4 +1,5 @@
-// KernelSpec: a fusion group as a device-neutral kernel description.
+// KernelSpec: a fusion group as a device-neutral kernel description, made by the lowering
+// (codegen/lowering.h) and printed by each target.
 //
 // The iteration space is the group's shape, with its dims reordered by the first output's strides
 // (outermost first) and adjacent dims merged where every buffer allows, so that the innermost loop runs
@@ -247,9 +248,6 @@ class KernelNumbers {
 // its statements may read (mean's divisor): a literal or a size argument, as the printer prints sizes.
 inline constexpr const char* kRowLength = "L_";
 
-// Lowers `group` under the policy of `target`, the target of the group's device (targets/targets.h).
-KernelSpec make_kernel_spec(const FusionGroup& group, const Target& target);
-
 // For the printers: a buffer element `ref` of dtype `t` loaded into its compute type (float for f16 and
 // bf16, through the preludes' fj_h2f / fj_bf2f), and a compute-type value `v` converted for storing.
 std::string load_expr(DType t, const std::string& ref);
@@ -304,9 +302,6 @@ std::string row_offsets_code(const KernelSpec& k, size_t dims, const std::string
 
 // The value an accumulator of `kind` accumulating in `type` starts from, as C text.
 std::string reduction_identity(AccKind kind, DType type);
-
-// The device a group's kernel runs on (its first output's).
-Device group_device(const FusionGroup& group);
 
 // How eager's CPU kernels compute where that depends on the machine's CPU (ATen dispatches by CPU
 // capability): asked once, at first use, of the probe the torch adapter registers (without one, as in

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "codegen/lowering.h"
 #include "cost/cost_model.h"
 #include "driver/plan_cache.h"
 #include "support/error.h"

@@ -12,6 +12,7 @@
 #include <map>
 #include <vector>
 
+#include "codegen/lowering.h"
 #include "driver/build_plan.h"
 #include "driver/plan_cache.h"
 #include "kernels_cache/kernels_cache.h"

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <regex>
 
+#include "codegen/lowering.h"
 #include "driver/build_plan.h"
 #include "targets/cuda/cuda_driver.h"
 #include "targets/cuda/cuda_printer.h"

@@ -262,7 +262,7 @@ TEST(SymGraph, ShapeArithmeticStaysSymbolic) {
 }  // namespace
 }  // namespace fusion_jit
 
-#include "codegen/kernel_spec.h"
+#include "codegen/lowering.h"
 #include "cost/cost_model.h"
 #include "driver/build_plan.h"
 #include "fusion/fusion.h"
