@@ -116,6 +116,15 @@ class Builder {
       else emit_node(*n, members);
     }
     piece_ = -1;
+    add_outputs();
+    layout();
+    return std::move(spec_);
+  }
+
+ private:
+  // A pointwise kernel's output buffers and the statements storing them: one per output, or, for a cat's
+  // result, one per item (Note [Concatenation in kernels]: each into its slice of the result).
+  void add_outputs() {
     for (const Value* o : g_.outputs) {
       auto regions = regions_.find(o);
       if (regions != regions_.end()) {
@@ -140,11 +149,8 @@ class Builder {
       outputs_.push_back(b);
       spec_.body.push_back(Stmt::out(static_cast<int>(outputs_.size() - 1), Expr::var(var_.at(o))));
     }
-    layout();
-    return std::move(spec_);
   }
 
- private:
   // The variable holding a tensor argument, loading it from a buffer when it comes from outside.
   // `channel`: for a per-channel argument (batch_norm's), the dim of the group's shape its elements run
   // along (channel_dim); -1 for any other argument.
@@ -334,8 +340,30 @@ class Builder {
     const Value* out = n.output();
     DType out_t = out->tensor_type().dtype;
     DType ct = op_compute_dtype(op, n.args(), out_t);
+    const Operands a = operands(n, members, ct);
+    ExprRef e = node_expr(n, a, ct);
+    // Convert to the output's compute type, and round where eager materializes a reduced float.
+    ExprRef value = Expr::convert(out_t, e);
+    if (is_reduced_float(out_t)) value = Expr::round(out_t, value);
+    std::string name = fmt::format("t{}", out->id());
+    Stmt stmt = Stmt::let(name, out_t, value, n.schema());
+    if (g_.reduction) stmt_[out] = stmt;
+    else body().push_back(stmt);
+    var_[out] = name;
+  }
+
+  // A node's operands as its expression reads them: its tensor arguments (absent ones null), as loaded and
+  // converted to the compute type `ct`, and its scalar arguments.
+  struct Operands {
     std::vector<ExprRef> tensors;  // converted to the compute type
     std::vector<ExprRef> raw;      // as loaded
+    std::vector<Literal> lits;
+  };
+  Operands operands(const Node& n, const std::set<const Node*>& members, DType ct) {
+    const OpInfo& op = *n.op();
+    const Value* out = n.output();
+    DType out_t = out->tensor_type().dtype;
+    std::vector<ExprRef> tensors, raw;
     std::vector<Literal> lits;
     // Scalars that take part in promotion become tensors of the promoted dtype in eager (ATen wraps
     // them), so with f16/bf16 they are rounded to it before the arithmetic; so is masked_fill's value.
@@ -374,6 +402,17 @@ class Builder {
         lits.push_back(l);
       }
     }
+    return {std::move(tensors), std::move(raw), std::move(lits)};
+  }
+
+  // The expression computing node `n` in the compute type `ct` from its operands `a`: the kernel function
+  // of its op (OpInfo::kernel_fn), with the arguments, modes and special cases of each.
+  ExprRef node_expr(const Node& n, const Operands& a, DType ct) {
+    const OpInfo& op = *n.op();
+    const DType out_t = n.output()->tensor_type().dtype;
+    const std::vector<ExprRef>& tensors = a.tensors;
+    const std::vector<ExprRef>& raw = a.raw;
+    const std::vector<Literal>& lits = a.lits;
     const std::string& fn = op.kernel_fn;
     ExprRef e;
     auto L = [&](size_t k) { return Expr::lit(lits.at(k), ct); };
@@ -414,14 +453,7 @@ class Builder {
       for (size_t k = 0; k < lits.size(); ++k) args.push_back(L(k));
       e = Expr::call("fj_" + target_.math_fn(fn, out_t), std::move(args));
     }
-    // Convert to the output's compute type, and round where eager materializes a reduced float.
-    ExprRef value = Expr::convert(out_t, e);
-    if (is_reduced_float(out_t)) value = Expr::round(out_t, value);
-    std::string name = fmt::format("t{}", out->id());
-    Stmt stmt = Stmt::let(name, out_t, value, n.schema());
-    if (g_.reduction) stmt_[out] = stmt;
-    else body().push_back(stmt);
-    var_[out] = name;
+    return e;
   }
 
   // ---- Reduction groups (Note [Reduction kernels]) ----
@@ -536,16 +568,6 @@ class Builder {
     }
     layout_reduction();
     const int first_out = static_cast<int>(inputs_.size());
-    const int nd = static_cast<int>(spec_.sizes.size());
-    auto row_buffer = [&](int k) {
-      // A gathered buffer is a row buffer when its indices are too (Note [Gathered loads]).
-      for (int b : {k, spec_.buffers[k].gather}) {
-        if (b < 0) continue;
-        for (int d = spec_.kept_dims; d < nd; ++d)
-          if (spec_.buffers[b].strides[d] != 0) return false;
-      }
-      return true;
-    };
     for (int k = 0; k < first_out; ++k)
       if (row_buffer(k)) spec_.row_loads.push_back(k);
     // Row values known before the first pass.
@@ -553,102 +575,136 @@ class Builder {
       const Value* o = n->output();
       if (f.row_values.count(o) && !acc_of_.count(o) && f.ready.at(o) == 0) spec_.row_prologue.push_back(stmt_.at(o));
     }
-    int acc_count = 0;
-    std::map<const Value*, int> computed_in;  // element value -> the first pass that computes it
-    int64_t scratch_budget = Target::kScratchStart;
-    std::set<const Value*> approved;
-    // The element buffers value v reads, directly or through the element values it is made of.
-    auto element_loads = [&](const Value* v) {
-      std::set<int> bufs;
-      std::set<const Value*> seen;
-      std::vector<const Value*> stack{v};
-      while (!stack.empty()) {
-        const Value* u = stack.back();
-        stack.pop_back();
-        if (!seen.insert(u).second || !buf_deps_.count(u)) continue;
-        for (int b : buf_deps_.at(u))
-          if (!row_buffer(b)) bufs.insert(b);
-        for (const Value* d : val_deps_.at(u))
-          if (!f.row_values.count(d)) stack.push_back(d);
-      }
-      return static_cast<int>(bufs.size());
-    };
-    auto stashable = [&](const Value* v) {
-      const Node* n = v->producer();
-      if (!n->op()) return false;
-      if (approved.count(v)) return true;
-      const KeptValue kv{v->tensor_type().dtype, n->op()->has(OpFlag::kExpensive), element_loads(v)};
-      if (!target_.may_keep_between_passes(spec_, kv, approved.size(), &scratch_budget)) return false;
-      approved.insert(v);
-      return true;
-    };
-    for (int p = 0; p < f.passes; ++p) {
-      KernelPass pass;
-      std::set<const Value*> needed;
-      std::vector<const Value*> roots;
-      for (const Node* n : g_.nodes) {
-        const Value* o = n->output();
-        if (acc_of_.count(o) && f.ready.at(o) == p + 1) {
-          const Value* in = n->args()[0].value;
-          if (!f.row_values.count(in) && in->producer() && members.count(in->producer())) roots.push_back(in);
-        }
-        if (!f.row_values.count(o) && outs.count(o) && f.phase.at(o) == p) roots.push_back(o);
-      }
-      // Element values the pass computes: the closure of its roots over element values, stopping at
-      // expensive values an earlier pass computed (they come from the scratch row).
-      std::vector<const Value*> stack = roots;
-      std::set<const Value*> from_scratch;
-      while (!stack.empty()) {
-        const Value* v = stack.back();
-        stack.pop_back();
-        auto earlier = computed_in.find(v);
-        if (earlier != computed_in.end() && earlier->second < p && stashable(v)) {
-          from_scratch.insert(v);
-          continue;
-        }
-        if (!needed.insert(v).second) continue;
-        for (const Value* d : val_deps_.at(v))
-          if (!f.row_values.count(d)) stack.push_back(d);
-      }
-      for (const Value* v : from_scratch) {
-        auto& src = spec_.passes[computed_in.at(v)];
-        if (std::find(src.stash_out.begin(), src.stash_out.end(), var_.at(v)) == src.stash_out.end()) {
-          src.stash_out.push_back(var_.at(v));
-          spec_.scratch.emplace_back(var_.at(v), compute_dtype(v->tensor_type().dtype));
-        }
-        pass.stash_in.push_back(var_.at(v));
-      }
-      for (const Value* v : needed) computed_in.emplace(v, p);
-      std::set<int> loads;
-      for (const Node* n : g_.nodes) {
-        const Value* o = n->output();
-        bool accumulates = acc_of_.count(o) && f.ready.at(o) == p + 1;
-        if (needed.count(o)) pass.body.push_back(stmt_.at(o));
-        if (needed.count(o) || accumulates)
-          for (int b : buf_deps_.at(o))
-            if (!row_buffer(b)) loads.insert(b);
-        if (accumulates) pass.accs.push_back(acc_of_.at(o));
-        if (!f.row_values.count(o) && outs.count(o) && f.phase.at(o) == p)
-          pass.stores.emplace_back(first_out + output_index(o), var_.at(o));
-      }
-      pass.loads.assign(loads.begin(), loads.end());
-      // After the loop: the pass's reductions, then the row values they make known.
-      for (const Node* n : g_.nodes) {
-        const Value* o = n->output();
-        if (acc_of_.count(o) && f.ready.at(o) == p + 1) {
-          pass.after.push_back(finish_.at(o)(Expr::var(fmt::format("acc{}", acc_count++))));
-        }
-      }
-      for (const Node* n : g_.nodes) {
-        const Value* o = n->output();
-        if (f.row_values.count(o) && !acc_of_.count(o) && f.ready.at(o) == p + 1) pass.after.push_back(stmt_.at(o));
-      }
-      spec_.passes.push_back(std::move(pass));
-    }
+    for (int p = 0; p < f.passes; ++p) spec_.passes.push_back(lower_pass(p, members, outs, first_out));
     for (const Value* o : g_.outputs)
       if (f.row_values.count(o)) spec_.row_stores.emplace_back(first_out + output_index(o), var_.at(o));
     hoist_batch_norm_parts();
     return std::move(spec_);
+  }
+
+  // Whether buffer k is a row buffer of the laid-out reduction kernel: read once per row (stride 0 along
+  // every reduced dim). A gathered buffer is a row buffer when its indices are too (Note [Gathered loads]).
+  bool row_buffer(int k) const {
+    const int nd = static_cast<int>(spec_.sizes.size());
+    for (int b : {k, spec_.buffers[k].gather}) {
+      if (b < 0) continue;
+      for (int d = spec_.kept_dims; d < nd; ++d)
+        if (spec_.buffers[b].strides[d] != 0) return false;
+    }
+    return true;
+  }
+
+  // The element buffers value v reads, directly or through the element values it is made of.
+  int element_loads(const Value* v) const {
+    const ReductionForm& f = *g_.reduction;
+    std::set<int> bufs;
+    std::set<const Value*> seen;
+    std::vector<const Value*> stack{v};
+    while (!stack.empty()) {
+      const Value* u = stack.back();
+      stack.pop_back();
+      if (!seen.insert(u).second || !buf_deps_.count(u)) continue;
+      for (int b : buf_deps_.at(u))
+        if (!row_buffer(b)) bufs.insert(b);
+      for (const Value* d : val_deps_.at(u))
+        if (!f.row_values.count(d)) stack.push_back(d);
+    }
+    return static_cast<int>(bufs.size());
+  }
+
+  // Whether element value v, computed in an earlier pass, is kept in the scratch row for a later one
+  // instead of computed again: the target approves it (Target::may_keep_between_passes, within its
+  // budget), and an approved value stays approved.
+  bool stashable(const Value* v) {
+    const Node* n = v->producer();
+    if (!n->op()) return false;
+    if (kept_.count(v)) return true;
+    const KeptValue kv{v->tensor_type().dtype, n->op()->has(OpFlag::kExpensive), element_loads(v)};
+    if (!target_.may_keep_between_passes(spec_, kv, kept_.size(), &scratch_budget_)) return false;
+    kept_.insert(v);
+    return true;
+  }
+
+  // The values pass p of a reduction kernel starts from: the element values its accumulators read, and the
+  // element outputs it stores.
+  std::vector<const Value*> pass_roots(int p, const std::set<const Node*>& members,
+                                       const std::set<const Value*>& outs) const {
+    const ReductionForm& f = *g_.reduction;
+    std::vector<const Value*> roots;
+    for (const Node* n : g_.nodes) {
+      const Value* o = n->output();
+      if (acc_of_.count(o) && f.ready.at(o) == p + 1) {
+        const Value* in = n->args()[0].value;
+        if (!f.row_values.count(in) && in->producer() && members.count(in->producer())) roots.push_back(in);
+      }
+      if (!f.row_values.count(o) && outs.count(o) && f.phase.at(o) == p) roots.push_back(o);
+    }
+    return roots;
+  }
+
+  // Element values the pass computes: the closure of its roots over element values, stopping at
+  // expensive values an earlier pass computed (they come from the scratch row: `*from_scratch`).
+  std::set<const Value*> pass_values(std::vector<const Value*> stack, int p,
+                                     std::set<const Value*>* from_scratch) {
+    const ReductionForm& f = *g_.reduction;
+    std::set<const Value*> needed;
+    while (!stack.empty()) {
+      const Value* v = stack.back();
+      stack.pop_back();
+      auto earlier = computed_in_.find(v);
+      if (earlier != computed_in_.end() && earlier->second < p && stashable(v)) {
+        from_scratch->insert(v);
+        continue;
+      }
+      if (!needed.insert(v).second) continue;
+      for (const Value* d : val_deps_.at(v))
+        if (!f.row_values.count(d)) stack.push_back(d);
+    }
+    return needed;
+  }
+
+  // Pass p of a reduction kernel (Note [Reduction kernels]): the element values it computes or reads from
+  // the scratch row, its loads, accumulators and element stores, then what it makes known after its loop.
+  KernelPass lower_pass(int p, const std::set<const Node*>& members, const std::set<const Value*>& outs,
+                        int first_out) {
+    const ReductionForm& f = *g_.reduction;
+    KernelPass pass;
+    std::set<const Value*> from_scratch;
+    const std::set<const Value*> needed = pass_values(pass_roots(p, members, outs), p, &from_scratch);
+    for (const Value* v : from_scratch) {
+      auto& src = spec_.passes[computed_in_.at(v)];
+      if (std::find(src.stash_out.begin(), src.stash_out.end(), var_.at(v)) == src.stash_out.end()) {
+        src.stash_out.push_back(var_.at(v));
+        spec_.scratch.emplace_back(var_.at(v), compute_dtype(v->tensor_type().dtype));
+      }
+      pass.stash_in.push_back(var_.at(v));
+    }
+    for (const Value* v : needed) computed_in_.emplace(v, p);
+    std::set<int> loads;
+    for (const Node* n : g_.nodes) {
+      const Value* o = n->output();
+      bool accumulates = acc_of_.count(o) && f.ready.at(o) == p + 1;
+      if (needed.count(o)) pass.body.push_back(stmt_.at(o));
+      if (needed.count(o) || accumulates)
+        for (int b : buf_deps_.at(o))
+          if (!row_buffer(b)) loads.insert(b);
+      if (accumulates) pass.accs.push_back(acc_of_.at(o));
+      if (!f.row_values.count(o) && outs.count(o) && f.phase.at(o) == p)
+        pass.stores.emplace_back(first_out + output_index(o), var_.at(o));
+    }
+    pass.loads.assign(loads.begin(), loads.end());
+    // After the loop: the pass's reductions, then the row values they make known.
+    for (const Node* n : g_.nodes) {
+      const Value* o = n->output();
+      if (acc_of_.count(o) && f.ready.at(o) == p + 1) {
+        pass.after.push_back(finish_.at(o)(Expr::var(fmt::format("acc{}", acc_count_++))));
+      }
+    }
+    for (const Node* n : g_.nodes) {
+      const Value* o = n->output();
+      if (f.row_values.count(o) && !acc_of_.count(o) && f.ready.at(o) == p + 1) pass.after.push_back(stmt_.at(o));
+    }
+    return pass;
   }
 
   // Note [batch_norm's per-channel part in reduction kernels]
@@ -857,6 +913,13 @@ class Builder {
   std::map<const Value*, std::vector<std::pair<SymInt, ExprRef>>> regions_;
   std::map<const Value*, SymSizes> cat_strides_;
   std::vector<KernelBuffer> inputs_, outputs_;
+  // Reduction kernels' passes: the first pass computing each element value, the element values kept in the
+  // scratch row between passes and what is left of its budget (Target::may_keep_between_passes), and the
+  // accumulators so far (acc<k>).
+  std::map<const Value*, int> computed_in_;
+  std::set<const Value*> kept_;
+  int64_t scratch_budget_ = Target::kScratchStart;
+  int acc_count_ = 0;
 };
 
 }  // namespace
