@@ -520,7 +520,11 @@ TEST(GemmRules, EveryActivationOnOneDnnsGemmMatchesEager) {
       {"torch.leaky_relu(y, 0.2)", "gemm.linear_leaky_relu"},
       {"torch.hardtanh(y, -0.5, 0.75)", "gemm.linear_hardtanh"},
       {"torch.relu6(y)", "gemm.linear_relu6"},
-      {"torch.exp(y) * 0.5", ""}};
+      // Not a post-op of oneDNN's: the product, then our kernel. (exp here made the test flaky: oneDNN's
+      // GEMM rounds otherwise than MKL's, which eager calls, and exp magnifies the difference past the
+      // tolerance rule's 2x of eager's error for about a third of random inputs; bench/RESULTS.md, "GEMM
+      // rounding: oneDNN against MKL".)
+      {"torch.abs(y) * 0.5", ""}};
   for (const auto& [act, rule] : acts) {
     auto m = linear_inputs_block("    y = torch.linear(x, w, b)\n    return " + act + "\n");
     auto r = run_and_compare(m, linear_inputs(), act);
