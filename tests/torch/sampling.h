@@ -2,7 +2,8 @@
 // every time, in its first variant (dtype) always and in each other one with probability 1/2, chosen by a
 // seed. The seed is the day's number (days since 1970-01-01, UTC) unless FJ_TEST_SEED gives one, so each
 // day covers other variants and a failure is reproduced by its seed; FJ_TEST_SAMPLE=all runs every
-// variant. The seed is printed when a test binary starts and again after each failure (sampling.cpp).
+// variant. The seed is printed when a test binary starts and again after each failure, and
+// each test starts with torch's generator seeded with 0, whatever ran before it (sampling.cpp).
 #pragma once
 
 #include <cstdint>
