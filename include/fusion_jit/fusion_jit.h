@@ -67,7 +67,7 @@ struct CompileOptions {
   std::optional<bool> cuda_graphs;
   // Passes, rule sets and rules left out for this module, besides those FUSION_JIT_DISABLE names for the
   // process: the pipeline's names (docs/options.md lists them, e.g. "prepack.linear_mkl" or
-  // "epilogue"), "channels_last" and "in_place". A name that is not one of them is an error, listing
+  // "epilogue"), "channels_last", "in_place", "symbolic", "symbolic.class" and "weight_memo". A name that is not one of them is an error, listing
   // them, when the module is made; the plan-building switches ("fusion", "horizontal", "cat", "gather",
   // "arena", "cache") are process-wide (FUSION_JIT_DISABLE; enable_fusion above for this module's fusion).
   std::vector<std::string> disable;

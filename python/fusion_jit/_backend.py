@@ -4,7 +4,7 @@ each becomes a _CompiledGraph, which lowers and compiles the graph at its first 
 Note [Freezing]
 With the freezing option (default off, as Inductor's), an inference graph's parameters and buffers are
 constants of its plans instead of inputs: the passes then fold batch norm into the convolution before it,
-prepack weights and fold whatever else is computed from constants alone (passes/conv_rules.cpp). Which
+prepack weights and fold whatever else is computed from constants alone (passes/prepack_rules.cpp, fold_rules.cpp). Which
 inputs: those Dynamo marks static (the parameters and buffers of nn.Modules it inlines; also tensors the
 user marked with torch._dynamo.mark_static_address), unless the graph mutates one or returns a view of
 one (as Inductor's replace_params_with_constants). Training graphs (forward and backward) never freeze.
@@ -549,7 +549,7 @@ class _Backend:
 
 
 def backend(gm, example_inputs, options=None, mode=None):
-    """The "fusion_jit" backend of torch.compile (registered at import and by the entry point)."""
+    """The "fusion_jit" backend of torch.compile (registered when Dynamo is imported, or by the entry point: Note [Registering the backend lazily])."""
     return _Backend(Options(options, mode))(gm, example_inputs)
 
 

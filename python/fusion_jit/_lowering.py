@@ -580,7 +580,7 @@ def _lower_memo_conv(node, v, what, env, ref, emit, new_name, ttype):
     x, w, b = node.args[0], node.args[1], node.args[2]
     stride, padding, dilation, groups = list(node.args[3]), list(node.args[4]), list(node.args[5]), node.args[8]
     hint = list(env[x].shape)
-    hint[0] = 1 << max(0, int(hint[0]) - 1).bit_length()  # size_octave (passes/conv_rules.cpp)
+    hint[0] = 1 << max(0, int(hint[0]) - 1).bit_length()  # size_octave (passes/conv_common.cpp)
     conv = [_literal(padding, what), _literal(stride, what), _literal(dilation, what), _literal(groups, what)]
     packed = _Ref(new_name())
     emit([(packed, ttype(env[w], f"{w.name} reordered", w.meta.get("val")))], "mkldnn::_reorder_convolution_weight",

@@ -8,7 +8,7 @@
 //  - its schedule, which the printer and the launcher share (CUDA: threads per row, vector width, grid);
 //  - compiling that source into an Artifact (a shared object, a CUBIN or PTX), kept in the kernel cache;
 //  - loading an artifact's kernels for a device and launching them.
-// Lowering (kernel_spec.cpp) is given the target of the group's device; the driver, the runtime and the
+// Lowering (lowering.cpp) is given the target of the group's device; the driver, the runtime and the
 // torch adapter go through this interface and branch on no device. The implementations live in
 // targets/<name>/; targets/targets.h finds a device's target.
 //
@@ -120,7 +120,7 @@ class Target {
   // Whether pow with a literal exponent of 0.5 or -0.5 becomes sqrt / rsqrt for a result of dtype `out`.
   virtual bool pow_uses_sqrt(DType out) const = 0;
   // Which formula this device's eager uses for inference batch_norm node `n` (Note [batch_norm's
-  // formulas], kernel_spec.cpp): they differ by rounding, by cancellation and by where NaN comes out.
+  // formulas], lowering.cpp): they differ by rounding, by cancellation and by where NaN comes out.
   virtual BatchNormForm batch_norm_form(const Node& n) const = 0;
   // How a floating sum accumulating in `acc` (float32 or float64) adds up; `non_negative`: its terms
   // cannot be negative (they cannot cancel).

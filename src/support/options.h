@@ -1,6 +1,6 @@
 // Options of fusion_jit, read from FUSION_JIT_* environment variables through one table.
 //
-// Every variable is documented in README.md. An unknown FUSION_JIT_* name, or a value that does not
+// Every variable is documented in docs/options.md. An unknown FUSION_JIT_* name, or a value that does not
 // parse, is an error that names the variable: a typo never silently does nothing.
 #pragma once
 
@@ -20,7 +20,7 @@ enum class DynamicSizes { kAuto, kOn, kOff };
 // "auto", "on" or "off"; throws fusion_jit::Error naming `what` for anything else.
 DynamicSizes parse_dynamic_sizes(const std::string& what, const std::string& value);
 
-// FUSION_JIT_GEMM (Note [GEMM backend measured on this machine], passes/conv_rules.cpp): how a float32 CPU
+// FUSION_JIT_GEMM (Note [GEMM backend measured on this machine], passes/gemm_rules.cpp): how a float32 CPU
 // linear whose weight comes with each call is computed. measure: oneDNN's where it was measured faster
 // than ATen's GEMM on this machine, for its shape; aten: always ATen's; onednn: oneDNN's wherever the rule
 // applies (for tests and comparisons).

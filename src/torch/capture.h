@@ -51,7 +51,7 @@ void inline_all_calls(torch::jit::Graph& graph);
 // A frozen 2-d convolution's weight made channels-last makes eager's convolution (oneDNN) write its result
 // channels-last, and the ops after it keep that layout: captured that way, a conv net's activations are
 // NHWC from its first convolution to its last, our kernels are generated for that layout, and the oneDNN
-// rules (conv_rules.cpp) run convolutions with post-ops without copies back to NCHW. This is Inductor's
+// rules (passes/epilogue_rules.cpp) run convolutions with post-ops without copies back to NCHW. This is Inductor's
 // freezing layout as well. The model runs once more at capture (its eager run gives the first result
 // and eager's output layouts); each output whose layout then differs gets eager's back through
 // aten::contiguous with eager's memory format, and where eager's is neither contiguous nor channels-last

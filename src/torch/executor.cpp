@@ -245,7 +245,7 @@ EagerCpuMath probe_eager_cpu_math() {
 [[maybe_unused]] const bool g_probe_registered = (set_eager_cpu_math_probe(&probe_eager_cpu_math), true);
 
 // Whether this build of torch has `schema` (the mkldnn:: ops exist only with oneDNN), for the rules that
-// rewrite into such ops (passes/conv_rules.cpp).
+// rewrite into such ops (passes/prepack_rules.cpp, fold_rules.cpp).
 bool schema_in_dispatcher(const std::string& schema) {
   if (schema.rfind("mkldnn::", 0) == 0 && !at::hasMKLDNN()) return false;
   if (schema.rfind("mkl::", 0) == 0 && !at::hasMKL()) return false;

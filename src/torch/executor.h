@@ -134,7 +134,7 @@ std::string grad_eager_reason(const std::vector<c10::IValue>& inputs);
 void mark_side_effects(Graph& g);
 // Note [Folded constants shared across signatures]
 // With frozen weights, each input signature's plan folds its constants again: batch norm into the
-// convolution's weight, the weights reordered for oneDNN (passes/conv_rules.cpp). A served model that sees
+// convolution's weight, the weights reordered for oneDNN (passes/prepack_rules.cpp). A served model that sees
 // a new sequence length or batch size in every request built, per signature, a new copy of every folded
 // weight (35 MB per length for a 1024-4096-1024 MLP, 129 MB per batch size for resnet18; 64 plans are
 // kept). A module or graph function therefore keeps, per folded step, weak references to its results under

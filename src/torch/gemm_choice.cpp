@@ -1,4 +1,4 @@
-// The gemm rules' probe (Note [GEMM backend measured on this machine], passes/conv_rules.cpp): MKL's GEMM
+// The gemm rules' probe (Note [GEMM backend measured on this machine], passes/gemm_rules.cpp): MKL's GEMM
 // against oneDNN's, on a plain weight (ATen's addmm against mkldnn::_linear_pointwise) or on a frozen one
 // (MKL's packed GEMM against oneDNN's reordered weight), timed on this machine once per linear shape and
 // thread count, and kept

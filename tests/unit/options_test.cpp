@@ -133,7 +133,7 @@ TEST(Options, ValueRoundTripsThroughTheTable) {
   EXPECT_EQ(Options::value("FUSION_JIT_CXX", env), "ccache g++");
 }
 
-// ./run reads FUSION_JIT_TEST_JOBS (README); the library accepts it as it accepts ./run's other variables.
+// ./run reads FUSION_JIT_TEST_JOBS (docs/building.md); the library accepts it as it accepts ./run's other variables.
 TEST(Options, AcceptsRunsVariables) {
   const char* env[] = {"FUSION_JIT_VENV=/v", "FUSION_JIT_BUILD_JOBS=4", "FUSION_JIT_TEST_JOBS=3", nullptr};
   EXPECT_NO_THROW(Options::parse(env));
