@@ -699,10 +699,18 @@ def run_json(model, specs, env, saved=None):
 REDIS = None
 
 
+def shared_redis():
+    """The Redis server the remote tier's cases share, started by the first case that asks for it (cases
+    may run in another process than the one before them: FJ_CLI_TEST_SHARD)."""
+    global REDIS
+    if REDIS is None:
+        REDIS = Redis()
+    return REDIS
+
+
 @case("remote tier: a second machine runs each demo model from a shared Redis with no compiler, bit-identical; cache stats pings it (issue 18)")
 def _():
-    global REDIS
-    REDIS = Redis()
+    shared_redis()
     for name, (_, specs) in MODELS.items():
         out_a, out_b = os.path.join(TMP, name + "-a.pt"), os.path.join(TMP, name + "-b.pt")
         a, _ = run_json(DEMO[name], specs, REDIS.env(os.path.join(TMP, "machine-a")), out_a)
@@ -771,7 +779,7 @@ def _():
 @case("remote tier: no key file, a key file others can read, a Redis that is down: results correct, one warning each (issue 18)")
 def _():
     _, specs = MODELS["mlp_block"]
-    env = REDIS.env(os.path.join(TMP, "machine-nokey"))
+    env = shared_redis().env(os.path.join(TMP, "machine-nokey"))
     del env["FUSION_JIT_REMOTE_CACHE_KEY_FILE"]
     j, err = run_json(DEMO["mlp_block"], specs, env)
     assert j["check"] == "pass" and err.count("FUSION_JIT_REMOTE_CACHE_KEY_FILE is not set") == 1, err
