@@ -164,14 +164,14 @@ void check_step_layouts(const Node& n, const std::vector<c10::IValue>& results) 
 // Ops whose results' layout the library chooses at run time, from the kernel it picks (AtenCall::conform).
 bool library_chooses_layout(const std::string& schema) { return schema == "aten::scaled_dot_product_attention"; }
 
-// A conforming step's tensor results (AtenCall::conform), each copied into its type's layout where the
-// library gave it another.
+// `n`'s tensor results, each copied into its type's layout where the library gave it another: a conforming
+// step's (AtenCall::conform) and a folded constant's.
 void conform_layouts(const Node& n, std::vector<c10::IValue>& results) {
   for (size_t i = 0; i < results.size() && i < n.outputs().size(); ++i) {
     if (!n.output(i)->is_tensor() || !results[i].isTensor()) continue;
     const at::Tensor& r = results[i].toTensor();
     const TensorType& t = n.output(i)->tensor_type();
-    if (!r.defined() || !r.sizes().equals(ints(t.sizes)) || same_layout(r, t)) continue;
+    if (!r.defined() || !r.has_storage() || !r.sizes().equals(ints(t.sizes)) || same_layout(r, t)) continue;
     at::Tensor c = at::empty_strided(r.sizes(), ints(t.strides), r.options());
     c.copy_(r);
     results[i] = std::move(c);
@@ -1023,16 +1023,7 @@ void optimize_captured(CapturedGraph& cap, const std::set<std::string>& skip, Fo
       // the layout they were generated for. oneDNN's reordered weights and MKL's packed ones keep what the
       // library gave them.
       const bool keep_layout = n.schema().rfind("mkldnn::", 0) == 0 || n.schema().rfind("mkl::", 0) == 0;
-      for (size_t i = 0; i < outs.size() && !keep_layout; ++i) {
-        if (!outs[i].isTensor() || !n.output(i)->is_tensor()) continue;
-        const at::Tensor& t = outs[i].toTensor();
-        const TensorType& want = n.output(i)->tensor_type();
-        if (t.defined() && t.has_storage() && t.sizes().equals(ints(want.sizes)) && !same_layout(t, want)) {
-          at::Tensor c = at::empty_strided(ints(want.sizes), ints(want.strides), t.options());
-          c.copy_(t);
-          outs[i] = c;
-        }
-      }
+      if (!keep_layout) conform_layouts(n, outs);
       if (!key.empty()) shared->put(key, outs);
       return keep(std::move(outs));
     } catch (const std::exception&) {
