@@ -175,6 +175,13 @@ class GraphFunction {
   // are put in *outputs (left empty when another thread added the plan: run() it then).
   GraphPlanInfo add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
                     const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs = nullptr);
+  // add() of the shape class's graph `class_ir` (as add_from_class takes it) concretized at `bindings`:
+  // every size, stride and integer the number its expression takes there. For a signature of the class
+  // that gets a plan of its own (outside the class's plan, or that plan refused); checked as add() with
+  // outputs checks a derived graph when `outputs` is given.
+  GraphPlanInfo add_at(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& class_ir,
+                       const std::map<std::string, int64_t>& bindings, const std::vector<at::Tensor>& constants,
+                       std::vector<at::Tensor>* outputs = nullptr);
   // Note [Plans of a shape class] (src/runtime/plan.h): adds the plan of this signature as an instance
   // of the plan of the shape class `class_ir`, a graph whose sizes are expressions over symbols (its header
   // naming each symbol's value at the call it was written for, "graph[s0=37](...)"). That plan is built
@@ -198,6 +205,9 @@ class GraphFunction {
   void clear();
 
  private:
+  GraphPlanInfo add_graph(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
+                          const std::map<std::string, int64_t>* at, const std::vector<at::Tensor>& constants,
+                          std::vector<at::Tensor>* outputs);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -39,7 +39,8 @@ Options (torch.compile's `options=`, or fusion_jit.compile's keyword arguments):
                           that a graph's signatures differing only in sizes share compiled kernels (auto:
                           from each graph's second signature on); default FUSION_JIT_DYNAMIC or "auto";
                           "off" also lowers a symbolic graph again for each signature (Note [Symbolic
-                          graphs]: otherwise its later signatures fill in the template of its first lowering)
+                          graphs]: otherwise its later signatures are instances of the shape class its
+                          first lowering wrote)
 
 A graph that cannot be compiled (an op that mutates its input, a higher-order op, an unsupported dtype,
 a compiler failure) runs eagerly, with one warning that says why; FUSION_JIT_STRICT=1 raises instead.

@@ -33,7 +33,7 @@ import torch
 
 from . import _attention, _native, _symbolic
 from ._lowering import (LayoutMismatch, Unsupported, channels_last_activations, channels_last_weights, lower,
-                        specialization_key)
+                        rng_kept, specialization_key)
 
 _OPTION_TYPES = {
     "cuda_graphs": bool,
@@ -197,8 +197,8 @@ class _CompiledGraph:
         self.changes = {}           # position -> times its frozen tensor was found changed
         self.frozen_ids = set()     # id() of the frozen tensors as compiled (refreeze)
         self.lock = threading.Lock()
-        # Note [Symbolic graphs]: a graph with symbolic sizes is lowered once; its later signatures are
-        # instances of that lowering's template.
+        # Note [Symbolic graphs]: a graph with symbolic sizes is lowered once, as its shape class's graph;
+        # its later signatures are instances of that class.
         self.symbolic = (_symbolic.is_symbolic(gm) and _dynamic_setting(opts) != "off"
                          and _enabled("symbolic", opts))
         # Note [Plans of a shape class] (src/runtime/plan.h): its later signatures instances of one plan.
@@ -311,6 +311,18 @@ class _CompiledGraph:
                 got = None
             if got is not None:
                 info = got[0]
+        if info is None and low.template is not None:
+            # No plan of the class here: the class's graph at this call's sizes, built on its own.
+            info = self._own_plan(low, tensors, args)
+            if info is None:  # the template dropped: this call lowered again with numbers, its results kept
+                try:
+                    with rng_kept():
+                        again = lower(self.gm, args, freeze, cl, acts, copies=self.channels_last_copies,
+                                      memo_weights=memo)
+                except Unsupported as e:
+                    return self._give_up(str(e), args, low.results)
+                again.results, again.no_template = low.results, self.no_template
+                low = again
         try:
             if info is None:
                 info = self.fn.add(tensors, low.key, low.ir, low.constants)
@@ -347,25 +359,40 @@ class _CompiledGraph:
                 head = (f"freezing: {len(freeze)} parameter(s) and buffer(s) are constants of the plan\n"
                         if freeze else "") + (layout or "")
                 if low.template is not None:
-                    if low.template.class_ir is not None:
+                    if low.template.no_class is None:
                         head += (f"symbolic graph: {low.template.describe_sources()}; its later signatures are "
-                                 f"instances of one plan of its shape class ({low.template.holes} numbers are "
+                                 f"instances of one plan of its shape class ({low.template.numbers} numbers are "
                                  f"expressions over its symbols)\n")
                     else:
-                        head += (f"symbolic graph: {low.template.describe_sources()}; its later signatures fill in "
-                                 f"this lowering's template ({low.template.holes} numbers; no plan of the class: "
-                                 f"{low.template.no_class})\n")
+                        head += (f"symbolic graph: {low.template.describe_sources()}; its later signatures are "
+                                 f"its class's graph at their sizes ({low.template.numbers} numbers; no plan of "
+                                 f"the class: {low.template.no_class})\n")
                 elif low.no_template is not None:
                     head += f"symbolic graph: no template ({low.no_template}); each signature is lowered\n"
                 self.record.append((self.name, head + self.fn.explain(tensors, low.key)))
         return list(low.results)
+
+    def _own_plan(self, low, tensors, args):
+        """The info of this signature's own plan, made from the class's graph of `low`'s template at this
+        call's sizes (GraphFunction::add_at), its first run checked; None where that fails (the template is
+        dropped: the caller lowers the call again with numbers)."""
+        t = low.template
+        values = dict(zip(t.symbols, t.bind(args)))
+        try:
+            return self.fn.add_at(tensors, low.key, t.class_ir, [str(s) for s in values], list(values.values()),
+                                  t.constants, True)[0]
+        except (ValueError, TypeError, RuntimeError) as e:
+            if _strict() and not isinstance(e, TypeError):
+                raise
+            self.symbolic, self.no_template = False, f"dropped at {t.describe(values)}: {e}"
+            return None
 
     def _from_class(self, template, tensors, key, values):
         """Note [Plans of a shape class] (src/runtime/plan.h): (info, outputs) of this signature's plan as an
         instance of the plan of the template's shape class, built at its first use; None where it is not
         one (no class, a size outside it, the class refused: the caller builds the signature's own text).
         TypeError where an input is laid out otherwise than the class says."""
-        if template.class_ir is None or not self.class_plans:
+        if template.no_class is not None or not self.class_plans:
             return None
         try:
             info, outs, outside = self.fn.add_from_class(tensors, key, template.class_ir, [str(s) for s in values],
@@ -385,14 +412,15 @@ class _CompiledGraph:
         return info, outs
 
     def _from_template(self, template, args):
-        """Note [Symbolic graphs]: this call's signature from the graph's template, its plan built and run
-        on `args` with its types checked. None where the call is to be lowered instead: outside the
-        template's class (kept), or a failure (the template dropped)."""
+        """Note [Symbolic graphs]: this call's signature from the class's graph of the template (the class's
+        plan evaluated, or a plan of its own from that graph at its sizes), built and run on `args` with its
+        types checked. None where the call is to be lowered instead: inputs that bind no values or are laid
+        out otherwise (the template kept), or a failure (the template dropped)."""
         t0 = time.perf_counter()
         got = template.instantiate(args)
         if got is None:
             return None
-        ir, spec, values = got
+        spec, values = got
         tensors = [args[i] for i in self.positions]
         key = specialization_key(args, self.key_positions)
         try:
@@ -403,9 +431,10 @@ class _CompiledGraph:
         info, outs = got if from_class else (None, None)
         if info is None:
             try:
-                info, outs = self.fn.add_run(tensors, key, ir, template.constants)
+                info, outs = self.fn.add_at(tensors, key, template.class_ir, [str(s) for s in values],
+                                            list(values.values()), template.constants, True)
             except TypeError:
-                return None  # an input laid out otherwise than the template's (a view): lowered
+                return None  # an input laid out otherwise than the class's (a view): lowered
             except (ValueError, RuntimeError) as e:
                 # Not made again: from now on each signature is lowered.
                 self.template, self.symbolic = None, False
@@ -434,7 +463,7 @@ class _CompiledGraph:
                 _stats.frozen_inputs += len(self.frozen)
             if self.record is not None:
                 how = ("the class's plan evaluated there" if from_class
-                       else "from the template of its first lowering")
+                       else "its own, from the class's graph at its sizes")
                 self.record.append((self.name, f"symbolic graph: the plan of {template.describe(values)}, {how}\n"
                                     + self.fn.explain(tensors, key)))
         return [outs[v] if kind == "ir" else v for kind, v in spec]

@@ -52,7 +52,7 @@ class Unsupported(Exception):
 
 
 def tensor_type(t, what, numbers=None):
-    """The IR type of tensor `t`; `numbers`: its sizes and strides as text (with holes, _symbolic.Marks)."""
+    """The IR type of tensor `t`; `numbers`: its sizes and strides as text (expressions, _symbolic.Marks)."""
     name = _DTYPE_NAMES.get(t.dtype)
     if name is None:
         raise Unsupported(f"{what}: dtype {t.dtype} is not supported")
@@ -129,7 +129,7 @@ class Lowered:
         self.key = ""                # those arguments' values (specialization_key)
         self.outputs = []            # per graph output: ("ir", k) the k-th IR output, or ("const", value)
         self.results = []            # the graph's outputs of the lowering run
-        self.template = None         # _symbolic.Template: the same lowering for any size of the graph's symbols
+        self.template = None         # _symbolic.Template: the graph of the shape class (ir is then None)
         self.no_template = None      # why there is none, for a symbolic graph
 
 
@@ -356,11 +356,11 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
         return f"%{counter[0] - 1}"
 
     def ttype(t, what, meta):
-        """tensor_type, with holes for the symbolic numbers of `meta` (t's FX value)."""
+        """tensor_type, with expressions for the symbolic numbers of `meta` (t's FX value)."""
         return tensor_type(t, what, marks.type_numbers(t, meta, what) if marks is not None else None)
 
     def number(x, r, arg_type, what):
-        """The value `r` of FX node `x` (a number computed from sizes) as a literal, a hole if symbolic."""
+        """The value `r` of FX node `x` (a number computed from sizes) as a literal, its expression if symbolic."""
         meta = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
         if marks is not None and isinstance(meta, (torch.SymInt, torch.SymFloat)) and meta.node.expr.free_symbols:
             kind = arg_type.kind() if arg_type is not None else ""
@@ -543,12 +543,32 @@ def lower(gm, args, frozen=(), channels_last=(), channels_last_inputs=(), symbol
     low.ir = "graph(" + ", ".join(inputs) + "):\n" + "\n".join(lines) + "\n"
     low.key = specialization_key(args, low.key_positions)
     if marks is not None:
-        text, low.ir = low.ir, marks.render(low.ir)
         try:
-            low.template = _symbolic.make_template(gm, args, low, text, marks, frozen)
+            low.template = _symbolic.make_template(gm, args, low, low.ir, marks, frozen)
         except _symbolic.NoTemplate as e:
-            low.no_template = str(e)
+            # The text has expressions that do not hold: lowered again with numbers, the random generators
+            # left as this run left them (the results are this run's).
+            with rng_kept():
+                again = lower(gm, args, frozen, channels_last, channels_last_inputs, copies=copies,
+                              memo_weights=memo_weights)
+            again.results, again.no_template = low.results, str(e)
+            return again
+        low.ir = None  # the class's graph is the template's (add_from_class, add_at)
     return low
+
+
+class rng_kept:
+    """Restores the random generators' states on exit (CPU, and CUDA where it is initialized)."""
+
+    def __enter__(self):
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+    def __exit__(self, *exc):
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+        return False
 
 
 def _channels_last_input(x, env, ref, converted, emit, new_name, ttype):

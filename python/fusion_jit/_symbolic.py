@@ -3,36 +3,36 @@
 Note [Symbolic graphs]
 Dynamo makes a dimension symbolic once it has taken a second value (or when asked: dynamic=True,
 mark_dynamic); the graph it then hands over is called with every size of that dimension. Lowering
-(_lowering.lower) runs the graph node by node on the call's inputs and writes IR text with numbers only,
-about 15 ms for a 110-node language model: each new size paid it again, and ran the graph eagerly besides.
+(_lowering.lower) runs the graph node by node on the call's inputs and writes IR text, about 15 ms for a
+110-node language model: each new size paid it again, and ran the graph eagerly besides.
 
 Every number of that text is also known symbolically: the FX nodes carry their values as fake tensors
 whose sizes and strides, and the SymInts computed from them, are expressions over the graph's symbols
-(s0, s1, ...). So one lowering also writes a template: the same text with each number that is such an
-expression left as a hole (`Marks`), and the expressions compiled into one Python function. A later call
-binds the symbols from its inputs (a SymInt argument, or a tensor's size whose expression is the bare
-symbol), evaluates the function and fills the holes: the IR text of that call, as lowering would have
-written it, in well under a millisecond. The template also gives the graph of the shape class: the
-same text with each hole its expression (Template.class_ir). C++ builds that graph's plan once, at the
-lowering's own call, and gives each later size of the class its plan by evaluating it (Note [Plans of a
-shape class], src/runtime/plan.h): no text is parsed, optimized, fused or printed for it (the text is still
-filled in, for the outputs' spec). A size
-outside the class (a guard its plan took fails there) is filled in and built from its own text, as is
-every size where the expressions have no IR form or C++ refused the class; such plans have their sizes
-as kernel arguments (Note [Sizes as kernel arguments]), so their kernels are the compiled ones.
+(s0, s1, ...). So a symbolic lowering writes each number that is such an expression as that expression
+(`Marks`), and its text is the graph of the shape class, with a header naming the symbols' values at the
+lowering's call ("graph[s0=37](...)", Template.class_ir): one typed symbolic capture. A call binds the
+symbols from its inputs (a SymInt argument, or a tensor's size whose expression is the bare symbol). C++
+builds the class graph's plan once, at the lowering's own call, and gives each later size of the class its
+plan by evaluating it (GraphFunction::add_from_class, Note [Plans of a shape class], src/runtime/plan.h): no
+text is written, parsed, optimized, fused or printed for it. A size outside the class (a guard its plan
+took fails there), or every size where C++ refused the class, gets a plan of its own from the class's graph
+concretized at its values in C++ (GraphFunction::add_at); such plans have their sizes as kernel arguments
+(Note [Sizes as kernel arguments]), so their kernels are the compiled ones. Sizes the graph returns are
+expressions too, evaluated by one Python function compiled from them (Template.instantiate).
 
 Exactness:
-- The template is kept only where every number the lowering run wrote in a tensor type equals its
+- The template is kept only where every number the lowering run observed in a tensor type equals its
   expression evaluated at that call (static ones included), but for the strides of size-1 dims, which
   ATen leaves as it likes and no kernel reads; the literals computed from SymInts likewise. A number with
   an expression the evaluator does not know (anything but integers, symbols, +, *, integer powers, floor
-  division, modulo, min, max), a SymFloat, or a symbol no input gives, and there is no template: each
-  signature is lowered as before (the reason at debug level).
+  division, modulo, min, max), a SymFloat, or a symbol no input gives, and there is no template: the graph
+  is lowered again with numbers (the random generators' states as after the first run), and each signature
+  is lowered so (the reason at debug level).
 - The types of an instance are derived, not observed: its plan is run once before it is added, each ATen
-  step's results checked against the types (GraphFunction::add with outputs, run_plan's check_layouts);
-  a mismatch drops the template, and that call and every later new signature of the graph are lowered. The inputs' types are checked by add as for any
-  graph: an input laid out otherwise than the template says (a transposed view) is lowered, the template
-  kept.
+  step's results checked against the types (GraphFunction::add_from_class and add_at with outputs,
+  run_plan's check_layouts); a mismatch drops the template, and that call and every later new signature of
+  the graph are lowered. The inputs' types are checked as for any graph: an input laid out otherwise than
+  the class says (a transposed view) is lowered, the template kept.
 - A tensor the lowering makes channels-last (Note [Channels-last plans]: frozen conv weights and what
   follows them, or Note [Channels-last activations]) where the graph's fake value is not has the strides of
   that layout over the fake value's sizes; every other number as above, checked the same way.
@@ -41,8 +41,6 @@ Exactness:
 """
 
 import torch
-
-_MARK = "\x00"
 
 
 class NoTemplate(Exception):
@@ -58,9 +56,9 @@ def _symint_expr(s):
 
 
 class Marks:
-    """The holes of one lowering: each a number written in the text, its expression, and whether the run's
-    number must equal the expression's value (`loose`: the stride of a size-1 dim). A number that cannot be
-    a hole sets `failed` (the lowering goes on: its text has numbers where holes would be)."""
+    """The symbolic numbers of one lowering: each a number the run observed, its expression (written in the
+    text in its place), and whether the two must agree (`loose`: the stride of a size-1 dim). A number that
+    cannot be an expression sets `failed` (the lowering goes on; its text is then not used)."""
 
     def __init__(self):
         self.values = []   # the run's numbers
@@ -74,20 +72,25 @@ class Marks:
             self.failed = why
 
     def num(self, concrete, meta, loose=False):
-        """The int `concrete` as text: a hole when `meta` (its FX value) is a symbolic SymInt."""
+        """The int `concrete` as text: its expression when `meta` (its FX value) is a symbolic SymInt."""
         concrete = int(concrete)
         e = _symint_expr(meta)
         if e is None:
             if meta is not None and not loose and isinstance(meta, (int, torch.SymInt)) and int(meta) != concrete:
                 self.fail(f"the run's {concrete} is {int(meta)} in the graph's fake values")
             return str(concrete)
+        try:
+            text = _ir_expr(e)
+        except NoTemplate as why:
+            self.fail(str(why))
+            return str(concrete)
         self.values.append(concrete)
         self.exprs.append(e)
         self.loose.append(loose)
-        return f"{_MARK}{len(self.values) - 1}{_MARK}"
+        return text
 
     def type_numbers(self, t, meta, what):
-        """(sizes, strides) of tensor `t` as text, holes where `meta` (its fake value) is symbolic."""
+        """(sizes, strides) of tensor `t` as text, expressions where `meta` (its fake value) is symbolic."""
         if not isinstance(meta, torch.Tensor) or meta.dim() != t.dim():
             self.fail(f"{what}: no fake value of rank {t.dim()}")
             return None
@@ -102,12 +105,6 @@ class Marks:
         strides = [self.num(s, m, loose=(n == 1 or t.numel() == 0))
                    for s, m, n in zip(t.stride(), meta_strides, t.shape)]
         return ",".join(sizes), ",".join(strides)
-
-    def render(self, text):
-        """`text` with each hole filled with the run's number."""
-        parts = text.split(_MARK)
-        parts[1::2] = [str(self.values[int(i)]) for i in parts[1::2]]
-        return "".join(parts)
 
 
 def _expr_text(e, symbol):
@@ -157,31 +154,20 @@ def _ir_expr(e):
 
 
 class Template:
-    """The IR text of a graph with holes for its symbolic numbers (Note [Symbolic graphs])."""
+    """The graph of a symbolic graph's shape class, as its lowering wrote it (Note [Symbolic graphs])."""
 
-    def __init__(self, text, marks, sources, outputs, constants, positions):
-        self.parts = text.split(_MARK)          # text, hole index, text, hole index, ..., text
-        self.order = [int(i) for i in self.parts[1::2]]
+    def __init__(self, class_ir, numbers, sources, outputs, constants, positions):
+        self.class_ir = class_ir                # the class's graph; "graph[s0=37](...)"
+        self.numbers = numbers                  # how many numbers of it are expressions (explain)
         self.sources = sources                  # symbol -> [("arg", i) | ("size", i, d)]
         self.symbols = list(sources)
-        index = {s: k for k, s in enumerate(self.symbols)}
-        self.holes = len(marks.exprs)
-        exprs = marks.exprs + [marks.outputs[k] for k in sorted(marks.outputs)]
-        code = "lambda v: (" + "".join(_source(e, index) + ", " for e in exprs) + ")"
-        self.evaluate = eval(code, {"max": max, "min": min})  # noqa: S307 - built from sympy nodes above
-        self.outputs = outputs                  # the lowering's output spec; ("sym", k): the k-th value after the holes
-        self.output_exprs = sorted(marks.outputs)
+        self.outputs = outputs                  # the lowering's output spec; ("sym", k): the k-th returned size
         self.constants = constants
         self.positions = positions
-        # Note [Plans of a shape class] (src/runtime/plan.h): the same text with each hole its expression,
-        # the header naming the symbols' values at the lowering: the graph of the shape class, whose plan
-        # C++ builds once and instantiates for each size (GraphFunction::add_from_class). None where an
-        # expression has no IR form or C++ refused the class (`no_class` says why): each signature is then
-        # filled in and built from its own text.
-        self.class_ir = None
+        self.evaluate = None                    # symbols' values -> the returned sizes (_compile)
+        # Why C++ refused the class's plan: each signature then gets a plan of its own from the class's
+        # graph at its values (GraphFunction::add_at).
         self.no_class = None
-        self._text_parts = text.split(_MARK)
-        self._exprs = marks.exprs
 
     def bind(self, args):
         """The symbols' values at this call, or None where two inputs give one symbol two values."""
@@ -197,31 +183,16 @@ class Template:
         return tuple(values)
 
     def instantiate(self, args):
-        """(IR text, output spec, {symbol: value}) at this call's sizes; None outside the template's class."""
+        """(output spec, {symbol: value}) at this call's sizes; None where the inputs bind no values."""
         v = self.bind(args)
         if v is None:
             return None
-        nums = self.evaluate(v)
-        parts = list(self.parts)
-        parts[1::2] = [str(nums[i]) for i in self.order]
-        spec = [("const", nums[self.holes + k[1]]) if k[0] == "sym" else k for k in self.outputs]
-        return "".join(parts), spec, dict(zip(self.symbols, v))
-
-    def make_class_ir(self, values):
-        """The class's graph text (Note [Plans of a shape class]), hints at `values` (symbol -> int)."""
-        try:
-            parts = list(self._text_parts)
-            parts[1::2] = [_ir_expr(self._exprs[int(i)]) for i in parts[1::2]]
-        except NoTemplate as e:
-            self.no_class = str(e)
-            return
-        text = "".join(parts)
-        assert text.startswith("graph("), text[:20]
-        hints = ",".join(f"{s}={x}" for s, x in values.items())
-        self.class_ir = f"graph[{hints}](" + text[len("graph("):]
+        sizes = self.evaluate(v)
+        spec = [("const", sizes[k[1]]) if k[0] == "sym" else k for k in self.outputs]
+        return spec, dict(zip(self.symbols, v))
 
     def drop_class(self, why):
-        self.class_ir, self.no_class = None, why
+        self.no_class = why
 
     def describe_sources(self):
         """Where each symbol comes from: "s0 = input 1 dim 1"."""
@@ -231,6 +202,12 @@ class Template:
 
     def describe(self, values):
         return ", ".join(f"{s}={x}" for s, x in values.items())
+
+
+def _compile(exprs, index):
+    """One Python function: the symbols' values (a tuple, ordered by `index`) -> each expression's value."""
+    code = "lambda v: (" + "".join(_source(e, index) + ", " for e in exprs) + ")"
+    return eval(code, {"max": max, "min": min})  # noqa: S307 - built from sympy nodes (_expr_text)
 
 
 def symbol_sources(gm, frozen):
@@ -263,26 +240,31 @@ def is_symbolic(gm):
 
 
 def make_template(gm, args, low, text, marks, frozen):
-    """The template of lowering `low` (its text written with `marks`'s holes), checked against the run:
-    every hole's expression, evaluated at the symbols this call binds, is the number the run wrote."""
+    """The template of lowering `low` (its text written with `marks`'s expressions), checked against the run:
+    every expression, evaluated at the symbols this call binds, is the number the run observed."""
     if marks.failed:
         raise NoTemplate(marks.failed)
     sources = symbol_sources(gm, frozen)
     outputs = []
     for k, o in enumerate(low.outputs):
         outputs.append(("sym", sum(1 for x in outputs if x[0] == "sym")) if k in marks.outputs else o)
-    t = Template(text, marks, sources, outputs, list(low.constants), list(low.tensor_positions))
+    assert text.startswith("graph("), text[:20]
+    t = Template(None, len(marks.exprs), sources, outputs, list(low.constants), list(low.tensor_positions))
     got = t.bind(args)
     if got is None:
         raise NoTemplate("the inputs give one symbol two values")
-    nums = t.evaluate(got)
+    index = {s: k for k, s in enumerate(t.symbols)}
+    output_exprs = [marks.outputs[k] for k in sorted(marks.outputs)]
+    nums = _compile(marks.exprs + output_exprs, index)(got)
     for k, (want, loose) in enumerate(zip(marks.values, marks.loose)):
         if not loose and nums[k] != want:
             raise NoTemplate(f"{marks.exprs[k]} is {nums[k]} at {t.describe(dict(zip(t.symbols, got)))}, but the "
-                             f"run wrote {want}")
-    for k, i in enumerate(t.output_exprs):
-        if nums[t.holes + k] != low.outputs[i][1]:
-            raise NoTemplate(f"output {i}: {marks.outputs[i]} is {nums[t.holes + k]}, the run returned "
+                             f"run observed {want}")
+    for k, i in enumerate(sorted(marks.outputs)):
+        if nums[len(marks.exprs) + k] != low.outputs[i][1]:
+            raise NoTemplate(f"output {i}: {marks.outputs[i]} is {nums[len(marks.exprs) + k]}, the run returned "
                              f"{low.outputs[i][1]}")
-    t.make_class_ir({str(s): x for s, x in zip(t.symbols, got)})
+    t.evaluate = _compile(output_exprs, index)
+    hints = ",".join(f"{s}={x}" for s, x in zip(t.symbols, got))
+    t.class_ir = f"graph[{hints}](" + text[len("graph("):]
     return t

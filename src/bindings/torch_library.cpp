@@ -18,6 +18,8 @@
 //                                           signature's plan from the class's (built at its first use), run
 //                                           once as add_run's; `outside` says why the call is not in the
 //                                           class ("" inside), and then nothing is added
+//     .add_at(tensors, key, class_ir, symbols, values, constants, run) -> (add's list, outputs)   add (run:
+//                                           add_run) of the class's graph concretized at the values
 //     .num_classes() -> int                        class plans built
 //     .take_warnings() -> [str]                    warnings since the last call (each given once)
 //     .explain(tensors, key) -> str, .num_plans() -> int, .plans_dropped() -> int, .clear()
@@ -136,15 +138,36 @@ std::tuple<std::vector<double>, std::vector<at::Tensor>> add_run(const Self& sel
   });
 }
 
+std::map<std::string, int64_t> bindings_of(const char* what, const std::vector<std::string>& symbols,
+                                          const std::vector<int64_t>& values) {
+  if (symbols.size() != values.size())
+    throw Error(std::string(what) + ": " + std::to_string(symbols.size()) + " symbols and " +
+                std::to_string(values.size()) + " values");
+  std::map<std::string, int64_t> bindings;
+  for (size_t i = 0; i < symbols.size(); ++i) bindings[symbols[i]] = values[i];
+  return bindings;
+}
+
+// add_run of the class's graph concretized at the symbols' values (GraphFunction::add_at); `run`: with the
+// checked first run and its outputs.
+std::tuple<std::vector<double>, std::vector<at::Tensor>> add_at(const Self& self, const std::vector<at::Tensor>& inputs,
+                                                                 const std::string& key, const std::string& class_ir,
+                                                                 const std::vector<std::string>& symbols,
+                                                                 const std::vector<int64_t>& values,
+                                                                 const std::vector<at::Tensor>& constants, bool run) {
+  return translate_errors([&] {
+    std::vector<at::Tensor> outs;
+    GraphPlanInfo i = self->fn.add_at(inputs, key, class_ir, bindings_of("add_at", symbols, values), constants,
+                                      run ? &outs : nullptr);
+    return std::make_tuple(info_list(i), std::move(outs));
+  });
+}
+
 std::tuple<std::vector<double>, std::vector<at::Tensor>, std::string> add_from_class(
     const Self& self, const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& class_ir,
     const std::vector<std::string>& symbols, const std::vector<int64_t>& values, const std::vector<at::Tensor>& constants) {
   return translate_errors([&] {
-    if (symbols.size() != values.size())
-      throw Error("add_from_class: " + std::to_string(symbols.size()) + " symbols and " + std::to_string(values.size()) +
-                  " values");
-    std::map<std::string, int64_t> bindings;
-    for (size_t i = 0; i < symbols.size(); ++i) bindings[symbols[i]] = values[i];
+    const std::map<std::string, int64_t> bindings = bindings_of("add_from_class", symbols, values);
     std::vector<at::Tensor> outs;
     GraphPlanInfo i = self->fn.add_from_class(inputs, key, class_ir, bindings, constants, &outs);
     std::vector<double> info = info_list(i);
@@ -298,6 +321,7 @@ TORCH_LIBRARY(fusion_jit, m) {
       .def("add", &add)
       .def("add_run", &add_run)
       .def("add_from_class", &add_from_class)
+      .def("add_at", &add_at)
       .def("num_classes", [](const Self& self) { return static_cast<int64_t>(self->fn.num_classes()); })
       .def("take_warnings", &take_warnings)
       .def("explain",

@@ -13,11 +13,11 @@ namespace fusion_jit::fuzz {
 // Note [The fuzzer's shape classes]
 // With --second-size each batch also runs through one plan of its shape class at two sizes, as the
 // torch.compile backend serves a symbolic graph (GraphFunction::add_from_class). The batch's graph is
-// replayed at its sizes and at resized()'s, and the two prints differ only in numbers: every extent that
-// resized() changes becomes a symbol (hint: its first value), and every number that differs becomes an
+// replayed at its sizes and at resized()'s, and the two typed graphs differ only in integers: every extent
+// that resized() changes becomes a symbol (hint: its first value), and every integer that differs becomes an
 // expression over the symbols that gives both values (generalize(), Note [Graphs of two sizes] in
-// ir/graph.h). That the class's graph concretizes to each print
-// exactly is checked, so the graph is right at both sizes by construction, whatever expression fit.
+// ir/graph.h). That each graph is the class's graph at its size (is_instance) is checked, so the class's
+// graph is right at both sizes by construction, whatever expression fit.
 // Its plan is built once, under guards, as add_from_class builds a class (passes, fusion, code generation
 // with every size a kernel argument), and instantiated at both sizes (instantiate_plan: numbers evaluated,
 // the code shared); each instance runs against eager at its size. A second size that fails a guard of
@@ -102,10 +102,9 @@ ClassCheck check_class_of(const std::vector<Recipe>& recipes, std::vector<bool> 
     out.why = "no graph of the batch runs at both sizes";
     return out;
   }
-  at[0].g->renumber(), at[1].g->renumber();  // as a parsed graph is numbered
-  const std::string texts[2] = {print_graph(*at[0].g), print_graph(*at[1].g)};
-  out.class_ir = generalize(texts[0], texts[1], extents, &out.why);
-  if (out.class_ir.empty()) return out;
+  std::unique_ptr<Graph> g = generalize(*at[0].g, *at[1].g, extents, &out.why);
+  if (!g) return out;
+  out.class_ir = print_graph(*g);
   out.covered = take;
   auto fail_all = [&](const std::string& msg) {
     for (size_t k = 0; k < n; ++k)
@@ -117,17 +116,12 @@ ClassCheck check_class_of(const std::vector<Recipe>& recipes, std::vector<bool> 
   SymBindings bind[2];
   try {
     GuardScope scope(guards);
-    auto g = parse_graph(out.class_ir);
     bind[0] = g->symbols();
     for (const auto& [name, hint] : bind[0]) bind[1][name] = extents.at(hint);
     for (int i : {0, 1}) {
-      const std::string c = print_graph(*concretize(*g, bind[i]));
-      if (c == texts[i]) continue;
-      size_t d = 0;
-      while (d < c.size() && d < texts[i].size() && c[d] == texts[i][d]) ++d;
-      const size_t line = c.rfind('\n', d) == std::string::npos ? 0 : c.rfind('\n', d) + 1;
-      fail_all(fmt::format("the class's graph at the {} size is not the batch's graph there: '{}' for '{}'", which[i],
-                           c.substr(line, d - line + 40), texts[i].substr(line, d - line + 40)));
+      std::string where;
+      if (is_instance(*g, bind[i], *at[i].g, &where)) continue;
+      fail_all(fmt::format("the class's graph at the {} size is not the batch's graph there: {}", which[i], where));
       return out;
     }
     verify_graph(*g);

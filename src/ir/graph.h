@@ -211,17 +211,27 @@ class Graph {
 std::unique_ptr<Graph> concretize(const Graph& g, const SymBindings& b);
 
 // Note [Graphs of two sizes]
-// The graph of a shape class whose sizes are `first` and `second`, two prints of one graph at two sizes (a
-// fuzzed graph replayed at two extents; a model captured at two input signatures): one symbol per extent
-// of `extents` that changes (first value -> second, both at least 2; the symbol's hint is the first), and
-// each whole number that differs between the texts an expression over them that gives both values (the
-// simplest of: a symbol, a product of two or three, a multiple, a sum of two, a symbol times a constant plus
-// a constant). Any expression that fits is as good as another: the caller checks that the class's graph
-// concretizes to each print exactly, and, for each later size, to that size's print. Empty, with `why`,
-// where the texts differ in more than numbers, a number that is not a size differs (a float, a name's digits,
-// a negative number), a number fits no expression, or no number differs.
-std::string generalize(const std::string& first, const std::string& second, const std::map<int64_t, int64_t>& extents,
-                       std::string* why);
+// A shape class's graph is made from two typed captures of one program at two sizes (a fuzzed graph replayed
+// at two extents; a model captured at two input signatures), never from their text. generalize() walks
+// `first` and `second` in lockstep: the same inputs, ops, arguments, dtypes, devices and outputs, and every
+// literal but integers alike. It gives one symbol to each extent of `extents` that changes (first value ->
+// second, both at least 2; the symbol's hint is the first), and each integer that differs (a size, a stride,
+// an integer literal or a list's item; not a constant's index, and never a negative one) an expression over
+// them worth both values: the simplest of a symbol, a product of two or three, a multiple, a sum of two, a
+// symbol times a constant plus a constant. Strides that are exactly the contiguous strides of their sizes
+// in both become the contiguous strides of the class's sizes. Any expression that fits is as good as another: is_instance() is the test of
+// membership, and the caller checks that both captures pass it. Null, with `why` naming the first place
+// where they differ, where the graphs differ in more than integers, an integer fits no expression, or none
+// differs.
+std::unique_ptr<Graph> generalize(const Graph& first, const Graph& second, const std::map<int64_t, int64_t>& extents,
+                                  std::string* why);
+// Whether `g` (a capture, all numbers) is the class's graph `cls` at the binding `at`: the same program, each
+// integer of `cls` worth `g`'s there (strides as exactly as sizes). Where not, `why` names the first difference. `cls` is only read.
+bool is_instance(const Graph& cls, const SymBindings& at, const Graph& g, std::string* why = nullptr);
+// Whether `a` and `b` are one program but for their integers (generalize()'s walk, nothing fitted).
+bool same_program(const Graph& a, const Graph& b);
+// A hash of `g` with its integers left out: captures that may be instances of one class share it.
+size_t structure_hash(const Graph& g);
 
 // Moves every tensor of the graph to `device` (types only): a plan captured on CPU tensors becomes the
 // plan of the same model on a GPU, for ahead-of-time CUDA compilation without a GPU.

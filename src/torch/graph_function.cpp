@@ -365,15 +365,6 @@ std::unique_ptr<PlanInstance> class_instance(const ClassPlan& cls, const SymBind
 
 namespace {
 
-// The print without its digits: captures that differ only in numbers share it.
-std::string family_key(const std::string& text) {
-  std::string key;
-  key.reserve(text.size());
-  for (char c : text)
-    if (c < '0' || c > '9') key += c;
-  return key;
-}
-
 // Each tensor input's sizes, in order.
 std::vector<std::vector<int64_t>> input_sizes(const Graph& g) {
   std::vector<std::vector<int64_t>> out;
@@ -403,6 +394,15 @@ std::map<int64_t, int64_t> changed_extents(const Graph& a, const Graph& b, std::
     }
   }
   return out;
+}
+
+// Whether an input extent of `g` is 0 or 1 where `reference`'s is larger.
+bool small_where_reference_is_not(const Graph& reference, const Graph& g) {
+  const auto sr = input_sizes(reference), sg = input_sizes(g);
+  for (size_t i = 0; i < sr.size() && i < sg.size(); ++i)
+    for (size_t d = 0; d < sr[i].size() && d < sg[i].size(); ++d)
+      if (sg[i][d] < 2 && sr[i][d] >= 2) return true;
+  return false;
 }
 
 // The values of the class's symbols at the capture `g`, each read where the class's graph has it as an
@@ -441,47 +441,52 @@ std::unique_ptr<PlanInstance> CapturedClasses::instance_for(CapturedGraph& cap, 
                                                             std::string* why) {
   std::string ignored;
   if (!why) why = &ignored;
-  cap.graph->renumber();  // as a parsed graph is numbered
-  const std::string text = print_graph(*cap.graph);
+  cap.graph->renumber();  // values in definition order, as a capture planned on its own always had them
   std::lock_guard<std::mutex> lock(mu_);
-  Family& f = families_[family_key(text)];
+  std::vector<Family>& kind = families_[structure_hash(*cap.graph)];
+  Family* f = nullptr;
+  for (Family& k : kind)  // the family whose reference is the same program, sizes aside
+    if (!f && k.reference && same_program(*k.reference, *cap.graph)) f = &k;
+  if (!f) {
+    kind.emplace_back();
+    f = &kind.back();
+  }
   std::shared_ptr<const ClassPlan> cls;
   std::optional<SymBindings> at;
-  for (auto it = f.classes.begin(); it != f.classes.end() && !cls; ++it)
+  for (auto it = f->classes.begin(); it != f->classes.end() && !cls; ++it)
     if ((at = bindings_at(*(*it)->captured, *cap.graph)) && same_constants((*it)->constants, cap.constants) &&
-        class_outside(**it, *at).empty() && print_graph(*concretize(*(*it)->captured, *at)) == text)
+        class_outside(**it, *at).empty() && is_instance(*(*it)->captured, *at, *cap.graph))
       cls = *it;
-  if (!cls) *why = make_class(f, cap, text, build, &cls, &at);
+  if (!cls) *why = make_class(*f, cap, build, &cls, &at);
   if (cls && why->empty()) {
     auto inst = class_instance(*cls, *at, in_place);
     inst->captured.output_kind = cap.output_kind;
     inst->captured.eager_peak_bytes = eager_peak_bytes(*cap.graph);
     return inst;
   }
-  f.text = text;  // the family's reference from now on
-  f.constants = cap.constants;
+  if (!f->reference || !small_where_reference_is_not(*f->reference, *cap.graph)) {
+    f->reference = cap.graph->clone();  // the family's reference from now on
+    f->constants = cap.constants;
+  }
   return nullptr;
 }
 
-std::string CapturedClasses::make_class(Family& f, const CapturedGraph& cap, const std::string& text,
-                                        const BuildClass& build, std::shared_ptr<const ClassPlan>* made,
-                                        std::optional<SymBindings>* at) {
-  if (f.text.empty()) return "the first capture of its kind";
-  if (f.text == text) return "it prints as the capture its kind is generalized from";
+std::string CapturedClasses::make_class(Family& f, const CapturedGraph& cap, const BuildClass& build,
+                                        std::shared_ptr<const ClassPlan>* made, std::optional<SymBindings>* at) {
+  if (!f.reference) return "the first capture of its kind";
   if (!f.no_class.empty()) return f.no_class;
   if (!same_constants(f.constants, cap.constants)) return "its constants are not those of the capture before it";
   std::string why;
-  const std::map<int64_t, int64_t> extents = changed_extents(*parse_graph(f.text), *cap.graph, &why);
-  const std::string class_ir = why.empty() ? generalize(f.text, text, extents, &why) : "";
-  if (class_ir.empty()) return why;
+  const std::map<int64_t, int64_t> extents = changed_extents(*f.reference, *cap.graph, &why);
+  std::unique_ptr<Graph> class_graph = why.empty() ? generalize(*f.reference, *cap.graph, extents, &why) : nullptr;
+  if (!class_graph) return why.rfind("no size differs", 0) == 0 ? "it is the capture its kind is generalized from" : why;
   CapturedGraph c;
-  c.graph = parse_graph(class_ir);
+  c.graph = std::move(class_graph);
   c.constants = cap.constants;
   c.output_kind = cap.output_kind;
   *at = bindings_at(*c.graph, *cap.graph);
-  if (!*at || print_graph(*concretize(*c.graph, c.graph->symbols())) != f.text ||
-      print_graph(*concretize(*c.graph, **at)) != text)
-    return "the class's graph is not both captures' graph at their sizes";
+  if (!*at || !is_instance(*c.graph, c.graph->symbols(), *f.reference, &why) || !is_instance(*c.graph, **at, *cap.graph, &why))
+    return "the class's graph is not both captures' graph at their sizes" + (why.empty() ? "" : ": " + why);
   try {
     *made = build(std::move(c));
   } catch (const PlanRefused&) {
@@ -500,7 +505,8 @@ std::string CapturedClasses::make_class(Family& f, const CapturedGraph& cap, con
 int CapturedClasses::num_classes() const {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;
-  for (const auto& [key, f] : families_) n += static_cast<int>(f.classes.size());
+  for (const auto& [key, kind] : families_)
+    for (const Family& f : kind) n += static_cast<int>(f.classes.size());
   return n;
 }
 
@@ -531,12 +537,18 @@ struct GraphFunction::Impl {
   }
   const std::string& name() const { return table.name(); }
 
-  // Parses and compiles `ir` for these inputs (GraphFunction::add).
+  // Parses and compiles `ir` for these inputs (GraphFunction::add); with `at`, `ir` is a class's graph,
+  // concretized there (GraphFunction::add_at).
   std::unique_ptr<PlanInstance> compile(const std::vector<at::Tensor>& inputs, const std::string& ir,
-                                        const std::vector<at::Tensor>& constants, const SignatureTable::Admit& admit) const {
+                                        const std::vector<at::Tensor>& constants, const SignatureTable::Admit& admit,
+                                        const SymBindings* at = nullptr) const {
     auto inst = std::make_unique<PlanInstance>();
     CapturedGraph& cap = inst->captured;
-    cap = captured_from_ir(name(), inputs, ir, constants);
+    cap = captured_from_ir(name(), inputs, ir, constants, at);
+    if (at) {
+      cap.graph = concretize(*cap.graph, *at);
+      verify_graph(*cap.graph);
+    }
     PlanTarget target;
     target.enable_fusion = options.enable_fusion;
     set_plan_size_args(dynamic, table, &target);
@@ -633,6 +645,18 @@ GraphPlanInfo& describe_entry(const SignatureTable::Entry& e, GraphPlanInfo& inf
 
 GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const std::string& key, const std::string& ir,
                                  const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs) {
+  return add_graph(inputs, key, ir, nullptr, constants, outputs);
+}
+
+GraphPlanInfo GraphFunction::add_at(const std::vector<at::Tensor>& inputs, const std::string& key,
+                                    const std::string& class_ir, const std::map<std::string, int64_t>& bindings,
+                                    const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs) {
+  return add_graph(inputs, key, class_ir, &bindings, constants, outputs);
+}
+
+GraphPlanInfo GraphFunction::add_graph(const std::vector<at::Tensor>& inputs, const std::string& key,
+                                       const std::string& ir, const std::map<std::string, int64_t>* at,
+                                       const std::vector<at::Tensor>& constants, std::vector<at::Tensor>* outputs) {
   std::vector<c10::IValue> boxed;
   GraphPlanInfo info;
   if (outputs) outputs->clear();
@@ -640,7 +664,7 @@ GraphPlanInfo GraphFunction::add(const std::vector<at::Tensor>& inputs, const st
   auto e = impl_->table.get_or_compile(
       sig,
       [&](std::string*, const SignatureTable::Admit& admit) {
-        auto inst = impl_->compile(inputs, ir, constants, admit);
+        auto inst = impl_->compile(inputs, ir, constants, admit, at);
         if (outputs) checked_first_run(*inst, boxed, outputs);
         return inst;
       },

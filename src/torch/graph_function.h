@@ -164,26 +164,27 @@ std::unique_ptr<PlanInstance> class_instance(const ClassPlan& cls, const SymBind
 // Note [Shape classes of captured graphs]
 // The TorchScript and C++ function paths (CompiledModule) capture each new input signature: capture is one
 // eager run, which gives the call its result, and its graph is exact for that signature. With
-// CompileOptions::dynamic "auto" or "on", captures whose prints differ only in numbers (same ops, dtypes,
-// devices, constants, literals) form a family. The second capture of a family that differs from the first
-// makes its shape class: generalize() (Note [Graphs of two sizes], ir/graph.h) gives a symbol to each input
-// extent that changed and an expression to each number that differs, and the class's graph is kept only
-// where it concretizes to both prints exactly. Its plan is built once (build_class_plan), and each later
-// capture of the family whose print is the class's graph concretized at the symbols' values read from its
+// CompileOptions::dynamic "auto" or "on", captures that are one program up to their integers (the same
+// ops, arguments, dtypes, devices, literals and constants; same_program, bucketed by structure_hash) form a
+// family. The second capture of a family that differs from the first makes its shape class: generalize()
+// (Note [Graphs of two sizes], ir/graph.h) walks the two typed graphs, gives a symbol to each input extent
+// that changed and an expression to each integer that differs, and the class's graph is kept only where
+// both captures are its instances (is_instance). Its plan is built once (build_class_plan), and each later
+// capture of the family that is an instance of the class's graph at the symbols' values read from its
 // input sizes, with the same constants (the same tensors), and where every guard of the plan holds, gets
 // its plan as an instance: no passes, fusion, code generation or compiler. Since the class's graph there is
 // the capture's graph, the instance is the plan that capture would have built (Note [Plans of a shape
 // class]). A capture that fits no class is planned on its own, as before, and becomes the family's
-// reference for the next (a size of 1, where a dim broadcasts, is a family's capture of its own kind: its
-// print differs from the class's). The first signature's plan is built on its own (static under auto).
-// A family whose class's plan fails to build, or does not hold at the capture it was made with (a pass
-// decided on a size), is not generalized again: each try would build a plan. disable="symbolic.class" (or
-// FUSION_JIT_DISABLE) plans every signature on its own, as before. Thread-safe: one lock, held while a
-// class is built.
+// reference for the next, unless an input extent is 0 or 1 where the reference's is not (sizes 0 and 1 are
+// classes of their own; such a capture would make no class with the next). The first signature's plan is
+// built on its own (static under auto). A family whose class's plan fails to build, or does not hold at
+// the capture it was made with (a pass decided on a size), is not generalized again: each try would build
+// a plan. disable="symbolic.class" (or FUSION_JIT_DISABLE) plans every signature on its own, as before.
+// Thread-safe: one lock, held while a class is built.
 class CapturedClasses {
  public:
   using BuildClass = std::function<std::shared_ptr<ClassPlan>(CapturedGraph cls)>;
-  // The plan of `cap` (a new signature's capture, before the passes; renumbered here) as an instance of
+  // The plan of `cap` (a new signature's capture, before the passes) as an instance of
   // the family's class, building the class from the family's reference capture when there is one and
   // none fits; null where none does (then `cap` is the family's reference from now on). `why` (when
   // given): why not, for explain.
@@ -194,18 +195,19 @@ class CapturedClasses {
 
  private:
   struct Family {
-    std::string text;  // the reference capture's print
+    std::shared_ptr<const Graph> reference;  // the capture the next is generalized with
     std::vector<c10::IValue> constants;
     std::vector<std::shared_ptr<const ClassPlan>> classes;
     std::string no_class;  // why its class failed: none is made again
   };
-  // The class of `f`'s reference capture and `cap` (print `text`), built and added to `f` into *made, and
-  // the symbols' values at `cap` into *at; "" where `cap` is its instance, else why not.
-  std::string make_class(Family& f, const CapturedGraph& cap, const std::string& text, const BuildClass& build,
+  // The class of `f`'s reference capture and `cap`, built and added to `f` into *made, and the symbols'
+  // values at `cap` into *at; "" where `cap` is its instance, else why not.
+  std::string make_class(Family& f, const CapturedGraph& cap, const BuildClass& build,
                          std::shared_ptr<const ClassPlan>* made, std::optional<SymBindings>* at);
 
   mutable std::mutex mu_;
-  std::unordered_map<std::string, Family> families_;  // by the print without its digits
+  // By structure_hash(): the families of one hash, each one program up to its integers.
+  std::unordered_map<size_t, std::vector<Family>> families_;
 };
 
 }  // namespace fusion_jit

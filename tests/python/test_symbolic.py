@@ -204,14 +204,14 @@ def test_a_template_whose_plan_fails_its_check_is_dropped_and_each_signature_low
     compiled(x)
     (g,) = [g for g in _backend._graphs if g.template is not None]
 
-    class Failing:  # the native GraphFunction, but add_run's check fails
+    class Failing:  # the native GraphFunction, but add_at's check fails
         def __init__(self, fn):
             self.fn = fn
 
         def __getattr__(self, name):
             return getattr(self.fn, name)
 
-        def add_run(self, *args):
+        def add_at(self, *args):
             raise ValueError("aten::mm: its result %1 is ... at run time; the graph's type is ...")
 
         def add_from_class(self, *args):
@@ -237,3 +237,54 @@ def test_explain_names_the_symbols_and_each_plan_from_the_template():
     assert "later signatures are instances of one plan of its shape class" in text, text
     assert "symbolic graph: the plan of s" in text and "=6, s" in text and "=10, the class's plan evaluated there" in text, text
     assert "shape class: the class's plan at s" in text and "instantiated in" in text, text
+
+
+def _half_size_noise(x):
+    # A size used as a float (no expression the template can hold) and a random op.
+    return x * (x.shape[0] / 2) + torch.rand_like(x)
+
+
+def test_a_graph_without_template_is_lowered_with_numbers_and_draws_eagers_random_numbers_once():
+    """Note [Symbolic graphs]: the symbolic lowering's text is not used where its expressions do not hold;
+    the graph is lowered again with numbers, and the random generator is left as one eager run leaves it."""
+    from fusion_jit import _backend
+    compiled = torch.compile(_half_size_noise, backend="fusion_jit", dynamic=True)
+    for n in (4, 6):
+        x = torch.randn(n, 3)
+        torch.manual_seed(n)
+        got, after = compiled(x), torch.rand(2)
+        torch.manual_seed(n)
+        expected, eager_after = _half_size_noise(x), torch.rand(2)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(after, eager_after)
+    (g,) = [g for g in _backend._graphs if g.no_template is not None]
+    assert g.template is None and "float" in g.no_template, g.no_template
+    s = fusion_jit.stats()
+    assert s["lowerings"] == 2 and s["eager_graphs"] == 0, s
+
+
+_CLASS = """graph[s0=3](%0 : f32[s0,4]):
+  %1 : f32[s0,4] = aten::relu(%0)
+  %2 : f32[4*s0] = aten::view(%1, [4*s0])
+  return (%2)
+"""
+
+
+def test_a_plan_of_its_own_is_the_class_graph_at_the_values():
+    """GraphFunction::add_at: the class's graph concretized in C++, no text filled in; inputs checked
+    against it there."""
+    fn = _native.GraphFunction("at", True, False, -1, [], "")
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        info, outs = fn.add_at([x], "", _CLASS, ["s0"], [n], [], True)
+        assert info[0] == 1 and info[6] == 1
+        torch.testing.assert_close(outs[0], torch.relu(x).view(-1))
+        status, again = fn.run([x], "")
+        assert status == 0
+        torch.testing.assert_close(again[0], torch.relu(x).view(-1))
+    assert fn.num_plans() == 2
+    with pytest.raises((TypeError, ValueError), match="input 0"):
+        fn.add_at([torch.randn(6, 4)], "", _CLASS, ["s0"], [7], [], True)
+    with pytest.raises((TypeError, ValueError), match="s0 has no value"):
+        fn.add_at([torch.randn(6, 4)], "", _CLASS, ["s1"], [6], [], True)
+    assert fn.num_plans() == 2

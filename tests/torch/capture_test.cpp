@@ -413,6 +413,18 @@ TEST(DynamicSizes, LaterSignaturesOfAModuleAreInstancesOfItsShapeClass) {
   EXPECT_EQ(alone.stats().class_plans, 0);
 }
 
+// Note [Shape classes of captured graphs]: a capture with an extent of 1 where the family's reference has
+// more (a class of its own) does not replace the reference, so the next size still makes the class with it.
+TEST(DynamicSizes, ASizeOfOneDoesNotReplaceTheFamilysReference) {
+  auto m = script("x", "    return torch.softmax(torch.relu(x) * 0.5, -1), x.sum(1)");
+  auto fused = compile(m, CompileOptions{});
+  for (int64_t l : {5, 1, 7}) compare_with_eager(fused, m, {at::randn({3, l})}, fmt::format("[3,{}]", l));
+  EXPECT_EQ(fused.stats().class_plans, 1) << fused.last_compile_report();
+  const ExecutablePlan* p = compare_with_eager(fused, m, {at::randn({3, 9})}, "[3,9]").plan;
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->bindings, (SymBindings{{"s0", 9}})) << p->explain();
+}
+
 // Note [Shape classes of captured graphs] from many threads: four threads meet new lengths of one module
 // at once (two of them sharing some), each result eager's; one class, and at most the two compiles of the
 // first signature and the class.

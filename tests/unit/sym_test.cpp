@@ -756,7 +756,7 @@ TEST(SymGraph, APassDecisionTheClassDoesNotShareIsAGuard) {
   EXPECT_FALSE(guards.holds({{"s0", 41}}));
 }
 
-// Note [Graphs of two sizes]: each number that differs between a graph's prints at two sizes
+// Note [Graphs of two sizes]: each integer that differs between two typed captures of one program
 // becomes an expression over one symbol per changed extent, giving both values.
 TEST(Generalize, FitsEachSizeThatDiffers) {
   const std::string first =
@@ -764,38 +764,57 @@ TEST(Generalize, FitsEachSizeThatDiffers) {
       "  %2 : f32[3,4] = aten::add.Tensor(%0, %1, 1)\n"
       "  %3 : f32[12] = aten::view(%2, [12])\n"
       "  %4 : f32[4,3]{1,4} = aten::transpose.int(%2, 0, 1)\n"
-      "  %5 : f32[7,4] = aten::cat(%6, 0)\n"
+      "  %5 : Tensor[] = prim::ListConstruct(%2, %0)\n"
+      "  %6 : f32[6,4] = aten::cat(%5, 0)\n"
       "  %7 : f32[2,4] = aten::slice.Tensor(%2, 0, 1, 9223372036854775807, 1)\n"
       "  %8 : f32[2,4] = aten::mul.Scalar(%7, 0.5)\n"
-      "  return (%3, %4, %5, %8)\n";
-  std::string second = first;
-  for (auto [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"[3,4]", "[5,6]"}, {"[4]", "[6]"}, {"[12]", "[30]"}, {"[4,3]{1,4}", "[6,5]{1,6}"}, {"[7,4]", "[11,6]"},
-           {"[2,4]", "[4,6]"}})
-    for (size_t p = second.find(from); p != std::string::npos; p = second.find(from, p + to.size()))
-      second.replace(p, from.size(), to);
+      "  return (%3, %4, %6, %8)\n";
+  auto resize = [](std::string text, const std::vector<std::pair<std::string, std::string>>& subs) {
+    for (auto [from, to] : subs)
+      for (size_t p = text.find(from); p != std::string::npos; p = text.find(from, p + to.size()))
+        text.replace(p, from.size(), to);
+    return text;
+  };
+  const std::string second = resize(first, {{"[3,4]", "[5,6]"}, {"[4]", "[6]"}, {"[12]", "[30]"},
+                                            {"[4,3]{1,4}", "[6,5]{1,6}"}, {"[6,4]", "[10,6]"}, {"[2,4]", "[4,6]"}});
+  const auto a = parse_graph(first), b = parse_graph(second);
   std::string why;
-  const std::string cls = generalize(first, second, {{3, 5}, {4, 6}}, &why);
-  EXPECT_EQ(cls,
+  const auto cls = generalize(*a, *b, {{3, 5}, {4, 6}}, &why);
+  ASSERT_TRUE(cls) << why;
+  EXPECT_EQ(print_graph(*cls),
             "graph[s0=3,s1=4](%0 : f32[s0,s1], %1 : f32[s1]):\n"
             "  %2 : f32[s0,s1] = aten::add.Tensor(%0, %1, 1)\n"
             "  %3 : f32[s0*s1] = aten::view(%2, [s0*s1])\n"
             "  %4 : f32[s1,s0]{1,s1} = aten::transpose.int(%2, 0, 1)\n"
-            "  %5 : f32[s0+s1,s1] = aten::cat(%6, 0)\n"
+            "  %5 : Tensor[] = prim::ListConstruct(%2, %0)\n"
+            "  %6 : f32[2*s0,s1] = aten::cat(%5, 0)\n"
             "  %7 : f32[s0-1,s1] = aten::slice.Tensor(%2, 0, 1, 9223372036854775807, 1)\n"
             "  %8 : f32[s0-1,s1] = aten::mul.Scalar(%7, 0.5)\n"
-            "  return (%3, %4, %5, %8)\n")
-      << why;
-  // Texts that differ beyond numbers, or in a number that is not a size, have no class.
-  std::string renamed = second;
-  renamed.replace(renamed.find("aten::mul.Scalar"), 16, "aten::div.Scalar");
-  EXPECT_EQ(generalize(first, renamed, {{3, 5}, {4, 6}}, &why), "");
-  EXPECT_NE(why.find("differ beyond their numbers"), std::string::npos) << why;
-  std::string scaled = second;
-  scaled.replace(scaled.find("0.5"), 3, "0.7");
-  EXPECT_EQ(generalize(first, scaled, {{3, 5}, {4, 6}}, &why), "");
-  EXPECT_NE(why.find("not a size"), std::string::npos) << why;
-  EXPECT_EQ(generalize(first, first, {{3, 5}, {4, 6}}, &why), "");
+            "  return (%3, %4, %6, %8)\n");
+  // Both captures are the class's graph at their sizes; a third size is too, and a capture with another
+  // number is not.
+  EXPECT_TRUE(is_instance(*cls, {{"s0", 3}, {"s1", 4}}, *a, &why)) << why;
+  EXPECT_TRUE(is_instance(*cls, {{"s0", 5}, {"s1", 6}}, *b, &why)) << why;
+  const auto c = parse_graph(resize(first, {{"[3,4]", "[7,2]"}, {"[4]", "[2]"}, {"[12]", "[14]"},
+                                            {"[4,3]{1,4}", "[2,7]{1,2}"}, {"[6,4]", "[14,2]"}, {"[2,4]", "[6,2]"}}));
+  EXPECT_TRUE(is_instance(*cls, {{"s0", 7}, {"s1", 2}}, *c, &why)) << why;
+  EXPECT_FALSE(is_instance(*cls, {{"s0", 7}, {"s1", 3}}, *c, &why));
+  EXPECT_NE(why.find("s1 is 3 there, not 2"), std::string::npos) << why;
+  EXPECT_TRUE(same_program(*a, *c));
+  EXPECT_EQ(structure_hash(*a), structure_hash(*c));
+  // Graphs that differ beyond their integers, or in an integer that is not a size, have no class.
+  const auto renamed = parse_graph(resize(second, {{"aten::mul.Scalar", "aten::div.Scalar"}}));
+  EXPECT_FALSE(generalize(*a, *renamed, {{3, 5}, {4, 6}}, &why));
+  EXPECT_NE(why.find("differ beyond their sizes: node 6 (aten::mul.Scalar): and aten::div.Scalar"), std::string::npos) << why;
+  EXPECT_FALSE(same_program(*a, *renamed));
+  EXPECT_NE(structure_hash(*a), structure_hash(*renamed));
+  const auto scaled = parse_graph(resize(second, {{"0.5", "0.7"}}));
+  EXPECT_FALSE(generalize(*a, *scaled, {{3, 5}, {4, 6}}, &why));
+  EXPECT_NE(why.find("argument 1: 0.5 and 0.7"), std::string::npos) << why;
+  const auto negative = parse_graph(resize(second, {{"transpose.int(%2, 0, 1)", "transpose.int(%2, 0, -1)"}}));
+  EXPECT_FALSE(generalize(*a, *negative, {{3, 5}, {4, 6}}, &why));
+  EXPECT_NE(why.find("not a size differs: 1 and -1"), std::string::npos) << why;
+  EXPECT_FALSE(generalize(*a, *a, {{3, 5}, {4, 6}}, &why));
   EXPECT_NE(why.find("no size differs"), std::string::npos) << why;
 }
 
