@@ -22,6 +22,7 @@
 #include "torch/executor.h"
 #include "torch/graph_function.h"
 #include "torch/module_access.h"
+#include "torch/session.h"
 
 namespace fusion_jit {
 namespace tj = torch::jit;
@@ -45,19 +46,16 @@ std::vector<c10::IValue> graph_constant_tensors(const tj::Graph& g) {
 struct CompiledModule::Impl {
   Impl(std::string module_name, const CompileOptions& options)
       : name(std::move(module_name)),
-        table(name, specialization_limit(options), shared_plans(options), options.on_warning),
-        enable_fusion(options.enable_fusion),
-        cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)),
-        disable(module_disable(options, name)), dynamic(dynamic_sizes(options)) {
-    apply_process_options(options);
-  }
+        session(name, options),
+        cuda_graphs(options.cuda_graphs.value_or(Options::get().cuda_graphs)) {}
 
   std::string name;
-  SignatureTable table;  // one plan per signature (graph_function.h)
-  bool enable_fusion = true;
+  // Note [The plan session]: passes, shape classes, plans, the signature table (one plan per signature,
+  // graph_function.h), the folded constants.
+  PlanSession session;
+  SignatureTable& table = session.table();
+  const std::set<std::string>& disable = session.disable();
   bool cuda_graphs = false;
-  std::set<std::string> disable;  // CompileOptions::disable, checked
-  DynamicSizes dynamic;
   std::shared_ptr<tj::Graph> graph;
   bool skip_self = false;
   std::function<c10::IValue(const std::vector<c10::IValue>&)> eager;
@@ -65,8 +63,6 @@ struct CompiledModule::Impl {
   // The tensors of the graph's prim::Constant nodes (frozen weights and what freezing folded): results
   // that alias them, from the capture run or the eager fallback, are copied before they are returned.
   std::vector<c10::IValue> graph_constants;
-  FoldedConstants folded;  // Note [Folded constants shared across signatures]
-  CapturedClasses classes;  // Note [Shape classes of captured graphs]
   ChannelsLastCopies channels_last_copies;  // CaptureOptions's
 
   std::atomic<int64_t> calls{0}, eager_calls{0}, graph_replays{0};
@@ -119,10 +115,7 @@ struct CompiledModule::Impl {
     inst->captured = capture(inputs, result, skip);
     *capture_ms = ms_since(t0);
     auto t1 = std::chrono::steady_clock::now();
-    if (to_cuda)
-      optimize_captured_on_cuda(inst->captured, skip);
-    else
-      optimize_captured(inst->captured, skip, &folded);
+    session.optimize(inst->captured, skip, to_cuda);
     *passes_ms = ms_since(t1);
     return inst;
   }
@@ -148,44 +141,6 @@ struct CompiledModule::Impl {
     last_report = std::move(report);
   }
 
-  // Note [Shape classes of captured graphs]: the capture's plan as an instance of its shape class, or null
-  // (*note: why not, for explain; nothing where the option is off).
-  std::unique_ptr<PlanInstance> from_class(CapturedGraph& cap, bool in_place, const SignatureTable::Admit& admit,
-                                           double capture_ms, std::string* note) {
-    if (dynamic == DynamicSizes::kOff || disable.count("symbolic.class") ||
-        Options::get().disabled.count("symbolic.class"))
-      return nullptr;
-    auto t0 = std::chrono::steady_clock::now();
-    auto build = [&](CapturedGraph cls) {
-      PlanTarget t;
-      t.enable_fusion = enable_fusion;
-      t.admit = admit;
-      return build_class_plan(std::move(cls), t, disable, &folded);
-    };
-    auto inst = classes.instance_for(cap, in_place, build, note);
-    if (inst)
-      set_report(fmt::format("capture {:.1f} ms, an instance of its shape class's plan {:.1f} ms", capture_ms,
-                             ms_since(t0)));
-    return inst;
-  }
-
-  // The capture's own plan: passes, fusion, code generation and compile.
-  std::unique_ptr<PlanInstance> plan_alone(CapturedGraph cap, const PlanTarget& target,
-                                           const std::set<std::string>& skip, bool in_place, double capture_ms) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto inst = std::make_unique<PlanInstance>();
-    inst->captured = std::move(cap);
-    optimize_captured(inst->captured, skip, &folded);
-    const double passes_ms = ms_since(t0);
-    inst->plan = build_plan(std::move(inst->captured.graph), target);
-    inst->captured.graph = nullptr;
-    resolve_aten_steps(*inst, in_place);
-    const ExecutablePlan& p = *inst->plan;
-    set_report(fmt::format("capture {:.1f} ms, passes {:.1f} ms, fusion {:.1f} ms, codegen {:.1f} ms, compile {:.1f} ms",
-                           capture_ms, passes_ms, p.fusion_ms, p.codegen_ms, p.compile_ms));
-    return inst;
-  }
-
   // Captures these inputs and gives their plan: an instance of their shape class, or optimized, fused and
   // compiled on its own (the table's Compile). Any failure (ours, torch's, the model's own on these inputs)
   // makes the signature run eagerly, and eager's own error, if any, reaches the caller from the eager run;
@@ -194,21 +149,13 @@ struct CompiledModule::Impl {
                                         std::string* eager_reason, const SignatureTable::Admit& admit) {
     try {
       c10::IValue result;
-      PlanTarget target;
-      target.enable_fusion = enable_fusion;
-      set_plan_size_args(dynamic, table, &target);
-      target.admit = admit;
-      const std::set<std::string> skip = passes_skipped(disable, target);
-      const bool in_place = !disable.count("in_place");
+      const PlanTarget target = session.target(admit);
+      const std::set<std::string> skip = session.skipped(target);
       auto t0 = std::chrono::steady_clock::now();
       CapturedGraph cap = capture(inputs, &result, skip);
-      const double capture_ms = ms_since(t0);
-      std::string class_note;
-      std::unique_ptr<PlanInstance> inst = from_class(cap, in_place, admit, capture_ms, &class_note);
-      if (!inst) {
-        inst = plan_alone(std::move(cap), target, skip, in_place, capture_ms);
-        inst->class_note = class_note;
-      }
+      std::string report;
+      std::unique_ptr<PlanInstance> inst = session.plan(std::move(cap), target, skip, ms_since(t0), &report);
+      set_report(std::move(report));
       if (first_result) *first_result = std::move(result);
       return inst;
     } catch (const PlanRefused&) {
@@ -281,7 +228,7 @@ ModuleStats CompiledModule::stats() const {
   s.plans_dropped = impl_->table.num_dropped();
   s.graph_replays = impl_->graph_replays.load();
   s.compile_ms = impl_->table.compile_ms();
-  s.class_plans = impl_->classes.num_classes();
+  s.class_plans = impl_->session.num_classes();
   return s;
 }
 
@@ -295,9 +242,9 @@ std::unique_ptr<PlanInstance> ModuleAccess::prepare(CompiledModule& m, const std
   return m.impl_->prepare(inputs, result, &capture_ms, &passes_ms, all);
 }
 const std::string& ModuleAccess::name(const CompiledModule& m) { return m.impl_->name; }
-bool ModuleAccess::enable_fusion(const CompiledModule& m) { return m.impl_->enable_fusion; }
-DynamicSizes ModuleAccess::dynamic(const CompiledModule& m) { return m.impl_->dynamic; }
-bool ModuleAccess::in_place(const CompiledModule& m) { return !m.impl_->disable.count("in_place"); }
+bool ModuleAccess::enable_fusion(const CompiledModule& m) { return m.impl_->session.enable_fusion(); }
+DynamicSizes ModuleAccess::dynamic(const CompiledModule& m) { return m.impl_->session.dynamic(); }
+bool ModuleAccess::in_place(const CompiledModule& m) { return m.impl_->session.in_place(); }
 
 std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::vector<c10::IValue>& inputs,
                                                                  const std::string& arch, bool run_nvrtc) {
@@ -307,10 +254,10 @@ std::shared_ptr<const ExecutablePlan> CompiledModule::compile_cuda(const std::ve
   c10::IValue result;
   auto inst = impl_->prepare_cuda(inputs, &result, impl_->disable);
   PlanTarget target;
-  target.enable_fusion = impl_->enable_fusion;
+  target.enable_fusion = impl_->session.enable_fusion();
   target.arch["cuda"] = arch;
   target.compile = run_nvrtc;
-  target.size_args = impl_->dynamic == DynamicSizes::kOn;  // Note [CUDA size arguments]
+  target.size_args = impl_->session.dynamic() == DynamicSizes::kOn;  // Note [CUDA size arguments]
   std::shared_ptr<ExecutablePlan> plan = build_plan(std::move(inst->captured.graph), target);
   if (const TargetCode* c = plan->code_for(Device::kCUDA); c && !plan->fallback_groups.empty())
     c->target->compile(c->source, arch);  // throws NVRTC's log

@@ -15,6 +15,7 @@
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
+#include "torch/session.h"
 
 namespace fusion_jit {
 
@@ -518,16 +519,11 @@ void CapturedClasses::clear() {
 // GraphFunction
 
 struct GraphFunction::Impl {
-  Impl(std::string name, const CompileOptions& o)
-      : table(std::move(name), specialization_limit(o), shared_plans(o), o.on_warning), options(o),
-        disable(module_disable(o, table.name())), dynamic(dynamic_sizes(o)) {
-    apply_process_options(o);
-  }
-  SignatureTable table;
+  Impl(std::string name, const CompileOptions& o) : session(std::move(name), o), options(o) {}
+  // Note [The plan session]: passes, shape classes, plans, the signature table, the folded constants.
+  PlanSession session;
+  SignatureTable& table = session.table();
   CompileOptions options;
-  std::set<std::string> disable;  // CompileOptions::disable, checked
-  DynamicSizes dynamic;
-  mutable FoldedConstants folded;  // Note [Folded constants shared across signatures]
 
   static std::string signature(const std::vector<at::Tensor>& inputs, const std::string& key,
                                std::vector<c10::IValue>* boxed) {
@@ -535,58 +531,34 @@ struct GraphFunction::Impl {
     // With the grad mode, as CompiledModule's: an input that requires grad runs eagerly only under it.
     return input_signature(*boxed) + (c10::GradMode::is_enabled() ? '\2' : '\1') + key;
   }
-  const std::string& name() const { return table.name(); }
+  const std::string& name() const { return session.name(); }
 
   // Parses and compiles `ir` for these inputs (GraphFunction::add); with `at`, `ir` is a class's graph,
   // concretized there (GraphFunction::add_at).
   std::unique_ptr<PlanInstance> compile(const std::vector<at::Tensor>& inputs, const std::string& ir,
                                         const std::vector<at::Tensor>& constants, const SignatureTable::Admit& admit,
-                                        const SymBindings* at = nullptr) const {
-    auto inst = std::make_unique<PlanInstance>();
-    CapturedGraph& cap = inst->captured;
-    cap = captured_from_ir(name(), inputs, ir, constants, at);
+                                        const SymBindings* at = nullptr) {
+    CapturedGraph cap = captured_from_ir(name(), inputs, ir, constants, at);
     if (at) {
       cap.graph = concretize(*cap.graph, *at);
       verify_graph(*cap.graph);
     }
-    PlanTarget target;
-    target.enable_fusion = options.enable_fusion;
-    set_plan_size_args(dynamic, table, &target);
-    target.admit = admit;
-    optimize_captured(cap, passes_skipped(disable, target), &folded);
-    inst->plan = build_plan(std::move(cap.graph), target);
-    resolve_aten_steps(*inst, !disable.count("in_place"));
-    return inst;
-  }
-
-  // Note [Plans of a shape class]: the classes' plans, by their graphs' texts.
-  mutable std::mutex classes_mu;
-  std::map<std::string, std::shared_ptr<const ClassPlan>> classes;
-
-  std::shared_ptr<const ClassPlan> find_class(const std::string& ir) const {
-    std::lock_guard<std::mutex> g(classes_mu);
-    auto it = classes.find(ir);
-    return it == classes.end() ? nullptr : it->second;
+    const PlanTarget target = session.target(admit);
+    return session.plan_alone(std::move(cap), target, session.skipped(target));
   }
 
   // Builds the plan of the class `ir` (checked against `inputs` at `at`), its guards recorded.
   std::shared_ptr<const ClassPlan> build_class(const std::vector<at::Tensor>& inputs, const std::string& ir,
                                                const std::vector<at::Tensor>& constants, const SymBindings& at,
                                                const SignatureTable::Admit& admit) {
-    PlanTarget target;
-    target.enable_fusion = options.enable_fusion;
-    target.admit = admit;
-    std::shared_ptr<ClassPlan> cls =
-        build_class_plan(captured_from_ir(name(), inputs, ir, constants, &at), target, disable, &folded);
-    std::lock_guard<std::mutex> g(classes_mu);
-    return classes.emplace(ir, std::move(cls)).first->second;  // a class another thread built meanwhile wins
+    return session.build_class(ir, captured_from_ir(name(), inputs, ir, constants, &at), admit);
   }
 
   // The plan of the class at `at` (Note [Plans of a shape class]), checked against `inputs`.
   std::unique_ptr<PlanInstance> instance(const ClassPlan& cls, const std::vector<at::Tensor>& inputs,
                                          const SymBindings& at) const {
     check_inputs(name(), *cls.captured, inputs, &at);
-    auto inst = class_instance(cls, at, !disable.count("in_place"));
+    auto inst = class_instance(cls, at, session.in_place());
     inst->captured.eager_peak_bytes = eager_peak_bytes(*concretize(*cls.captured, at));
     return inst;
   }
@@ -678,7 +650,7 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
   std::vector<c10::IValue> boxed;
   GraphPlanInfo info;
   outputs->clear();
-  std::shared_ptr<const ClassPlan> cls = impl_->find_class(class_ir);
+  std::shared_ptr<const ClassPlan> cls = impl_->session.find_class(class_ir);
   if (cls) {
     info.outside_class = class_outside(*cls, bindings);
     if (!info.outside_class.empty()) return info;
@@ -708,8 +680,7 @@ GraphPlanInfo GraphFunction::add_from_class(const std::vector<at::Tensor>& input
 }
 
 int GraphFunction::num_classes() const {
-  std::lock_guard<std::mutex> g(impl_->classes_mu);
-  return static_cast<int>(impl_->classes.size());
+  return impl_->session.num_classes();
 }
 
 std::string GraphFunction::explain(const std::vector<at::Tensor>& inputs, const std::string& key) const {
@@ -722,12 +693,7 @@ int GraphFunction::num_plans() const { return impl_->table.num_plans(); }
 int GraphFunction::plans_dropped() const { return impl_->table.num_dropped(); }
 
 void GraphFunction::clear() {
-  impl_->table.clear();
-  {
-    std::lock_guard<std::mutex> g(impl_->classes_mu);
-    impl_->classes.clear();
-  }
-  impl_->folded.clear();
+  impl_->session.clear();
 }
 
 }  // namespace fusion_jit

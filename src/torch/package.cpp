@@ -79,6 +79,7 @@
 #include "torch/executor.h"
 #include "torch/graph_function.h"
 #include "torch/module_access.h"
+#include "torch/session.h"
 
 #ifndef FJ_BUILD_ID
 #define FJ_BUILD_ID "unknown"
@@ -480,22 +481,19 @@ PackageInfo package(const torch::jit::Module& module, const std::vector<std::vec
 PackageInfo package_graphs(const std::string& name, const std::vector<GraphSignature>& signatures,
                            const std::string& path, const PackageOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::set<std::string> disable = module_disable(options.compile, name);
+  PlanSession session(name, options.compile);  // Note [The plan session]
   PlanSource source;
   source.name = name;
-  source.enable_fusion = options.compile.enable_fusion;
-  source.size_args = dynamic_sizes(options.compile) == DynamicSizes::kOn;
-  source.in_place = !disable.count("in_place");
+  source.enable_fusion = session.enable_fusion();
+  source.size_args = session.dynamic() == DynamicSizes::kOn;
+  source.in_place = session.in_place();
   source.prepare = [&](size_t i, const std::vector<c10::IValue>&, bool cuda) {
     const GraphSignature& sig = signatures[i];
     auto inst = std::make_unique<PlanInstance>();
     inst->captured = captured_from_ir(name, sig.inputs, sig.ir, sig.constants);
-    std::set<std::string> skip = disable;
+    std::set<std::string> skip = session.disable();
     skip.insert(kPackageSkip);  // PlanSource::prepare
-    if (cuda)
-      optimize_captured_on_cuda(inst->captured, skip);
-    else
-      optimize_captured(inst->captured, skip);
+    session.optimize(inst->captured, skip, cuda);
     return inst;
   };
   std::vector<std::vector<c10::IValue>> inputs;
