@@ -40,6 +40,7 @@ enum class OpFlag : uint32_t {
   kDiscontinuous = 1u << 4,
   kIntegral = 1u << 5,
   kExact = 1u << 6,
+  kReturnsAlias = 1u << 7,
 };
 const char* flag_name(OpFlag f);
 // Every flag, in bit order.

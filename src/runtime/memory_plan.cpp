@@ -5,9 +5,19 @@
 #include <set>
 #include <string>
 
+#include "ir/op_table.h"
 #include "support/options.h"
 
 namespace fusion_jit {
+
+bool TableOpFacts::returns_alias(const Node& n) const {
+  const OpInfo* op = n.op();
+  return op ? op->has(OpFlag::kReturnsAlias) : others_.returns_alias(n);
+}
+
+bool TableOpFacts::may_mutate(const Node& n) const {
+  return n.op() ? false : others_.may_mutate(n);  // the table's ops are pure (ir/graph.h)
+}
 
 // Note [Peak memory]
 // The bytes a call allocates that are live at once at its worst point: intermediates and outputs, not the

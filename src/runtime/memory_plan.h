@@ -2,8 +2,10 @@
 // memory]), the static memory plan and its arena (Note [Static memory plan]), and the steps whose result
 // takes a dying argument's storage (Note [Results written into a dying argument], Note [Kernel results
 // written over a dying input]). What this needs to know of an ATen step's op (does it return a view, may
-// it mutate an argument, has it an in-place form) it asks an OpFacts; the torch adapter answers from the
-// dispatcher's schemas (torch/executor.h: dispatcher_op_facts), tests with a table of their own. The
+// it mutate an argument, has it an in-place form) it asks an OpFacts: TableOpFacts answers for the ops of the
+// op table from its data (ir/ops.def: every op pure, kReturnsAlias), and asks another OpFacts of the rest;
+// the torch adapter gives that one from the dispatcher's schemas (torch/executor.h: plan_op_facts), tests a
+// table of their own. The
 // executor (torch/executor.cpp) allocates the arena and places tensors as the MemoryPlan says.
 #pragma once
 
@@ -34,6 +36,20 @@ class OpFacts {
     int input = -1;                // the value input (index into Node::value_inputs) written
   };
   virtual InPlaceForm in_place_form(const Node& n) const = 0;
+};
+
+// The facts of the op table's ops from its data (ir/ops.def): none mutates an argument, and one returns an
+// alias of its first tensor argument where its kReturnsAlias flag says. An op the table does not have
+// (a library call, a random draw, anything opaque) is asked of `others`, as is every in-place form.
+class TableOpFacts final : public OpFacts {
+ public:
+  explicit TableOpFacts(const OpFacts& others) : others_(others) {}
+  bool returns_alias(const Node& n) const override;
+  bool may_mutate(const Node& n) const override;
+  InPlaceForm in_place_form(const Node& n) const override { return others_.in_place_form(n); }
+
+ private:
+  const OpFacts& others_;
 };
 
 // Note [Static memory plan]: where a call's intermediates live. Kernel outputs that die within the call

@@ -651,6 +651,11 @@ const OpFacts& dispatcher_op_facts() {
   return facts;
 }
 
+const OpFacts& plan_op_facts() {
+  static const TableOpFacts facts(dispatcher_op_facts());
+  return facts;
+}
+
 void resolve_aten_steps(PlanInstance& inst, bool in_place) {
   const ExecutablePlan& plan = *inst.plan;
   inst.calls.assign(plan.steps.size(), AtenCall());
@@ -746,19 +751,19 @@ void resolve_aten_steps(PlanInstance& inst, bool in_place) {
     AtenCall& c = inst.calls[i];
     const int j = inst.memory.in_place[i];
     if (j < 0 || c.kind != AtenCall::Kind::kOp || !c.move.at(j)) continue;
-    c.in_place_op = &find_handle(dispatcher_op_facts().in_place_form(*plan.steps[i].node).schema);
+    c.in_place_op = &find_handle(plan_op_facts().in_place_form(*plan.steps[i].node).schema);
     c.in_place_slot = c.slots.at(j);
   }
 }
 
-int64_t eager_peak_bytes(const Graph& g) { return eager_peak_bytes(g, dispatcher_op_facts()); }
+int64_t eager_peak_bytes(const Graph& g) { return eager_peak_bytes(g, plan_op_facts()); }
 
 int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory) {
-  return plan_peak_bytes(plan, dispatcher_op_facts(), memory);
+  return plan_peak_bytes(plan, plan_op_facts(), memory);
 }
 
 MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place) {
-  return plan_memory(plan, dispatcher_op_facts(), in_place);
+  return plan_memory(plan, plan_op_facts(), in_place);
 }
 
 std::string instance_explain(const PlanInstance& inst) {

@@ -207,7 +207,9 @@ void resolve_aten_steps(PlanInstance& inst, bool in_place = true);
 // The memory plan's questions about ops (runtime/memory_plan.h: views, mutation, in-place forms),
 // answered from the dispatcher's schemas.
 const OpFacts& dispatcher_op_facts();
-// runtime/memory_plan.h's eager_peak_bytes, plan_peak_bytes and plan_memory with dispatcher_op_facts():
+// What plans ask: the op table's data for its ops (TableOpFacts), dispatcher_op_facts() for the rest.
+const OpFacts& plan_op_facts();
+// runtime/memory_plan.h's eager_peak_bytes, plan_peak_bytes and plan_memory with plan_op_facts():
 // Note [Peak memory], Note [Static memory plan], Note [Results written into a dying argument].
 int64_t eager_peak_bytes(const Graph& g);
 int64_t plan_peak_bytes(const ExecutablePlan& plan, const MemoryPlan* memory = nullptr);

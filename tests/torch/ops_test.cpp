@@ -20,12 +20,33 @@
 #include "ir/op_table.h"
 #include "op_corpus.h"
 #include "reduction_corpus.h"
+#include "runtime/memory_plan.h"
 #include "sampling.h"
 #include "torch/capture.h"
 #include "torch/executor.h"
 
 namespace fusion_jit::testing {
 namespace {
+
+// The op table's alias and mutation facts (ir/ops.def: kReturnsAlias; every op pure), which the memory
+// plan reads instead of the dispatcher's schemas (TableOpFacts), are the dispatcher's for every op of it.
+TEST(OpTable, AliasAndMutationFactsAreTheDispatchersForEveryOp) {
+  const OpFacts& table = plan_op_facts();
+  const OpFacts& dispatcher = dispatcher_op_facts();
+  int aliases = 0;
+  for (const OpInfo& op : all_ops()) {
+    Graph g;
+    TensorType t;
+    t.sizes = {2};
+    t.strides = {1};
+    Node* n = g.append(op.schema, {}, {ValueType{t, ""}});
+    ASSERT_EQ(n->op(), &op) << op.schema;
+    EXPECT_EQ(table.returns_alias(*n), dispatcher.returns_alias(*n)) << op.schema;
+    EXPECT_EQ(table.may_mutate(*n), dispatcher.may_mutate(*n)) << op.schema;
+    aliases += table.returns_alias(*n);
+  }
+  EXPECT_GE(aliases, 12);  // the views, reshape and contiguous at least
+}
 
 class OpsTest : public ::testing::TestWithParam<OpCase> {};
 

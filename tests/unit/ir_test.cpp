@@ -172,10 +172,12 @@ TEST(OpTable, FlagsAreConsistent) {
   }
   for (const auto& op : all_ops()) {
     EXPECT_EQ(op.flags & ~all, 0u) << op.schema << ": an unknown flag bit";
-    // Flags describe what a kernel computes: views, reductions and gathers have none.
+    // Flags describe what a kernel computes: views, reductions and gathers have none of those; every
+    // view returns an alias of its input.
     if (op.category != OpCategory::kElementwise) {
-      EXPECT_EQ(op.flags, 0u) << op.schema;
+      EXPECT_EQ(op.flags & ~static_cast<uint32_t>(OpFlag::kReturnsAlias), 0u) << op.schema;
     }
+    if (op.category == OpCategory::kView) EXPECT_TRUE(op.has(OpFlag::kReturnsAlias)) << op.schema;
     // Ops with a bool result are exact step functions of their arguments.
     if (op.rule == DTypeRule::kBool) {
       EXPECT_TRUE(op.has(OpFlag::kDiscontinuous)) << op.schema;

@@ -415,5 +415,31 @@ TEST(MemoryPlan, OpFactsAreAskedAboutAtenOpsOnly) {
   EXPECT_EQ(ops.asked, (std::set<std::string>{"test::concat", "aten::relu"}));
 }
 
+// TableOpFacts: the op table answers for its ops (views and reshape alias, nothing mutates), the other
+// facts for the rest, and every in-place form.
+TEST(MemoryPlan, TheOpTableAnswersForItsOpsAndAsksOthersOfTheRest) {
+  auto g = parse_graph(R"(graph(%0 : f32[4,4], %1 : f32[4,4]):
+  %2 : f32[4,4] = aten::add.Tensor(%0, %1, 1)
+  %3 : f32[16] = aten::view(%2, [16])
+  %4 : f32[4,4] = aten::reshape(%2, [4,4])
+  %5 : f32[4,4] = test::residual(%0, %1)
+  %6 : f32[4,4] = aten::add_.Tensor(%5, %1, 1)
+  return (%3, %4, %6)
+)");
+  TableOps others;
+  others.views.insert("aten::add.Tensor");  // wrong on purpose: the table's answer wins
+  const TableOpFacts facts(others);
+  const std::vector<Node*> n = g->nodes();
+  EXPECT_FALSE(facts.returns_alias(*n[0]));
+  EXPECT_TRUE(facts.returns_alias(*n[1]));
+  EXPECT_TRUE(facts.returns_alias(*n[2]));
+  for (int i : {0, 1, 2}) EXPECT_FALSE(facts.may_mutate(*n[i]));
+  EXPECT_TRUE(others.asked.empty()) << "asked of a table op";
+  EXPECT_FALSE(facts.returns_alias(*n[3]));
+  EXPECT_TRUE(facts.may_mutate(*n[4]));
+  EXPECT_EQ(facts.in_place_form(*n[3]).schema, std::string("test::residual_"));
+  EXPECT_EQ(others.asked, (std::set<std::string>{"test::residual", "aten::add_.Tensor"}));
+}
+
 }  // namespace
 }  // namespace fusion_jit
