@@ -26,7 +26,7 @@ import operator
 import torch
 from torch.fx.node import map_aggregate
 
-from . import _symbolic
+from . import _native, _symbolic
 
 _DTYPE_NAMES = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -195,14 +195,11 @@ def channels_last_weights(gm, frozen):
 #   edges (4-d graph inputs read by a convolution, 4-d outputs given eager's layout back).
 # A weight reordered once per content (_memo_conv; Note [Weights reordered once per content],
 # src/torch/executor.h) costs nothing per call and is not copied, so its convolution counts no weight
-# cost. The constants below were measured on this project's machine (bench/RESULTS.md, "Channels-last
-# activations", with the models that fixed them). Inference graphs only: in training the forward's saved
-# activations would be copied back to the layout the backward graph was traced with. explain prints the
-# decision with both estimates; FUSION_JIT_DISABLE=channels_last keeps NCHW.
-_CL_GAIN_NS_PER_WRITTEN = 0.75
-_CL_NS_PER_WEIGHT = 0.6
-_CL_NS_PER_COPIED = 0.6
-_CL_NS_PER_EDGE = 0.3
+# cost. The estimate is the cost model's (src/cost/cost_model.h: channels_last_estimate), whose constants
+# for each term were measured on this project's machine (bench/RESULTS.md, "Channels-last activations").
+# Inference graphs only: in training the forward's saved activations would be copied back to the layout
+# the backward graph was traced with. explain prints the decision with both estimates;
+# FUSION_JIT_DISABLE=channels_last keeps NCHW.
 
 
 def _numel_hint(t):
@@ -286,8 +283,7 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
         v = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
         if isinstance(v, torch.Tensor) and v.dim() == 4:
             edges += _numel_hint(v)
-    gain_us = written * _CL_GAIN_NS_PER_WRITTEN / 1000.0
-    cost_us = (weights * _CL_NS_PER_WEIGHT + copied * _CL_NS_PER_COPIED + edges * _CL_NS_PER_EDGE) / 1000.0
+    gain_us, cost_us = _native.ops.channels_last_estimate(written, weights, copied, edges)
     why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
            f"{cost_us:.1f} us ({weights} weight elements, {copied} of them copied per call, {edges} copied at "
            f"the edges{f'; {memo} weight(s) reordered once per content' if memo else ''})")

@@ -1,7 +1,7 @@
 // The Python binding: TORCH_LIBRARY registrations, loaded by the Python package with
 // torch.ops.load_library. No Python headers: torch's own bindings carry the calls. It uses the public API
 // (fusion_jit/fusion_jit.h, fusion_jit/cache.h, fusion_jit/package.h), the tolerance rule, the step
-// profiler and the option table only.
+// profiler, the option table and the cost model's layout estimate only.
 //
 //   torch.classes.fusion_jit.GraphFunction(name, enable_fusion, cuda_graphs, specialization_limit, disable,
 //                                          dynamic)
@@ -38,6 +38,8 @@
 //   torch.ops.fusion_jit.use_cache_dir(dir), torch.ops.fusion_jit.cache_dir() -> str
 //   torch.ops.fusion_jit.check_close(actual, expected, reference64?) -> (ok, max error, why not)
 //     the accuracy rule of DESIGN.md (torch/tolerance.h), for the Python tests
+//   torch.ops.fusion_jit.channels_last_estimate(written, weights, copied, edges) -> [gain_us, cost_us]
+//     Note [Channels-last activations]: the cost model's estimate on this CPU (cost/cost_model.h)
 //   torch.ops.fusion_jit.option(name) -> str   the FUSION_JIT_* variable `name` as the option table parses it
 //     from the environment as it is now (Options::value, support/options.h): how the package reads its
 //     options, so that their parsing, checks and errors are the table's
@@ -51,6 +53,7 @@
 #include <mutex>
 #include <utility>
 
+#include "cost/cost_model.h"
 #include "fusion_jit/cache.h"
 #include "fusion_jit/error.h"
 #include "fusion_jit/fusion_jit.h"
@@ -370,6 +373,11 @@ TORCH_LIBRARY(fusion_jit, m) {
   m.def("cache_dir", []() { return cache::dir(); });
   m.def("use_remote_cache", [](const std::string& url, const std::string& key_file) {
     translate_errors([&] { cache::use_remote(url, key_file); });
+  });
+  m.def("channels_last_estimate", [](int64_t written, int64_t weights, int64_t copied, int64_t edges) {
+    static const DeviceDescription cpu = host_cpu_description();
+    const LayoutEstimate e = channels_last_estimate(cpu, written, weights, copied, edges);
+    return std::vector<double>{e.gain_us, e.cost_us};
   });
   m.def("option", [](const std::string& name) {
     return translate_errors([&] { return Options::value(name, environ); });

@@ -33,6 +33,16 @@ double RooflineCostModel::estimate_us(const WorkEstimate& w) const {
   return memory_us + compute_us - d_.overlap * std::min(memory_us, compute_us) + w.launches * d_.launch_us;
 }
 
+LayoutEstimate channels_last_estimate(const DeviceDescription& d, int64_t written, int64_t weights, int64_t copied,
+                                      int64_t edges) {
+  LayoutEstimate e;
+  e.gain_us = static_cast<double>(written) * d.cl_gain_ns_per_written / 1000.0;
+  e.cost_us = (static_cast<double>(weights) * d.cl_ns_per_weight + static_cast<double>(copied) * d.cl_ns_per_copied +
+               static_cast<double>(edges) * d.cl_ns_per_edge) /
+              1000.0;
+  return e;
+}
+
 std::string format_bytes(int64_t b) {
   if (b >= (1 << 20)) return fmt::format("{:.1f} MB", b / 1048576.0);
   if (b >= 1024) return fmt::format("{:.1f} KB", b / 1024.0);

@@ -19,6 +19,15 @@ struct DeviceDescription {
   // The largest row a reduction kernel keeps on chip between its passes (CPU: a core's L2 share; GPU: a
   // block's registers), in bytes of the row's inputs. Longer rows are read from memory once per pass.
   int64_t on_chip_row_bytes = 512 * 1024;
+  // Note [Channels-last activations]: what making a CPU graph's convolution activations channels-last
+  // gains per element its convolutions write (oneDNN's channels-last kernels write faster), and costs per
+  // weight element read and reordered on each call, per weight element copied on each call (not
+  // channels-last already), and per element copied at the plan's edges; ns each. Measured on this
+  // project's machine (bench/RESULTS.md, "Channels-last activations"); calibration constants, not rules.
+  double cl_gain_ns_per_written = 0.75;
+  double cl_ns_per_weight = 0.6;
+  double cl_ns_per_copied = 0.6;
+  double cl_ns_per_edge = 0.3;
 };
 
 // The host CPU, with the core count of this machine.
@@ -57,6 +66,17 @@ class RooflineCostModel : public CostModel {
  private:
   DeviceDescription d_;
 };
+
+// What channels-last activations would gain and cost per call on `d` (Note [Channels-last activations]),
+// in microseconds: `written` elements written by the convolutions, `weights` weight elements they read
+// and reorder on each call, `copied` of those copied on each call, `edges` elements copied at the plan's
+// edges. Channels-last pays where gain_us > cost_us.
+struct LayoutEstimate {
+  double gain_us = 0;
+  double cost_us = 0;
+};
+LayoutEstimate channels_last_estimate(const DeviceDescription& d, int64_t written, int64_t weights, int64_t copied,
+                                      int64_t edges);
 
 std::string format_bytes(int64_t bytes);
 

@@ -111,5 +111,21 @@ TEST(CostModel, RooflineOverlapsComputeAndMemory) {
   EXPECT_DOUBLE_EQ(cost.estimate_us(w), 3.0 + 1.0 - 0.5 * 1.0 + 2 * 2.0);
 }
 
+// Note [Channels-last activations]: the layout decision's estimate is the cost model's, each term linear in
+// what it counts with the device's calibration constants.
+TEST(CostModel, ChannelsLastEstimateIsLinearInEachTerm) {
+  DeviceDescription d;
+  d.cl_gain_ns_per_written = 2.0;
+  d.cl_ns_per_weight = 3.0;
+  d.cl_ns_per_copied = 5.0;
+  d.cl_ns_per_edge = 7.0;
+  const LayoutEstimate e = channels_last_estimate(d, 1000, 100, 10, 1);
+  EXPECT_DOUBLE_EQ(e.gain_us, 2.0);
+  EXPECT_DOUBLE_EQ(e.cost_us, (300.0 + 50.0 + 7.0) / 1000.0);
+  const LayoutEstimate none = channels_last_estimate(host_cpu_description(), 0, 0, 0, 0);
+  EXPECT_EQ(none.gain_us, 0.0);
+  EXPECT_EQ(none.cost_us, 0.0);
+}
+
 }  // namespace
 }  // namespace fusion_jit
