@@ -44,6 +44,16 @@ def median_ms(fn, device, calls=30):
     return statistics.median(times)
 
 
+# The lines that say a model failed or differs from eager: any makes the exit status 1 (issue 72: a
+# failure used to exit 0, leaving only the printed word).
+FAILURES = []
+
+
+def failed(line):
+    FAILURES.append(line)
+    print(line, flush=True)
+
+
 def main():
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
     names = sys.argv[2].split(",") if len(sys.argv) > 2 else DEFAULT
@@ -67,12 +77,12 @@ def main():
                 rel = ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
                 st = fusion_jit.stats()
                 verdict = "ok" if rel <= 1e-3 and got.device == ref.device else "MISMATCH"
-                print(f"{name} {label}: {verdict}: relative diff {rel:.1e}, eager {eager_ms:.3f} ms, fused "
-                      f"{fused_ms:.3f} ms ({eager_ms / fused_ms:.2f}x), first call {first_ms:.0f} ms, "
-                      f"{st['kernels']} kernels, {st['fallback_ops']} ATen steps, {st['eager_graphs']} graphs eager",
-                      flush=True)
+                (print if verdict == "ok" else failed)(
+                    f"{name} {label}: {verdict}: relative diff {rel:.1e}, eager {eager_ms:.3f} ms, fused "
+                    f"{fused_ms:.3f} ms ({eager_ms / fused_ms:.2f}x), first call {first_ms:.0f} ms, "
+                    f"{st['kernels']} kernels, {st['fallback_ops']} ATen steps, {st['eager_graphs']} graphs eager")
             except Exception as e:  # noqa: BLE001
-                print(f"{name} {label}: FAILED: {type(e).__name__}: {str(e).strip()[-400:]}", flush=True)
+                failed(f"{name} {label}: FAILED: {type(e).__name__}: {str(e).strip()[-400:]}")
 
     for name in names:
         if name in LANGUAGE_MODELS:
@@ -109,8 +119,11 @@ def lengths(name, device):
               f"{st['class_instances']} instances, {st['eager_graphs']} graphs eager; first calls "
               f"{', '.join(f'{t:.0f}' for t in firsts)} ms", flush=True)
     except Exception as e:  # noqa: BLE001
-        print(f"{name} lengths: FAILED: {type(e).__name__}: {str(e).strip()[-400:]}", flush=True)
+        failed(f"{name} lengths: FAILED: {type(e).__name__}: {str(e).strip()[-400:]}")
 
 
 if __name__ == "__main__":
     main()
+    if FAILURES:
+        print(f"backend_cuda.py: {len(FAILURES)} failed:\n" + "\n".join(FAILURES), file=sys.stderr)
+        sys.exit(1)

@@ -4,7 +4,10 @@
 # as kernel arguments), the demo models on
 # cuda, the demo models' CUDA packages, the torch.compile backend on five Python-test models (the language
 # models also at eight sequence lengths, through one plan of their shape class) and the GPU
-# benchmarks, and prints a short table last. With every gpu test it took 290 s on the H200 (the op and
+# benchmarks, and prints a short table last. Every step runs whatever failed before it; the script then
+# names each step that failed (a failing or skipped-for-want-of-a-GPU test, a fuzz failure, a model that
+# differs from eager, a step stopped at its limit) and exits 1, else prints "every step passed" and exits
+# 0. With every gpu test it took 290 s on the H200 (the op and
 # reduction corpora, about 150 cases each compiled by NVRTC, run in 4 shards beside the other steps).
 #
 #   tests/gpu/run.sh            (full logs and JSON under $OUT when set, else build-gpu/out)
@@ -60,11 +63,15 @@ cmake --build "$BUILD" -j"$(nproc)" --target unit_tests gpu_tests bench_cuda fus
   { tail -40 "$OUT/build.log"; exit 1; }
 fi
 
+# Every step runs, whatever failed before it; the steps that failed are named at the end, and then the script
+# exits 1 (issue 72: it used to end with its table and status 0 whatever failed).
+FAILED_STEPS=()
+
 step "unit tests"
 if [ -n "${FJ_GPU_PREBUILT:-}" ]; then
   echo "skipped: the pack's unit tests ran where it was built (their data paths are that checkout's)"
 else
-  "$BUILD/unit_tests" --gtest_brief=1 > "$OUT/unit_tests.log" 2>&1 && echo ok || { tail -30 "$OUT/unit_tests.log"; }
+  "$BUILD/unit_tests" --gtest_brief=1 > "$OUT/unit_tests.log" 2>&1 && echo ok || { tail -30 "$OUT/unit_tests.log"; FAILED_STEPS+=("unit tests"); }
 fi
 
 step "gpu tests"
@@ -109,11 +116,15 @@ import json, subprocess, sys, tempfile
 sys.path.insert(0, sys.argv[1] + "/examples")
 from models import make_models, MODELS
 paths = make_models(tempfile.mkdtemp())
+failed = False
 for name, (_, specs) in MODELS.items():
     p = subprocess.run([sys.argv[2], "run", paths[name], "--input", *specs, "--device", "cuda", "--check",
                         "--bench", "50", "--json"], capture_output=True, text=True, timeout=60)
     print(name, p.stdout.strip() or p.stderr.strip()[-2000:])
+    failed = failed or p.returncode != 0
+sys.exit(1 if failed else 0)
 PYEOF
+DEMO_RC=$?
 cat "$OUT/demo.log"
 
 step "packages on cuda"
@@ -126,6 +137,7 @@ from models import make_models, MODELS
 tmp = tempfile.mkdtemp()
 paths = make_models(tmp)
 major, minor = torch.cuda.get_device_capability(0)
+failed = False
 for name, (_, specs) in MODELS.items():
     try:
         torch.manual_seed(0)
@@ -151,9 +163,13 @@ for name, (_, specs) in MODELS.items():
                 [("load", r"loaded .* in ([0-9.]+) ms"), ("first", r"first call ([0-9.]+) ms"), ("median", r"median call ([0-9.]+) ms")]}
         print(name, f"{'ok' if close else 'MISMATCH'}: max |diff| vs eager {diff:.2e}, load {nums['load']:.1f} ms, "
                     f"first call {nums['first']:.2f} ms, median {nums['median']:.3f} ms")
+        failed = failed or not close
     except Exception as e:  # noqa: BLE001
         print(name, "FAILED:", str(e).strip().replace("\n", " ")[-600:])
+        failed = True
+sys.exit(1 if failed else 0)
 PYEOF
+PKG_RC=$?
 cat "$OUT/packages.log"
 
 step "torch.compile backend on cuda"
@@ -163,6 +179,7 @@ NATIVE="$BUILD/libfusion_jit_python.so"
 [ -f "$NATIVE" ] || NATIVE="$BUILD/lib/libfusion_jit_python.so"
 FUSION_JIT_LIBRARY="$NATIVE" timeout 170 "$PY" "$ROOT/tests/gpu/backend_cuda.py" cuda \
   resnet18,timm_regnetx_002,bert_tiny,gpt2_tiny,llama_tiny > "$OUT/backend.log" 2> "$OUT/backend.err"
+BACKEND_RC=$?
 cat "$OUT/backend.log"
 
 step "benchmarks"
@@ -232,3 +249,14 @@ w = max(len(k) for k, _ in rows)
 for k, v in rows:
     print(f"{k:<{w}}  {v}")
 PYEOF
+
+for step_rc in "gpu tests:$GPU_RC" "gpu corpora:$CORPUS_RC" "fuzz on cuda:$FUZZ_RC" \
+               "fuzz on cuda, sizes as arguments:$FUZZ_DYN_RC" "demo models:$DEMO_RC" "packages:$PKG_RC" \
+               "torch.compile backend:$BACKEND_RC" "benchmarks:$BENCH_RC"; do
+  [ "${step_rc##*:}" = 0 ] || FAILED_STEPS+=("${step_rc%:*} (status ${step_rc##*:})")
+done
+if [ "${#FAILED_STEPS[@]}" -gt 0 ]; then
+  printf 'FAILED: %s\n' "${FAILED_STEPS[@]}"
+  exit 1
+fi
+echo "every step passed"
