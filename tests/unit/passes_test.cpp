@@ -57,6 +57,15 @@ TEST(CSE, KeepsSideEffectsAndDistinctTypes) {
   return (%1, %2)
 )",
       false);
+  // The same op on the same arguments, typed with other strides (a library step that chooses its layout):
+  // two values, neither read as the other.
+  run(cse, R"(graph(%0 : f32[2,3]):
+  %1 : f32[2,3] = aten::clone(%0, None)
+  %2 : f32[2,3]{1,2} = aten::clone(%0, None)
+  %3 : f32[2,3] = aten::add.Tensor(%1, %2, 1)
+  return (%3)
+)",
+      false);
 }
 
 // Two returned results stay two tensors (eager's are distinct); a returned one and an internal one merge.
