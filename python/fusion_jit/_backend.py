@@ -163,6 +163,11 @@ def _warn_once(key, message):
 _RAN, _NO_PLAN, _EAGER = 0, 1, 2  # GraphFunction.run's status
 
 
+def _symbols_and_values(values):
+    """A binding ({symbol: value}) as the native calls take it: the symbols' names, their values."""
+    return [str(s) for s in values], list(values.values())
+
+
 class _CompiledGraph:
     """One FX graph: one plan per input signature, compiled at the first call with that signature. The
     signature table, the specialization limit and its warning are the C++ GraphFunction's (the same as
@@ -379,8 +384,7 @@ class _CompiledGraph:
         t = low.template
         values = dict(zip(t.symbols, t.bind(args)))
         try:
-            return self.fn.add_at(tensors, low.key, t.class_ir, [str(s) for s in values], list(values.values()),
-                                  t.constants, True)[0]
+            return self.fn.add_at(tensors, low.key, t.class_ir, *_symbols_and_values(values), t.constants, True)[0]
         except (ValueError, TypeError, RuntimeError) as e:
             if _strict() and not isinstance(e, TypeError):
                 raise
@@ -395,8 +399,8 @@ class _CompiledGraph:
         if template.no_class is not None or not self.class_plans:
             return None
         try:
-            info, outs, outside = self.fn.add_from_class(tensors, key, template.class_ir, [str(s) for s in values],
-                                                         list(values.values()), template.constants)
+            info, outs, outside = self.fn.add_from_class(tensors, key, template.class_ir,
+                                                         *_symbols_and_values(values), template.constants)
         except (ValueError, RuntimeError) as e:
             template.drop_class(f"refused at {template.describe(values)}: {e}")
             if _strict():
@@ -431,8 +435,8 @@ class _CompiledGraph:
         info, outs = got if from_class else (None, None)
         if info is None:
             try:
-                info, outs = self.fn.add_at(tensors, key, template.class_ir, [str(s) for s in values],
-                                            list(values.values()), template.constants, True)
+                info, outs = self.fn.add_at(tensors, key, template.class_ir, *_symbols_and_values(values),
+                                            template.constants, True)
             except TypeError:
                 return None  # an input laid out otherwise than the class's (a view): lowered
             except (ValueError, RuntimeError) as e:

@@ -480,7 +480,7 @@ std::string CapturedClasses::make_class(Family& f, const CapturedGraph& cap, con
   std::string why;
   const std::map<int64_t, int64_t> extents = changed_extents(*f.reference, *cap.graph, &why);
   std::unique_ptr<Graph> class_graph = why.empty() ? generalize(*f.reference, *cap.graph, extents, &why) : nullptr;
-  if (!class_graph) return why.rfind("no size differs", 0) == 0 ? "it is the capture its kind is generalized from" : why;
+  if (!class_graph) return why;
   CapturedGraph c;
   c.graph = std::move(class_graph);
   c.constants = cap.constants;

@@ -54,12 +54,7 @@ std::unique_ptr<PlanInstance> PlanSession::plan(CapturedGraph cap, const PlanTar
   if (dynamic_ != DynamicSizes::kOff && !disable_.count("symbolic.class") &&
       !Options::get().disabled.count("symbolic.class")) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto build = [&](CapturedGraph cls) {
-      PlanTarget t;
-      t.enable_fusion = enable_fusion_;
-      t.admit = target.admit;
-      return build_class_plan(std::move(cls), t, disable_, &folded_);
-    };
+    auto build = [&](CapturedGraph cls) { return class_plan(std::move(cls), target.admit); };
     if (auto inst = captured_classes_.instance_for(cap, in_place(), build, &class_note)) {
       *report = fmt::format("capture {:.1f} ms, an instance of its shape class's plan {:.1f} ms", capture_ms,
                             ms_since(t0));
@@ -95,12 +90,16 @@ std::shared_ptr<const ClassPlan> PlanSession::find_class(const std::string& clas
   return it == ir_classes_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const ClassPlan> PlanSession::build_class(const std::string& class_ir, CapturedGraph cls,
-                                                          const SignatureTable::Admit& admit) {
+std::shared_ptr<ClassPlan> PlanSession::class_plan(CapturedGraph cls, const SignatureTable::Admit& admit) {
   PlanTarget t;
   t.enable_fusion = enable_fusion_;
   t.admit = admit;
-  std::shared_ptr<ClassPlan> built = build_class_plan(std::move(cls), t, disable_, &folded_);
+  return build_class_plan(std::move(cls), t, disable_, &folded_);
+}
+
+std::shared_ptr<const ClassPlan> PlanSession::build_class(const std::string& class_ir, CapturedGraph cls,
+                                                          const SignatureTable::Admit& admit) {
+  std::shared_ptr<ClassPlan> built = class_plan(std::move(cls), admit);
   std::lock_guard<std::mutex> g(classes_mu_);
   return ir_classes_.emplace(class_ir, std::move(built)).first->second;
 }

@@ -77,6 +77,9 @@ class PlanSession {
   void clear();
 
  private:
+  // The plan of a class's graph (build_class_plan) with this session's options and folded constants.
+  std::shared_ptr<ClassPlan> class_plan(CapturedGraph cls, const SignatureTable::Admit& admit);
+
   SignatureTable table_;
   bool enable_fusion_ = true;
   std::set<std::string> disable_;
