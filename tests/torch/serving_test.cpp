@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "codegen/kernel_spec.h"
 #include "fusion_jit/cache.h"
 #include "test_util.h"
 
@@ -177,32 +178,47 @@ TEST(WrongResults, PooledOutputsCanBeResized) {
   EXPECT_EQ(small.numel(), 64 * 64);
 }
 
+// Compiling a signature holds, in its lowering (a kernel hook, Note [Kernel hooks]), until a call of
+// another signature has been served: a call that waits for the compile never returns before the hook
+// gives up (30 s), and `served` stays 0.
+std::atomic<bool> g_hold_lowering{false};
+std::atomic<int64_t> g_served{0};
+
+void hold_until_served(const FusionGroup&, KernelSpec&) {
+  if (!g_hold_lowering) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (g_served == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 TEST(Serving, CompilingOneSignatureDoesNotBlockAnother) {
-  // A literal unique to this run makes the second signature's kernels new to the kernel cache, so that
-  // its compile runs the host compiler (hundreds of ms) while the first signature is being called.
-  double unique = 1.0 + static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % 100000) * 1e-9;
-  char literal[32];
-  std::snprintf(literal, sizeof literal, "%.12f", unique);
-  auto m = script("x", std::string("    return torch.tanh(x * ") + literal + ") + torch.sigmoid(x)");
+  auto m = script("x", "    return torch.tanh(x * 1.5) + torch.sigmoid(x)");
+  KernelHooks hooks;
+  hooks.after_lowering = hold_until_served;
+  set_kernel_hooks(hooks);
+  g_hold_lowering = false;
+  g_served = 0;
   auto fused = compile(m);
   at::Tensor small = at::randn({8});
   second_call(fused, {small});  // compiled
   std::atomic<bool> compiling{true};
+  g_hold_lowering = true;
   std::thread compiler([&] {
     at::Tensor big = at::randn({3, 5});
     fused({big});
     compiling = false;
   });
-  int64_t served = 0;
   at::Tensor expected = m.forward({small}).toTensor();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  while (compiling) {
-    at::Tensor got = fused({small}).toTensor();
-    ASSERT_TRUE(check_close(got, expected).ok);
-    if (compiling) served++;
+  bool wrong = false;
+  while (compiling && !wrong) {
+    wrong = !check_close(fused({small}).toTensor(), expected).ok;
+    if (compiling) g_served++;
   }
   compiler.join();
-  EXPECT_GT(served, 0) << "calls of a compiled signature waited for another signature's compile";
+  g_hold_lowering = false;
+  set_kernel_hooks({});
+  EXPECT_FALSE(wrong);
+  EXPECT_GT(g_served.load(), 0) << "calls of a compiled signature waited for another signature's compile";
   EXPECT_EQ(fused.stats().signatures, 2);
 }
 
