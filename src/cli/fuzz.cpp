@@ -85,8 +85,10 @@ int run(const FuzzArgs& a) {
   if (rep.nvrtc_kernels > 0)
     std::printf("NVRTC (%s): %lld kernels compiled in %.1f s\n", opt.check.nvrtc_arch.c_str(),
                 static_cast<long long>(rep.nvrtc_kernels), rep.nvrtc_seconds);
-  std::printf("%lld passed, %zu failed\n", static_cast<long long>(rep.graphs) - static_cast<long long>(rep.failures.size()),
-              rep.failures.size());
+  // A graph eager rejects is neither passed nor failed: nothing was compared.
+  std::printf("%lld passed, %zu failed, %lld rejected by eager (not compared)\n",
+              static_cast<long long>(rep.graphs - rep.rejected) - static_cast<long long>(rep.failures.size()),
+              rep.failures.size(), static_cast<long long>(rep.rejected));
   return rep.failures.empty() ? 0 : 1;
 }
 

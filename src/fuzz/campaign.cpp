@@ -69,6 +69,7 @@ void record_failures(const Options& opt, const std::vector<Recipe>& batch, const
   for (size_t k = 0; k < batch.size(); ++k) {
     rep.graphs++;
     rep.ops += static_cast<int64_t>(batch[k].ops.size());
+    rep.rejected += results[k].rejected;
     if (results[k].ok) continue;
     auto alone = check_alone(batch[k], found[k]);
     if (alone.ok) {

@@ -102,6 +102,8 @@ bool has_ragged_cats(const Recipe& r);
 struct CaseResult {
   bool ok = true;
   std::string message;  // the first mismatch
+  bool rejected = false;  // eager rejects the recipe (shapes that do not broadcast, say): nothing compared
+  static CaseResult rejected_by_eager() { return {true, "eager rejects this recipe", true}; }
 };
 
 struct CheckOptions {
@@ -159,6 +161,7 @@ struct Options {
 
 struct Report {
   int64_t graphs = 0;
+  int64_t rejected = 0;  // of them, graphs eager rejects: not compared, neither passed nor failed
   int64_t ops = 0;
   int64_t nvrtc_kernels = 0;      // kernels compiled with NVRTC (CheckOptions::nvrtc_arch)
   double nvrtc_seconds = 0;

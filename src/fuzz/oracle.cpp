@@ -176,7 +176,7 @@ namespace {
 CaseResult check_captured(const Recipe& r, const CheckOptions& co) {
   // Eager runs on the device the compiled module runs on (CUDA's kernels differ from the CPU's in NaN and
   // infinity handling), and results are judged there: a copy to the CPU would change their strides.
-  if (co.cuda && !gathers_in_range(r)) return {true, "eager rejects this recipe"};
+  if (co.cuda && !gathers_in_range(r)) return CaseResult::rejected_by_eager();
   std::vector<at::Tensor> in_e = make_inputs(r);
   if (co.cuda)
     for (auto& t : in_e) t = to_device_same_layout(t, at::Device(at::kCUDA, 0));
@@ -184,7 +184,7 @@ CaseResult check_captured(const Recipe& r, const CheckOptions& co) {
   for (auto& t : in_e) original.push_back(t.clone());
   at::manual_seed(draw_seed(r.seed));
   Replay e;
-  if (!replay(r, in_e, false, nullptr, &e)) return {true, "eager rejects this recipe"};
+  if (!replay(r, in_e, false, nullptr, &e)) return CaseResult::rejected_by_eager();
   torch::jit::Module m("FuzzCase");
   try {
     m.define(torchscript_source(r));
@@ -258,7 +258,7 @@ bool gathers_in_range(const Recipe& r) {
 
 bool BatchRun::eager_ok(const Recipe& r, size_t k, const CheckOptions& co, bool seeded, CaseResult* why) {
   if (co.cuda && !gathers_in_range(r)) {
-    *why = {true, "eager rejects this recipe"};
+    *why = CaseResult::rejected_by_eager();
     return false;
   }
   inputs[k] = make_inputs(r);
@@ -268,7 +268,7 @@ bool BatchRun::eager_ok(const Recipe& r, size_t k, const CheckOptions& co, bool 
   if (seeded) at::manual_seed(draw_seed(r.seed));
   try {
     if (replay(r, inputs[k], false, nullptr, &eager[k])) return true;
-    *why = {true, "eager rejects this recipe"};
+    *why = CaseResult::rejected_by_eager();
   } catch (const std::exception& e) {  // a precondition's own defect: reported with the graph, not fatal
     *why = {false, std::string("the eager replay raised: ") + e.what()};
   }

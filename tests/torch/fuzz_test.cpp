@@ -29,7 +29,10 @@ TEST(Fuzz, CleanBatchPasses) {
   std::vector<fuzz::Recipe> batch;
   for (uint64_t s = 100; s < 116; ++s) batch.push_back(fuzz::generate(s));
   auto results = fuzz::check_batch(batch);
-  for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;
+    EXPECT_FALSE(results[i].rejected) << "generated, and eager rejects it:\n" << batch[i].describe();
+  }
 }
 
 TEST(Fuzz, ReproIsATorchScriptModelThatReplaysEagerly) {
@@ -73,7 +76,10 @@ TEST(Fuzz, WiderGraphsPass) {
                         "aten::cat", "aten::stack", "aten::embedding", "aten::gather", "aten::batch_norm"})
     EXPECT_TRUE(schemas.count(s)) << s << " never generated";
   auto results = fuzz::check_batch(batch);
-  for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i].ok) << batch[i].describe() << results[i].message;
+    EXPECT_FALSE(results[i].rejected) << "generated, and eager rejects it:\n" << batch[i].describe();
+  }
 }
 
 fuzz::Recipe recipe_of(std::vector<fuzz::InputSpec> inputs, std::vector<fuzz::OpSpec> ops, std::vector<int> outputs) {
@@ -106,6 +112,23 @@ TEST(Fuzz, RandomOpsDrawEagersNumbers) {
   ASSERT_TRUE(fuzz::has_random_ops(r));
   auto res = fuzz::check_batch({r}).at(0);
   EXPECT_TRUE(res.ok && res.message.empty()) << res.message;  // passed, not rejected
+}
+
+// A recipe eager rejects (shapes that do not broadcast) is reported as rejected, not as passed: the
+// campaign counts it apart (Report::rejected; issue 72: such graphs were counted as passed).
+TEST(Fuzz, ARecipeEagerRejectsIsNotAPass) {
+  fuzz::InputSpec x, y;
+  x.sizes = {3};
+  x.value_seed = 1;
+  y.sizes = {4};
+  y.value_seed = 2;
+  auto r = recipe_of({x, y}, {{"aten::add.Tensor", {V(0), V(1), L(int64_t{1})}}}, {2});
+  auto res = fuzz::check_batch({r}).at(0);
+  EXPECT_TRUE(res.ok) << res.message;
+  EXPECT_TRUE(res.rejected) << "a graph eager rejects passed: " << res.message;
+  x.sizes = {4};
+  res = fuzz::check_batch({recipe_of({x, y}, {{"aten::add.Tensor", {V(0), V(1), L(int64_t{1})}}}, {2})}).at(0);
+  EXPECT_TRUE(res.ok && !res.rejected) << res.message;
 }
 
 // An in-place op on an input, then the input used: through compile(), the outputs and the input after
