@@ -176,12 +176,14 @@ def test_training_spellings_match_eager(scale, mask, dtype):
         m[0, 0, 2] = True  # row 2 of batch 0 keeps nothing: NaN in eager
         with torch.no_grad():
             expected = model(x, m)
+            reference = copy.deepcopy(model).double()(x.double(), m)
         records = []
         compiled = torch.compile(model, backend=_Backend(fusion_jit.Options({}), records))
         got = compiled(x, m)
         assert "rules: attention.sdpa x1" in "".join(t for _, t in records)
         assert torch.equal(got.isnan(), expected.isnan()) and got.isnan().any()
-        torch.testing.assert_close(got.nan_to_num(), expected.nan_to_num(), rtol=2e-2, atol=2e-2)
+        # Elsewhere the accuracy rule, as for every other output (not a flat 2e-2 on float32).
+        assert_close(got.detach().nan_to_num(), expected.nan_to_num(), reference.nan_to_num(), "the NaN-row case")
 
 
 def _scores(q, k):

@@ -60,12 +60,20 @@ def test_a_packaged_model_runs_in_a_fresh_process_with_no_compiler(name, tmp_pat
     assert_close(got[0], expected, reference, name)
 
 
-def test_a_torchscript_module_takes_the_torchscript_path(tmp_path):
+def test_a_torchscript_module_takes_the_torchscript_path(tmp_path, monkeypatch):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).eval()
     x = torch.randn(4, 16)
     scripted = torch.jit.script(model)
     pkg = tmp_path / "scripted.fjpkg"
+
+    def exported(*args):
+        raise AssertionError("a TorchScript module was exported (the nn.Module path)")
+
+    # The nn.Module path captures through torch.export; the TorchScript path must not reach it.
+    monkeypatch.setattr(fusion_jit._package, "_exported_graph", exported)
     assert fusion_jit.package(scripted, (x,), pkg)["signatures"] == 1
+    with pytest.raises(AssertionError, match="was exported"):
+        fusion_jit.package(model, (x,), tmp_path / "module.fjpkg")
     served = fusion_jit.load_package(pkg)
     with torch.no_grad():
         torch.testing.assert_close(served(x), model(x))
