@@ -801,7 +801,7 @@ def _():
 
 
 @case("package, then load in a fresh process with no compiler, no cache and no temporary file: each demo model "
-      "bit-identical to the JIT plan")
+      "bit-identical to the JIT plan, which matches eager (--check)")
 def _():
     for name, (_, specs) in MODELS.items():
         pkg = os.path.join(TMP, f"{name}.fjpkg")
@@ -811,9 +811,9 @@ def _():
         assert f"{1 + (len(extra) > 0)} signature" in p.stdout, p.stdout
         has_code = " 0 kernels" not in p.stdout  # conv_bn_relu: one oneDNN call, as in the JIT plan
         jit_out = os.path.join(TMP, f"{name}-jit.pt")
-        p = subprocess.run([CLI, "run", DEMO[name], "--input", *specs, "--save-outputs", jit_out],
+        p = subprocess.run([CLI, "run", DEMO[name], "--input", *specs, "--check", "--save-outputs", jit_out],
                            capture_output=True, text=True)
-        assert p.returncode == 0, p.stderr
+        assert p.returncode == 0 and "check: pass " in p.stdout, p.stdout + p.stderr
         no_cache, tmpdir = os.path.join(TMP, f"no-cache-{name}"), os.path.join(TMP, f"tmp-{name}")
         os.mkdir(tmpdir)
         env = dict(os.environ, FUSION_JIT_ASSERT_NO_COMPILE="1", FUSION_JIT_CACHE_DIR=no_cache, TMPDIR=tmpdir)

@@ -50,8 +50,18 @@ ldd "$WORK/build/fusion_jit_example" | grep "$WORK/prefix/lib/libfusion_jit.so" 
 # An ahead-of-time package made by the installed CLI, served by examples/serve_package.cpp with no compiler
 # and no cache directory.
 "$WORK/prefix/bin/fusion-jit" package "$WORK/model.pt" --input 'f32[32,256]' --out "$WORK/model.fjpkg" >/dev/null
-out="$(FUSION_JIT_ASSERT_NO_COMPILE=1 FUSION_JIT_CACHE_DIR="$WORK/no-cache" "$WORK/build/serve_package" "$WORK/model.fjpkg" 32 256)"
+out="$(FUSION_JIT_ASSERT_NO_COMPILE=1 FUSION_JIT_CACHE_DIR="$WORK/no-cache" "$WORK/build/serve_package" "$WORK/model.fjpkg" 32 256 --save "$WORK/served.f32")"
 echo "$out"
 grep -q "^median of 50 calls" <<<"$out"
 test ! -e "$WORK/no-cache"
+# The served output against eager's on the same input (torch.testing's float32 tolerances).
+"$PYTHON" - "$WORK/model.pt" "$WORK/served.f32" <<'PY'
+import sys, torch
+io = torch.from_file(sys.argv[2], size=2 * 32 * 256, dtype=torch.float32)
+x, served = io[:32 * 256].view(32, 256), io[32 * 256:].view(32, 256)
+with torch.no_grad():
+    expected = torch.jit.load(sys.argv[1])(x)
+torch.testing.assert_close(served, expected)
+print("served output: eager's")
+PY
 echo "install test: passed"
