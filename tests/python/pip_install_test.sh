@@ -27,11 +27,13 @@ s = fusion_jit.stats()
 assert s["plans"] == 1 and s["kernels"] == 1, s
 print("pip-installed fusion_jit found through its entry point:", fusion_jit.__file__, s)
 PYEOF
-# Imported first, then looked up by name: registered once (through the entry point).
-PYTHONPATH="$WORK/site" "$PY" -c '
+# Imported first, then looked up by name: registered once (through the entry point). Strict, so that a
+# graph that ran eagerly fails here rather than comparing eager with eager.
+FUSION_JIT_STRICT=1 PYTHONPATH="$WORK/site" "$PY" -c '
 import torch, fusion_jit
 f = torch.compile(lambda x: x.sigmoid() * x, backend="fusion_jit")
 x = torch.randn(8)
 f(x)
 torch.testing.assert_close(f(x), x.sigmoid() * x)
+assert fusion_jit.stats()["eager_graphs"] == 0 and fusion_jit.stats()["plans"] == 1, fusion_jit.stats()
 print("import then torch.compile: ok")'

@@ -137,6 +137,7 @@ def complex_model(x):
     return torch.view_as_real(c * c).reshape(x.shape) + 1.0
 
 
+@pytest.mark.fallback
 def test_unsupported_graph_runs_eagerly_with_one_warning():
     x = torch.randn(4, 8)
     compiled = torch.compile(complex_model, backend="fusion_jit")
