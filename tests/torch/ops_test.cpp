@@ -204,7 +204,10 @@ TEST(BatchNorm, InferenceIsFusedAndMatchesEager) {
   }
   // channels-last input
   at::Tensor x = at::randn({2, 3, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);
-  run_and_compare(m, {x, at::randn({3}), at::randn({3}), at::randn({3}), at::rand({3}) + 0.5}, "batch_norm NHWC");
+  auto r = run_and_compare(m, {x, at::randn({3}), at::randn({3}), at::randn({3}), at::rand({3}) + 0.5}, "batch_norm NHWC");
+  ASSERT_NE(r.plan, nullptr) << "the NHWC signature ran eagerly";
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  EXPECT_EQ(r.plan->fused_ops, 2) << r.plan->explain();
 }
 
 // Note [batch_norm's formulas]: eager's CPU batch_norm computes x * alpha + beta for operands contiguous in

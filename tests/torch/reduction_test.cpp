@@ -99,6 +99,9 @@ TEST(Reductions, SoftmaxOfAFullyMaskedRowIsNaNAsInEager) {
   at::Tensor mask = at::zeros({4, 40});
   mask[1].fill_(-INFINITY);
   auto r = run_and_compare(m, {x, mask}, "masked softmax");
+  ASSERT_NE(r.plan, nullptr) << "ran eagerly";
+  EXPECT_EQ(r.plan->kernels.size(), 1u) << r.plan->explain();
+  EXPECT_EQ(r.plan->steps.size(), 1u) << "ATen steps left\n" << r.plan->explain();
   EXPECT_TRUE(r.fused.at(0)[1].isnan().all().item<bool>());
 }
 
@@ -336,7 +339,14 @@ TEST(Reductions, RandomGraphsMatchEager) {
     at::Tensor y = at::randn({sizes.back()}, at::kDouble);
     std::string what = fmt::format("seed {}: {} {}{} layout {}\n{}", seed, c10::toString(t), c10::str(x.sizes()),
                                    c10::str(x.strides()), layout, body);
-    run_and_compare(m, {x.to(t), y.to(t)}, what);
+    auto r = run_and_compare(m, {x.to(t), y.to(t)}, what);
+    // Fused, as ReductionCorpus requires: a plan with kernels, every op in one of them (an empty tensor
+    // may leave its ops to ATen).
+    ASSERT_NE(r.plan, nullptr) << what << ": ran eagerly";
+    if (std::find(sizes.begin(), sizes.end(), 0) == sizes.end()) {
+      EXPECT_FALSE(r.plan->kernels.empty()) << what << ": nothing fused\n" << r.plan->explain();
+      EXPECT_TRUE(r.plan->aten_ops.empty()) << what << ": an op ran through ATen\n" << r.plan->explain();
+    }
     if (HasFailure()) return;
   }
 }
