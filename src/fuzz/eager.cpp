@@ -406,6 +406,12 @@ bool arguments_ok(const std::string& schema, const OpInfo& op, const std::vector
     at::Tensor a = stack[0].toTensor().to(at::kDouble);
     at::Tensor b = stack[1].isTensor() ? stack[1].toTensor().to(at::kDouble) : at::scalar_tensor(stack[1].toScalar().toDouble(), at::kDouble);
     if (!a.isfinite().all().item<bool>() || !b.isfinite().all().item<bool>() || b.eq(0).any().item<bool>()) return false;
+    // Operands that do not broadcast are eager's to reject (the op raises), not this check's.
+    try {
+      at::infer_size(a.sizes(), b.sizes());
+    } catch (const c10::Error&) {
+      return true;
+    }
     if (a.numel() && b.numel() && (a / b).abs().max().item<double>() >= 4194304.0) return false;
   }
   if (float_in && in_set(fn, {"sin", "cos", "tan"}) && abs_max(stack[0]) >= 1e4) return false;

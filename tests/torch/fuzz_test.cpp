@@ -126,6 +126,12 @@ TEST(Fuzz, ARecipeEagerRejectsIsNotAPass) {
   auto res = fuzz::check_batch({r}).at(0);
   EXPECT_TRUE(res.ok) << res.message;
   EXPECT_TRUE(res.rejected) << "a graph eager rejects passed: " << res.message;
+  // An op whose operands' quotient the generator's precondition computes (a float remainder): the
+  // precondition raised for shapes that do not broadcast, out of a shrink step (PlantedBug with seed 6).
+  x.sizes = {3};
+  x.specials = y.specials = false;  // finite values: the precondition computes the quotient
+  res = fuzz::check_batch({recipe_of({x, y}, {{"aten::remainder.Tensor", {V(0), V(1)}}}, {2})}).at(0);
+  EXPECT_TRUE(res.ok && res.rejected) << res.message;
   x.sizes = {4};
   res = fuzz::check_batch({recipe_of({x, y}, {{"aten::add.Tensor", {V(0), V(1), L(int64_t{1})}}}, {2})}).at(0);
   EXPECT_TRUE(res.ok && !res.rejected) << res.message;
@@ -280,9 +286,13 @@ TEST_P(PlantedBug, IsCaught) {
   }
   set_kernel_hooks(hooks);
   fuzz::Options opt;
-  // Seeds that reach each bug within the budget: a bfloat16 value whose truncation shows is rare (seed 7
-  // reaches one after 53 graphs; seed 4246, used before, after 467).
-  opt.seed = GetParam() == 3 ? 7 : 4242;
+  // Campaign seeds that reach each bug early (the time of this test is the graphs run before): seeds 1-20
+  // reached int32_always after 1 to 176 graphs (13: 1; 4242, used before: 134; with 14 its kernel's
+  // out-of-range write stops the process, which only the sanitized fuzz batches report), maximum_drops_nan
+  // after 7 to 683 (5: 7; 4242: 133); a bfloat16 value whose truncation shows is rare (7: after 53 graphs;
+  // 4246: 467).
+  const uint64_t seeds[] = {4242, 13, 5, 7, 4242};
+  opt.seed = seeds[GetParam()];
   opt.max_graphs = 1500;
   opt.stop_at_first_failure = true;
   opt.shrink = true;
