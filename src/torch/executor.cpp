@@ -207,7 +207,7 @@ std::optional<int64_t> index_outside(const T* p, const TensorType& t, int64_t ro
 // Note [Gathered loads]: a CPU kernel's indices are checked before it runs, and an index outside its
 // table raises what eager raises there (embedding's IndexError, gather's RuntimeError naming the index,
 // the dim and its size), before anything is written.
-void check_gather_indices(const KernelSpec& spec, const std::vector<void*>& ptrs) {
+void check_gather_indices(const KernelSpec& spec, void* const* ptrs) {
   if (spec.device != Device::kCPU) return;
   for (const KernelBuffer& b : spec.buffers) {
     if (b.gather < 0) continue;
@@ -537,73 +537,6 @@ void resolve_split(const Node& n, const std::vector<std::vector<Node*>>& users, 
   c.piece_offsets = std::move(offsets);
 }
 
-// Note [Views folded into kernel loads]
-// A view made at plan build (Note [Views made at plan build]) whose every reader is a kernel (or another
-// such view) and that nothing returns is never made: a kernel reads a buffer through the strides of its
-// type already, so it needs only the view's first element, the root's data pointer plus the offsets of
-// the views between (bytes; views keep the dtype). The root is the first value of the chain that is not
-// so folded. Its release moves to after the last kernel that reads it this way (the plan released it
-// after its last reader, the view). Storage lifetimes (Note [Peak memory]) are unchanged: the folded view
-// still holds its root's storage until its own release.
-template <typename Users>
-void fold_views(PlanInstance& inst, const std::vector<int>& step_of, const std::vector<bool>& returned,
-                const Users& users) {
-  const ExecutablePlan& plan = *inst.plan;
-  const Graph& g = *plan.graph;
-  inst.release.clear();
-  for (const ExecStep& st : plan.steps) inst.release.push_back(st.release);
-  inst.kernel_inputs.assign(plan.kernels.size(), {});
-  for (size_t k = 0; k < plan.kernels.size(); ++k) inst.kernel_inputs[k].resize(plan.kernels[k].spec.buffers.size());
-  // Decided last to first: a view is folded if its readers are kernels or folded views.
-  for (size_t i = plan.steps.size(); i-- > 0;) {
-    AtenCall& c = inst.calls[i];
-    if (c.kind != AtenCall::Kind::kOp || !c.fast_view) continue;
-    const Value* v = plan.steps[i].node->output();
-    bool ok = !returned[v->id()] && !users[v->id()].empty();
-    for (const Node* u : users[v->id()]) {
-      const int us = u->outputs().empty() ? -1 : step_of[u->output()->id()];
-      if (us >= 0 && !inst.calls[us].folded) ok = false;
-    }
-    c.folded = ok;
-  }
-  // Roots and offsets, first to last.
-  std::vector<FoldedInput> at(g.num_value_ids());
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const AtenCall& c = inst.calls[i];
-    if (!c.folded) continue;
-    const Node& n = *plan.steps[i].node;
-    const Value* base = n.args()[0].value;
-    const int64_t bytes = c.view_offset * static_cast<int64_t>(dtype_size(n.output()->tensor_type().dtype));
-    at[n.output()->id()] = at[base->id()].root >= 0
-                               ? FoldedInput{at[base->id()].root, at[base->id()].offset_bytes + bytes}
-                               : FoldedInput{base->id(), bytes};
-  }
-  std::vector<int> needed(g.num_value_ids(), -1);  // the last kernel step reading a root through a view
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const ExecStep& st = plan.steps[i];
-    if (st.kernel < 0) continue;
-    const auto& buffers = plan.kernels[st.kernel].spec.buffers;
-    for (size_t b = 0; b < buffers.size(); ++b) {
-      if (buffers[b].is_output) continue;
-      const FoldedInput& f = at[buffers[b].value->id()];
-      if (f.root < 0) continue;
-      inst.kernel_inputs[st.kernel][b] = f;
-      needed[f.root] = std::max(needed[f.root], static_cast<int>(i));
-    }
-  }
-  for (size_t i = 0; i < inst.release.size(); ++i) {
-    auto& rel = inst.release[i];
-    for (auto it = rel.begin(); it != rel.end();) {
-      if (needed[*it] > static_cast<int>(i)) {
-        inst.release[needed[*it]].push_back(*it);
-        it = rel.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-}
-
 // The dispatcher's operator for a schema, or nullptr (a prim:: node, a name it lacks).
 const c10::OperatorHandle* dispatcher_op(const std::string& s) {
   if (s.rfind("prim::", 0) == 0) return nullptr;
@@ -734,10 +667,13 @@ void resolve_aten_steps(PlanInstance& inst, bool in_place) {
     c.view_sizes = t.sizes;
     c.view_strides = t.strides;
   }
-  fold_views(inst, step_of, returned, users);
+  std::vector<int64_t> view_offset(plan.steps.size(), -1);
+  for (size_t i = 0; i < plan.steps.size(); ++i)
+    if (inst.calls[i].kind == AtenCall::Kind::kOp && inst.calls[i].fast_view) view_offset[i] = inst.calls[i].view_offset;
+  inst.schedule = schedule_run(plan, view_offset);  // Note [Views folded into kernel loads]
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     AtenCall& c = inst.calls[i];
-    const auto& rel = inst.release[i];
+    const auto& rel = inst.schedule.release[i];
     c.move.clear();
     for (int id : c.ids) {
       const bool dies = std::find(rel.begin(), rel.end(), id) != rel.end();
@@ -768,9 +704,10 @@ MemoryPlan plan_memory(const ExecutablePlan& plan, bool in_place) {
 
 std::string instance_explain(const PlanInstance& inst) {
   int fast = 0, folded = 0, in_place = 0, kernels_in_place = 0;
-  for (const AtenCall& c : inst.calls) {
+  for (size_t i = 0; i < inst.calls.size(); ++i) {
+    const AtenCall& c = inst.calls[i];
     fast += c.fast_view || c.fast_split;
-    folded += c.folded;
+    folded += inst.schedule.folded.at(i);
     in_place += c.in_place_op != nullptr;
   }
   for (const auto& pairs : inst.memory.kernel_in_place) kernels_in_place += !pairs.empty();
@@ -1172,128 +1109,121 @@ void ReorderMemo::put(const at::Tensor& w, const ContentHash& h, const c10::IVal
   result = r;
 }
 
-c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts) {
-  const ExecutablePlan& plan = *p.plan;
-  const Graph& g = *plan.graph;
-  std::vector<c10::IValue> env(g.num_value_ids());
-  FJ_INTERNAL_ASSERT(inputs.size() == g.inputs().size());
-  for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]->id()] = inputs[i];
-  // What launches take from torch: its threads and its current streams (plain functions: no allocation).
-  LaunchContext launch_context;
-  launch_context.parallel_for = parallel_for;
-  launch_context.grain = Options::get().cpu_grain;
-  launch_context.stream = current_stream;
-  std::vector<void*> ptrs;
-  std::vector<c10::IValue> stack;
+namespace {
+
+// The run loop's values on torch (Note [The run loop], runtime/run_loop.h): the call's IValues by value
+// id, kernel outputs allocated with eager's strides from the buffer pool or placed in the arena, ATen
+// steps through the dispatcher.
+class TorchSteps final : public StepRunner {
+ public:
+  TorchSteps(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts)
+      : p_(p), plan_(*p.plan), check_layouts_(check_layouts), env_(plan_.graph->num_value_ids()) {
+    const Graph& g = *plan_.graph;
+    FJ_INTERNAL_ASSERT(inputs.size() == g.inputs().size());
+    FJ_INTERNAL_ASSERT(p.calls.size() == plan_.steps.size(), "the plan's ATen steps were not resolved");
+    for (size_t i = 0; i < inputs.size(); ++i) env_[g.inputs()[i]->id()] = inputs[i];
+    // What launches take from torch: its threads and its current streams (plain functions: no allocation).
+    launch_context_.parallel_for = parallel_for;
+    launch_context_.grain = Options::get().cpu_grain;
+    launch_context_.stream = current_stream;
+  }
+
+  const void* input(const KernelBuffer& b) override {
+    const at::Tensor& in = env_[b.value->id()].toTensor();
+    const TensorType& t = b.value->tensor_type();
+    FJ_INTERNAL_ASSERT(same_layout(in, t), "input {} has layout {} {}, the plan expects {}", b.value->name(),
+                       c10::str(in.sizes()), c10::str(in.strides()), t.str());
+    return in.const_data_ptr();
+  }
+  const void* root(int id) override { return env_[id].toTensor().const_data_ptr(); }
+  void* made_output(const KernelBuffer& b) override { return env_[b.value->id()].toTensor().mutable_data_ptr(); }
+  bool sole_reference(int id) override { return fusion_jit::sole_reference(env_[id]); }
+  void* write_over(const KernelBuffer& b, int over) override {
+    // The output is a tensor of its own on the input's storage, with the plan's strides (which may differ
+    // from the input's in size-1 dims: a [2,16,1,1] convolution result strided [16,1,16,16] where eager's
+    // output is [16,1,1,1]).
+    const at::Tensor& in = env_[over].toTensor();
+    env_[b.value->id()] =
+        arena_tensor(in, b.value->tensor_type(), in.storage_offset() * static_cast<int64_t>(in.element_size()));
+    return const_cast<void*>(in.const_data_ptr());
+  }
+  void* allocate(const KernelBuffer& b, int64_t offset) override {
+    if (offset >= 0 && !arena_.defined()) {
+      arena_ = allocate_arena(p_.memory);
+      arena_bytes_ = arena_.storage().unsafeGetStorageImpl();
+      arena_ref_ = arena_.storage().getWeakStorageImpl();
+    }
+    at::Tensor out = offset >= 0 ? arena_tensor(arena_, b.value->tensor_type(), offset) : allocate_output(b.value->tensor_type());
+    void* data = out.mutable_data_ptr();
+    env_[b.value->id()] = std::move(out);
+    return data;
+  }
+  void launch(int kernel, void* const* buffers) override {
+    const KernelSpec& spec = plan_.kernels[kernel].spec;
+    check_gather_indices(spec, buffers);
+    plan_.launch(kernel, spec.buffers.back().value->tensor_type().device_index, buffers, launch_context_);
+  }
+  void constant(const Node& n) override { env_[n.output()->id()] = p_.captured.constants.at(n.constant_index()); }
+  void call(size_t step, const Node& n) override {
+    const AtenCall& c = p_.calls[step];
+    stack_.assign(c.stack.begin(), c.stack.end());
+    for (size_t j = 0; j < c.slots.size(); ++j)
+      stack_[c.slots[j]] = c.move[j] ? std::move(env_[c.ids[j]]) : env_[c.ids[j]];
+    run_call(c, n, stack_);
+    if (c.conform) conform_layouts(n, stack_);
+    if (check_layouts_) check_step_layouts(n, stack_);
+    if (p_.memory.check[step]) copy_out_of_arena(stack_, arena_bytes_);
+    for (size_t i = 0; i < stack_.size(); ++i) env_[n.output(i)->id()] = std::move(stack_[i]);
+  }
+  void release(int id) override { env_[id] = c10::IValue(); }
+  void release_arena() override { arena_.reset(); }
+
+  const c10::IValue& value(int id) const { return env_[id]; }
+  const c10::StorageImpl* arena_bytes() const { return arena_bytes_; }
+
+ private:
+  const PlanInstance& p_;
+  const ExecutablePlan& plan_;
+  const bool check_layouts_;
+  std::vector<c10::IValue> env_;
+  std::vector<c10::IValue> stack_;
+  LaunchContext launch_context_;
   // Note [Static memory plan]: one allocation for the call's intermediates, made where the first is
   // written and let go once the last is (its placed values hold it until they die).
-  at::Tensor arena;
+  at::Tensor arena_;
   // Compared only: results must not land in it. The weak reference keeps the StorageImpl's memory (not
   // its bytes) for the whole call, so that no storage allocated after the arena is let go can take its
   // address and pass for it (its results were copied out, and views of one result came back apart).
-  const c10::StorageImpl* arena_bytes = nullptr;
-  std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> arena_ref;
-  FJ_INTERNAL_ASSERT(p.calls.size() == plan.steps.size(), "the plan's ATen steps were not resolved");
-  const bool profile = profiling();
-  using Clock = std::chrono::steady_clock;
-  const auto run_start = profile ? Clock::now() : Clock::time_point();
-  auto step_start = run_start;
-  for (size_t si = 0; si < plan.steps.size(); ++si) {
-    const ExecStep& st = plan.steps[si];
-    if (profile) step_start = Clock::now();
-    if (st.kernel >= 0) {
-      const KernelLaunch& k = plan.kernels[st.kernel];
-      ptrs.clear();
-      const auto& folded = p.kernel_inputs[st.kernel];
-      for (size_t bi = 0; bi < k.spec.buffers.size(); ++bi) {
-        const KernelBuffer& b = k.spec.buffers[bi];
-        const TensorType& t = b.value->tensor_type();
-        if (!b.is_output && folded[bi].root >= 0) {
-          // Read through views never made (Note [Views folded into kernel loads]).
-          const at::Tensor& root = env[folded[bi].root].toTensor();
-          ptrs.push_back(const_cast<char*>(static_cast<const char*>(root.const_data_ptr()) + folded[bi].offset_bytes));
-        } else if (!b.is_output) {
-          const at::Tensor& in = env[b.value->id()].toTensor();
-          FJ_INTERNAL_ASSERT(same_layout(in, t), "{}: input {} has layout {} {}, the plan expects {}", k.spec.name,
-                             b.value->name(), c10::str(in.sizes()), c10::str(in.strides()), t.str());
-          ptrs.push_back(const_cast<void*>(in.const_data_ptr()));
-        } else if (static_cast<int64_t>(b.offset) > 0) {
-          // A further slice of a cat's result, allocated for its first (Note [Concatenation in kernels]).
-          const at::Tensor& out = env[b.value->id()].toTensor();
-          ptrs.push_back(static_cast<char*>(out.mutable_data_ptr()) +
-                         static_cast<int64_t>(b.offset) * static_cast<int64_t>(out.element_size()));
-        } else if (const KernelBuffer* into = written_over(k.spec.buffers, p.memory.kernel_in_place.empty() ? nullptr
-                                                                             : &p.memory.kernel_in_place[si], bi);
-                   into && sole_reference(env[into->value->id()])) {
-          // Note [Kernel results written over a dying input]: the output is a tensor of its own on the
-          // input's storage, with the plan's strides (which may differ from the input's in size-1 dims:
-          // a [2,16,1,1] convolution result strided [16,1,16,16] where eager's output is [16,1,1,1]).
-          const at::Tensor& in = env[into->value->id()].toTensor();
-          ptrs.push_back(const_cast<void*>(in.const_data_ptr()));
-          env[b.value->id()] = arena_tensor(in, t, in.storage_offset() * static_cast<int64_t>(in.element_size()));
-        } else {
-          const int64_t at = p.memory.arena_bytes > 0 ? p.memory.offset[b.value->id()] : -1;
-          if (at >= 0 && !arena.defined()) {
-            arena = allocate_arena(p.memory);
-            arena_bytes = arena.storage().unsafeGetStorageImpl();
-            arena_ref = arena.storage().getWeakStorageImpl();
-          }
-          at::Tensor out = at >= 0 ? arena_tensor(arena, t, at) : allocate_output(t);
-          ptrs.push_back(out.mutable_data_ptr());
-          env[b.value->id()] = std::move(out);
-        }
-      }
-      check_gather_indices(k.spec, ptrs);
-      plan.launch(st.kernel, k.spec.buffers.back().value->tensor_type().device_index, ptrs.data(), launch_context);
-    } else {
-      const Node& n = *st.node;
-      if (n.is_constant()) {
-        env[n.output()->id()] = p.captured.constants.at(n.constant_index());
-      } else if (p.calls[si].folded) {
-        // never made: its kernels read its root
-      } else {
-        const AtenCall& c = p.calls[si];
-        stack.assign(c.stack.begin(), c.stack.end());
-        for (size_t j = 0; j < c.slots.size(); ++j)
-          stack[c.slots[j]] = c.move[j] ? std::move(env[c.ids[j]]) : env[c.ids[j]];
-        run_call(c, n, stack);
-        if (c.conform) conform_layouts(n, stack);
-        if (check_layouts) check_step_layouts(n, stack);
-        if (p.memory.check[si]) copy_out_of_arena(stack, arena_bytes);
-        for (size_t i = 0; i < stack.size(); ++i) env[n.output(i)->id()] = std::move(stack[i]);
-      }
-    }
-    for (int id : p.release[si]) env[id] = c10::IValue();
-    if (static_cast<int>(si) == p.memory.last_birth) arena.reset();
-    if (profile && !(st.kernel < 0 && (st.node->is_constant() || p.calls[si].folded))) {
-      const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - step_start).count();
-      if (st.kernel >= 0) profile_step(StepKind::kKernel, "", ns);
-      else
-        profile_step(is_compute_schema(st.node->schema()) ? StepKind::kAtenCompute : StepKind::kAtenOther,
-                     st.node->schema(), ns);
-    }
-  }
-  if (profile)
-    profile_plan_run(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - run_start).count());
+  const c10::StorageImpl* arena_bytes_ = nullptr;
+  std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> arena_ref_;
+};
+
+}  // namespace
+
+c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts) {
+  const Graph& g = *p.plan->graph;
+  TorchSteps steps(p, inputs, check_layouts);
+  run_steps(*p.plan, p.schedule, p.memory, steps);
+  const auto env = [&](int id) -> const c10::IValue& { return steps.value(id); };
   c10::IValue result;
   switch (p.captured.output_kind) {
     case OutputKind::kSingle:
-      result = env[g.outputs().at(0)->id()];
+      result = env(g.outputs().at(0)->id());
       break;
     case OutputKind::kTuple: {
       std::vector<c10::IValue> items;
-      for (const Value* o : g.outputs()) items.push_back(env[o->id()]);
+      for (const Value* o : g.outputs()) items.push_back(env(o->id()));
       result = c10::ivalue::Tuple::create(std::move(items));
       break;
     }
     case OutputKind::kList: {
       c10::List<at::Tensor> list;
-      for (const Value* o : g.outputs()) list.push_back(env[o->id()].toTensor());
+      for (const Value* o : g.outputs()) list.push_back(env(o->id()).toTensor());
       result = list;
       break;
     }
   }
-  return unalias_constants(std::move(result), p.captured.constants, arena_bytes);
+  return unalias_constants(std::move(result), p.captured.constants, steps.arena_bytes());
 }
 
 

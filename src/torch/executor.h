@@ -16,6 +16,7 @@
 #include "driver/build_plan.h"  // PlanInstance holds what build_plan makes; its users build plans
 #include "passes/passes.h"  // GemmTiming
 #include "runtime/memory_plan.h"
+#include "runtime/run_loop.h"
 #include "support/content_hash.h"
 #include "torch/capture.h"
 #include "torch/cuda_support.h"
@@ -76,9 +77,6 @@ struct AtenCall {
   bool fast_split = false;
   std::vector<std::vector<int64_t>> piece_sizes, piece_strides;
   std::vector<int64_t> piece_offsets;
-  // A view made at plan build that only kernels read (Note [Views folded into kernel loads]): never made;
-  // the kernels read its root's data at the view's offset.
-  bool folded = false;
   // Note [Results written into a dying argument]: the op's in-place form, called instead where the
   // argument at stack position in_place_slot is, at run time, the only reference to its tensor and storage.
   const c10::OperatorHandle* in_place_op = nullptr;
@@ -90,19 +88,11 @@ struct AtenCall {
   bool conform = false;
 };
 
-// A kernel input read through folded views: the value whose data it reads and the byte offset.
-struct FoldedInput {
-  int root = -1;  // value id; -1: the buffer's own value
-  int64_t offset_bytes = 0;
-};
-
 struct PlanInstance {
   CapturedGraph captured;
   std::unique_ptr<ExecutablePlan> plan;
   std::vector<AtenCall> calls;          // per plan step (resolve_aten_steps)
-  std::vector<std::vector<int>> release;  // per plan step: value ids dead after it (the plan's, with the
-                                          // roots of folded views kept until their last kernel)
-  std::vector<std::vector<FoldedInput>> kernel_inputs;  // per kernel, per buffer
+  RunSchedule schedule;                 // resolve_aten_steps (Note [The run loop], runtime/run_loop.h)
   MemoryPlan memory;                    // resolve_aten_steps
   int64_t peak_bytes = 0;               // Note [Peak memory] (resolve_aten_steps)
   // A captured signature planned on its own: why it is not an instance of a shape class (Note [Shape
