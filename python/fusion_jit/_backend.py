@@ -284,9 +284,9 @@ class _CompiledGraph:
         # Note [Weights reordered once per content] (src/torch/executor.h).
         memo = _enabled("weight_memo", self.opts)
         try:
-            cl = channels_last_weights(self.gm, freeze) if freeze and _channels_last(self.opts) else set()
-            acts, layout = set(), None
-            if not cl and self.inference and _channels_last(self.opts):
+            cl, layout = channels_last_weights(self.gm, freeze) if freeze and _channels_last(self.opts) else (set(), None)
+            acts = set()
+            if not cl and layout is None and self.inference and _channels_last(self.opts):
                 # (Not in training: the forward's saved activations would be copied back to the layout
                 # the backward graph was traced with.)
                 acts, layout = channels_last_activations(self.gm, memo_weights=memo, frozen=freeze)
@@ -297,8 +297,7 @@ class _CompiledGraph:
                 # Channels-last weights or activations are an optimization: where an op of the graph
                 # refuses the layout (a view of a channels-last tensor that only a copy could give), lower
                 # as traced.
-                if acts:
-                    layout = f"layout: NCHW kept (channels-last failed: {e})\n"
+                layout = f"layout: NCHW kept (channels-last failed: {e})\n"
                 low = lower(self.gm, args, freeze)
         except Unsupported as e:
             return self._give_up(str(e), args)

@@ -170,12 +170,51 @@ def _cpu_conv2d_nodes(gm):
 
 def channels_last_weights(gm, frozen):
     """Positions of frozen inputs that are the weight of a 2-d convolution on the CPU (Note [Channels-last
-    plans]: not for cuDNN); none where the layout may not change (_layout_may_change)."""
-    if not _layout_may_change(gm):
-        return set()
+    plans]: not for cuDNN), and the line explain prints (None where there is nothing to decide). None where
+    the layout may not change (_layout_may_change) or where the cost model says it would not pay: the
+    elements those convolutions write against those copied at the plan's edges (4-d inputs they read that
+    are given at each call, 4-d outputs given eager's layout back); the weights are copied once
+    (channels_last_estimate, src/cost/cost_model.h; TorchScript decides the same way, decide_channels_last
+    in src/torch/capture.h)."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     position = {n: i for i, n in enumerate(placeholders)}
-    return {position[w] for _, w, _ in _cpu_conv2d_nodes(gm) if position.get(w) in frozen}
+    convs = [(n, w) for n, w, _ in _cpu_conv2d_nodes(gm) if position.get(w) in frozen]
+    if not convs or not _layout_may_change(gm):
+        return set(), None
+    written = sum(_value_numel(n) for n, _ in convs)
+    edges = 0
+    inputs = set()
+    for n, _ in convs:
+        x = n.args[0]
+        if x in position and position[x] not in frozen and x not in inputs and _value_dim(x) == 4:
+            inputs.add(x)
+            edges += _value_numel(x)
+    edges += sum(_value_numel(o) for o in _outputs(gm) if _value_dim(o) == 4)
+    gain_us, cost_us = _native.ops.channels_last_estimate(written, 0, 0, edges)
+    why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
+           f"{cost_us:.1f} us ({edges} copied at the edges; the weights copied once)")
+    if gain_us <= cost_us:
+        return set(), f"layout: NCHW kept, channels-last activations would not pay: {why}\n"
+    return {position[w] for _, w in convs}, f"layout: channels-last activations: {why}\n"
+
+
+def _value_numel(node):
+    """A FX node's tensor element count (at the example's sizes), or 0."""
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return _numel_hint(v) if isinstance(v, torch.Tensor) else 0
+
+
+def _value_dim(node):
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return v.dim() if isinstance(v, torch.Tensor) else -1
+
+
+def _outputs(gm):
+    """The graph's distinct output nodes."""
+    results = []
+    for out in gm.graph.find_nodes(op="output"):
+        map_aggregate(out.args[0], results.append)
+    return [o for o in dict.fromkeys(results) if isinstance(o, torch.fx.Node)]
 
 
 # Note [Channels-last activations]

@@ -89,16 +89,22 @@ struct CompiledModule::Impl {
     CaptureResult cap = capture_graph(graph, inputs, skip_self);
     if (!skip.count("channels_last") && !Options::get().disabled.count("channels_last") &&
         wants_channels_last_capture(*graph) && !outputs_share_storage(cap.result)) {
-      // Note [Channels-last plans]: captured again with channels-last conv weights; the first run's result
-      // is eager's and gives eager's output layouts.
+      // Note [Channels-last plans]: where the cost model says the layout pays, captured again with
+      // channels-last conv weights; the first run's result is eager's and gives eager's output layouts.
       // A graph that refuses the layout (a view that only a copy could give of a channels-last tensor)
       // keeps the NCHW capture: the layout is an optimization.
-      try {
-        CaptureResult cl = capture_graph(graph, inputs, skip_self,
-                                         CaptureOptions{/*channels_last_weights=*/true, &channels_last_copies});
-        if (restore_eager_layouts(cl.captured, cap.captured)) cap.captured = std::move(cl.captured);
-      } catch (const std::exception&) {
+      LayoutDecision layout = decide_channels_last(*cap.captured.graph);
+      if (layout.channels_last) {
+        try {
+          CaptureResult cl = capture_graph(graph, inputs, skip_self,
+                                           CaptureOptions{/*channels_last_weights=*/true, &channels_last_copies});
+          if (restore_eager_layouts(cl.captured, cap.captured)) cap.captured = std::move(cl.captured);
+          else layout.line = "layout: NCHW kept (an output's eager layout is neither contiguous nor channels-last)\n";
+        } catch (const std::exception& e) {
+          layout.line = "layout: NCHW kept (channels-last failed: " + message_of(e) + ")\n";
+        }
       }
+      cap.captured.graph->notes().push_back(layout.line.substr(0, layout.line.size() - 1));
     }
     *result = std::move(cap.result);
     return std::move(cap.captured);

@@ -13,6 +13,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "cost/cost_model.h"
 #include "support/error.h"
 #include "support/options.h"
 
@@ -454,6 +455,37 @@ bool wants_channels_last_capture(const torch::jit::Graph& graph) {
   return conv && !any_node(graph.block(), [](const tj::Node* n) {
     return n->isNondeterministic() || n->kind() == c10::aten::as_strided || n->kind() == c10::aten::as_strided_;
   });
+}
+
+LayoutDecision decide_channels_last(const Graph& g) {
+  static const std::set<std::string> kConvs = {"aten::conv2d", "aten::convolution", "aten::_convolution"};
+  std::set<int> graph_inputs, read;
+  for (const Value* v : g.inputs()) graph_inputs.insert(v->id());
+  int64_t written = 0, edges = 0;
+  int convs = 0;
+  for (const Node* n : g.nodes()) {
+    if (!kConvs.count(n->schema()) || n->args().size() < 2 || !n->args()[1].is_value()) continue;
+    const Value* w = n->args()[1].value;
+    if (!w->producer() || !w->producer()->is_constant() || !w->is_tensor() || w->tensor_type().dim() != 4 ||
+        w->tensor_type().device != Device::kCPU || !n->output()->is_tensor() || n->output()->tensor_type().dim() != 4)
+      continue;
+    convs++;
+    written += n->output()->tensor_type().numel();
+    const Value* x = n->args()[0].is_value() ? n->args()[0].value : nullptr;
+    if (x && x->is_tensor() && x->tensor_type().dim() == 4 && graph_inputs.count(x->id()) && read.insert(x->id()).second)
+      edges += x->tensor_type().numel();
+  }
+  std::set<int> outputs;
+  for (const Value* o : g.outputs())
+    if (o->is_tensor() && o->tensor_type().dim() == 4 && outputs.insert(o->id()).second) edges += o->tensor_type().numel();
+  static const DeviceDescription cpu = host_cpu_description();
+  const LayoutEstimate e = channels_last_estimate(cpu, written, /*weights=*/0, /*copied=*/0, edges);
+  const std::string why = fmt::format(
+      "est. gain {:.1f} us ({} elements written by {} convolution(s)), cost {:.1f} us ({} copied at the edges; "
+      "the weights copied once)",
+      e.gain_us, written, convs, e.cost_us, edges);
+  if (e.gain_us <= e.cost_us) return {false, "layout: NCHW kept, channels-last activations would not pay: " + why + "\n"};
+  return {true, "layout: channels-last activations: " + why + "\n"};
 }
 
 bool restore_eager_layouts(CapturedGraph& captured, const CapturedGraph& eager) {

@@ -52,7 +52,9 @@ void inline_all_calls(torch::jit::Graph& graph);
 // channels-last, and the ops after it keep that layout: captured that way, a conv net's activations are
 // NHWC from its first convolution to its last, our kernels are generated for that layout, and the oneDNN
 // rules (passes/epilogue_rules.cpp) run convolutions with post-ops without copies back to NCHW. This is Inductor's
-// freezing layout as well. The model runs once more at capture (its eager run gives the first result
+// freezing layout as well. Whether it pays is the cost model's decision (decide_channels_last, over the NCHW
+// capture: what the convolutions write against what the plan's edges copy), printed by explain; where it
+// pays, the model runs once more at capture (its eager run gives the first result
 // and eager's output layouts); each output whose layout then differs gets eager's back through
 // aten::contiguous with eager's memory format, and where eager's is neither contiguous nor channels-last
 // the plan stays as captured without it; where the second run fails (a view of a channels-last tensor
@@ -90,6 +92,16 @@ CaptureResult capture_graph(const std::shared_ptr<torch::jit::Graph>& graph, con
 // as_strided: a channels-last capture may pay, runs the model the same way twice, and no op reads memory
 // by strides (Note [Channels-last plans]).
 bool wants_channels_last_capture(const torch::jit::Graph& graph);
+// Whether channels-last activations pay for `nchw` (the graph captured with its weights as given), by the
+// cost model (channels_last_estimate, cost/cost_model.h), and the line explain prints: the gain per element
+// the 2-d convolutions on constant CPU weights write, against the elements copied at the plan's edges (4-d
+// graph inputs a convolution reads, 4-d outputs given eager's layout back). The weights cost nothing per
+// call: their channels-last copies are made once (ChannelsLastCopies).
+struct LayoutDecision {
+  bool channels_last = false;
+  std::string line;  // "layout: ...\n"
+};
+LayoutDecision decide_channels_last(const Graph& nchw);
 // Gives `captured`'s outputs the layouts of `eager`'s (the same graph captured without channels-last
 // weights): aten::contiguous nodes where they differ. False (nothing changed) where an eager layout is
 // neither contiguous nor channels-last, or the outputs do not correspond.

@@ -392,6 +392,36 @@ def test_default_settings_choose_the_layout_by_cost(net, x, disable, layout, clo
     assert fusion_jit.stats()["eager_graphs"] == 0
 
 
+class Squeeze1x1(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("net, shape, written, edges, layout", [
+    # 2x8x16x16 written by the conv; only the 2x3x16x16 image is copied at the edges (the output is 2-d).
+    (ConvBnRelu, (2, 3, 16, 16), 4096, 1536, "channels-last activations"),
+    # Writing 4 channels does not pay for copying 16 in and 4 back out.
+    (Squeeze1x1, (2, 16, 16, 16), 2048, 8192 + 2048, "NCHW kept, channels-last activations would not pay"),
+])
+def test_freezing_chooses_the_layout_by_cost(net, shape, written, edges, layout):
+    # Note [Channels-last plans]: frozen weights are copied channels-last once; whether the plan's
+    # activations take that layout is the cost model's estimate, printed by explain.
+    m, x, text = explained(net, shape, freezing=True)
+    gain, cost = torch.ops.fusion_jit.channels_last_estimate(written, 0, 0, edges)
+    assert (gain > cost) == layout.startswith("channels-last"), (gain, cost)
+    assert (f"layout: {layout}: est. gain {gain:.1f} us ({written} elements written by 1 convolution(s)), "
+            f"cost {cost:.1f} us ({edges} copied at the edges; the weights copied once)") in text, text
+    assert ("mkldnn::_convolution_pointwise" in text) == (gain > cost), text
+    fusion_jit.reset()
+    torch._dynamo.reset()
+    check(m, fusion_jit.compile(m, freezing=True), x, net.__name__)
+    assert fusion_jit.stats()["eager_graphs"] == 0
+
+
 def explained(net, shape, **options):
     """A seeded `net` in eval mode, an input of `shape`, and explain's text for it (no_grad)."""
     torch.manual_seed(0)

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "cost/cost_model.h"
 #include "kernels_cache/kernels_cache.h"
 #include "torch/executor.h"
 #include "torch/graph_function.h"
@@ -140,10 +141,46 @@ TEST(ConvRules, EveryPostOpMatchesEagerInFloat32AndBFloat16) {
   }
 }
 
+// Note [Channels-last plans]: a TorchScript model's plan is channels-last where the cost model says the
+// layout pays (decide_channels_last): the conv block returning its conv output as well copies two 4-d
+// outputs back to NCHW; with 16 output channels what the convolution writes does not pay for that (with
+// the default constants: gain 0.75 ns x 12800 against 0.3 ns x 32000), with 32 it does. The plan follows
+// the estimate explain prints, and its results are eager's either way.
+TEST(ConvRules, ATorchScriptPlanIsChannelsLastWhereTheCostModelSaysItPays) {
+  REQUIRE_ONEDNN_RULES();
+  for (int64_t channels : {16, 32}) {
+    const std::string what = fmt::format("conv block of {} channels returning its conv", channels);
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat, /*return_conv=*/true, channels);
+    auto r = run_and_compare(m, {input(at::kFloat)}, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    const std::string ex = r.plan->explain();
+    if (nchw_plans()) {  // FUSION_JIT_DISABLE=channels_last: nothing to decide
+      EXPECT_EQ(ex.find("layout:"), std::string::npos) << what << "\n" << ex;
+      continue;
+    }
+    const int64_t written = 2 * channels * 20 * 20, edges = 2 * 8 * 20 * 20 + 2 * written;
+    const LayoutEstimate e = channels_last_estimate(host_cpu_description(), written, 0, 0, edges);
+    const bool pays = e.gain_us > e.cost_us;
+    if (DeviceDescription().cl_gain_ns_per_written == 0.75 && DeviceDescription().cl_ns_per_edge == 0.3)
+      EXPECT_EQ(pays, channels == 32) << what << ": the default constants";
+    const std::string line = fmt::format("est. gain {:.1f} us ({} elements written by 1 convolution(s)), cost {:.1f} us "
+                                         "({} copied at the edges; the weights copied once)",
+                                         e.gain_us, written, e.cost_us, edges);
+    EXPECT_NE(ex.find((pays ? "layout: channels-last activations: " : "layout: NCHW kept, channels-last activations "
+                                                                      "would not pay: ") + line),
+              std::string::npos) << what << "\n" << ex;
+    // Channels-last: oneDNN's call on the channels-last weight; NCHW: ATen's convolution.
+    EXPECT_EQ(r.plan->aten_ops.count("mkldnn::_convolution_pointwise"), pays ? 1u : 0u) << what << "\n" << ex;
+    EXPECT_EQ(r.plan->aten_ops.count("aten::conv2d"), pays ? 0u : 1u) << what << "\n" << ex;
+  }
+}
+
 TEST(ConvRules, NearMissesComputeEagerResultsWithoutTheRules) {
   REQUIRE_ONEDNN_RULES();
-  {  // the conv's output is returned too: not folded, no post-op; the conv alone is prepacked
-    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat, /*return_conv=*/true);
+  {  // the conv's output is returned too: not folded, no post-op; the conv alone is prepacked. 32 output
+     // channels: with two 4-d outputs copied back to NCHW, 16 would not pay for a channels-last plan
+     // (decide_channels_last, Note [Channels-last plans]).
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat, /*return_conv=*/true, /*channels=*/32);
     auto r = run_and_compare(m, {input(at::kFloat)}, "conv output returned");
     ASSERT_NE(r.plan, nullptr);
     const std::string ex = r.plan->explain();

@@ -91,17 +91,19 @@ inline RunResult run_and_compare(torch::jit::Module& m, const std::vector<c10::I
   return r;
 }
 
-// conv2d(x, w, b, stride 1, padding 1) [-> batch_norm] -> `act`(y), frozen parameters, in `dtype`.
-inline torch::jit::Module conv_block(const std::string& act, bool bn, at::ScalarType dtype, bool return_conv = false) {
+// conv2d(x, w, b, stride 1, padding 1) [-> batch_norm] -> `act`(y), frozen parameters, in `dtype`; 8 input
+// channels, `channels` output channels.
+inline torch::jit::Module conv_block(const std::string& act, bool bn, at::ScalarType dtype, bool return_conv = false,
+                                     int64_t channels = 16) {
   torch::jit::setGraphExecutorOptimize(false);
   at::manual_seed(0);
   torch::jit::Module m("ConvBlock");
-  m.register_parameter("w", at::randn({16, 8, 3, 3}) * 0.2, false);
-  m.register_parameter("b", at::randn({16}) * 0.1, false);
-  m.register_buffer("gamma", at::rand({16}) + 0.5);
-  m.register_buffer("beta", at::randn({16}) * 0.1);
-  m.register_buffer("mean", at::randn({16}) * 0.1);
-  m.register_buffer("var", at::rand({16}) + 0.5);
+  m.register_parameter("w", at::randn({channels, 8, 3, 3}) * 0.2, false);
+  m.register_parameter("b", at::randn({channels}) * 0.1, false);
+  m.register_buffer("gamma", at::rand({channels}) + 0.5);
+  m.register_buffer("beta", at::randn({channels}) * 0.1);
+  m.register_buffer("mean", at::randn({channels}) * 0.1);
+  m.register_buffer("var", at::rand({channels}) + 0.5);
   std::string body = "    c = torch.conv2d(x, self.w, self.b, [1, 1], [1, 1], [1, 1], 1)\n";
   body += bn ? "    y = torch.batch_norm(c, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-05, False)\n"
              : "    y = c\n";
