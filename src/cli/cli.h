@@ -25,6 +25,10 @@ struct UsageError : std::runtime_error {
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo,
                   int64_t hi = std::numeric_limits<int64_t>::max());
 std::string first_line(std::string s);
+// Makes the directory `dir` for `flag`'s output where it is missing; one that appears meanwhile (another
+// process making the same directory: two fuzz runs started at once) is taken. A usage error naming the
+// flag, the path and why where it cannot be made or is not a directory.
+void make_output_dir(const std::string& flag, const std::string& dir);
 
 // run, explain and compile (model.cpp).
 struct ModelArgs {

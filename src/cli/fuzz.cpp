@@ -59,9 +59,7 @@ int run(const FuzzArgs& a) {
     if (!cuda.driver) usage_error("--device cuda: " + cuda.driver_problem);
     if (cuda.devices == 0) usage_error("--device cuda: torch sees no CUDA device");
   }
-  struct stat st;
-  if (::stat(opt.repro_dir.c_str(), &st) != 0 && ::mkdir(opt.repro_dir.c_str(), 0755) != 0)
-    usage_error("--out " + opt.repro_dir + ": cannot create (" + std::strerror(errno) + ")");
+  make_output_dir("--out", opt.repro_dir);
   torch::jit::setGraphExecutorOptimize(false);
   std::fprintf(stderr, "fuzzing: seed %llu, %s, repros in %s\n", static_cast<unsigned long long>(opt.seed),
                opt.max_seconds > 0 ? (std::to_string(static_cast<int>(opt.max_seconds / 60)) + " minutes").c_str()

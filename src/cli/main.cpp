@@ -17,8 +17,12 @@
 // line naming it and exit code 2 (cli.h).
 #include <CLI/CLI.hpp>
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "cli/cli.h"
 #include "fusion_jit/error.h"
@@ -27,6 +31,13 @@
 namespace fusion_jit::cli {
 
 void usage_error(const std::string& msg) { throw UsageError(msg); }
+
+void make_output_dir(const std::string& flag, const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    usage_error(flag + " " + dir + ": cannot create (" + std::strerror(errno) + ")");
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) usage_error(flag + " " + dir + ": not a directory");
+}
 
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
   int64_t x = 0;

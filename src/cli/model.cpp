@@ -210,10 +210,7 @@ int compile_cuda(const Args& a, torch::jit::Module& module, const std::vector<c1
   const CudaStatus cuda = cuda_status();
   if (!cuda.nvrtc) usage_error("compile: " + cuda.nvrtc_problem);
   check_cuda_arch(a.arch);
-  struct stat st;
-  if (::stat(a.out_dir.c_str(), &st) != 0 && ::mkdir(a.out_dir.c_str(), 0755) != 0)
-    usage_error("--out " + a.out_dir + ": cannot create (" + std::strerror(errno) + ")");
-  if (::stat(a.out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) usage_error("--out " + a.out_dir + ": not a directory");
+  make_output_dir("--out", a.out_dir);
   torch::jit::setGraphExecutorOptimize(false);
   module.eval();
   auto t0 = std::chrono::steady_clock::now();
