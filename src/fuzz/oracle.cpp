@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <fmt/format.h>
 
+#include <optional>
 #include <set>
 
 #include "fuzz/fuzz_internal.h"
@@ -13,6 +14,7 @@
 #include "passes/passes.h"
 #include "support/options.h"
 #include "torch/executor.h"
+#include "torch/session.h"
 #include "torch/tolerance.h"
 
 namespace fusion_jit::fuzz {
@@ -342,18 +344,21 @@ std::vector<CaseResult> check_batch(const std::vector<Recipe>& recipes, const Ch
   b.keep_inputs();
   try {
     verify_graph(*b.g);
-    run_pipeline(*b.g, nullptr);
-    NvrtcCheck nvrtc(*b.g, co.nvrtc_arch, &results, valid);
-    PlanInstance inst;
-    inst.captured.output_kind = OutputKind::kTuple;
+    // The batch's plan as a user's graph gets it (Note [The plan session]): the passes with ATen's constant
+    // evaluator, build_plan, the ATen steps resolved.
+    PlanSession session("fuzz batch", CompileOptions{});
+    CapturedGraph cap;
+    cap.graph = std::move(b.g);
+    cap.output_kind = OutputKind::kTuple;
     PlanTarget target;
     // FUSION_JIT_DYNAMIC=on: the batch's kernels read their sizes (Note [Sizes as kernel arguments]).
     target.size_args = fusion_jit::Options::get().dynamic == DynamicSizes::kOn;
-    inst.plan = build_plan(std::move(b.g), target);
-    resolve_aten_steps(inst);
+    std::optional<NvrtcCheck> nvrtc;
+    auto inst = session.plan_alone(std::move(cap), target, session.skipped(target), 0, nullptr,
+                                   [&](const Graph& g) { nvrtc.emplace(g, co.nvrtc_arch, &results, valid); });
     if (seeded) at::manual_seed(draw_seed(recipes[0].seed));
-    b.judge_all(recipes, valid, b.run(inst), &results);
-    nvrtc.join();
+    b.judge_all(recipes, valid, b.run(*inst), &results);
+    if (nvrtc) nvrtc->join();
   } catch (const std::exception& e) {
     for (size_t k = 0; k < recipes.size(); ++k)
       if (valid[k]) results[k] = {false, std::string("fused run failed: ") + e.what()};

@@ -68,12 +68,14 @@ std::unique_ptr<PlanInstance> PlanSession::plan(CapturedGraph cap, const PlanTar
 
 std::unique_ptr<PlanInstance> PlanSession::plan_alone(CapturedGraph cap, const PlanTarget& target,
                                                       const std::set<std::string>& skip, double capture_ms,
-                                                      std::string* report) {
+                                                      std::string* report,
+                                                      const std::function<void(const Graph&)>& after_passes) {
   const auto t0 = std::chrono::steady_clock::now();
   auto inst = std::make_unique<PlanInstance>();
   inst->captured = std::move(cap);
   optimize(inst->captured, skip);
   const double passes_ms = ms_since(t0);
+  if (after_passes) after_passes(*inst->captured.graph);
   inst->plan = build_plan(std::move(inst->captured.graph), target);
   inst->captured.graph = nullptr;
   resolve_aten_steps(*inst, in_place());

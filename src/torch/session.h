@@ -15,10 +15,13 @@
 //      the table's state says, past the limit only code the table has)
 //   -> the instance, its ATen steps resolved (in place unless the disable names say otherwise).
 // The session owns the SignatureTable, the folded constants and the classes; the door keeps its capture,
-// its eager fallback, its run and its stats. The fuzzer builds plans of recipes, which have no constants to
-// fold, with build_plan directly (src/fuzz/oracle.cpp).
+// its eager fallback, its run and its stats. The fuzzer's batches take plan_alone too (src/fuzz/oracle.cpp),
+// so that a fuzzed graph gets the passes, constant evaluation and plan a user's graph gets; its check of a
+// shape class builds the class's plan under guards of its own, to name the phase of each guard
+// (src/fuzz/shape_class.cpp).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,10 +62,12 @@ class PlanSession {
   std::unique_ptr<PlanInstance> plan(CapturedGraph cap, const PlanTarget& target, const std::set<std::string>& skip,
                                      double capture_ms, std::string* report);
   // The capture's own plan: the passes, build_plan (fusion, code generation, compile), the ATen steps
-  // resolved. *report (when given): the timings.
+  // resolved. *report (when given): the timings. `after_passes` (when given) sees the optimized graph
+  // before the plan is built (the fuzzer starts its NVRTC check of the graph's CUDA kernels there).
   std::unique_ptr<PlanInstance> plan_alone(CapturedGraph cap, const PlanTarget& target,
                                            const std::set<std::string>& skip, double capture_ms = 0,
-                                           std::string* report = nullptr);
+                                           std::string* report = nullptr,
+                                           const std::function<void(const Graph&)>& after_passes = {});
 
   // Note [Plans of a shape class] for graphs given as a class's graph (GraphFunction::add_from_class):
   // the plan built for `class_ir`, or null.
