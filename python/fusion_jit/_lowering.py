@@ -297,14 +297,10 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
     placeholders = set(gm.graph.find_nodes(op="placeholder"))
     graph_inputs = {p for i, p in enumerate(gm.graph.find_nodes(op="placeholder")) if i not in frozen}
 
-    def numel(node):
-        v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        return _numel_hint(v) if isinstance(v, torch.Tensor) else 0
-
     weights = copied = written = edges = memo = 0
     inputs = set()
     for n, w, val in convs:
-        written += numel(n)
+        written += _value_numel(n)
         if memo_weights and _memo_conv(n, graph_inputs):
             memo += 1
             continue
@@ -314,14 +310,8 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
         x = n.args[0]
         if x in placeholders and x not in inputs:
             inputs.add(x)
-            edges += numel(x)
-    results = []
-    for out in gm.graph.find_nodes(op="output"):
-        map_aggregate(out.args[0], results.append)
-    for o in set(results):
-        v = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
-        if isinstance(v, torch.Tensor) and v.dim() == 4:
-            edges += _numel_hint(v)
+            edges += _value_numel(x)
+    edges += sum(_value_numel(o) for o in _outputs(gm) if _value_dim(o) == 4)
     gain_us, cost_us = _native.ops.channels_last_estimate(written, weights, copied, edges)
     why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
            f"{cost_us:.1f} us ({weights} weight elements, {copied} of them copied per call, {edges} copied at "

@@ -99,12 +99,12 @@ struct CompiledModule::Impl {
           CaptureResult cl = capture_graph(graph, inputs, skip_self,
                                            CaptureOptions{/*channels_last_weights=*/true, &channels_last_copies});
           if (restore_eager_layouts(cl.captured, cap.captured)) cap.captured = std::move(cl.captured);
-          else layout.line = "layout: NCHW kept (an output's eager layout is neither contiguous nor channels-last)\n";
+          else layout.line = "layout: NCHW kept (an output's eager layout is neither contiguous nor channels-last)";
         } catch (const std::exception& e) {
-          layout.line = "layout: NCHW kept (channels-last failed: " + message_of(e) + ")\n";
+          layout.line = "layout: NCHW kept (channels-last failed: " + message_of(e) + ")";
         }
       }
-      cap.captured.graph->notes().push_back(layout.line.substr(0, layout.line.size() - 1));
+      cap.captured.graph->notes().push_back(layout.line);
     }
     *result = std::move(cap.result);
     return std::move(cap.captured);

@@ -484,8 +484,8 @@ LayoutDecision decide_channels_last(const Graph& g) {
       "est. gain {:.1f} us ({} elements written by {} convolution(s)), cost {:.1f} us ({} copied at the edges; "
       "the weights copied once)",
       e.gain_us, written, convs, e.cost_us, edges);
-  if (e.gain_us <= e.cost_us) return {false, "layout: NCHW kept, channels-last activations would not pay: " + why + "\n"};
-  return {true, "layout: channels-last activations: " + why + "\n"};
+  if (e.gain_us <= e.cost_us) return {false, "layout: NCHW kept, channels-last activations would not pay: " + why};
+  return {true, "layout: channels-last activations: " + why};
 }
 
 bool restore_eager_layouts(CapturedGraph& captured, const CapturedGraph& eager) {

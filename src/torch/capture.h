@@ -99,7 +99,7 @@ bool wants_channels_last_capture(const torch::jit::Graph& graph);
 // call: their channels-last copies are made once (ChannelsLastCopies).
 struct LayoutDecision {
   bool channels_last = false;
-  std::string line;  // "layout: ...\n"
+  std::string line;  // "layout: ...", a line of explain
 };
 LayoutDecision decide_channels_last(const Graph& nchw);
 // Gives `captured`'s outputs the layouts of `eager`'s (the same graph captured without channels-last

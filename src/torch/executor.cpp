@@ -15,14 +15,12 @@
 
 #include <algorithm>
 #include <functional>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <set>
 
 #include "runtime/buffer_pool.h"
-#include "runtime/profile.h"
 #include "torch/cuda_support.h"
 
 #include "support/error.h"

@@ -145,6 +145,12 @@ std::string steps_of(const ExecutablePlan& p) {
   return joined(w);
 }
 
+// The graph's inputs, in order, as buffers of their own.
+void give_inputs(LoggingRunner& r, const ExecutablePlan& p, const std::vector<std::vector<float>>& values) {
+  for (size_t i = 0; i < values.size(); ++i)
+    r.env[p.graph->inputs()[i]->id()] = Buf{std::make_shared<std::vector<float>>(values[i]), 0};
+}
+
 std::vector<int64_t> no_views(const ExecutablePlan& p) { return std::vector<int64_t>(p.steps.size(), -1); }
 
 TEST(RunLoop, RunsACompiledPlanOverBuffersOfItsOwn) {
@@ -166,8 +172,7 @@ TEST(RunLoop, RunsACompiledPlanOverBuffersOfItsOwn) {
   std::vector<float> x(32), w(24);
   for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
   for (int i = 0; i < 24; ++i) w[i] = static_cast<float>(i % 5) * 0.25f - 0.5f;
-  r.env[p->graph->inputs()[0]->id()] = Buf{std::make_shared<std::vector<float>>(x), 0};
-  r.env[p->graph->inputs()[1]->id()] = Buf{std::make_shared<std::vector<float>>(w), 0};
+  give_inputs(r, *p, {x, w});
   run_steps(*p, schedule, memory, r);
   const Buf& out = r.env.at(p->graph->outputs()[0]->id());
   for (int i = 0; i < 4; ++i)
@@ -205,8 +210,7 @@ TEST(RunLoop, AFoldedViewIsNeverMadeAndItsRootLivesToItsLastKernel) {
     x[i] = static_cast<float>(i % 11) - 5.0f;
     w[i] = static_cast<float>(i % 3) - 1.0f;
   }
-  r.env[p->graph->inputs()[0]->id()] = Buf{std::make_shared<std::vector<float>>(x), 0};
-  r.env[p->graph->inputs()[1]->id()] = Buf{std::make_shared<std::vector<float>>(w), 0};
+  give_inputs(r, *p, {x, w});
   run_steps(*p, s, memory, r);
   // The plan released %2 after the slice, its last reader; the schedule after the kernel.
   EXPECT_EQ(joined(r.log), "call(aten::mm) rel(%0) rel(%1) root(%2) own(%4) k0 rel(%3) rel(%2)");
@@ -252,8 +256,7 @@ TEST(RunLoop, AKernelWritesOverADyingInputOnlyWhereNothingElseHoldsIt) {
   for (bool sole : {true, false}) {
     LoggingRunner r(*p, memory);
     r.sole = sole;
-    r.env[p->graph->inputs()[0]->id()] = Buf{std::make_shared<std::vector<float>>(256), 0};
-    r.env[p->graph->inputs()[1]->id()] = Buf{std::make_shared<std::vector<float>>(256), 0};
+    give_inputs(r, *p, {std::vector<float>(256), std::vector<float>(256)});
     run_steps(*p, s, memory, r);
     EXPECT_EQ(joined(r.log), sole ? "call(aten::mm) rel(%0) rel(%1) in(%2) over(%3<-%2) k0 rel(%2)"
                                   : "call(aten::mm) rel(%0) rel(%1) in(%2) own(%3) k0 rel(%2)");
@@ -276,8 +279,7 @@ TEST(RunLoop, IntermediatesGoToTheArenaWhichIsLetGoAfterTheLastIsBorn) {
   const MemoryPlan memory = plan_memory(*p, facts, /*in_place=*/false);
   ASSERT_EQ(memory.last_birth, 2);
   LoggingRunner r(*p, memory);
-  r.env[p->graph->inputs()[0]->id()] = Buf{std::make_shared<std::vector<float>>(256), 0};
-  r.env[p->graph->inputs()[1]->id()] = Buf{std::make_shared<std::vector<float>>(256), 0};
+  give_inputs(r, *p, {std::vector<float>(256), std::vector<float>(256)});
   run_steps(*p, schedule_run(*p, no_views(*p)), memory, r);
   EXPECT_EQ(joined(r.log),
             "in(%0) arena(%2@0) k0 rel(%0) call(aten::mm) rel(%2) in(%3) arena(%4@0) k1 rel(%3) arena-done "
