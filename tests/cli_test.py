@@ -376,7 +376,7 @@ def _():
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bogus"], "unknown option --bogus")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--bench", "x"], "--bench expects an integer")
     expect_error(["run", MODEL], "give the inputs")
-    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain, compile, package, load, fuzz or cache)")
+    expect_error(["frobnicate"], "unknown command 'frobnicate' (run, explain, compile, package, load, fuzz, cache or calibrate)")
     expect_error(["run", MODEL, "--input", "f32[4]", "f32[4]", "--device", "tpu"], "unknown device")
 
 
@@ -558,6 +558,32 @@ def _():
     p = subprocess.run([CLI, "explain", MODEL, "--input", "f32[4]", "f32[4]"], capture_output=True, text=True,
                        env=dict(os.environ, FUSION_JIT_ENABLE="fold"))
     assert p.returncode == 2 and "FUSION_JIT_ENABLE: unknown item 'fold' (known: onednn_nchw)" in p.stderr, p.stderr
+
+
+@case("calibrate: measures, stores in the cache, cache stats shows it, later runs use it or, disabled, not (issue 65)")
+def _():
+    env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(TMP, "cache-calibrate"))
+    run = lambda *a: subprocess.run([CLI, *a], capture_output=True, text=True, env=env)  # noqa: E731
+    p = run("cache", "stats")
+    assert p.returncode == 0 and "calibration: none" in p.stdout, p.stdout
+    p = run("calibrate")
+    assert p.returncode == 0, p.stderr
+    assert "calibrate: stream 128.0 MB" in p.stderr and "ATen step" in p.stderr, p.stderr
+    for line in ("memory bandwidth, GB/s", "kernel launch, us", "ATen step, us", "op classes", "stored in"):
+        assert line in p.stdout, (line, p.stdout)
+    measured = re.search(r"memory bandwidth, GB/s +([\d.]+) +44.0", p.stdout)
+    assert measured and float(measured.group(1)) > 0, p.stdout
+    p = run("cache", "stats")
+    assert p.returncode == 0 and "calibration of" in p.stdout and "entries: " in p.stdout, p.stdout
+    # A later process plans with it (explain names the calibration), and checks as before.
+    p = run("explain", MODEL, "--input", "f32[16,8]", "f32[8]")
+    assert p.returncode == 0 and re.search(r"cost model: host-cpu \(calibration [0-9a-f]{16}\)", p.stdout), p.stdout
+    p = run("run", MODEL, "--input", "f32[16,8]", "f32[8]", "--check")
+    assert p.returncode == 0 and "check: pass" in p.stdout and "calibration" not in p.stderr, (p.stdout, p.stderr)
+    env_off = dict(env, FUSION_JIT_DISABLE="calibration")
+    p = subprocess.run([CLI, "explain", MODEL, "--input", "f32[16,8]", "f32[8]"], capture_output=True, text=True,
+                       env=env_off)
+    assert p.returncode == 0 and "cost model: host-cpu (defaults)" in p.stdout, p.stdout
 
 
 @case("cache stats, ls, verify (a corrupt entry is found), prune, clear")

@@ -8,12 +8,15 @@
 //   fusion_jit::cache::list(verify)      its entries; stats(), prune(max_bytes), clear()
 //   fusion_jit::cache::remote()          the remote tier on Redis (FUSION_JIT_REMOTE_CACHE), pinged;
 //                                        use_remote(url, key_file) sets it
+//   fusion_jit::calibrate()              this machine's constants for the cost model, measured and stored;
+//                                        calibration() shows the stored ones
 //   fusion_jit::cuda_status()            NVRTC, the driver and the devices torch sees
 //
 // The cache's format and its trust rule are described in docs/ARCHITECTURE.md ("The kernel cache").
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -89,6 +92,14 @@ PushResult push();
 void use_remote(const std::string& url, const std::string& key_file);
 
 }  // namespace cache
+
+// This machine's constants for the cost model (Note [Calibration], docs/ARCHITECTURE.md): measures them
+// with our own kernels and one ATen step (about 5 to 15 s), stores them in the cache, where every process
+// on this machine finds them, and returns the table `fusion-jit calibrate` prints; `progress` (may be
+// empty) gets a line per step. Throws fusion_jit::Error when there is no usable cache to keep them in.
+std::string calibrate(const std::function<void(const std::string&)>& progress = {});
+// The stored calibration of this machine as that table, or "" when there is none (the defaults are used).
+std::string calibration();
 
 // Whether CUDA work is possible in this process. NVRTC (libnvrtc.so.13) is enough to compile CUDA kernels
 // ahead of time; running them needs the driver (libcuda.so.1) and a device. Both are opened at first use.

@@ -35,6 +35,11 @@ int run_cache(const std::string& command, const std::string& max_size) {
       std::printf("status: not used (%s); compiled kernels are kept in memory only\n", s.unusable_reason.c_str());
     std::printf("entries: %lld\nsize: %s of %s\n", static_cast<long long>(s.entries), format_bytes(s.bytes).c_str(),
                 format_bytes(s.max_bytes).c_str());
+    const std::string table = fusion_jit::calibration();
+    if (table.empty())
+      std::printf("calibration: none; the cost model uses its defaults (`fusion-jit calibrate` measures this machine)\n");
+    else
+      std::printf("%s", table.c_str());
     const cache::Remote r = cache::remote();
     if (r.address.empty()) {
       std::printf("remote: none (FUSION_JIT_REMOTE_CACHE)\n");
@@ -66,6 +71,11 @@ int run_cache(const std::string& command, const std::string& max_size) {
     return bad ? 1 : 0;
   }
   if (command == "push") {
+    const std::string table = fusion_jit::calibration();
+    if (table.empty())
+      std::printf("calibration: none; the cost model uses its defaults (`fusion-jit calibrate` measures this machine)\n");
+    else
+      std::printf("%s", table.c_str());
     const cache::Remote r = cache::remote();
     if (r.address.empty())
       usage_error("cache push: no remote tier (set FUSION_JIT_REMOTE_CACHE and FUSION_JIT_REMOTE_CACHE_KEY_FILE)");
@@ -85,6 +95,13 @@ int run_cache(const std::string& command, const std::string& max_size) {
   const int64_t cap = max_size.empty() ? cache::stats().max_bytes : parse_size(max_size);
   const int64_t removed = cache::prune(cap);
   std::printf("removed %s; %zu entries left\n", format_bytes(removed).c_str(), cache::list().size());
+  return 0;
+}
+
+int run_calibrate() {
+  const std::string table = fusion_jit::calibrate([](const std::string& line) { std::fprintf(stderr, "calibrate: %s\n", line.c_str()); });
+  std::printf("%s", table.c_str());
+  std::printf("stored in %s\n", cache::dir().c_str());
   return 0;
 }
 

@@ -61,6 +61,8 @@ int run_package(const PackageArgs& a);
 
 // cache stats | ls | verify | clear | prune (cache.cpp).
 int run_cache(const std::string& command, const std::string& max_size);
+// fusion-jit calibrate: progress on stderr, the table on stdout (cache.cpp).
+int run_calibrate();
 
 // fuzz (fuzz.cpp): the options as given, checked there.
 struct FuzzArgs {

@@ -63,7 +63,7 @@ const char* kSpecHelp =
     "FILE: a tensor or a list of tensors written by torch.save.\n"
     "Exit codes: 0 success, 1 a --check mismatch, 2 a rejected input (one line on stderr).";
 
-const char* kCommands = "run, explain, compile, package, load, fuzz or cache";
+const char* kCommands = "run, explain, compile, package, load, fuzz, cache or calibrate";
 const char* kCacheCommands = "stats, ls, verify, clear, prune, push or pull";
 
 // What CLI11 leaves over (extras are allowed, to be reported in our words): an unknown option or an
@@ -190,6 +190,11 @@ int dispatch(int argc, char** argv) {
       ->type_name("SIZE");
   prune->allow_extras();
 
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate", "measure this machine's constants for the cost model (memory bandwidth by working set, kernel "
+                   "and ATen step dispatch, op classes; about 5 to 15 s) and keep them in the cache, where every "
+                   "process on this machine uses them; `cache stats` shows them");
+
   // Unknown subcommands in our words (CLI11 would call them extra arguments).
   auto known = [](const std::string& s, std::initializer_list<const char*> names) {
     for (const char* n : names)
@@ -198,7 +203,7 @@ int dispatch(int argc, char** argv) {
   };
   if (argc < 2) usage_error(std::string("missing command (") + kCommands + ")");
   const std::string command = argv[1];
-  if (command.rfind("-", 0) != 0 && !known(command, {"run", "explain", "compile", "package", "load", "fuzz", "cache"}))
+  if (command.rfind("-", 0) != 0 && !known(command, {"run", "explain", "compile", "package", "load", "fuzz", "cache", "calibrate"}))
     usage_error("unknown command '" + command + "' (" + kCommands + ")");
   if (command == "cache") {
     if (argc < 3) usage_error(std::string("cache: missing command (") + kCacheCommands + ")");
@@ -235,6 +240,10 @@ int dispatch(int argc, char** argv) {
     reject_extras(*fz, "fuzz");
     fuzz.program = argv[0];
     return run_fuzz(fuzz);
+  }
+  if (calibrate->parsed()) {
+    reject_extras(*calibrate, "calibrate");
+    return run_calibrate();
   }
   for (CLI::App* sub : cache->get_subcommands()) {
     for (const std::string& r : sub->remaining())

@@ -5,15 +5,22 @@
 
 #include <algorithm>
 
+#include "cost/calibration.h"
+
 namespace fusion_jit {
 
-DeviceDescription host_cpu_description() {
+DeviceDescription default_host_cpu_description() {
   DeviceDescription d;
   d.name = "host-cpu";
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   d.cores = n > 0 ? static_cast<int>(n) : 1;
   d.gflops = 25.0 * d.cores;
   return d;
+}
+
+DeviceDescription host_cpu_description() {
+  const std::optional<Calibration> c = host_calibration();
+  return c ? calibrated(default_host_cpu_description(), *c) : default_host_cpu_description();
 }
 
 DeviceDescription cuda_gpu_description(int sm_count) {
@@ -41,6 +48,12 @@ LayoutEstimate channels_last_estimate(const DeviceDescription& d, int64_t writte
                static_cast<double>(edges) * d.cl_ns_per_edge) /
               1000.0;
   return e;
+}
+
+std::string describe_device(const DeviceDescription& d) {
+  return fmt::format("{} ({}): {:.1f} GB/s, {:.0f} GFLOP/s, {:.2f} us per kernel", d.name,
+                     d.calibration.empty() ? "defaults" : "calibration " + d.calibration, d.memory_gbps, d.gflops,
+                     d.launch_us);
 }
 
 std::string format_bytes(int64_t b) {

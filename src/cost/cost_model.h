@@ -28,10 +28,16 @@ struct DeviceDescription {
   double cl_ns_per_weight = 0.6;
   double cl_ns_per_copied = 0.6;
   double cl_ns_per_edge = 0.3;
+  double aten_step_us = 3.0;  // per ATen step on a tiny tensor (the dispatcher and the step's allocation)
+  // The calibration these figures come from (Calibration::fingerprint, calibration.h); "" for the defaults.
+  std::string calibration{};
 };
 
-// The host CPU, with the core count of this machine.
+// The host CPU: the defaults with the core count of this machine, and the figures of the calibration
+// installed for this process where there is one (Note [Calibration], calibration.h).
 DeviceDescription host_cpu_description();
+// The defaults alone (what an uncalibrated machine uses).
+DeviceDescription default_host_cpu_description();
 // A data-center GPU (H100/H200 class: about 3 TB/s achieved, 50 TFLOP/s fp32, 5 us per launch, 64 KB rows
 // in a block's registers), scaled
 // to `sm_count` SMs when known (0: 132).
@@ -79,5 +85,8 @@ LayoutEstimate channels_last_estimate(const DeviceDescription& d, int64_t writte
                                       int64_t edges);
 
 std::string format_bytes(int64_t bytes);
+// One line: the device's name, whether its figures are calibrated (and which calibration) and the figures
+// the roofline reads.
+std::string describe_device(const DeviceDescription& d);
 
 }  // namespace fusion_jit

@@ -7,6 +7,7 @@
 
 #include "codegen/lowering.h"
 #include "cost/cost_model.h"
+#include "driver/calibrate.h"
 #include "driver/plan_cache.h"
 #include "support/error.h"
 #include "support/log.h"
@@ -48,6 +49,7 @@ void check_admitted(const PlanTarget& target, const std::string& code_class) {
 
 std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const PlanTarget& target) {
   const Options& opt = Options::get();
+  install_stored_calibration();  // before the first decision the cost model takes (Note [Calibration])
   auto plan = std::make_unique<ExecutablePlan>();
   plan->graph = std::move(graph);
   // Note [Plans of a shape class]: a class's graph keeps its sizes symbolic through fusion and code
@@ -108,6 +110,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
                               !opt.is_disabled("gather"));
   plan->fusion_ms = ms_since(t0);
   plan->fusion_text = explain_plan(plan->fusion);
+  if (!plan->fusion.groups.empty()) plan->fusion_text += "cost model: " + describe_device(cost.device()) + "\n";
   plan->num_groups = static_cast<int>(plan->fusion.groups.size());
   if (opt.dumps("plan")) std::fprintf(stderr, "== fusion plan ==\n%s", explain_plan(plan->fusion).c_str());
 

@@ -48,7 +48,8 @@ std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::
   std::string flags = fmt::format("fusion={} horizontal={} cat={} gather={} size_args={}",
                                   target.enable_fusion && !opt.is_disabled("fusion"), !opt.is_disabled("horizontal"),
                                   !opt.is_disabled("cat"), !opt.is_disabled("gather"), target.size_args);
-  std::string where = fmt::format("cpu cores {} | {}", host_cpu_description().cores, devices);
+  const DeviceDescription cpu = host_cpu_description();
+  std::string where = fmt::format("cpu cores {} calibration {} | {}", cpu.cores, cpu.calibration, devices);
   for (const Target* t : all_targets()) where += fmt::format(" | {} policy {}", t->name(), t->policy_key());
   // A class's graph without its hints (Note [Symbolic sizes in the plan cache]): its plan serves the class
   // whichever size it was first seen at, where the plan's guards hold there.

@@ -358,7 +358,7 @@ bool KernelsCache::contains(const std::string& key) const {
   return remote_ && remote_->contains(key);
 }
 
-std::optional<std::string> KernelsCache::lookup(const std::string& key, bool count_miss) {
+std::optional<std::string> KernelsCache::lookup(const std::string& key, bool count_miss, bool count_hit) {
   std::optional<std::string> data, payload;
   struct stat st{};
   const std::string path = usable(shard_of(key)) ? entry_path(key) : "";
@@ -378,8 +378,10 @@ std::optional<std::string> KernelsCache::lookup(const std::string& key, bool cou
     log_warn("kernel cache: {} is corrupt or foreign; removed, it will be rebuilt", path);
     return std::nullopt;
   }
-  stats_.hits++;
-  stats_.bytes_read += static_cast<int64_t>(data->size());
+  if (count_hit) {
+    stats_.hits++;
+    stats_.bytes_read += static_cast<int64_t>(data->size());
+  }
   // Least recently used: a hit refreshes the time.
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
   return payload;

@@ -88,6 +88,9 @@ class KernelsCache {
   std::optional<std::string> get(const std::string& key);
   // get() from the directory only (counted as get() counts).
   std::optional<std::string> get_local(const std::string& key) { return lookup(key, true); }
+  // get_local() of a record that is no compiled code (the machine's calibration): checked as every entry
+  // is, but not counted, so that the counters say what kernels and plans were found.
+  std::optional<std::string> get_record(const std::string& key) { return lookup(key, false, false); }
   // Whether an entry is stored under `key` (a regular file at its path, in a usable shard, or a key in the
   // remote tier; not read, so not checked: get() may still find it corrupt or refuse it). Counts nothing
   // but the remote tier's time.
@@ -127,7 +130,7 @@ class KernelsCache {
   // Calls fn for each file in the cache's real, trusted shards (see for_each_file).
   void scan(const std::function<void(const ShardFile&)>& fn) const;
   // get(), counting a miss only when `count_miss` (get_or_make counts one miss per made entry).
-  std::optional<std::string> lookup(const std::string& key, bool count_miss);
+  std::optional<std::string> lookup(const std::string& key, bool count_miss, bool count_hit = true);
   bool ensure_dir(const std::string& path);
   void note_write_failure(const std::string& what);
   void maybe_evict(int64_t added);

@@ -370,7 +370,7 @@ void Options::register_disable_names(const std::vector<std::string>& names) {
 
 std::set<std::string> Options::disable_names() {
   std::set<std::string> names = registered_disable_names();
-  names.insert({"fusion", "horizontal", "cat", "gather", "arena", "in_place", "cache"});
+  names.insert({"fusion", "horizontal", "cat", "gather", "arena", "in_place", "cache", "calibration"});
   return names;
 }
 

@@ -161,8 +161,9 @@ TEST(ConvRules, ATorchScriptPlanIsChannelsLastWhereTheCostModelSaysItPays) {
     const int64_t written = 2 * channels * 20 * 20, edges = 2 * 8 * 20 * 20 + 2 * written;
     const LayoutEstimate e = channels_last_estimate(host_cpu_description(), written, 0, 0, edges);
     const bool pays = e.gain_us > e.cost_us;
-    if (DeviceDescription().cl_gain_ns_per_written == 0.75 && DeviceDescription().cl_ns_per_edge == 0.3)
+    if (DeviceDescription().cl_gain_ns_per_written == 0.75 && DeviceDescription().cl_ns_per_edge == 0.3) {
       EXPECT_EQ(pays, channels == 32) << what << ": the default constants";
+    }
     const std::string line = fmt::format("est. gain {:.1f} us ({} elements written by 1 convolution(s)), cost {:.1f} us "
                                          "({} copied at the edges; the weights copied once)",
                                          e.gain_us, written, e.cost_us, edges);
