@@ -71,11 +71,6 @@ int run_cache(const std::string& command, const std::string& max_size) {
     return bad ? 1 : 0;
   }
   if (command == "push") {
-    const std::string table = fusion_jit::calibration();
-    if (table.empty())
-      std::printf("calibration: none; the cost model uses its defaults (`fusion-jit calibrate` measures this machine)\n");
-    else
-      std::printf("%s", table.c_str());
     const cache::Remote r = cache::remote();
     if (r.address.empty())
       usage_error("cache push: no remote tier (set FUSION_JIT_REMOTE_CACHE and FUSION_JIT_REMOTE_CACHE_KEY_FILE)");

@@ -6,15 +6,18 @@
 // machine replaces them where it has a figure. It is measured by running our own generated kernels (a
 // one-op elementwise kernel over sizes from L1 to memory, at one thread and at the thread count torch
 // uses; the same kernel over one element, serially and split across the pool; one kernel per op class over
-// an L2-sized buffer) and one ATen step, and stored in the kernel cache under a key naming the CPU, its
-// core count and the thread count (driver/calibrate.h), where every process on the machine finds it. What
-// the cost model takes:
+// an L2-sized buffer) and one ATen step, and stored in the kernel cache under a key naming the CPU and its
+// core count (driver/calibrate.h), where every process on the machine finds it. The record says the thread
+// count it was measured at; a process running with fewer threads still uses its figures (a limit: the
+// key does not name the thread count, since the layers that read it do not know torch's). What the cost
+// model takes:
 //   memory_gbps = streaming bandwidth at the largest working set, at the calibrated thread count;
 //   launch_us   = one kernel split across the pool (the run loop's dispatch plus the pool's wake-up);
 //   gflops      = 20 flops (an expensive op, work.h) per the op classes' mean time per element, times the
 //                 threads: the work model counts 20 flops per expensive op, so this prices them as
 //                 measured;
-//   aten_step_us = one ATen step on a tiny tensor.
+//   aten_step_us = one ATen step on a tiny tensor (recorded for the per-step prices to come; the roofline
+//                 does not read it yet).
 // A plan's cache key names the calibration it was built under (plan_cache.cpp), since its decisions
 // depend on it.
 #pragma once

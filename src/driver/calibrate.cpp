@@ -152,7 +152,7 @@ Calibration calibrate_host(const CalibrateOptions& options) {
   c.parallel_kernel_us = c.kernel_us;
   if (c.threads > 1) {
     // Two chunks of the pool's grain: what splitting costs beyond the work itself.
-    const int64_t n = 2 * parallel.grain;
+    const int64_t n = std::min<int64_t>(2 * parallel.grain, int64_t{1} << 22);  // FUSION_JIT_CPU_GRAIN has no cap
     const double split = copy.time_at(n, parallel), alone = copy.time_at(n, serial);
     c.parallel_kernel_us = c.kernel_us + std::max(0.0, split - alone / c.threads);
   }
@@ -213,7 +213,8 @@ std::optional<Calibration> calibration_from_json(const std::string& text, std::s
   Calibration c;
   if (!j.contains("machine") || !j["machine"].is_string()) return fail("no machine");
   c.machine = j["machine"].get<std::string>();
-  if (!number(j, "threads", 1, 4096, &v)) return fail("threads missing or out of range");
+  auto whole = [](double x) { return x == std::floor(x); };
+  if (!number(j, "threads", 1, 4096, &v) || !whole(v)) return fail("threads missing or out of range");
   c.threads = static_cast<int>(v);
   if (!j.contains("streams") || !j["streams"].is_array() || j["streams"].empty() || j["streams"].size() > 64)
     return fail("streams missing");
@@ -223,6 +224,8 @@ std::optional<Calibration> calibration_from_json(const std::string& text, std::s
     if (!s.is_object() || !number(s, "bytes", 1, 1e13, &bytes) || !number(s, "gbps_1", 1e-3, 1e5, &st.gbps_1) ||
         !number(s, "gbps_n", 1e-3, 1e5, &st.gbps_n))
       return fail("a stream entry is malformed or out of range");
+    if (!whole(bytes) || (!c.streams.empty() && bytes <= static_cast<double>(c.streams.back().bytes)))
+      return fail("stream working sets are not whole, increasing numbers of bytes");
     st.bytes = static_cast<int64_t>(bytes);
     c.streams.push_back(st);
   }
@@ -235,7 +238,7 @@ std::optional<Calibration> calibration_from_json(const std::string& text, std::s
     if (!ns.is_number() || !finite_in(ns.get<double>(), 0, 1e5)) return fail("op_ns " + name + " out of range");
     c.op_ns.emplace_back(name, ns.get<double>());
   }
-  if (!number(j, "vector_floats", 1, 64, &v)) return fail("vector_floats out of range");
+  if (!number(j, "vector_floats", 1, 64, &v) || !whole(v)) return fail("vector_floats out of range");
   c.vector_floats = static_cast<int>(v);
   if (!number(j, "seconds", 0, 1e5, &c.seconds)) return fail("seconds out of range");
   return c;
@@ -248,6 +251,8 @@ std::string calibration_key() {
 void store_calibration(const Calibration& c) {
   FJ_CHECK(!Options::get().is_disabled("cache"), "the kernel cache is disabled (FUSION_JIT_DISABLE=cache): "
                                                  "there is nowhere to keep the calibration");
+  std::string why;
+  FJ_CHECK(calibration_from_json(calibration_to_json(c), &why), "the calibration measured is not plausible: {}", why);
   KernelsCache& cache = KernelsCache::instance();
   FJ_CHECK(cache.writable(), "cannot store the calibration: the kernel cache is not usable ({})",
            cache.unusable_reason());

@@ -47,6 +47,7 @@ std::string calibrate(const std::function<void(const std::string&)>& progress) {
   o.progress = progress;
   const Calibration c = calibrate_host(o);
   store_calibration(c);
+  install_host_calibration(c);  // this process plans with it from now on, as later ones will
   return format_calibration(c);
 }
 

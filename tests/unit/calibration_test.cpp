@@ -98,6 +98,8 @@ TEST(Calibration, JsonRoundTripsAndHostileRecordsAreRefusedWithAReason) {
   refused("\"kernel_us\": 0.05", "\"kernel_us\": 0", "kernel times");
   refused("\"exp\": 0.5", "\"exp\": -0.5", "op_ns exp");
   refused("\"vector_floats\": 16", "\"vector_floats\": 4096", "vector_floats");
+  refused("\"threads\": 2", "\"threads\": 2.5", "threads");
+  refused("\"bytes\": 134217728", "\"bytes\": 32768", "increasing");  // the largest working set is last
   std::string w;
   EXPECT_FALSE(calibration_from_json("{\"format\": 1", &w));
   EXPECT_EQ(w, "not a JSON object");

@@ -174,16 +174,32 @@ void* load_shared_object(const std::string& image, const std::string& key, int* 
   return h;
 }
 
-// The first word of a compiler command as a path that still holds from another directory.
-std::string absolute_first_word(const std::string& cxx) {
-  size_t start = cxx.find_first_not_of(' ');
-  if (start == std::string::npos || cxx[start] == '/') return cxx;
-  size_t end = cxx.find(' ', start);
-  std::string first = cxx.substr(start, end == std::string::npos ? std::string::npos : end - start);
-  if (first.find('/') == std::string::npos) return cxx;  // found on PATH from anywhere
+// The compiler command as it reads from the compile directory: a first word that is a relative path
+// (./bin/g++) made absolute against this process's directory, quoted. Words after it are left as written
+// (docs/options.md: relative paths there would be read from the compile directory).
+std::string from_any_directory(const std::string& cxx) {
+  const size_t start = cxx.find_first_not_of(' ');
+  if (start == std::string::npos) return cxx;
+  const size_t end = std::min(cxx.find(' ', start), cxx.size());
+  const std::string first = cxx.substr(start, end - start);
+  // Absolute, found on PATH, VAR=VALUE, quoted or ~: the shell resolves it the same from anywhere.
+  if (first[0] == '/' || first[0] == '~' || first[0] == '\'' || first[0] == '"' ||
+      first.find('/') == std::string::npos || first.find('=') != std::string::npos)
+    return cxx;
   char cwd[4096];
   FJ_CHECK(::getcwd(cwd, sizeof cwd) != nullptr, "cannot read the working directory: {}", std::strerror(errno));
-  return cxx.substr(0, start) + cwd + "/" + cxx.substr(start);
+  return cxx.substr(0, start) + shell_quote(std::string(cwd) + "/" + first) + cxx.substr(end);
+}
+
+// A line naming this CPU that survives the preprocessor (a compiler cache may hash the preprocessed
+// source, where comments are gone): a string in the object, named by nothing.
+std::string isa_marker() {
+  std::string isa;
+  for (char c : host_isa()) {
+    if (c == '"' || c == '\\') isa += '\\';
+    isa += c;
+  }
+  return "static const char fj_compiled_for[] __attribute__((used)) = \"" + isa + "\";\n";
 }
 
 // Compiles `source` for `march` in a temporary directory of its own and returns the shared object's bytes;
@@ -193,7 +209,8 @@ std::string absolute_first_word(const std::string& cxx) {
 // compile directory under fixed names. A compiler cache in FUSION_JIT_CXX (ccache g++) caches only
 // compiles that are not links, and keys them by the input's path as written: the same source gives the
 // same command, and the cache answers it, whichever temporary directory this compile has. Code for
-// -march=native starts with a comment naming this CPU's ISA, which the compiler cache hashes with the rest. The tests run
+// -march=native starts with a string naming this CPU's ISA (isa_marker), which a compiler cache hashes with
+// the rest whether it hashes the source or its preprocessed form. The tests run
 // with ccache where it is installed, so a kernel whose source has not changed is compiled once per machine,
 // not once per run. The split costs nothing measurable (bench/RESULTS.md).
 std::string compile_image(const std::string& source, const std::string& key, const std::string& march) {
@@ -205,11 +222,11 @@ std::string compile_image(const std::string& source, const std::string& key, con
   {
     std::ofstream f(src);
     // -march=native means this CPU: say which, so that a compiler cache shared by other CPUs tells them apart.
-    if (march == "native") f << "// for " << host_isa() << "\n";
+    if (march == "native") f << isa_marker();
     f << source;
     FJ_CHECK(f.good(), "cannot write generated source {}", src);
   }
-  const std::string cxx = absolute_first_word(opt.cxx);
+  const std::string cxx = from_any_directory(opt.cxx);
   std::string cmd = "(cd " + shell_quote(dir.path()) + " && " + cxx + " " + host_compile_flags(march) +
                     " -c kernels.cpp -o kernels.o && " + cxx + " -shared kernels.o -o kernels.so -lmvec -lm)";
   std::string out;
