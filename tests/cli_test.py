@@ -593,6 +593,36 @@ def _():
     assert p.returncode == 0 and "cost model: host-cpu (defaults)" in p.stdout, p.stdout
 
 
+@case("explain --json and run --profile N: every step under one name, predicted beside its measured median (issue 65)")
+def _():
+    specs = ["--input", "f32[64,32]", "f32[32]"]
+    mlp = ["run", DEMO["mlp_block"], "--input", *MODELS["mlp_block"][1]]  # kernels and ATen steps
+    p = cli("explain", *mlp[1:], "--json")
+    assert p.returncode == 0, p.stderr
+    ex = json.loads(p.stdout)
+    assert ex["eager_fallback"] is None and ex["steps"], ex
+    for s in ex["steps"]:
+        assert s["kind"] in ("kernel", "aten") and s["predicted_us"] > 0, s
+        assert abs(s["predicted_us"] - (s["dispatch_us"] + s["memory_us"] + s["compute_us"])) < 1e-6, s
+    assert abs(ex["predicted_us"] - sum(s["predicted_us"] for s in ex["steps"])) < 1e-6, ex
+    p = cli(*mlp, "--profile", "5", "--json")
+    assert p.returncode == 0, p.stderr
+    prof = json.loads(p.stdout)["profile"]
+    assert prof["calls"] == 5 and prof["time_model"] == ex["time_model"], prof
+    assert [s["name"] for s in prof["steps"]] == [s["name"] for s in ex["steps"]], (prof, ex)
+    assert [s["predicted_us"] for s in prof["steps"]] == [s["predicted_us"] for s in ex["steps"]]
+    kernels = [s for s in prof["steps"] if s["kind"] == "kernel"]
+    assert kernels and all(s["measured_us"] > 0 for s in kernels), prof
+    assert prof["kernel_error"]["count"] == len(kernels), prof
+    assert any(s["kind"] == "aten" and s["measured_us"] > 0 for s in prof["steps"]), prof
+    # The text form: a row per step and the error line.
+    p = cli("run", MODEL, *specs, "--profile", "3")
+    assert p.returncode == 0, p.stderr
+    assert "predicted us" in p.stdout and "kernel time error: median" in p.stdout, p.stdout
+    assert re.search(r"fj_kernel_0 +kernel +group 0", p.stdout), p.stdout
+    expect_error(["run", MODEL, *specs, "--profile", "0"], "--profile")
+
+
 @case("cache stats, ls, verify (a corrupt entry is found), prune, clear")
 def _():
     env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(TMP, "cache-cli"))
@@ -633,9 +663,9 @@ def _():
 def _():
     expected = {
         (): ["run", "explain", "compile", "fuzz", "cache"],
-        ("run",): ["MODEL", "--input", "--inputs", "--device", "--seed", "--check", "--bench", "--json",
+        ("run",): ["MODEL", "--input", "--inputs", "--device", "--seed", "--check", "--bench", "--profile", "--json",
                    "--save-outputs", "SPEC"],
-        ("explain",): ["MODEL", "--input", "--inputs", "--device", "--dump-source"],
+        ("explain",): ["MODEL", "--input", "--inputs", "--device", "--dump-source", "--json"],
         ("compile",): ["MODEL", "--input", "--device", "--arch", "--out", "NVRTC"],
         ("fuzz",): ["--graphs", "--minutes", "--seed", "--batch", "--out", "--device", "--nvrtc", "--graph-seeds"],
         ("cache",): ["stats", "ls", "verify", "clear", "prune"],

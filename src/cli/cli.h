@@ -6,12 +6,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+
+namespace fusion_jit {
+struct ExecutablePlan;
+}
 
 namespace fusion_jit::cli {
 
@@ -36,10 +41,18 @@ struct ModelArgs {
   std::string model;
   std::vector<std::string> specs;
   std::string inputs_file, save_outputs, device = "cpu", arch = "sm_90", out_dir;
-  std::string seed = "0", bench;  // checked by run_model
+  std::string seed = "0", bench, profile;  // checked by run_model
   bool check = false, json = false, dump_source = false;
 };
 int run_model(const ModelArgs& a);
+
+// explain --json and run --profile (profile.cpp). The plan's steps with their predicted times as one JSON
+// object (`fallback`: why the inputs run eagerly, where `plan` is null).
+std::string explain_json(const std::string& model, const fusion_jit::ExecutablePlan* plan, const std::string& fallback);
+// Runs `call` `calls` times with step recording on, and reports each step of `plan` (the plan `call`
+// runs): its prediction beside its median, and the errors; a JSON object's text, or a table.
+std::string profile_report(const fusion_jit::ExecutablePlan& plan, int calls, const std::function<void()>& call,
+                           bool json);
 
 // What model.cpp's commands and package.cpp's share. An input SPEC as a tensor (input `index`, for errors);
 // the inputs of a file torch.save wrote; tensors written with torch.save's format, whole or not at all;

@@ -3,8 +3,8 @@
 // CLI11 (`fusion-jit SUBCOMMAND --help`); each subcommand's work is in its own file (cli.h).
 //
 //   fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--seed N] [--check]
-//                  [--bench N] [--json] [--save-outputs FILE]
-//   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--dump-source]
+//                  [--bench N] [--profile N] [--json] [--save-outputs FILE]
+//   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--dump-source] [--json]
 //   fusion-jit compile MODEL.pt (--input SPEC ... | --inputs FILE) --device cuda [--arch sm_90] --out DIR
 //   fusion-jit package MODEL.pt (--input SPEC ... | --inputs FILE) [--signature "SPEC ..."]...
 //                      [--device cpu|cuda] [--arch sm_80,sm_90] [--cpu-variants LIST] --out FILE
@@ -102,6 +102,10 @@ int dispatch(int argc, char** argv) {
   run->add_flag("--check", model.check, "compare every output (and input) with eager's, by the tolerance rule");
   run->add_option("--bench", model.bench, "time N calls of each, eager and fused (medians)")->type_name("N");
   run->add_flag("--json", model.json, "print one JSON object instead of text");
+  run->add_option("--profile", model.profile,
+                  "time each step of the plan over N more calls: its median beside the time model's prediction "
+                  "(the names of explain --json), and the prediction errors (CPU)")
+      ->type_name("N");
   run->add_option("--save-outputs", model.save_outputs, "write the fused outputs with torch.save's format")
       ->type_name("FILE");
 
@@ -109,6 +113,9 @@ int dispatch(int argc, char** argv) {
   add_model_options(explain, model);
   explain->add_option("--device", model.device, "cpu (default), cuda or cuda:N")->type_name("DEVICE");
   explain->add_flag("--dump-source", model.dump_source, "print the generated source too");
+  explain->add_flag("--json", model.json,
+                    "print one JSON object instead: each step that runs (kernels and ATen steps, by name) with its "
+                    "predicted time");
 
   CLI::App* compile = app.add_subcommand(
       "compile", "compile a model's CUDA kernels ahead of time with NVRTC (no GPU needed): writes DIR/plan.cu, "

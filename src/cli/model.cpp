@@ -302,7 +302,10 @@ void check_args(const Args& a) {
 int run(const Args& a) {
   const int64_t seed = parse_int("--seed", a.seed, 0);
   const int bench = a.bench.empty() ? 0 : static_cast<int>(parse_int("--bench", a.bench, 1, std::numeric_limits<int>::max()));
+  const int profile = a.profile.empty() ? 0 : static_cast<int>(parse_int("--profile", a.profile, 1, 1000000));
   check_args(a);
+  if (profile > 0 && a.device != "cpu")
+    usage_error("--profile: CPU plans only (a CUDA step's host time is its launch, not its run)");
   struct stat st;
   if (::stat(a.model.c_str(), &st) != 0) usage_error(a.model + ": no such file");
   torch::jit::Module module;
@@ -351,6 +354,10 @@ int run(const Args& a) {
   auto t_first = std::chrono::steady_clock::now();
   plan = fused.plan_for(inputs);
   if (a.command == "explain") {
+    if (a.json) {
+      std::cout << explain_json(a.model, plan, plan ? std::string() : first_line(fused.explain(inputs)));
+      return 0;
+    }
     std::cout << fused.explain(inputs);
     if (plan) {
       std::cout << "compile: " << fused.last_compile_report() << "\n";
@@ -406,6 +413,11 @@ int run(const Args& a) {
     eager_ms = median_ms(bench, [&] { module.forward(inputs); });
     fused_ms = median_ms(bench, [&] { fused(inputs); });
   }
+  std::string profiled;
+  if (profile > 0) {
+    if (plan) profiled = profile_report(*plan, profile, [&] { fused(inputs); }, a.json);
+    else profiled = a.json ? "null" : "profile: no plan (the inputs run eagerly)\n";
+  }
   if (!a.save_outputs.empty()) save_tensors("--save-outputs", a.save_outputs, outs);
   auto stats = fused.stats();
   int ops = 0, groups = 0, kernels = 0;
@@ -441,6 +453,7 @@ int run(const Args& a) {
                               {"bytes_in", cs.remote_bytes_in}, {"bytes_out", cs.remote_bytes_out},
                               {"ms", cs.remote_ms}}}};
     j["eager_fallback"] = plan ? nlohmann::json(nullptr) : nlohmann::json(first_line(fused.explain(inputs)));
+    if (profile > 0) j["profile"] = nlohmann::json::parse(profiled);
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%s: %d ops, %d fused groups, %d kernels per call, %zu ATen ops, compile %.1f ms\n", a.model.c_str(), ops,
@@ -448,6 +461,7 @@ int run(const Args& a) {
     if (!plan) std::printf("%s", fused.explain(inputs).c_str());
     if (a.check) std::printf("check: %s (max abs error %.3g)%s%s\n", check.c_str(), max_err, why.empty() ? "" : ": ", why.c_str());
     if (bench > 0) std::printf("eager %.3f ms, fused %.3f ms, speedup %.2fx\n", eager_ms, fused_ms, eager_ms / fused_ms);
+    std::printf("%s", profiled.c_str());
   }
   return check == "fail" ? 1 : 0;
 }

@@ -23,6 +23,9 @@ std::optional<Calibration>& installed() {
 std::string Calibration::fingerprint() const {
   std::string text = fmt::format("{} {} {} {} {} {}", machine, threads, kernel_us, parallel_kernel_us, aten_step_us,
                                  vector_floats);
+  if (gemm_gflops > 0) text += fmt::format(" gemm:{}", gemm_gflops);
+  if (kernel_step_us > 0) text += fmt::format(" kstep:{}", kernel_step_us);
+  if (conv_step_us > 0) text += fmt::format(" conv:{}", conv_step_us);
   for (const Stream& s : streams) text += fmt::format(" {}:{}:{}", s.bytes, s.gbps_1, s.gbps_n);
   std::vector<std::pair<std::string, double>> ops = op_ns;  // in any order (JSON keeps them by name)
   std::sort(ops.begin(), ops.end());

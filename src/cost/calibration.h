@@ -16,8 +16,9 @@
 //   gflops      = 20 flops (an expensive op, work.h) per the op classes' mean time per element, times the
 //                 threads: the work model counts 20 flops per expensive op, so this prices them as
 //                 measured;
-//   aten_step_us = one ATen step on a tiny tensor (recorded for the per-step prices to come; the roofline
-//                 does not read it yet).
+//   aten_step_us = one ATen step of the run loop on a small tensor, among other steps.
+// The time model (cost/kernel_time.h, Note [Kernel times]) reads the whole record: the streams by working
+// set, the serial and split dispatch, the op classes, the ATen step and ATen's GEMM rate.
 // A plan's cache key names the calibration it was built under (plan_cache.cpp), since its decisions
 // depend on it.
 #pragma once
@@ -32,6 +33,10 @@
 
 namespace fusion_jit {
 
+// The bytes (read plus written) of each step of the step probes (driver/calibrate.h: a [16, 256] float
+// tensor in and out), which the time model takes out of the step times it reads.
+constexpr int64_t kStepProbeBytes = 2 * 16 * 256 * 4;
+
 struct Calibration {
   std::string machine;  // calibration_machine() where it was measured
   int threads = 1;      // the thread count the parallel figures were measured at
@@ -44,7 +49,10 @@ struct Calibration {
   std::vector<Stream> streams;  // smallest working set first
   double kernel_us = 0;           // one of our kernels over one element, run serially
   double parallel_kernel_us = 0;  // one over two chunks, split across the thread pool
-  double aten_step_us = -1;       // one ATen step on a one-element tensor; -1: not measured
+  double aten_step_us = -1;       // one ATen step of the run loop (kStepProbeBytes); -1: not measured
+  double gemm_gflops = -1;        // ATen's float32 GEMM at 512x512x512 on `threads`; -1: not measured
+  double kernel_step_us = -1;     // one kernel step of the run loop (kStepProbeBytes); -1: not measured
+  double conv_step_us = -1;       // a convolution step beyond its flops; -1: not measured
   // Per op class, nanoseconds per element beyond a copy's, one thread, the data in L2.
   std::vector<std::pair<std::string, double>> op_ns;
   int vector_floats = 0;  // float lanes of the widest vector unit the kernels are compiled for

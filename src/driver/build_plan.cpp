@@ -9,6 +9,7 @@
 #include "cost/cost_model.h"
 #include "driver/calibrate.h"
 #include "driver/plan_cache.h"
+#include "driver/predict.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
@@ -191,6 +192,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
       k.slot = static_cast<int>(c.kernels.size());
       kernel_of_group[s.group] = static_cast<int>(plan->kernels.size());
       c.kernels.push_back(static_cast<int>(plan->kernels.size()));
+      k.calls = kernel_calls(s);
       k.spec = std::move(s);
       plan->kernels.push_back(std::move(k));
     }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cost/kernel_time.h"
 #include "driver/build_plan.h"
 #include "kernels_cache/kernels_cache.h"
 #include "support/error.h"
@@ -162,6 +163,18 @@ Calibration calibrate_host(const CalibrateOptions& options) {
     c.aten_step_us = options.aten_step_us();
     say(fmt::format("ATen step: {:.2f} us", c.aten_step_us));
   }
+  if (options.kernel_step_us) {
+    c.kernel_step_us = options.kernel_step_us();
+    say(fmt::format("kernel step of the run loop: {:.2f} us", c.kernel_step_us));
+  }
+  if (options.gemm_gflops) {
+    c.gemm_gflops = options.gemm_gflops();
+    say(fmt::format("ATen GEMM (512x512x512, {} threads): {:.1f} GFLOP/s", c.threads, c.gemm_gflops));
+  }
+  if (options.conv_step_us) {
+    c.conv_step_us = options.conv_step_us(c.gemm_gflops > 0 ? c.gemm_gflops : 100.0);
+    say(fmt::format("convolution step beyond its flops: {:.2f} us", c.conv_step_us));
+  }
 
   // Op classes over 16K elements (128 KB in and out: in L2), one thread, beyond a copy's time.
   const int64_t n = 16384;
@@ -188,6 +201,9 @@ std::string calibration_to_json(const Calibration& c) {
   j["kernel_us"] = c.kernel_us;
   j["parallel_kernel_us"] = c.parallel_kernel_us;
   j["aten_step_us"] = c.aten_step_us;
+  j["gemm_gflops"] = c.gemm_gflops;
+  j["kernel_step_us"] = c.kernel_step_us;
+  j["conv_step_us"] = c.conv_step_us;
   nlohmann::json ops = nlohmann::json::object();
   for (const auto& [name, ns] : c.op_ns) ops[name] = ns;
   j["op_ns"] = ops;
@@ -233,6 +249,13 @@ std::optional<Calibration> calibration_from_json(const std::string& text, std::s
       !number(j, "parallel_kernel_us", 1e-4, 1e5, &c.parallel_kernel_us))
     return fail("kernel times missing or out of range");
   if (!number(j, "aten_step_us", -1, 1e5, &c.aten_step_us)) return fail("aten_step_us out of range");
+  // Absent from records stored before it was measured: not measured.
+  if (j.contains("gemm_gflops") && !number(j, "gemm_gflops", -1, 1e7, &c.gemm_gflops))
+    return fail("gemm_gflops out of range");
+  if (j.contains("kernel_step_us") && !number(j, "kernel_step_us", -1, 1e5, &c.kernel_step_us))
+    return fail("kernel_step_us out of range");
+  if (j.contains("conv_step_us") && !number(j, "conv_step_us", -1, 1e6, &c.conv_step_us))
+    return fail("conv_step_us out of range");
   if (!j.contains("op_ns") || !j["op_ns"].is_object() || j["op_ns"].size() > 64) return fail("op_ns missing");
   for (const auto& [name, ns] : j["op_ns"].items()) {
     if (!ns.is_number() || !finite_in(ns.get<double>(), 0, 1e5)) return fail("op_ns " + name + " out of range");
@@ -290,6 +313,11 @@ std::string format_calibration(const Calibration& c) {
   out += fmt::format("  {:<28} {:>12.2f} {:>12.2f}\n", "kernel launch, us", m.launch_us, d.launch_us);
   out += fmt::format("  {:<28} {:>12.2f} {:>12.2f}\n", "ATen step, us", m.aten_step_us, d.aten_step_us);
   out += fmt::format("  {:<28} {:>12.1f} {:>12.1f}\n", "expensive-op GFLOP/s", m.gflops, d.gflops);
+  const TimeFigures tf = time_figures(c, c.threads, Options::get().cpu_grain);
+  const TimeFigures td = time_figures(std::nullopt, c.threads, Options::get().cpu_grain);
+  out += fmt::format("  {:<28} {:>12.1f} {:>12.1f}\n", "ATen GEMM GFLOP/s", tf.gemm_gflops, td.gemm_gflops);
+  out += fmt::format("  {:<28} {:>12.2f} {:>12.2f}\n", "kernel step, us", tf.kernel_step_us, td.kernel_step_us);
+  out += fmt::format("  {:<28} {:>12.2f} {:>12.2f}\n", "convolution step, us", tf.conv_step_us, td.conv_step_us);
   out += "  streaming bandwidth by working set (GB/s, 1 thread / all):";
   for (const auto& s : c.streams) out += fmt::format(" {} {:.1f}/{:.1f};", format_bytes(s.bytes), s.gbps_1, s.gbps_n);
   out += fmt::format("\n  serial kernel {:.2f} us; vector width {} floats\n  op classes, ns per element beyond a copy:",

@@ -15,8 +15,16 @@ namespace fusion_jit {
 struct CalibrateOptions {
   ParallelFor parallel_for;  // the pool our kernels are split across (null: serial only)
   int threads = 1;           // its thread count
-  // Microseconds of one ATen step on a one-element tensor; null: not measured.
+  // Microseconds of one step of a plan's run loop on a small tensor (16 KB), among other steps: an ATen
+  // step, and one of our kernels (its buffers found, its output allocated, the kernel run); null: not
+  // measured.
   std::function<double()> aten_step_us;
+  std::function<double()> kernel_step_us;
+  // Microseconds of a small convolution step (1x8x8x8 by 8x8x3x3) beyond its flops at the GEMM rate: what
+  // a convolution costs whatever its size; null: not measured.
+  std::function<double(double gemm_gflops)> conv_step_us;
+  // GFLOP/s of ATen's float32 GEMM at 512x512x512 on the pool; null: not measured.
+  std::function<double()> gemm_gflops;
   // Called with a line for each step measured (progress), or null.
   std::function<void(const std::string&)> progress;
 };

@@ -1,6 +1,7 @@
 #include "driver/plan_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -47,8 +48,8 @@ SymSizes read_numbers(const nlohmann::json& j, const SymBindings& hints) {
 // (Note [Cats of unequal items]). 6: kernels' size arguments (Note [Sizes as kernel arguments]); a source
 // may be a `source_ref` instead (the plan cache's, which a reader without one refuses as it refuses any
 // field missing). 7: a shape class's plan, its numbers expressions and its guards (Note [Symbolic sizes in
-// the plan cache]).
-constexpr int kPlanFormat = 7;
+// the plan cache]). 8: each kernel's calls by op class and its passes' loads (KernelCalls).
+constexpr int kPlanFormat = 8;
 
 // How many of its arguments kernel `name` of `source` reads: the `z_[` (CPU) and `z_.v[` (CUDA) in its
 // function's text (each printed once, Note [Sizes as kernel arguments]).
@@ -101,6 +102,7 @@ std::string serialize_plan(const ExecutablePlan& p, const KeepSource& keep) {
       kj["scratch"] = k.spec.scratch.size();
     }
     for (const auto& pc : k.spec.pieces) kj["pieces"].push_back({pc.parent, pc.dim, number(pc.start), number(pc.end)});
+    kj["calls"] = {{"element", k.calls.per_element}, {"row", k.calls.per_row}, {"passes", k.calls.pass_loads}};
     for (const auto& b : k.spec.buffers) {
       nlohmann::json bj{{"value", b.value->id()}, {"dtype", static_cast<int>(b.dtype)}, {"out", b.is_output},
                         {"strides", numbers(b.strides)}, {"extent", number(b.extent)}, {"offset", number(b.offset)}};
@@ -119,6 +121,42 @@ std::string serialize_plan(const ExecutablePlan& p, const KeepSource& keep) {
 }
 
 namespace {
+
+// A kernel's calls (KernelCalls, runtime/plan.h): op classes by short name, each a finite count per
+// element or row below any kernel's, and per pass of a reduction the buffers it loads, inputs of the
+// kernel. Only the time model reads them; still, what does not fit refuses the plan.
+bool read_calls(const nlohmann::json& j, const KernelSpec& k, KernelCalls* c) {
+  if (j.is_null()) return true;  // none kept: no op classes, no passes read again
+  if (!j.is_object()) return false;
+  auto counts = [&](const char* key, std::map<std::string, double>* out) {
+    if (!j.contains(key)) return true;
+    const nlohmann::json& o = j.at(key);
+    if (!o.is_object() || o.size() > 32) return false;
+    for (const auto& [name, v] : o.items()) {
+      if (name.empty() || name.size() > 32 || !v.is_number()) return false;
+      const double n = v.get<double>();
+      if (!std::isfinite(n) || n < 0 || n > 1e4) return false;
+      (*out)[name] = n;
+    }
+    return true;
+  };
+  if (!counts("element", &c->per_element) || !counts("row", &c->per_row)) return false;
+  if (j.contains("passes")) {
+    const nlohmann::json& passes = j.at("passes");
+    if (!passes.is_array() || passes.size() != k.passes.size()) return false;
+    for (const auto& loads : passes) {
+      if (!loads.is_array()) return false;
+      std::vector<int>& out = c->pass_loads.emplace_back();
+      for (const auto& b : loads) {
+        if (!b.is_number_integer()) return false;
+        const int64_t i = b.get<int64_t>();
+        if (i < 0 || i >= static_cast<int64_t>(k.buffers.size()) || k.buffers[i].is_output) return false;
+        out.push_back(static_cast<int>(i));
+      }
+    }
+  }
+  return true;
+}
 
 bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& find) {
   const SymBindings hints = p->graph->symbols();
@@ -234,6 +272,7 @@ bool read_plan(const nlohmann::json& j, ExecutablePlan* p, const FindSource& fin
       }
       k.spec.buffers.push_back(std::move(b));
     }
+    if (!read_calls(kj.value("calls", nlohmann::json()), k.spec, &k.calls)) return false;
     p->kernels.push_back(std::move(k));
   }
   for (const auto& sj : j.value("steps", nlohmann::json::array())) {

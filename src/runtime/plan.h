@@ -39,10 +39,19 @@ struct TargetCode {
   std::shared_ptr<Loaded> loaded = std::make_shared<Loaded>();
 };
 
+// What the time model reads of a kernel's code (driver/predict.h, Note [Kernel times]), kept with the plan
+// because a plan read from the plan cache has its kernels' source but not their IR: calls by op class per
+// element of the iteration space and per row, and the buffers each pass of a reduction loads.
+struct KernelCalls {
+  std::map<std::string, double> per_element, per_row;
+  std::vector<std::vector<int>> pass_loads;
+};
+
 struct KernelLaunch {
   KernelSpec spec;
   int code = -1;  // index into ExecutablePlan::code
   int slot = -1;  // position in that code's kernels
+  KernelCalls calls;
 };
 
 struct ExecStep {

@@ -7,8 +7,10 @@ namespace fusion_jit {
 namespace {
 
 std::atomic<bool> g_on{false};
+std::atomic<bool> g_steps_on{false};
 std::mutex g_mu;
 Profile g_profile;
+StepTimes g_steps;
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -38,6 +40,20 @@ Profile profile_snapshot() {
 void profile_reset() {
   std::lock_guard<std::mutex> g(g_mu);
   g_profile = Profile();
+  g_steps.clear();
+}
+
+void set_step_recording(bool on) { g_steps_on.store(on, std::memory_order_relaxed); }
+bool step_recording() { return g_steps_on.load(std::memory_order_relaxed); }
+
+StepTimes step_times_snapshot() {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_steps;
+}
+
+void record_step_time(const void* plan, size_t step, int64_t ns) {
+  std::lock_guard<std::mutex> g(g_mu);
+  g_steps[plan][step].push_back(ns);
 }
 
 void profile_step(StepKind kind, const std::string& schema, int64_t ns) {

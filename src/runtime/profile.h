@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace fusion_jit {
 
@@ -36,5 +37,15 @@ void profile_reset();
 // Adds one step (`schema`: the ATen schema, or empty for one of our kernels).
 void profile_step(StepKind kind, const std::string& schema, int64_t ns);
 void profile_plan_run(int64_t ns);
+
+// Step times one by one (`fusion-jit run --profile N`): while on, every timed step of every plan run
+// keeps its time, by plan and step index, so that a step's median over the calls can be set beside its
+// prediction (driver/predict.h). Off by default; independent of set_profiling.
+void set_step_recording(bool on);
+bool step_recording();
+// Plan (its address) -> step index -> each call's nanoseconds, since the last reset.
+using StepTimes = std::map<const void*, std::map<size_t, std::vector<int64_t>>>;
+StepTimes step_times_snapshot();
+void record_step_time(const void* plan, size_t step, int64_t ns);
 
 }  // namespace fusion_jit

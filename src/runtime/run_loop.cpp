@@ -111,14 +111,14 @@ void kernel_buffers(const ExecutablePlan& plan, const RunSchedule& schedule, con
 void run_steps(const ExecutablePlan& plan, const RunSchedule& schedule, const MemoryPlan& memory, StepRunner& r) {
   FJ_INTERNAL_ASSERT(schedule.release.size() == plan.steps.size() && schedule.folded.size() == plan.steps.size(),
                      "the plan's run was not scheduled");
-  const bool profile = profiling();
+  const bool profile = profiling(), record = step_recording();
   using Clock = std::chrono::steady_clock;
   const auto run_start = profile ? Clock::now() : Clock::time_point();
   auto step_start = run_start;
   std::vector<void*> ptrs;
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const ExecStep& st = plan.steps[si];
-    if (profile) step_start = Clock::now();
+    if (profile || record) step_start = Clock::now();
     bool timed = true;
     if (st.kernel >= 0) {
       kernel_buffers(plan, schedule, memory, si, r, ptrs);
@@ -133,8 +133,10 @@ void run_steps(const ExecutablePlan& plan, const RunSchedule& schedule, const Me
     }
     for (int id : schedule.release[si]) r.release(id);
     if (static_cast<int>(si) == memory.last_birth) r.release_arena();
-    if (profile && timed) {
+    if ((profile || record) && timed) {
       const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - step_start).count();
+      if (record) record_step_time(&plan, si, ns);
+      if (!profile) continue;
       if (st.kernel >= 0) profile_step(StepKind::kKernel, "", ns);
       else
         profile_step(is_compute_schema(st.node->schema()) ? StepKind::kAtenCompute : StepKind::kAtenOther,

@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cost/calibration.h"
+#include "cost/kernel_time.h"
 #include "driver/build_plan.h"
 #include "driver/calibrate.h"
 #include "driver/plan_cache.h"
@@ -24,6 +27,9 @@ Calibration example() {
   c.kernel_us = 0.05;
   c.parallel_kernel_us = 3.5;
   c.aten_step_us = 2.25;
+  c.kernel_step_us = 0.75;
+  c.gemm_gflops = 150;
+  c.conv_step_us = 6.5;
   c.op_ns = {{"exp", 0.5}, {"erf", 1.5}};
   c.vector_floats = 16;
   c.seconds = 4.5;
@@ -100,6 +106,24 @@ TEST(Calibration, JsonRoundTripsAndHostileRecordsAreRefusedWithAReason) {
   refused("\"vector_floats\": 16", "\"vector_floats\": 4096", "vector_floats");
   refused("\"threads\": 2", "\"threads\": 2.5", "threads");
   refused("\"bytes\": 134217728", "\"bytes\": 32768", "increasing");  // the largest working set is last
+  refused("\"gemm_gflops\": 150.0", "\"gemm_gflops\": 1e300", "gemm_gflops");
+  refused("\"kernel_step_us\": 0.75", "\"kernel_step_us\": -7", "kernel_step_us");
+  refused("\"conv_step_us\": 6.5", "\"conv_step_us\": \"x\"", "conv_step_us");
+  // A record stored before the step probes and the GEMM rate were measured loads: those are not measured.
+  {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j.erase("gemm_gflops");
+    j.erase("kernel_step_us");
+    j.erase("conv_step_us");
+    std::optional<Calibration> old = calibration_from_json(j.dump(), &why);
+    ASSERT_TRUE(old) << why;
+    EXPECT_EQ(old->gemm_gflops, -1);
+    EXPECT_EQ(old->kernel_step_us, -1);
+    const TimeFigures f = time_figures(old, 2, 32768);
+    EXPECT_EQ(f.gemm_gflops, time_figures(std::nullopt, 2, 32768).gemm_gflops) << "the default stands in";
+    EXPECT_EQ(time_figures(c, 2, 32768).gemm_gflops, 150);
+    EXPECT_EQ(time_figures(c, 2, 32768).calibration, c.fingerprint());
+  }
   std::string w;
   EXPECT_FALSE(calibration_from_json("{\"format\": 1", &w));
   EXPECT_EQ(w, "not a JSON object");

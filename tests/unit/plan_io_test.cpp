@@ -126,6 +126,10 @@ void expect_same_plan(const ExecutablePlan& a, const ExecutablePlan& b) {
     EXPECT_EQ(x.spec.row_len, y.spec.row_len);
     EXPECT_EQ(x.spec.passes.size(), y.spec.passes.size());
     EXPECT_EQ(x.spec.scratch.size(), y.spec.scratch.size());
+    // What the time model reads of the code, which a plan read back has no IR for (KernelCalls).
+    EXPECT_EQ(x.calls.per_element, y.calls.per_element);
+    EXPECT_EQ(x.calls.per_row, y.calls.per_row);
+    EXPECT_EQ(x.calls.pass_loads, y.calls.pass_loads);
     ASSERT_EQ(x.spec.buffers.size(), y.spec.buffers.size());
     for (size_t j = 0; j < x.spec.buffers.size(); ++j) {
       EXPECT_EQ(x.spec.buffers[j].value->id(), y.spec.buffers[j].value->id());
@@ -223,7 +227,12 @@ TEST(PlanIo, TextThatDoesNotFitTheGraphIsRefused) {
   auto refused = [&](const std::string& from, const std::string& to, const char* what) {
     expect_refused(text, from, to, what);
   };
-  refused("\"format\":7", "\"format\":3", "another format");
+  refused("\"format\":8", "\"format\":3", "another format");
+  // A kernel's calls: hostile counts or loads are refused.
+  refused("\"element\":{\"exp\":1.0", "\"element\":{\"exp\":-1.0", "a negative call count");
+  refused("\"element\":{\"exp\":1.0", "\"element\":{\"exp\":1e300", "a call count past any kernel's");
+  refused("\"passes\":[[0]", "\"passes\":[[7]", "a pass loading a buffer the kernel does not have");
+  refused("\"passes\":[[0]", "\"passes\":[[0],[0],[0],[0]", "more passes' loads than passes");
   // A reduction kernel claiming more passes than any kernel has is refused, not allocated.
   refused("\"passes\":3", "\"passes\":1000000000000", "a trillion passes");
   refused("\"target\":\"cpu\"", "\"target\":\"tpu\"", "a target this build does not have");
