@@ -3,11 +3,16 @@ each step of each model's plan, predicted and measured as `fusion-jit run MODEL 
 them, over the demo models (examples/models.py) and the model families of tests/python/models.py traced to
 TorchScript (a model that does not trace is named and left out).
 
-    ./run python bench/predictions.py [--models a,b] [--calls N] [--json FILE]
+    ./run python bench/predictions.py [--models a,b] [--calls N] [--json FILE] [--decisions]
 
 Prints, per model, the kernels' and the ATen steps' median and mean absolute error (|predicted - measured|
 / measured), then the same over every model's kernels together, and the largest misses. Run
 `fusion-jit calibrate` first to measure with this machine's figures (the table names which were used).
+
+With --decisions: `fusion-jit explain MODEL --measure-decisions --json` instead (each fusion the fuser
+accepted built the other way too, both timed; Note [Decisions measured both ways]): per model its summary
+line, then the totals: decisions that agree with measurement of those whose two plans differ by more
+than 5%, the same for the time model's predictions, and the kernel time error over every timing.
 """
 
 import argparse
@@ -66,17 +71,49 @@ def errors(pcts):
     return f"median {statistics.median(pcts):.0f}%, mean {statistics.mean(pcts):.0f}% over {len(pcts)}"
 
 
+def decisions(a, models):
+    total = {"counted": 0, "agree": 0, "within_5pct": 0, "time_model_agrees": 0}
+    wrong, rows = [], []
+    for name, (path, inputs) in models.items():
+        r = subprocess.run([a.cli, "explain", path, *inputs, "--measure-decisions", "--calls", str(a.calls), "--json"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"{name}: fusion-jit failed: {r.stderr.strip()[:200]}", file=sys.stderr)
+            continue
+        j = json.loads(r.stdout)
+        if not j.get("decisions"):
+            print(f"{name}: no fusion decisions (or no plan)")
+            continue
+        for k in total:
+            total[k] += j["summary"][k]
+        wrong += [(name, d) for d in j["decisions"] if d["verdict"] == "WRONG"]
+        rows.append({"model": name, **j})
+        print(f"{name:<22} {j['summary_line']}")
+    c = total["counted"]
+    print(f"all: decisions: {total['agree']} of {c} agree ({total['within_5pct']} within 5%, not counted); "
+          f"time model: {total['time_model_agrees']} of {c} agree")
+    for name, d in wrong:
+        print(f"  wrong: {name}: {d['decision'][:90]}: fused {d['measured_fused_us']:.1f} us, split "
+              f"{d['measured_split_us']:.1f} us (predicted {d['predicted_fused_us']:.1f} / {d['predicted_split_us']:.1f})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"totals": total, "models": rows}, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="", help="comma-separated names (default: all)")
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--json", default="")
     p.add_argument("--cli", default=os.path.join(ROOT, "build", "fusion-jit"))
+    p.add_argument("--decisions", action="store_true", help="measure each fusion decision both ways")
     a = p.parse_args()
     names = set(filter(None, a.models.split(",")))
     out = tempfile.mkdtemp(prefix="fj-predictions-")
     models = {k: v for k, v in demo_models(out).items() if not names or k in names}
     models.update(traced_models(out, names))
+    if a.decisions:
+        return decisions(a, models)
     rows, all_kernels, all_aten, misses = [], [], [], []
     time_model = ""
     for name, (path, inputs) in models.items():

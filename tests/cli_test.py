@@ -623,6 +623,31 @@ def _():
     expect_error(["run", MODEL, *specs, "--profile", "0"], "--profile")
 
 
+@case("explain --measure-decisions: each accepted fusion built the other way too and both timed (issue 65)")
+def _():
+    # Chain8's eight ops become one kernel through seven accepted fusions.
+    p = cli("explain", CHAIN8, "--input", "f32[64,32]", "f32[64,32]", "f32[64,32]", "--measure-decisions", "--calls", "3",
+            "--json")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    ds = j["decisions"]
+    assert len(ds) >= 5, j
+    for d in ds:
+        assert "split for measurement (would fuse: est." in d["decision"], d
+        assert d["verdict"] in ("agrees", "WRONG", "within5%"), d
+        for k in ("predicted_fused_us", "predicted_split_us", "measured_fused_us", "measured_split_us"):
+            assert d[k] > 0, (k, d)
+        # The split plan runs one kernel more than the fused one: the time model prices that.
+        assert d["predicted_split_us"] > d["predicted_fused_us"], d
+    s = j["summary"]
+    assert s["counted"] + s["within_5pct"] == len(ds) and s["agree"] <= s["counted"], s
+    assert j["summary_line"].startswith(f"decisions: {s['agree']} of {s['counted']} agree ({s['within_5pct']} within 5%"), j
+    assert s["kernel_error"]["count"] > 0, s
+    p = cli("explain", CHAIN8, "--input", "f32[64,32]", "f32[64,32]", "f32[64,32]", "--measure-decisions", "--calls", "2")
+    assert p.returncode == 0 and re.search(r"^decisions: \d+ of \d+ agree", p.stdout, re.M), p.stdout
+    expect_error(["explain", CHAIN8, "--input", "f32[4]", "f32[4]", "f32[4]", "--calls", "3"], "--calls is for --measure-decisions")
+
+
 @case("cache stats, ls, verify (a corrupt entry is found), prune, clear")
 def _():
     env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(TMP, "cache-cli"))
@@ -665,7 +690,8 @@ def _():
         (): ["run", "explain", "compile", "fuzz", "cache"],
         ("run",): ["MODEL", "--input", "--inputs", "--device", "--seed", "--check", "--bench", "--profile", "--json",
                    "--save-outputs", "SPEC"],
-        ("explain",): ["MODEL", "--input", "--inputs", "--device", "--dump-source", "--json"],
+        ("explain",): ["MODEL", "--input", "--inputs", "--device", "--dump-source", "--json", "--measure-decisions",
+                       "--calls"],
         ("compile",): ["MODEL", "--input", "--device", "--arch", "--out", "NVRTC"],
         ("fuzz",): ["--graphs", "--minutes", "--seed", "--batch", "--out", "--device", "--nvrtc", "--graph-seeds"],
         ("cache",): ["stats", "ls", "verify", "clear", "prune"],

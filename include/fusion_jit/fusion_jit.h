@@ -61,6 +61,9 @@ struct CompileOptions {
   // disable "symbolic.class" turns that off).
   std::optional<std::string> dynamic;
   bool enable_fusion = true;                // false: one kernel per fusible op
+  // For measuring the fuser's decisions (`fusion-jit explain --measure-decisions`): >= 0 makes the N-th
+  // fusion it accepts (0-based, in the order it makes them) the other way; -1 (default): none.
+  int refuse_fusion_decision = -1;
   // Replay each CUDA plan as a CUDA Graph (captured at the second call of a signature; see
   // CudaGraphReplay in torch/cuda_support.h for what replay does to inputs and outputs). Default: the
   // FUSION_JIT_CUDA_GRAPHS option. Plans that cannot be captured run normally; explain() says why.

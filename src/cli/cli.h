@@ -16,6 +16,10 @@
 
 namespace fusion_jit {
 struct ExecutablePlan;
+class CompiledModule;
+}
+namespace torch::jit {
+struct Module;
 }
 
 namespace fusion_jit::cli {
@@ -41,8 +45,8 @@ struct ModelArgs {
   std::string model;
   std::vector<std::string> specs;
   std::string inputs_file, save_outputs, device = "cpu", arch = "sm_90", out_dir;
-  std::string seed = "0", bench, profile;  // checked by run_model
-  bool check = false, json = false, dump_source = false;
+  std::string seed = "0", bench, profile, calls;  // checked by run_model
+  bool check = false, json = false, dump_source = false, measure_decisions = false;
 };
 int run_model(const ModelArgs& a);
 
@@ -53,6 +57,12 @@ std::string explain_json(const std::string& model, const fusion_jit::ExecutableP
 // runs): its prediction beside its median, and the errors; a JSON object's text, or a table.
 std::string profile_report(const fusion_jit::ExecutablePlan& plan, int calls, const std::function<void()>& call,
                            bool json);
+
+// explain --measure-decisions (profile.cpp): each fusion the fuser accepted for `fused`'s plan of `inputs`,
+// built the other way (CompileOptions::refuse_fusion_decision) and both timed over `calls` interleaved
+// calls, with the time model's predictions of both; a table and a summary line, or one JSON object.
+int measure_decisions(const std::string& model, const torch::jit::Module& module, fusion_jit::CompiledModule& fused,
+                      const std::vector<c10::IValue>& inputs, int calls, bool json);
 
 // What model.cpp's commands and package.cpp's share. An input SPEC as a tensor (input `index`, for errors);
 // the inputs of a file torch.save wrote; tensors written with torch.save's format, whole or not at all;

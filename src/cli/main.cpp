@@ -5,6 +5,7 @@
 //   fusion-jit run MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--seed N] [--check]
 //                  [--bench N] [--profile N] [--json] [--save-outputs FILE]
 //   fusion-jit explain MODEL.pt (--input SPEC ... | --inputs FILE) [--device cpu|cuda[:N]] [--dump-source] [--json]
+//                      [--measure-decisions [--calls N]]
 //   fusion-jit compile MODEL.pt (--input SPEC ... | --inputs FILE) --device cuda [--arch sm_90] --out DIR
 //   fusion-jit package MODEL.pt (--input SPEC ... | --inputs FILE) [--signature "SPEC ..."]...
 //                      [--device cpu|cuda] [--arch sm_80,sm_90] [--cpu-variants LIST] --out FILE
@@ -116,6 +117,11 @@ int dispatch(int argc, char** argv) {
   explain->add_flag("--json", model.json,
                     "print one JSON object instead: each step that runs (kernels and ATen steps, by name) with its "
                     "predicted time");
+  explain->add_flag("--measure-decisions", model.measure_decisions,
+                    "build each fusion the fuser accepted the other way too, time both, and report per decision "
+                    "the predicted and measured times of both and how many agree (CPU)");
+  explain->add_option("--calls", model.calls, "with --measure-decisions: calls of each plan timed (default 20)")
+      ->type_name("N");
 
   CLI::App* compile = app.add_subcommand(
       "compile", "compile a model's CUDA kernels ahead of time with NVRTC (no GPU needed): writes DIR/plan.cu, "

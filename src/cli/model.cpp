@@ -303,9 +303,13 @@ int run(const Args& a) {
   const int64_t seed = parse_int("--seed", a.seed, 0);
   const int bench = a.bench.empty() ? 0 : static_cast<int>(parse_int("--bench", a.bench, 1, std::numeric_limits<int>::max()));
   const int profile = a.profile.empty() ? 0 : static_cast<int>(parse_int("--profile", a.profile, 1, 1000000));
+  const int calls = a.calls.empty() ? 20 : static_cast<int>(parse_int("--calls", a.calls, 1, 1000000));
   check_args(a);
   if (profile > 0 && a.device != "cpu")
     usage_error("--profile: CPU plans only (a CUDA step's host time is its launch, not its run)");
+  if (a.measure_decisions && a.device != "cpu")
+    usage_error("--measure-decisions: CPU plans only (a CUDA step's host time is its launch, not its run)");
+  if (!a.calls.empty() && !a.measure_decisions) usage_error("--calls is for --measure-decisions");
   struct stat st;
   if (::stat(a.model.c_str(), &st) != 0) usage_error(a.model + ": no such file");
   torch::jit::Module module;
@@ -354,6 +358,7 @@ int run(const Args& a) {
   auto t_first = std::chrono::steady_clock::now();
   plan = fused.plan_for(inputs);
   if (a.command == "explain") {
+    if (a.measure_decisions) return measure_decisions(a.model, module, fused, inputs, calls, a.json);
     if (a.json) {
       std::cout << explain_json(a.model, plan, plan ? std::string() : first_line(fused.explain(inputs)));
       return 0;

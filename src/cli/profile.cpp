@@ -1,15 +1,22 @@
 // `explain --json` and `run --profile N`: each step of a plan under one name, with the time model's
 // prediction (driver/predict.h, Note [Kernel times]) and, for --profile, the median the step measured
 // over N calls (runtime/profile.h's step recording), so that the two can be compared by anyone.
+// `explain --measure-decisions`: each fusion the fuser accepted, built both ways and timed both ways
+// (Note [Decisions measured both ways], fusion/fusion.h).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <iterator>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
 #include "driver/calibrate.h"
+#include "fusion/fusion.h"
+#include "fusion_jit/fusion_jit.h"
 #include "driver/predict.h"
 #include "runtime/profile.h"
 #include "support/options.h"
@@ -38,7 +45,8 @@ std::string figures_line(const TimeFigures& f) {
                      f.threads, f.grain);
 }
 
-double median(std::vector<int64_t> v) {
+template <typename T>
+double median(std::vector<T> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? static_cast<double>(v[n / 2]) : (static_cast<double>(v[n / 2 - 1]) + static_cast<double>(v[n / 2])) / 2;
@@ -53,13 +61,58 @@ Errors errors_of(std::vector<double> pct) {
   Errors e;
   e.count = static_cast<int>(pct.size());
   if (pct.empty()) return e;
-  std::sort(pct.begin(), pct.end());
-  const size_t n = pct.size();
-  e.median_pct = n % 2 ? pct[n / 2] : (pct[n / 2 - 1] + pct[n / 2]) / 2;
+  e.median_pct = median(pct);
   double sum = 0;
   for (double p : pct) sum += p;
-  e.mean_pct = sum / static_cast<double>(n);
+  e.mean_pct = sum / static_cast<double>(pct.size());
   return e;
+}
+
+// |predicted - measured| / measured in percent for each kernel step of `plan` timed in `times`, appended.
+void kernel_errors(const ExecutablePlan& plan, const std::map<size_t, std::vector<int64_t>>& times,
+                   const TimeFigures& f, std::vector<double>* pct) {
+  for (const StepPrediction& s : predict_plan(plan, f)) {
+    auto m = times.find(s.step);
+    if (s.kind != "kernel" || m == times.end() || m->second.empty()) continue;
+    const double us = median(m->second) / 1e3;
+    if (us > 0) pct->push_back(std::abs(s.time.us - us) / us * 100);
+  }
+}
+
+// The ATen steps of a plan by name and schema: the steps two plans of one model share run the same op on
+// the same values, so a decision's effect lies in the others.
+std::set<std::string> aten_steps(const ExecutablePlan& plan, const TimeFigures& f) {
+  std::set<std::string> names;
+  for (const StepPrediction& s : predict_plan(plan, f))
+    if (s.kind == "aten") names.insert(s.name + " " + s.op);
+  return names;
+}
+
+// The predicted and the measured time of the steps of `plan` not in `shared` (its kernels, and ATen steps
+// the other plan does not run): each step's median over `times`; steps never timed (views folded into
+// kernel loads) count on neither side.
+std::pair<double, double> differing_steps_us(const ExecutablePlan& plan, const std::set<std::string>& shared,
+                                             const std::map<size_t, std::vector<int64_t>>& times, const TimeFigures& f) {
+  double predicted = 0, measured = 0;
+  for (const StepPrediction& s : predict_plan(plan, f)) {
+    if (s.kind == "aten" && shared.count(s.name + " " + s.op)) continue;
+    auto m = times.find(s.step);
+    if (m == times.end() || m->second.empty()) continue;
+    predicted += s.time.us;
+    measured += median(m->second) / 1e3;
+  }
+  return {predicted, measured};
+}
+
+// The decision a plan built with one made the other way shows (Note [Decisions measured both ways]):
+// its line of the fusion text, or "" where the plan has none (its fuser made fewer decisions).
+std::string refused_line(const ExecutablePlan& plan) {
+  size_t at = plan.fusion_text.find(kRefusedForMeasurement);
+  if (at == std::string::npos) return "";
+  const size_t start = plan.fusion_text.rfind('\n', at) + 1, end = plan.fusion_text.find('\n', at);
+  std::string line = plan.fusion_text.substr(start, end - start);
+  const size_t text = line.find("- ");
+  return text == std::string::npos ? line : line.substr(text + 2);
 }
 
 }  // namespace
@@ -111,9 +164,9 @@ std::string profile_report(const ExecutablePlan& plan, int calls, const std::fun
     nlohmann::json sj = step_json(s);
     auto m = by_step.find(s.step);
     std::string measured = "-", error = "-";
-    predicted_total += s.time.us;
     if (m != by_step.end() && !m->second.empty()) {
       const double us = median(m->second) / 1e3;
+      predicted_total += s.time.us;  // the steps that ran, both ways
       sj["measured_us"] = us;
       measured_total += us;
       measured = fmt::format("{:.2f}", us);
@@ -131,7 +184,7 @@ std::string profile_report(const ExecutablePlan& plan, int calls, const std::fun
   }
   const Errors ke = errors_of(kernel_pct), se = errors_of(step_pct);
   text += fmt::format("kernel time error: median {:.0f}%, mean {:.0f}% over {} kernels; ATen steps: median {:.0f}%, "
-                      "mean {:.0f}% over {}; predicted {:.1f} us, measured {:.1f} us per call (steps alone)\n",
+                      "mean {:.0f}% over {}; the steps that ran: predicted {:.1f} us, measured {:.1f} us per call\n",
                       ke.median_pct, ke.mean_pct, ke.count, se.median_pct, se.mean_pct, se.count, predicted_total,
                       measured_total);
   if (!json) return text;
@@ -144,6 +197,116 @@ std::string profile_report(const ExecutablePlan& plan, int calls, const std::fun
   j["predicted_us"] = predicted_total;
   j["measured_us"] = measured_total;
   return j.dump();
+}
+
+}  // namespace fusion_jit::cli
+
+namespace fusion_jit::cli {
+
+int measure_decisions(const std::string& model, const torch::jit::Module& module, CompiledModule& fused,
+                      const std::vector<c10::IValue>& inputs, int calls, bool json) {
+  const ExecutablePlan* base = fused.plan_for(inputs);
+  if (!base) {
+    std::printf("%s", json ? "{\"decisions\": [], \"eager_fallback\": true}\n" : "no plan: the inputs run eagerly\n");
+    return 0;
+  }
+  const TimeFigures f = figures();
+  int accepted = 0;  // the fusions the fuser accepted: lines "  + " of its explanation
+  for (size_t at = 0; (at = base->fusion_text.find("\n  + ", at)) != std::string::npos; ++at) ++accepted;
+  if (base->fusion_text.rfind("  + ", 0) == 0) ++accepted;
+  using Clock = std::chrono::steady_clock;
+  auto timed = [](CompiledModule& m, const std::vector<c10::IValue>& in) {
+    const auto t0 = Clock::now();
+    m(in);
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  };
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<double> kernel_pct, call_fused, call_split;
+  int agree = 0, disagree = 0, close = 0, model_agree = 0;
+  std::string text = fmt::format("{} fusion decisions, each built both ways and timed over {} calls of each, "
+                                 "interleaved; the times are the steps the two plans do not share (each step's "
+                                 "median); {}\n",
+                                 accepted, calls, figures_line(f));
+  text += fmt::format("  {:>3}  {:>10} {:>10}  {:>10} {:>10}  {:<8} {}\n", "#", "pred fused", "pred split",
+                      "meas fused", "meas split", "verdict", "decision");
+  for (int i = 0; i < accepted; ++i) {
+    CompileOptions o;
+    o.refuse_fusion_decision = i;
+    CompiledModule alt = compile(module, o);
+    const ExecutablePlan* split = alt.plan_for(inputs);
+    const std::string line = split ? refused_line(*split) : "";
+    if (line.empty()) continue;  // decided fewer ways once this one went the other way
+    fused(inputs);  // both warm
+    alt(inputs);
+    profile_reset();
+    set_step_recording(true);
+    std::vector<double> tf, ts;
+    for (int c = 0; c < calls; ++c) {  // interleaved, the order swapped each call
+      if (c % 2) {
+        ts.push_back(timed(alt, inputs));
+        tf.push_back(timed(fused, inputs));
+      } else {
+        tf.push_back(timed(fused, inputs));
+        ts.push_back(timed(alt, inputs));
+      }
+    }
+    set_step_recording(false);
+    const StepTimes steps = step_times_snapshot();
+    profile_reset();
+    const std::map<size_t, std::vector<int64_t>> none;
+    auto times_of = [&](const ExecutablePlan* p) -> const std::map<size_t, std::vector<int64_t>>& {
+      auto it = steps.find(p);
+      return it == steps.end() ? none : it->second;
+    };
+    kernel_errors(*base, times_of(base), f, &kernel_pct);
+    kernel_errors(*split, times_of(split), f, &kernel_pct);
+    // What the decision changes: the two plans' steps but those they share.
+    std::set<std::string> shared;
+    const std::set<std::string> a = aten_steps(*base, f), b = aten_steps(*split, f);
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::inserter(shared, shared.end()));
+    const auto [pf, mf] = differing_steps_us(*base, shared, times_of(base), f);
+    const auto [ps, ms] = differing_steps_us(*split, shared, times_of(split), f);
+    call_fused.push_back(median(tf));
+    call_split.push_back(median(ts));
+    const bool within = std::abs(mf - ms) < 0.05 * std::max(mf, ms);
+    const bool right = mf < ms;
+    if (within) ++close;
+    else (right ? agree : disagree) += 1;
+    model_agree += (pf < ps) == right && !within;
+    const std::string verdict = within ? "within5%" : right ? "agrees" : "WRONG";
+    rows.push_back({{"index", i},
+                    {"decision", line},
+                    {"predicted_fused_us", pf},
+                    {"predicted_split_us", ps},
+                    {"measured_fused_us", mf},
+                    {"measured_split_us", ms},
+                    {"call_fused_us", call_fused.back()},
+                    {"call_split_us", call_split.back()},
+                    {"verdict", verdict}});
+    text += fmt::format("  {:>3}  {:>10.1f} {:>10.1f}  {:>10.1f} {:>10.1f}  {:<8} {}\n", i, pf, ps, mf, ms, verdict,
+                        line.substr(0, 110));
+  }
+  const Errors ke = errors_of(kernel_pct);
+  const int counted = agree + disagree;
+  const std::string summary = fmt::format(
+      "decisions: {} of {} agree ({} within 5%, not counted); time model: {} of {} agree; kernel time error: "
+      "median {:.0f}%, mean {:.0f}% over {} kernel timings",
+      agree, counted, close, model_agree, counted, ke.median_pct, ke.mean_pct, ke.count);
+  if (!json) {
+    std::printf("%s%s\n", text.c_str(), summary.c_str());
+    return 0;
+  }
+  nlohmann::json j;
+  j["model"] = model;
+  j["calls"] = calls;
+  j["time_model"] = figures_line(f);
+  j["decisions"] = rows;
+  j["summary"] = {{"counted", counted},          {"agree", agree},
+                  {"within_5pct", close},        {"time_model_agrees", model_agree},
+                  {"kernel_error", {{"count", ke.count}, {"median_pct", ke.median_pct}, {"mean_pct", ke.mean_pct}}}};
+  j["summary_line"] = summary;
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
 }
 
 }  // namespace fusion_jit::cli

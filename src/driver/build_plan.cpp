@@ -108,7 +108,7 @@ std::unique_ptr<ExecutablePlan> build_plan(std::unique_ptr<Graph> graph, const P
   if (symbolic) guards->set_phase("fusion");
   plan->fusion = plan_fusion(*plan->graph, cost, tgt.enable_fusion && !opt.is_disabled("fusion"),
                               !opt.is_disabled("horizontal"), !opt.is_disabled("cat"),
-                              !opt.is_disabled("gather"));
+                              !opt.is_disabled("gather"), tgt.refuse_decision);
   plan->fusion_ms = ms_since(t0);
   plan->fusion_text = explain_plan(plan->fusion);
   if (!plan->fusion.groups.empty()) plan->fusion_text += "cost model: " + describe_device(cost.device()) + "\n";

@@ -18,6 +18,8 @@ namespace fusion_jit {
 
 struct PlanTarget {
   bool enable_fusion = true;  // false: one kernel per fusible node
+  // >= 0: that fusion decision made the other way (Note [Decisions measured both ways], fusion.h).
+  int refuse_decision = -1;
   // What a target's groups are compiled for, by target name ({"cuda", "sm_90"}); a target not named
   // compiles for its device's architecture, asked of the device (Target::device_arch).
   std::map<std::string, std::string> arch;

@@ -48,6 +48,7 @@ std::string plan_cache_key(const Graph& g, const PlanTarget& target, const std::
   std::string flags = fmt::format("fusion={} horizontal={} cat={} gather={} size_args={}",
                                   target.enable_fusion && !opt.is_disabled("fusion"), !opt.is_disabled("horizontal"),
                                   !opt.is_disabled("cat"), !opt.is_disabled("gather"), target.size_args);
+  if (target.refuse_decision >= 0) flags += fmt::format(" refuse={}", target.refuse_decision);
   const DeviceDescription cpu = host_cpu_description();
   std::string where = fmt::format("cpu cores {} calibration {} | {}", cpu.cores, cpu.calibration, devices);
   for (const Target* t : all_targets()) where += fmt::format(" | {} policy {}", t->name(), t->policy_key());

@@ -154,8 +154,8 @@ namespace {
 // Values used outside the group, or returned by the graph, become extra outputs of the kernel.
 class GreedyFuser {
  public:
-  GreedyFuser(const Graph& g, const CostModel& cost, bool enable, bool horizontal, bool cat, bool gather)
-      : g_(g), cost_(cost), enable_(enable), horizontal_(horizontal), cat_(cat), gather_(gather) {
+  GreedyFuser(const Graph& g, const CostModel& cost, bool enable, bool horizontal, bool cat, bool gather, int refuse)
+      : g_(g), cost_(cost), enable_(enable), horizontal_(horizontal), cat_(cat), gather_(gather), refuse_(refuse) {
     nodes_ = g.nodes();
     for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i]] = static_cast<int>(i);
     users_ = g.users();
@@ -277,6 +277,12 @@ class GreedyFuser {
         if (t_together >= t_apart) {
           decisions_[a].push_back({false, fmt::format("{}: not profitable side by side: {:.1f} us merged vs {:.1f} us apart",
                                                       what, t_together, t_apart)});
+          ++b;
+          continue;
+        }
+        if (refused_now()) {
+          decisions_[a].push_back({false, fmt::format("{}: {} (would merge side by side: est. {:.1f} -> {:.1f} us)",
+                                                      what, kRefusedForMeasurement, t_apart, t_together)});
           ++b;
           continue;
         }
@@ -494,6 +500,11 @@ class GreedyFuser {
     }
     if (t_together >= t_apart) {
       *reason = fmt::format("not profitable: {:.1f} us fused vs {:.1f} us apart{}", t_together, t_apart, row_note);
+      return false;
+    }
+    if (refused_now()) {
+      *reason = fmt::format("{} (would fuse: est. {:.1f} -> {:.1f} us{})", kRefusedForMeasurement, t_apart, t_together,
+                            row_note);
       return false;
     }
     members_[gid] = merged;
@@ -787,6 +798,11 @@ class GreedyFuser {
   bool horizontal_;
   bool cat_;
   bool gather_;
+  // The fusion the cost model accepts as its `refuse_`-th (0-based, in the order they are made) is made
+  // the other way (Note [Decisions measured both ways]); -1: none.
+  int refuse_;
+  int accepted_ = 0;
+  bool refused_now() { return accepted_++ == refuse_; }
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, int> index_;
   std::vector<std::vector<Node*>> users_;
@@ -1072,8 +1088,8 @@ std::optional<CatPieces> cat_pieces(const Node& cat, const std::set<const Node*>
 }
 
 FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion, bool horizontal, bool cat,
-                       bool gather) {
-  return GreedyFuser(g, cost, enable_fusion, horizontal, cat, gather).run();
+                       bool gather, int refuse_decision) {
+  return GreedyFuser(g, cost, enable_fusion, horizontal, cat, gather, refuse_decision).run();
 }
 
 std::string explain_plan(const FusionPlan& p) {

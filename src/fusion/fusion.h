@@ -146,8 +146,18 @@ bool can_fuse_node(const Node& n, std::string* why);
 // group.
 // Cats and stacks are stored by their items' kernel where `cat` (Note [Concatenation in kernels]);
 // embeddings are read inside their consumers' kernels where `gather` (Note [Gathered loads]).
+//
+// Note [Decisions measured both ways]
+// `refuse_decision` >= 0 makes the fusion the cost model accepts as its refuse_decision-th (0-based,
+// counting every accepted merge, grown or side by side, in the order the fuser makes them) the other way:
+// the two stay apart, with the decision "split for measurement (would fuse: est. A -> B us)", and
+// everything after is decided afresh. `fusion-jit explain --measure-decisions` builds each such plan beside
+// the plan as decided and times both, so that each decision is checked against measurement.
 FusionPlan plan_fusion(const Graph& g, const CostModel& cost, bool enable_fusion = true, bool horizontal = true,
-                       bool cat = true, bool gather = true);
+                       bool cat = true, bool gather = true, int refuse_decision = -1);
+
+// The text a decision made the other way for measurement starts with.
+inline constexpr const char* kRefusedForMeasurement = "split for measurement";
 
 // The plan as text: groups with their ops, estimated costs and decisions, then the ATen steps with
 // their reasons.

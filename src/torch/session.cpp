@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "driver/build_plan.h"
+#include "support/error.h"
 #include "support/options.h"
 
 namespace fusion_jit {
@@ -21,14 +22,18 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 PlanSession::PlanSession(std::string name, const CompileOptions& options)
     : table_(name, specialization_limit(options), shared_plans(options), options.on_warning),
       enable_fusion_(options.enable_fusion),
+      refuse_decision_(options.refuse_fusion_decision),
       disable_(module_disable(options, name)),
       dynamic_(dynamic_sizes(options)) {
+  FJ_CHECK(options.refuse_fusion_decision >= -1, "CompileOptions::refuse_fusion_decision is {}: give -1 (none) or a "
+           "decision's index (0 or more)", options.refuse_fusion_decision);
   apply_process_options(options);
 }
 
 PlanTarget PlanSession::target(const SignatureTable::Admit& admit) const {
   PlanTarget t;
   t.enable_fusion = enable_fusion_;
+  t.refuse_decision = refuse_decision_;
   set_plan_size_args(dynamic_, table_, &t);
   t.admit = admit;
   return t;
@@ -95,6 +100,7 @@ std::shared_ptr<const ClassPlan> PlanSession::find_class(const std::string& clas
 std::shared_ptr<ClassPlan> PlanSession::class_plan(CapturedGraph cls, const SignatureTable::Admit& admit) {
   PlanTarget t;
   t.enable_fusion = enable_fusion_;
+  t.refuse_decision = refuse_decision_;
   t.admit = admit;
   return build_class_plan(std::move(cls), t, disable_, &folded_);
 }

@@ -87,6 +87,7 @@ class PlanSession {
 
   SignatureTable table_;
   bool enable_fusion_ = true;
+  int refuse_decision_ = -1;  // CompileOptions::refuse_fusion_decision
   std::set<std::string> disable_;
   DynamicSizes dynamic_;
   FoldedConstants folded_;

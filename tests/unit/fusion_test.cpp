@@ -82,6 +82,31 @@ TEST(Fusion, SiblingsShareAKernel) {
   EXPECT_NE(got.find("writes: %2 %3"), std::string::npos) << got;
 }
 
+// Note [Decisions measured both ways]: the N-th accepted fusion made the other way, the rest decided afresh.
+TEST(Fusion, AnAcceptedFusionIsMadeTheOtherWayForMeasurement) {
+  auto g = parse_graph(R"(graph(%0 : f32[1024]):
+  %1 : f32[1024] = aten::exp(%0)
+  %2 : f32[1024] = aten::neg(%1)
+  %3 : f32[1024] = aten::sin(%2)
+  return (%3)
+)");
+  RooflineCostModel cost(DeviceDescription{"test-cpu", 40.0, 100.0, 2.0, 0.95, 2});
+  const FusionPlan decided = plan_fusion(*g, cost);
+  ASSERT_EQ(decided.groups.size(), 1u);
+  int accepted = 0;
+  for (const Decision& d : decided.groups[0].decisions) accepted += d.fused;
+  ASSERT_EQ(accepted, 2);
+  for (int i = 0; i < accepted; ++i) {
+    const FusionPlan split = plan_fusion(*g, cost, true, true, true, true, /*refuse_decision=*/i);
+    EXPECT_EQ(split.groups.size(), 2u) << i;
+    const std::string text = explain_plan(split);
+    EXPECT_NE(text.find(std::string("- ") + "aten::"), std::string::npos) << text;
+    EXPECT_NE(text.find(std::string(kRefusedForMeasurement) + " (would fuse: est. "), std::string::npos) << text;
+  }
+  // A decision past the last is none: the plan as decided.
+  EXPECT_EQ(explain_plan(plan_fusion(*g, cost, true, true, true, true, accepted)), explain_plan(decided));
+}
+
 TEST(Fusion, BroadcastProducerIsRecomputedOnlyWhenPrivate) {
   std::string got = plan_text(R"(graph(%0 : f32[64,32], %1 : f32[32]):
   %2 : f32[32] = aten::mul.Scalar(%1, 2.0)
