@@ -10,14 +10,14 @@
 #include <chrono>
 #include <cmath>
 #include <iterator>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/cli.h"
 #include "driver/calibrate.h"
+#include "driver/predict.h"
 #include "fusion/fusion.h"
 #include "fusion_jit/fusion_jit.h"
-#include "driver/predict.h"
 #include "runtime/profile.h"
 #include "support/options.h"
 
@@ -79,23 +79,32 @@ void kernel_errors(const ExecutablePlan& plan, const std::map<size_t, std::vecto
   }
 }
 
-// The ATen steps of a plan by name and schema: the steps two plans of one model share run the same op on
-// the same values, so a decision's effect lies in the others.
-std::set<std::string> aten_steps(const ExecutablePlan& plan, const TimeFigures& f) {
-  std::set<std::string> names;
-  for (const StepPrediction& s : predict_plan(plan, f))
-    if (s.kind == "aten") names.insert(s.name + " " + s.op);
-  return names;
+// What a step of a plan runs, to find the steps two plans of one model share: an ATen step's op on its
+// values (its name and schema), a kernel's buffers (values, reads or writes, strides) over its iteration
+// space. A kernel the decision did not touch has the same buffers in both plans.
+std::string step_key(const ExecutablePlan& plan, const StepPrediction& s) {
+  const ExecStep& st = plan.steps.at(s.step);
+  if (st.kernel < 0) return "aten " + s.name + " " + s.op;
+  const KernelSpec& k = plan.kernels.at(static_cast<size_t>(st.kernel)).spec;
+  std::string key = "kernel [" + k.sizes.str() + "]";
+  for (const KernelBuffer& b : k.buffers)
+    key += fmt::format(" {}{}:{}", b.is_output ? "w" : "r", b.value->id(), b.strides.str());
+  return key;
 }
 
-// The predicted and the measured time of the steps of `plan` not in `shared` (its kernels, and ATen steps
-// the other plan does not run): each step's median over `times`; steps never timed (views folded into
-// kernel loads) count on neither side.
+std::set<std::string> step_keys(const ExecutablePlan& plan, const TimeFigures& f) {
+  std::set<std::string> keys;
+  for (const StepPrediction& s : predict_plan(plan, f)) keys.insert(step_key(plan, s));
+  return keys;
+}
+
+// The predicted and the measured time of the steps of `plan` not in `shared`: each step's median over
+// `times`; steps never timed (views folded into kernel loads) count on neither side.
 std::pair<double, double> differing_steps_us(const ExecutablePlan& plan, const std::set<std::string>& shared,
                                              const std::map<size_t, std::vector<int64_t>>& times, const TimeFigures& f) {
   double predicted = 0, measured = 0;
   for (const StepPrediction& s : predict_plan(plan, f)) {
-    if (s.kind == "aten" && shared.count(s.name + " " + s.op)) continue;
+    if (shared.count(step_key(plan, s))) continue;
     auto m = times.find(s.step);
     if (m == times.end() || m->second.empty()) continue;
     predicted += s.time.us;
@@ -225,7 +234,7 @@ int measure_decisions(const std::string& model, const torch::jit::Module& module
   int agree = 0, disagree = 0, close = 0, model_agree = 0;
   std::string text = fmt::format("{} fusion decisions, each built both ways and timed over {} calls of each, "
                                  "interleaved; the times are the steps the two plans do not share (each step's "
-                                 "median); {}\n",
+                                 "median: kernels with other buffers, ATen steps only one runs); {}\n",
                                  accepted, calls, figures_line(f));
   text += fmt::format("  {:>3}  {:>10} {:>10}  {:>10} {:>10}  {:<8} {}\n", "#", "pred fused", "pred split",
                       "meas fused", "meas split", "verdict", "decision");
@@ -262,7 +271,7 @@ int measure_decisions(const std::string& model, const torch::jit::Module& module
     kernel_errors(*split, times_of(split), f, &kernel_pct);
     // What the decision changes: the two plans' steps but those they share.
     std::set<std::string> shared;
-    const std::set<std::string> a = aten_steps(*base, f), b = aten_steps(*split, f);
+    const std::set<std::string> a = step_keys(*base, f), b = step_keys(*split, f);
     std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::inserter(shared, shared.end()));
     const auto [pf, mf] = differing_steps_us(*base, shared, times_of(base), f);
     const auto [ps, ms] = differing_steps_us(*split, shared, times_of(split), f);
