@@ -6,6 +6,7 @@
 
 #include "cost/kernel_time.h"
 #include "driver/build_plan.h"
+#include "plan_of.h"
 #include "driver/predict.h"
 #include "runtime/profile.h"
 
@@ -26,13 +27,7 @@ TimeFigures round_figures() {
   return f;
 }
 
-std::unique_ptr<ExecutablePlan> plan_of(const std::string& ir) {
-  auto g = parse_graph(ir);
-  verify_graph(*g);
-  PlanTarget target;
-  target.compile = false;
-  return build_plan(std::move(g), target);
-}
+using test_support::plan_of;
 
 TEST(KernelTime, BandwidthIsInterpolatedInLogBytesAndFlatBeyondThePoints) {
   const TimeFigures f = round_figures();

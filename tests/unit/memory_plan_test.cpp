@@ -10,6 +10,7 @@
 #include <string>
 
 #include "driver/build_plan.h"
+#include "plan_of.h"
 #include "runtime/memory_plan.h"
 
 namespace fusion_jit {
@@ -41,14 +42,7 @@ class TableOps : public OpFacts {
   }
 };
 
-// The plan of `ir`, its kernels' sources only.
-std::unique_ptr<ExecutablePlan> plan_of(const std::string& ir) {
-  auto g = parse_graph(ir);
-  verify_graph(*g);
-  PlanTarget target;
-  target.compile = false;
-  return build_plan(std::move(g), target);
-}
+using test_support::plan_of;
 
 // The plan's steps, one word each: "k(%5)" for a kernel writing %5, an ATen step's schema and its first
 // output ("aten::mm(%3)"), so that each test first checks the steps it counts on.

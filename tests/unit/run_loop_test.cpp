@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "driver/build_plan.h"
+#include "plan_of.h"
 #include "runtime/memory_plan.h"
 #include "runtime/run_loop.h"
 
@@ -31,13 +32,7 @@ class Facts : public OpFacts {
   InPlaceForm in_place_form(const Node&) const override { return {}; }
 };
 
-std::unique_ptr<ExecutablePlan> plan_of(const std::string& ir, bool compile) {
-  auto g = parse_graph(ir);
-  verify_graph(*g);
-  PlanTarget target;
-  target.compile = compile;
-  return build_plan(std::move(g), target);
-}
+using test_support::plan_of;
 
 // A float tensor: storage shared by views, an offset in elements, and the type's sizes and strides.
 struct Buf {
