@@ -177,7 +177,9 @@ TEST(OpTable, FlagsAreConsistent) {
     if (op.category != OpCategory::kElementwise) {
       EXPECT_EQ(op.flags & ~static_cast<uint32_t>(OpFlag::kReturnsAlias), 0u) << op.schema;
     }
-    if (op.category == OpCategory::kView) EXPECT_TRUE(op.has(OpFlag::kReturnsAlias)) << op.schema;
+    if (op.category == OpCategory::kView) {
+      EXPECT_TRUE(op.has(OpFlag::kReturnsAlias)) << op.schema;
+    }
     // Ops with a bool result are exact step functions of their arguments.
     if (op.rule == DTypeRule::kBool) {
       EXPECT_TRUE(op.has(OpFlag::kDiscontinuous)) << op.schema;
