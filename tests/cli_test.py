@@ -615,6 +615,17 @@ def _():
     assert kernels and all(s["measured_us"] > 0 for s in kernels), prof
     assert prof["kernel_error"]["count"] == len(kernels), prof
     assert any(s["kind"] == "aten" and s["measured_us"] > 0 for s in prof["steps"]), prof
+    # Note [Measured step times]: a later run prices each ATen step by what this one measured.
+    p = cli(*mlp, "--profile", "3", "--json")
+    assert p.returncode == 0, p.stderr
+    again = json.loads(p.stdout)["profile"]
+    before = {s["name"]: s["measured_us"] for s in prof["steps"] if s["kind"] == "aten" and s["measured_us"]}
+    for s in again["steps"]:
+        if s["name"] in before:
+            assert s["source"] == "measured" and abs(s["predicted_us"] - before[s["name"]]) < 1e-6, (s, before)
+        if s["kind"] == "kernel":
+            assert s["source"] == "model", s
+    assert again["aten_error"]["from_stored"] == len(before), again
     # The text form: a row per step and the error line.
     p = cli("run", MODEL, *specs, "--profile", "3")
     assert p.returncode == 0, p.stderr

@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "driver/calibrate.h"
 #include "driver/predict.h"
+#include "driver/step_times.h"
 #include "fusion/fusion.h"
 #include "fusion_jit/fusion_jit.h"
 #include "runtime/profile.h"
@@ -37,7 +38,8 @@ nlohmann::json step_json(const StepPrediction& s) {
           {"dispatch_us", s.time.dispatch_us},
           {"memory_us", s.time.memory_us},
           {"compute_us", s.time.compute_us},
-          {"threads", s.time.threads}};
+          {"threads", s.time.threads},
+          {"source", s.measured ? "measured" : "model"}};
 }
 
 std::string figures_line(const TimeFigures& f) {
@@ -165,6 +167,8 @@ std::string profile_report(const ExecutablePlan& plan, int calls, const std::fun
 
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> kernel_pct, step_pct;
+  std::map<std::string, double> aten_medians;  // stored for later predictions (Note [Measured step times])
+  int from_stored = 0;
   double predicted_total = 0, measured_total = 0;
   std::string text = fmt::format("profile: {} calls, each step's median; {}\n", calls, figures_line(f));
   text += fmt::format("  {:<16} {:<6} {:<34} {:>12} {:>12} {:>8}\n", "step", "kind", "op", "predicted us", "measured us",
@@ -176,6 +180,10 @@ std::string profile_report(const ExecutablePlan& plan, int calls, const std::fun
     if (m != by_step.end() && !m->second.empty()) {
       const double us = median(m->second) / 1e3;
       predicted_total += s.time.us;  // the steps that ran, both ways
+      if (s.kind == "aten") {
+        aten_medians[aten_step_signature(*plan.steps.at(s.step).node)] = us;
+        from_stored += s.measured;
+      }
       sj["measured_us"] = us;
       measured_total += us;
       measured = fmt::format("{:.2f}", us);
@@ -193,16 +201,19 @@ std::string profile_report(const ExecutablePlan& plan, int calls, const std::fun
   }
   const Errors ke = errors_of(kernel_pct), se = errors_of(step_pct);
   text += fmt::format("kernel time error: median {:.0f}%, mean {:.0f}% over {} kernels; ATen steps: median {:.0f}%, "
-                      "mean {:.0f}% over {}; the steps that ran: predicted {:.1f} us, measured {:.1f} us per call\n",
-                      ke.median_pct, ke.mean_pct, ke.count, se.median_pct, se.mean_pct, se.count, predicted_total,
-                      measured_total);
+                      "mean {:.0f}% over {} ({} priced by an earlier measurement); the steps that ran: predicted "
+                      "{:.1f} us, measured {:.1f} us per call\n",
+                      ke.median_pct, ke.mean_pct, ke.count, se.median_pct, se.mean_pct, se.count, from_stored,
+                      predicted_total, measured_total);
+  store_step_times(aten_medians);
   if (!json) return text;
   nlohmann::json j;
   j["calls"] = calls;
   j["time_model"] = figures_line(f);
   j["steps"] = steps;
   j["kernel_error"] = {{"count", ke.count}, {"median_pct", ke.median_pct}, {"mean_pct", ke.mean_pct}};
-  j["aten_error"] = {{"count", se.count}, {"median_pct", se.median_pct}, {"mean_pct", se.mean_pct}};
+  j["aten_error"] = {{"count", se.count}, {"median_pct", se.median_pct}, {"mean_pct", se.mean_pct},
+                     {"from_stored", from_stored}};
   j["predicted_us"] = predicted_total;
   j["measured_us"] = measured_total;
   return j.dump();

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cost/work.h"
+#include "driver/step_times.h"
 #include "ir/op_table.h"
 
 namespace fusion_jit {
@@ -187,6 +188,7 @@ std::string step_name(const ExecutablePlan& p, size_t step) {
 
 std::vector<StepPrediction> predict_plan(const ExecutablePlan& p, const TimeFigures& f) {
   std::vector<StepPrediction> out;
+  const std::map<std::string, double> measured = stored_step_times();
   for (size_t si = 0; si < p.steps.size(); ++si) {
     const ExecStep& st = p.steps[si];
     if (st.kernel < 0 && st.node->is_constant()) continue;
@@ -203,7 +205,13 @@ std::vector<StepPrediction> predict_plan(const ExecutablePlan& p, const TimeFigu
     } else {
       sp.kind = "aten";
       sp.op = st.node->schema();
-      sp.time = predict_aten_step(aten_step_facts(*st.node), f);
+      auto known = measured.empty() ? measured.end() : measured.find(aten_step_signature(*st.node));
+      if (known != measured.end()) {
+        sp.measured = true;
+        sp.time.us = sp.time.dispatch_us = known->second;
+      } else {
+        sp.time = predict_aten_step(aten_step_facts(*st.node), f);
+      }
     }
     out.push_back(std::move(sp));
   }

@@ -30,11 +30,13 @@ struct StepPrediction {
   std::string kind;   // "kernel" or "aten"
   std::string op;     // a kernel's group ("group 3: 8 ops"), an ATen step's schema
   TimePrediction time;
+  bool measured = false;  // an ATen step priced by its stored measurement (Note [Measured step times])
 };
 
 // The name a plan's step is reported under.
 std::string step_name(const ExecutablePlan& p, size_t step);
-// Every step that runs at a call (constants excluded), in order, priced on `f`.
+// Every step that runs at a call (constants excluded), in order, priced on `f`; an ATen step whose
+// signature has a stored measurement (driver/step_times.h) by that.
 std::vector<StepPrediction> predict_plan(const ExecutablePlan& p, const TimeFigures& f);
 
 }  // namespace fusion_jit

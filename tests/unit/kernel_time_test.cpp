@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cost/kernel_time.h"
 #include "driver/build_plan.h"
 #include "plan_of.h"
 #include "driver/predict.h"
+#include "driver/step_times.h"
+#include "kernels_cache/kernels_cache.h"
 #include "runtime/profile.h"
 
 namespace fusion_jit {
@@ -198,6 +202,63 @@ TEST(KernelTime, APlanIsPricedStepByStepUnderTheNamesItsProfileUses) {
     EXPECT_GT(s.time.us, 0);
     EXPECT_TRUE(std::isfinite(s.time.us));
   }
+}
+
+// Note [Measured step times]: an ATen step measured once is priced by its measurement; the record is
+// hostile input.
+TEST(KernelTime, AnAtenStepMeasuredBeforeIsPricedByItsMeasurement) {
+  const char* ir =
+      "graph(%0 : f32[8,16], %1 : f32[16,32]):\n"
+      "  %2 : f32[8,16] = aten::exp(%0)\n"
+      "  %3 : f32[8,32] = aten::mm(%2, %1)\n"
+      "  %4 : f32[8,32] = aten::relu(%3)\n"
+      "  return (%4)\n";
+  auto p = plan_of(ir);
+  const Node* mm = p->steps.at(1).node;
+  ASSERT_TRUE(mm && mm->schema() == "aten::mm");
+  EXPECT_EQ(aten_step_signature(*mm), "aten::mm(f32[8,16], f32[16,32])");
+
+  char tmpl[] = "/tmp/fj-step-times-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string previous = KernelsCache::instance().dir();
+  KernelsCache::use_dir(tmpl);
+  forget_step_times();
+  EXPECT_TRUE(stored_step_times().empty());
+  const TimeFigures f = round_figures();
+  const double modelled = predict_plan(*p, f).at(1).time.us;
+  store_step_times({{aten_step_signature(*mm), 123.5}});
+  forget_step_times();  // read back from the cache, as a later process would
+  EXPECT_EQ(stored_step_times().at("aten::mm(f32[8,16], f32[16,32])"), 123.5);
+  const std::vector<StepPrediction> steps = predict_plan(*p, f);
+  EXPECT_TRUE(steps.at(1).measured);
+  EXPECT_EQ(steps.at(1).time.us, 123.5);
+  EXPECT_NE(steps.at(1).time.us, modelled);
+  EXPECT_FALSE(steps.at(0).measured) << "kernels are always the model's";
+
+  std::string why;
+  const std::string good = step_times_to_json({{"aten::mm(f32[2,2], f32[2,2])", 3.0}});
+  ASSERT_TRUE(step_times_from_json(good, &why)) << why;
+  auto refused = [&](const std::string& from, const std::string& to, const std::string& reason) {
+    std::string text = good;
+    ASSERT_NE(text.find(from), std::string::npos) << from << " in " << text;
+    text.replace(text.find(from), from.size(), to);
+    std::string w;
+    EXPECT_FALSE(step_times_from_json(text, &w)) << text;
+    EXPECT_NE(w.find(reason), std::string::npos) << w;
+  };
+  refused(":3.0}", ":-3.0}", "out of range");
+  refused(":3.0}", ":1e300}", "out of range");
+  refused(":3.0}", ":\"3\"}", "out of range");
+  refused("\"format\":1", "\"format\":2", "format");
+  refused("\"machine\":\"", "\"machine\":\"another ", "another machine");
+  EXPECT_FALSE(step_times_from_json("[]", &why));
+  // A damaged record in the cache is not used.
+  KernelsCache::instance().put(step_times_key(), "{\"format\": 1}");
+  forget_step_times();
+  EXPECT_TRUE(stored_step_times().empty());
+  KernelsCache::use_dir(previous.empty() ? std::string(tmpl) : previous);
+  forget_step_times();
+  std::system((std::string("rm -rf ") + tmpl).c_str());
 }
 
 TEST(KernelTime, StepRecordingKeepsEachCallsTimeByPlanAndStep) {
