@@ -70,10 +70,11 @@ Errors errors_of(std::vector<double> pct) {
   return e;
 }
 
-// |predicted - measured| / measured in percent for each kernel step of `plan` timed in `times`, appended.
-void kernel_errors(const ExecutablePlan& plan, const std::map<size_t, std::vector<int64_t>>& times,
-                   const TimeFigures& f, std::vector<double>* pct) {
-  for (const StepPrediction& s : predict_plan(plan, f)) {
+// |predicted - measured| / measured in percent for each kernel step of a plan (`predicted`: its
+// predict_plan) timed in `times`, appended.
+void kernel_errors(const std::vector<StepPrediction>& predicted, const std::map<size_t, std::vector<int64_t>>& times,
+                   std::vector<double>* pct) {
+  for (const StepPrediction& s : predicted) {
     auto m = times.find(s.step);
     if (s.kind != "kernel" || m == times.end() || m->second.empty()) continue;
     const double us = median(m->second) / 1e3;
@@ -94,18 +95,19 @@ std::string step_key(const ExecutablePlan& plan, const StepPrediction& s) {
   return key;
 }
 
-std::set<std::string> step_keys(const ExecutablePlan& plan, const TimeFigures& f) {
+std::set<std::string> step_keys(const ExecutablePlan& plan, const std::vector<StepPrediction>& predicted) {
   std::set<std::string> keys;
-  for (const StepPrediction& s : predict_plan(plan, f)) keys.insert(step_key(plan, s));
+  for (const StepPrediction& s : predicted) keys.insert(step_key(plan, s));
   return keys;
 }
 
 // The predicted and the measured time of the steps of `plan` not in `shared`: each step's median over
 // `times`; steps never timed (views folded into kernel loads) count on neither side.
-std::pair<double, double> differing_steps_us(const ExecutablePlan& plan, const std::set<std::string>& shared,
-                                             const std::map<size_t, std::vector<int64_t>>& times, const TimeFigures& f) {
+std::pair<double, double> differing_steps_us(const ExecutablePlan& plan, const std::vector<StepPrediction>& steps,
+                                             const std::set<std::string>& shared,
+                                             const std::map<size_t, std::vector<int64_t>>& times) {
   double predicted = 0, measured = 0;
-  for (const StepPrediction& s : predict_plan(plan, f)) {
+  for (const StepPrediction& s : steps) {
     if (shared.count(step_key(plan, s))) continue;
     auto m = times.find(s.step);
     if (m == times.end() || m->second.empty()) continue;
@@ -231,6 +233,9 @@ int measure_decisions(const std::string& model, const torch::jit::Module& module
     return 0;
   }
   const TimeFigures f = figures();
+  // The plan as decided is predicted once: what every decision's split plan is compared with.
+  const std::vector<StepPrediction> base_pred = predict_plan(*base, f);
+  const std::set<std::string> a = step_keys(*base, base_pred);
   int accepted = 0;  // the fusions the fuser accepted: lines "  + " of its explanation
   for (size_t at = 0; (at = base->fusion_text.find("\n  + ", at)) != std::string::npos; ++at) ++accepted;
   if (base->fusion_text.rfind("  + ", 0) == 0) ++accepted;
@@ -278,14 +283,15 @@ int measure_decisions(const std::string& model, const torch::jit::Module& module
       auto it = steps.find(p);
       return it == steps.end() ? none : it->second;
     };
-    kernel_errors(*base, times_of(base), f, &kernel_pct);
-    kernel_errors(*split, times_of(split), f, &kernel_pct);
+    const std::vector<StepPrediction> split_pred = predict_plan(*split, f);
+    kernel_errors(base_pred, times_of(base), &kernel_pct);
+    kernel_errors(split_pred, times_of(split), &kernel_pct);
     // What the decision changes: the two plans' steps but those they share.
     std::set<std::string> shared;
-    const std::set<std::string> a = step_keys(*base, f), b = step_keys(*split, f);
+    const std::set<std::string> b = step_keys(*split, split_pred);
     std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::inserter(shared, shared.end()));
-    const auto [pf, mf] = differing_steps_us(*base, shared, times_of(base), f);
-    const auto [ps, ms] = differing_steps_us(*split, shared, times_of(split), f);
+    const auto [pf, mf] = differing_steps_us(*base, base_pred, shared, times_of(base));
+    const auto [ps, ms] = differing_steps_us(*split, split_pred, shared, times_of(split));
     call_fused.push_back(median(tf));
     call_split.push_back(median(ts));
     const bool within = std::abs(mf - ms) < 0.05 * std::max(mf, ms);
