@@ -125,6 +125,47 @@ TEST(IntegerDivision, ADivisorThatCouldRaiseRunsThroughATenAndRaisesAsEager) {
   EXPECT_NE(text.find("integer remainder by a tensor runs through ATen"), std::string::npos) << text;
 }
 
+// Note [bfloat16 rounding in 32-bit lanes]: a float32 rounded to bfloat16 in a store (y) and inside a
+// kernel (z's product, rounded before it is widened back) gives torch's bits: ties to even both ways, the
+// largest finite float rounding to inf, subnormals, signed zeros and infinities, NaNs kept NaN. Over
+// special bit patterns and random ones, in a kernel of more than one vector.
+TEST(BFloat16, RoundingGivesTorchsBitsInStoresAndIntermediates) {
+  auto m = script("x, h", "    y = x.type_as(h)\n    z = (y * 3.0).type_as(x)\n    return (y, z * 1.0)");
+  const std::vector<uint32_t> specials = {
+      0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0xbf808000u, 0xbf818000u,  // ties and their neighbours
+      0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f7f7fffu,                            // to inf, or not
+      0x00000001u, 0x00008000u, 0x00018000u, 0x807fffffu, 0x00400000u,                // subnormals
+      0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,                            // zeros, infinities
+      0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fffffffu, 0xff80ffffu};              // NaNs
+  std::vector<uint32_t> bits(4096);
+  at::manual_seed(3);
+  at::Tensor r = at::randint(0, std::numeric_limits<int32_t>::max(), {4096}, at::kLong);
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t v = static_cast<uint32_t>(r[static_cast<int64_t>(i)].item<int64_t>());
+    bits[i] = i < specials.size() ? specials[i] : (i % 2 ? v | 0x80000000u : v);
+  }
+  at::Tensor x = at::empty({64, 64}, at::kFloat);
+  std::memcpy(x.data_ptr(), bits.data(), bits.size() * 4);
+  auto compiled = std::make_shared<CompiledModule>(compile(m));
+  const std::vector<c10::IValue> in{x, at::zeros({1}, at::kBFloat16)};
+  const ExecutablePlan* plan = compiled->plan_for(in);  // made first: the call below runs the plan
+  ASSERT_NE(plan, nullptr);
+  std::vector<at::Tensor> eager = flatten(m.forward(in)), fused = flatten((*compiled)(in));
+  ASSERT_EQ(fused.size(), 2u);
+  EXPECT_EQ(plan->explain().find("aten: aten::mul"), std::string::npos) << plan->explain();
+  for (int k = 0; k < 2; ++k) {
+    at::Tensor e = eager[k].contiguous(), f = fused[k].contiguous();
+    ASSERT_EQ(e.scalar_type(), f.scalar_type()) << "output " << k;
+    at::Tensor both_nan = at::isnan(e).logical_and(at::isnan(f));
+    at::Tensor same_bits = k == 0 ? e.view(at::kShort).eq(f.view(at::kShort)) : e.view(at::kInt).eq(f.view(at::kInt));
+    at::Tensor ok = both_nan.logical_or(same_bits);
+    EXPECT_TRUE(ok.all().item<bool>()) << "output " << k << ": first differing element "
+                                       << at::nonzero(ok.logical_not().flatten()).flatten().slice(0, 0, 1)
+                                       << "\nfused: " << f.flatten().slice(0, 0, 8) << "\neager: " << e.flatten().slice(0, 0, 8);
+    EXPECT_TRUE(at::isnan(e).eq(at::isnan(f)).all().item<bool>()) << "output " << k << ": NaN where the other is not";
+  }
+}
+
 // Eager's CPU gelu of a contiguous tensor of more than one element goes through oneDNN (NaN at +-inf, for
 // float32 and, where the CPU has the instructions, float16 and bfloat16); every other tensor through
 // ATen's own loop (+inf at +inf). The kernels choose by the input's layout (Target::gelu_fn): transposed,

@@ -186,6 +186,51 @@ TEST(Codegen, ShortRowsRunAlongTheNextDim) {
   }
 }
 
+// Note [Short rows through a tile]: an output whose short rows have gaps (8 elements every 16, as a kernel
+// writing its channels of a wider cat) is written through a tile and copied out row by row; the elements
+// in the gaps are left as they were. In float32 and in bfloat16 (values a bfloat16 holds exactly), over
+// every split of the range into two and with more rows than one tile.
+TEST(Codegen, ShortRowsWithGapsAreWrittenThroughATile) {
+  constexpr int64_t kRows = 150, kInner = 8, kStride = 16;
+  for (const char* t : {"f32", "bf16"}) {
+    const bool bf16 = std::strcmp(t, "bf16") == 0;
+    Built b = build(fmt::format(R"(graph(%0 : {0}[{1},{2}], %1 : {0}[{2}]):
+  %2 : {0}[{1},{2}]{{{3},1}} = aten::mul.Tensor(%0, %1)
+  return (%2)
+)",
+                                t, kRows, kInner, kStride));
+    ASSERT_EQ(b.specs.size(), 1u);
+    EXPECT_NE(b.source.find("for (I r_ = fb_; r_ < fe_;)"), std::string::npos) << b.source;
+    EXPECT_NE(b.source.find("tile2_[jj_ * 8 + 7]"), std::string::npos) << "the output goes through a tile\n" << b.source;
+    auto lib = compile_cpu_source(b.source);
+    auto fn = reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"));
+    // bfloat16 as the upper half of a float's bits: small multiples of 1/4 are exact in both.
+    auto to_bf16 = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return static_cast<uint16_t>(u >> 16); };
+    auto from_bf16 = [](uint16_t h) { uint32_t u = static_cast<uint32_t>(h) << 16; float f; std::memcpy(&f, &u, 4); return f; };
+    std::vector<float> x(kRows * kInner), scale(kInner);
+    for (int64_t i = 0; i < kRows * kInner; ++i) x[i] = static_cast<float>(i % 37) - 18.0f;
+    for (int64_t i = 0; i < kInner; ++i) scale[i] = 0.25f * static_cast<float>(i + 1);
+    std::vector<uint16_t> xh(x.size()), scaleh(scale.size());
+    for (size_t i = 0; i < x.size(); ++i) xh[i] = to_bf16(x[i]);
+    for (size_t i = 0; i < scale.size(); ++i) scaleh[i] = to_bf16(scale[i]);
+    for (int64_t split : {int64_t{0}, int64_t{5}, int64_t{8}, int64_t{517}, int64_t{64 * 8 + 3}, kRows * kInner}) {
+      constexpr float kUntouched = -1000.0f;
+      std::vector<float> out(kRows * kStride, kUntouched);
+      std::vector<uint16_t> outh(out.size(), to_bf16(kUntouched));
+      void* bufs[] = {bf16 ? static_cast<void*>(xh.data()) : x.data(), bf16 ? static_cast<void*>(scaleh.data()) : scale.data(),
+                      bf16 ? static_cast<void*>(outh.data()) : out.data()};
+      fn(bufs, nullptr, 0, split);
+      fn(bufs, nullptr, split, kRows * kInner);
+      for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t c = 0; c < kStride; ++c) {
+          const float got = bf16 ? from_bf16(outh[r * kStride + c]) : out[r * kStride + c];
+          const float want = c < kInner ? x[r * kInner + c] * scale[c] : kUntouched;
+          ASSERT_EQ(got, want) << t << ", split " << split << ", row " << r << ", element " << c;
+        }
+    }
+  }
+}
+
 TEST(Codegen, SourceIsDeterministic) { EXPECT_EQ(build(kChain).source, build(kChain).source); }
 
 // Note [Sizes as kernel arguments]: printed with its sizes as arguments, a broadcast chain and a softmax
