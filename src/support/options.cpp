@@ -189,6 +189,11 @@ const std::vector<Entry>& table() {
       {"FUSION_JIT_PACKAGE_KEY", [](Options& o, const std::string& v) { o.package_key_file = v; },
        [](const Options& o) { return o.package_key_file; }},
       {"FUSION_JIT_CXX", [](Options& o, const std::string& v) { o.cxx = v; }, [](const Options& o) { return o.cxx; }},
+      {"FUSION_JIT_COMPILE_JOBS",
+       [](Options& o, const std::string& v) {
+         o.compile_jobs = static_cast<int>(parse_int("FUSION_JIT_COMPILE_JOBS", v, 0, 256));
+       },
+       [](const Options& o) { return std::to_string(o.compile_jobs); }},
       {"FUSION_JIT_ASSERT_NO_COMPILE",
        [](Options& o, const std::string& v) {
          o.assert_no_compile = parse_bool("FUSION_JIT_ASSERT_NO_COMPILE", v);

@@ -80,6 +80,9 @@ struct Options {
   std::string package_key_file;
   // FUSION_JIT_CXX (else CXX, else g++): the host compiler for CPU kernels.
   std::string cxx;
+  // FUSION_JIT_COMPILE_JOBS: host compiler processes one plan's source is split over (Note [One plan in
+  // several translation units], targets/cpu/host_compiler.cpp); 0 = the CPUs this process may run on.
+  int compile_jobs = 0;
   // FUSION_JIT_ASSERT_NO_COMPILE=1: any compiler invocation is an error.
   bool assert_no_compile = false;
   // FUSION_JIT_CUDA_HOME: a CUDA toolkit directory to take NVRTC (lib64/) and its headers (include/)

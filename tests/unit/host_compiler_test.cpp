@@ -5,7 +5,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <thread>
 
@@ -182,6 +184,80 @@ TEST(HostCompiler, AWaitOnAnotherProcessLockBlocksNoOtherKey) {
   EXPECT_EQ(reinterpret_cast<int (*)()>(held.get()->symbol("fj_held_" + stamp))(), 1);
   if (!previous.empty()) KernelsCache::use_dir(previous);
   remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace fusion_jit
+
+namespace fusion_jit {
+namespace {
+
+// A plan-like source: a prelude with a static helper, then `n` kernels of growing length, each after a
+// kernel break; kernel i returns helper(i) and names itself with `stamp`.
+std::string plan_source(int n, const std::string& stamp, int bad = -1) {
+  std::string s = "// prelude " + stamp + "\nstatic inline int fj_helper(int x) { return 3 * x + 1; }\n";
+  for (int i = 0; i < n; ++i) {
+    s += kKernelBreak;
+    s += "// " + std::string(static_cast<size_t>(i) * 40, 'x') + "\n";
+    s += i == bad ? "this kernel is not C++\n"
+                  : "extern \"C\" int fj_unit_" + stamp + "_" + std::to_string(i) + "() { return fj_helper(" +
+                        std::to_string(i) + "); }\n";
+  }
+  return s;
+}
+
+// Note [One plan in several translation units]: every kernel in exactly one unit, each unit the prelude and
+// its kernels in their order, the units balanced by length, never more units than kernels or jobs.
+TEST(HostCompiler, APlanIsSplitIntoBalancedTranslationUnits) {
+  const std::string src = plan_source(7, "split");
+  const std::string prelude = src.substr(0, src.find(kKernelBreak));
+  EXPECT_EQ(translation_units(src, 1), std::vector<std::string>{src});
+  EXPECT_EQ(translation_units("int f() { return 1; }\n", 4).size(), 1u) << "no breaks: one unit";
+  EXPECT_EQ(translation_units(plan_source(1, "one"), 4).size(), 1u) << "one kernel: one unit";
+  EXPECT_EQ(translation_units(plan_source(2, "two"), 4).size(), 2u) << "no more units than kernels";
+  for (int jobs : {2, 3}) {
+    const std::vector<std::string> units = translation_units(src, jobs);
+    ASSERT_EQ(units.size(), static_cast<size_t>(jobs));
+    EXPECT_EQ(translation_units(src, jobs), units) << "deterministic";
+    std::vector<int> seen(7, 0);
+    size_t longest = 0, shortest = SIZE_MAX;
+    for (const std::string& u : units) {
+      EXPECT_EQ(u.rfind(prelude, 0), 0u) << "each unit starts with the prelude";
+      int last = -1;
+      for (int i = 0; i < 7; ++i) {
+        const size_t at = u.find("fj_unit_split_" + std::to_string(i) + "()");
+        if (at == std::string::npos) continue;
+        ++seen[i];
+        EXPECT_GT(static_cast<int>(at), last) << "kernels keep their order within a unit";
+        last = static_cast<int>(at);
+      }
+      longest = std::max(longest, u.size() - prelude.size());
+      shortest = std::min(shortest, u.size() - prelude.size());
+    }
+    EXPECT_EQ(seen, std::vector<int>(7, 1)) << jobs << " units";
+    // Greedy by length: the units differ by at most the longest kernel's text.
+    EXPECT_LE(longest - shortest, 6 * 40 + 120u) << jobs << " units";
+  }
+}
+
+// The units of one plan compile at once into one library; a unit that fails fails the compile, with the
+// compiler's message, and leaves no library behind.
+TEST(HostCompiler, TheUnitsOfAPlanLinkIntoOneLibraryAndAFailingUnitFailsTheCompile) {
+  const std::string stamp = std::to_string(::getpid()) + "_" + std::to_string(std::time(nullptr));
+  const HostCompileStats before = host_compile_stats();
+  auto lib = compile_cpu_source(plan_source(5, stamp));
+  const HostCompileStats after = host_compile_stats();
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(reinterpret_cast<int (*)()>(lib->symbol("fj_unit_" + stamp + "_" + std::to_string(i)))(), 3 * i + 1);
+  EXPECT_EQ(after.compiles, before.compiles + 1);
+  EXPECT_GE(after.units - before.units, 1);
+  try {
+    compile_cpu_source(plan_source(5, stamp + "_bad", 3));
+    ADD_FAILURE() << "a unit that does not compile must fail the compile";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("this kernel is not C++"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("host compiler failed"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

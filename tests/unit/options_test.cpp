@@ -54,6 +54,10 @@ TEST(Options, RejectsUnknownAndMalformed) {
   expect_error("FUSION_JIT_GEMM=mkl", "FUSION_JIT_GEMM=mkl: expected measure, aten or onednn");
   expect_error("FUSION_JIT_ASSERT_NO_COMPILE=maybe", "expected 0 or 1");
   expect_error("FUSION_JIT_SHARED_PLANS=0", "FUSION_JIT_SHARED_PLANS=0: expected an integer >= 1");
+  expect_error("FUSION_JIT_COMPILE_JOBS=-1", "FUSION_JIT_COMPILE_JOBS=-1: expected an integer >= 0");
+  expect_error("FUSION_JIT_COMPILE_JOBS=257", "FUSION_JIT_COMPILE_JOBS=257: too large (at most 256)");
+  const char* env[] = {"FUSION_JIT_COMPILE_JOBS=3", nullptr};
+  EXPECT_EQ(Options::parse(env).compile_jobs, 3);
 }
 
 // Issue 13 item 14: a megabyte count whose bytes (MB << 20) overflow int64_t was accepted and wrapped the

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "targets/cpu/host_compiler.h"
+
 namespace fusion_jit {
 namespace {
 
@@ -861,6 +863,7 @@ std::string print_cpu_source(std::vector<KernelSpec>& kernels, bool size_args) {
     k.args.clear();  // printed with literals: no arguments (with them: KernelNumbers sets them anew)
     k.arg_exprs.clear();
     const KernelNumbers z(size_args ? &k : nullptr);
+    s += kKernelBreak;  // Note [One plan in several translation units]
     if (k.is_reduction() && reduction_is_column(k)) print_column_kernel(k, s, z);
     else if (k.is_reduction()) print_reduction_kernel(k, s, z);
     else print_kernel(k, s, z);

@@ -2,10 +2,12 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,8 @@
 #include <cstring>
 #include <sstream>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "kernels_cache/kernels_cache.h"
 #include "support/error.h"
@@ -202,44 +206,114 @@ std::string isa_marker() {
   return "static const char fj_compiled_for[] __attribute__((used)) = \"" + isa + "\";\n";
 }
 
+}  // namespace
+
+// Note [One plan in several translation units]
+// A plan's source is a prelude and its kernels, each after a line kKernelBreak (cpu_printer.cpp). GCC
+// compiles one translation unit on one core: a plan of a hundred kernels kept one core busy for seconds
+// while the others waited. The kernels are split into units, as many as FUSION_JIT_COMPILE_JOBS (by
+// default the CPUs this process may run on) and never more than the kernels; each unit is the prelude and
+// its share of the kernels, balanced by the length of their text (the longest first, each to the unit with
+// the least so far; kernels keep their order within a unit). The units compile at once and their objects
+// link into one shared object. A unit's text depends only on its kernels, so a compiler cache answers the
+// units it has seen. A source without breaks (written before them, or by hand) is one unit.
+std::vector<std::string> translation_units(const std::string& source, int jobs) {
+  const std::string brk = kKernelBreak;
+  std::vector<size_t> at;
+  for (size_t p = source.find(brk); p != std::string::npos; p = source.find(brk, p + brk.size())) at.push_back(p);
+  const size_t units = std::min(at.size(), static_cast<size_t>(std::max(jobs, 1)));
+  if (units <= 1) return {source};
+  const std::string prelude = source.substr(0, at[0]);
+  std::vector<std::pair<size_t, size_t>> kernels;  // [begin, end) of each kernel's text
+  for (size_t i = 0; i < at.size(); ++i) kernels.push_back({at[i], i + 1 < at.size() ? at[i + 1] : source.size()});
+  std::vector<size_t> order(kernels.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto len = [&](size_t i) { return kernels[i].second - kernels[i].first; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return len(a) > len(b); });
+  std::vector<size_t> load(units, 0);
+  std::vector<std::vector<size_t>> members(units);
+  for (size_t i : order) {
+    const size_t u = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[u] += len(i);
+    members[u].push_back(i);
+  }
+  std::vector<std::string> out;
+  for (auto& m : members) {
+    std::sort(m.begin(), m.end());
+    std::string text = prelude;
+    for (size_t i : m) text.append(source, kernels[i].first, len(i));
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
+namespace {
+
+// The CPUs this process may run on (at least 1).
+int usable_cpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return 1;
+}
+
 // Compiles `source` for `march` in a temporary directory of its own and returns the shared object's bytes;
 // `key` names it in messages.
 //
-// Note [The host compile in two steps]: the source is compiled to an object, then linked, both inside the
-// compile directory under fixed names. A compiler cache in FUSION_JIT_CXX (ccache g++) caches only
-// compiles that are not links, and keys them by the input's path as written: the same source gives the
-// same command, and the cache answers it, whichever temporary directory this compile has. Code for
-// -march=native starts with a string naming this CPU's ISA (isa_marker), which a compiler cache hashes with
-// the rest whether it hashes the source or its preprocessed form. The tests run
-// with ccache where it is installed, so a kernel whose source has not changed is compiled once per machine,
-// not once per run. The split costs nothing measurable (bench/RESULTS.md).
+// Note [The host compile in two steps]: each translation unit is compiled to an object, then the objects
+// are linked, all inside the compile directory under fixed names. A compiler cache in FUSION_JIT_CXX
+// (ccache g++) caches only compiles that are not links, and keys them by the input's path as written: the
+// same unit gives the same command, and the cache answers it, whichever temporary directory this compile
+// has. Code for -march=native starts with a string naming this CPU's ISA (isa_marker), which a compiler
+// cache hashes with the rest whether it hashes the source or its preprocessed form. The tests run with
+// ccache where it is installed, so a kernel whose source has not changed is compiled once per machine, not
+// once per run. The split costs nothing measurable (bench/RESULTS.md).
 std::string compile_image(const std::string& source, const std::string& key, const std::string& march) {
   const Options& opt = Options::get();
   FJ_CHECK(!opt.assert_no_compile,
            "FUSION_JIT_ASSERT_NO_COMPILE is set, but CPU kernels {} would be compiled", key.substr(0, 16));
   CompileDir dir;
-  const std::string src = dir.path() + "/kernels.cpp", so = dir.path() + "/kernels.so";
-  {
+  const std::vector<std::string> units =
+      translation_units(source, opt.compile_jobs > 0 ? opt.compile_jobs : usable_cpus());
+  const std::string so = dir.path() + "/kernels.so";
+  std::vector<std::string> names;
+  for (size_t u = 0; u < units.size(); ++u) {
+    names.push_back(units.size() == 1 ? "kernels" : "kernels" + std::to_string(u));
+    const std::string src = dir.path() + "/" + names.back() + ".cpp";
     std::ofstream f(src);
     // -march=native means this CPU: say which, so that a compiler cache shared by other CPUs tells them apart.
     if (march == "native") f << isa_marker();
-    f << source;
+    f << units[u];
     FJ_CHECK(f.good(), "cannot write generated source {}", src);
   }
   const std::string cxx = from_any_directory(opt.cxx);
-  std::string cmd = "(cd " + shell_quote(dir.path()) + " && " + cxx + " " + host_compile_flags(march) +
-                    " -c kernels.cpp -o kernels.o && " + cxx + " -shared kernels.o -o kernels.so -lmvec -lm)";
+  const std::string flags = host_compile_flags(march);
+  std::string compiles, objects;
+  if (names.size() == 1) {
+    compiles = cxx + " " + flags + " -c kernels.cpp -o kernels.o";
+  } else {
+    // All units at once; the link waits for every one and runs only if each succeeded.
+    compiles = "{ ";
+    for (size_t u = 0; u < names.size(); ++u)
+      compiles += fmt::format("{} {} -c {}.cpp -o {}.o & p{}=$!; ", cxx, flags, names[u], names[u], u);
+    compiles += "s=0; ";
+    for (size_t u = 0; u < names.size(); ++u) compiles += fmt::format("wait $p{} || s=1; ", u);
+    compiles += "[ $s = 0 ]; }";
+  }
+  for (const auto& n : names) objects += " " + n + ".o";
+  std::string cmd = "(cd " + shell_quote(dir.path()) + " && " + compiles + " && " + cxx + " -shared" + objects +
+                    " -o kernels.so -lmvec -lm)";
   std::string out;
   int rc = run_command(cmd, &out);
   if (opt.dumps("log") && !out.empty()) std::fprintf(stderr, "== host compiler log ==\n%s", out.c_str());
   if (rc != 0)
-    FJ_CHECK(false, "host compiler failed (exit {}) on kernels {} ({}):\n{}\ncommand: {}", rc, key.substr(0, 16), src,
-             out, cmd);
+    FJ_CHECK(false, "host compiler failed (exit {}) on kernels {} ({} translation unit{}):\n{}\ncommand: {}", rc,
+             key.substr(0, 16), units.size(), units.size() == 1 ? "" : "s", out, cmd);
   std::ifstream f(so, std::ios::binary);
   std::string image((std::istreambuf_iterator<char>(f)), {});
   FJ_CHECK(!image.empty(), "the host compiler wrote no shared object {}", so);
   std::lock_guard<std::mutex> g(g_mu);
   g_stats.compiles++;
+  g_stats.units += static_cast<int64_t>(units.size());
   return image;
 }
 

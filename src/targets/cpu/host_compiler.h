@@ -1,4 +1,6 @@
-// The host compiler: a CPU plan's C++ source to a shared object, loaded with dlopen.
+// The host compiler: a CPU plan's C++ source to a shared object, loaded with dlopen. A source of several
+// kernels compiles as several translation units at once, one per usable CPU (Note [One plan in several
+// translation units]).
 //
 // Compiled libraries are kept in memory, and their shared objects in the on-disk kernel cache
 // (kernels_cache/), by the SHA-256 of source, compiler identity (host_compiler_identity), flags and the
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace fusion_jit {
 
@@ -46,8 +49,17 @@ class CompiledLibrary {
   double compile_ms_;
 };
 
+// Note [One plan in several translation units] (host_compiler.cpp): the line before each kernel of a plan's
+// source; the text before the first is the prelude every unit repeats.
+inline constexpr char kKernelBreak[] = "\n// fusion_jit: kernel\n";
+
+// `source` as at most `jobs` translation units, each the prelude and a share of the kernels (Note [One plan
+// in several translation units]); the whole source when it has fewer than two kernel breaks.
+std::vector<std::string> translation_units(const std::string& source, int jobs);
+
 struct HostCompileStats {
-  int64_t compiles = 0;     // compiler invocations in this process
+  int64_t compiles = 0;     // compiles in this process (each of one or more translation units)
+  int64_t units = 0;        // translation units compiled (Note [One plan in several translation units])
   int64_t memory_hits = 0;  // sources found already compiled
   int64_t disk_hits = 0;    // shared objects loaded from the kernel cache
   double total_ms = 0;
