@@ -134,6 +134,8 @@ def _():
     assert "+ aten::" in p.stdout and "saves" in p.stdout, p.stdout
     assert 'extern "C" void fj_kernel_0' in p.stdout, p.stdout
     assert "memory: peak 16.0 KB per call, eager 24.0 KB (67%)" in p.stdout, p.stdout
+    # The plan's build: compile time beside the size of the source compiled (issue 71).
+    assert re.search(r"codegen [0-9.]+ ms, compile [0-9.]+ ms of [0-9.]+ KB of source\n", p.stdout), p.stdout
     # FUSION_JIT_DISABLE=horizontal keeps the two groups apart.
     p = subprocess.run([CLI, "explain", MODEL, "--input", "f32[64,32]", "f32[32]"], capture_output=True, text=True,
                        env=dict(os.environ, FUSION_JIT_DISABLE="horizontal"))
@@ -605,6 +607,8 @@ def _():
         assert s["kind"] in ("kernel", "aten") and s["predicted_us"] > 0, s
         assert abs(s["predicted_us"] - (s["dispatch_us"] + s["memory_us"] + s["compute_us"])) < 1e-6, s
     assert abs(ex["predicted_us"] - sum(s["predicted_us"] for s in ex["steps"])) < 1e-6, ex
+    build = ex["build"]
+    assert build["source_bytes"] > 1000 and build["compile_ms"] >= 0 and build["codegen_ms"] > 0, build
     p = cli(*mlp, "--profile", "5", "--json")
     assert p.returncode == 0, p.stderr
     prof = json.loads(p.stdout)["profile"]

@@ -146,6 +146,14 @@ std::string explain_json(const std::string& model, const ExecutablePlan* plan, c
   }
   j["predicted_us"] = total;
   j["eager_fallback"] = plan ? nlohmann::json(nullptr) : nlohmann::json(fallback);
+  if (plan) {
+    // What building the plan cost: compile_ms is 0 where the kernel or plan cache had the code.
+    size_t source_bytes = 0;
+    for (const auto& c : plan->code) source_bytes += c.source.size();
+    j["build"] = {{"fusion_ms", plan->fusion_ms},       {"codegen_ms", plan->codegen_ms},
+                  {"compile_ms", plan->compile_ms},     {"source_bytes", source_bytes},
+                  {"from_plan_cache", plan->from_plan_cache}};
+  }
   return j.dump() + "\n";
 }
 
