@@ -19,7 +19,8 @@ constexpr uint32_t flag(OpFlag f) { return static_cast<uint32_t>(f); }
 constexpr uint32_t kExpensive = flag(OpFlag::kExpensive), kNonNegative = flag(OpFlag::kNonNegative),
                    kIntegerDivision = flag(OpFlag::kIntegerDivision), kIntegerRaises = flag(OpFlag::kIntegerRaises),
                    kDiscontinuous = flag(OpFlag::kDiscontinuous), kIntegral = flag(OpFlag::kIntegral),
-                   kExact = flag(OpFlag::kExact), kReturnsAlias = flag(OpFlag::kReturnsAlias);
+                   kExact = flag(OpFlag::kExact), kReturnsAlias = flag(OpFlag::kReturnsAlias),
+                   kKeepsValue = flag(OpFlag::kKeepsValue);
 
 Literal parse_default(const std::string& s) {
   if (s == "None") return None{};
@@ -102,6 +103,7 @@ const char* flag_name(OpFlag f) {
     case OpFlag::kIntegral: return "integral";
     case OpFlag::kExact: return "exact";
     case OpFlag::kReturnsAlias: return "returns an alias";
+    case OpFlag::kKeepsValue: return "keeps a value";
   }
   return "?";
 }
@@ -109,7 +111,7 @@ const char* flag_name(OpFlag f) {
 const std::vector<OpFlag>& all_op_flags() {
   static const std::vector<OpFlag> flags = {OpFlag::kExpensive,     OpFlag::kNonNegative,    OpFlag::kIntegerDivision,
                                             OpFlag::kIntegerRaises, OpFlag::kDiscontinuous, OpFlag::kIntegral,
-                                            OpFlag::kExact,         OpFlag::kReturnsAlias};
+                                            OpFlag::kExact,         OpFlag::kReturnsAlias,   OpFlag::kKeepsValue};
   return flags;
 }
 

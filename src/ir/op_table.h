@@ -41,6 +41,7 @@ enum class OpFlag : uint32_t {
   kIntegral = 1u << 5,
   kExact = 1u << 6,
   kReturnsAlias = 1u << 7,
+  kKeepsValue = 1u << 8,
 };
 const char* flag_name(OpFlag f);
 // Every flag, in bit order.

@@ -231,6 +231,38 @@ TEST(Codegen, ShortRowsWithGapsAreWrittenThroughATile) {
   }
 }
 
+// Note [Results that need no rounding]: in a bfloat16 chain, the ops that keep a value held in the dtype
+// (relu of a rounded product, a clone of a load, a clamp and a hardtanh to bounds the dtype holds, a
+// maximum of two bfloat16 values) are not rounded again; the product, and a hardtanh to bounds it does not
+// hold (0.1), are.
+TEST(Codegen, ResultsTheDtypeHoldsAreNotRoundedAgain) {
+  Built b = build(R"(graph(%0 : bf16[4,64], %1 : bf16[4,64]):
+  %2 : bf16[4,64] = aten::mul.Scalar(%0, 3.0)
+  %3 : bf16[4,64] = aten::relu(%2)
+  %4 : bf16[4,64] = aten::clone(%1, None)
+  %5 : bf16[4,64] = aten::maximum(%3, %4)
+  %6 : bf16[4,64] = aten::clamp(%5, -2.0, 2.5)
+  %7 : bf16[4,64] = aten::hardtanh(%6, -1.0, 1.0)
+  %8 : bf16[4,64] = aten::hardtanh(%6, 0.1, 0.9)
+  return (%7, %8)
+)");
+  ASSERT_EQ(b.specs.size(), 1u) << b.source;
+  auto line_of = [&](const std::string& op) {
+    std::string all;
+    for (size_t at = b.source.find("// " + op); at != std::string::npos; at = b.source.find("// " + op, at + 1))
+      all += b.source.substr(b.source.rfind('\n', at) + 1, at - b.source.rfind('\n', at) - 1) + "\n";
+    return all;
+  };
+  EXPECT_NE(line_of("aten::mul.Scalar").find("fj_round_bf16"), std::string::npos) << b.source;
+  for (const char* op : {"aten::relu", "aten::clone", "aten::maximum", "aten::clamp"})
+    EXPECT_EQ(line_of(op).find("fj_round_bf16"), std::string::npos) << op << "\n" << b.source;
+  const std::string hardtanh = line_of("aten::hardtanh");
+  size_t rounded = 0;
+  for (size_t at = hardtanh.find("fj_round_bf16"); at != std::string::npos; at = hardtanh.find("fj_round_bf16", at + 1)) ++rounded;
+  EXPECT_EQ(rounded, 1u) << "only the hardtanh to 0.1 and 0.9 is rounded\n" << hardtanh;
+  EXPECT_NE(hardtanh.find("fj_round_bf16(((float)(fj_hardtanh(((float)t6), ((float)0x1.99999"), std::string::npos) << hardtanh;
+}
+
 TEST(Codegen, SourceIsDeterministic) { EXPECT_EQ(build(kChain).source, build(kChain).source); }
 
 // Note [Sizes as kernel arguments]: printed with its sizes as arguments, a broadcast chain and a softmax
