@@ -2,7 +2,8 @@
 settings and with freezing (Inductor's torch._inductor.config.freezing, fusion_jit's freezing option),
 in one run.
 
-    ./run python bench/models.py [--models a,b] [--iters N] [--json FILE]
+    ./run python bench/models.py [--models a,b] [--dtype float32|bfloat16] [--iters N] [--json FILE]
+    ./run python bench/models.py --cold-only [--models a,b] [--settings default] [--dtypes float32,bfloat16]
 
 For each model and setting, each compiler gets two fresh processes that share a cache directory made for
 this run: the first starts cold (empty caches) and measures the first call (cold compile: Dynamo, AOT
@@ -18,6 +19,11 @@ after the rounds the process alternates fusion_jit and Inductor one call at a ti
 each, the order reversed at every call, as bench/model_variants.py --paired) and reports the median of
 the per-call ratios ("fj / Inductor per call"), which resolves about 1% where the rounds' medians of
 the same two plans move by a few percent with the machine.
+
+--dtype bfloat16 runs the models and their inputs in bfloat16. --cold-only measures the cold first call
+only (fresh processes, empty caches), for each dtype of --dtypes: Inductor's, fusion_jit's, their ratio,
+and fusion_jit's host compile time (issue 71's bars: every model's cold compile at most
+0.15x Inductor's; a bfloat16 plan's host compile at most 1.5x its float32 plan's).
 """
 
 import argparse
@@ -89,31 +95,43 @@ def _fusion_jit_stats():
                 compiles=s["compiles"], eager_graphs=s["eager_graphs"], graphs=s["graphs"])
 
 
-def first_call(name, compiler, size):
-    """Runs in a child process: the first call's time (the compile, cold or warm by the caches given)."""
+def _make(name, size, dtype):
+    """The model and its inputs in `dtype` (float32 or bfloat16; integer inputs stay as they are)."""
     import torch
     from models import make
 
     model, args = make(name, size=size)
     model.eval()
+    if dtype != "float32":
+        t = getattr(torch, dtype)
+        model = model.to(t)
+        args = tuple(a.to(t) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    return model, args
+
+
+def first_call(name, compiler, size, dtype):
+    """Runs in a child process: the first call's time (the compile, cold or warm by the caches given)."""
+    import torch
+
+    model, args = _make(name, size, dtype)
     compiled = _compiled(model, compiler)
     with torch.no_grad():
         t0 = time.perf_counter()
         compiled(*args)
         out = {"first_call_s": time.perf_counter() - t0}
     if compiler.startswith("fusion_jit"):
+        import fusion_jit
         out.update(_fusion_jit_stats())
+        out["compile_ms"] = fusion_jit.stats()["compile_ms"]
     print(json.dumps(out), flush=True)
 
 
-def race(name, setting, iters, size):
+def race(name, setting, iters, size, dtype):
     """Runs in a child process: eager, Inductor and fusion_jit in one setting, compiled in this process (the
     caches warm) and timed in rotating rounds, so that every ratio is taken under one machine state."""
     import torch
-    from models import make
 
-    model, args = make(name, size=size)
-    model.eval()
+    model, args = _make(name, size, dtype)
     suffix = "" if setting == "default" else "-freezing"
     inductor = _compiled(model, "inductor" + suffix)
     fj = _compiled(model, "fusion_jit" + suffix)
@@ -129,11 +147,11 @@ def race(name, setting, iters, size):
     print(json.dumps(out), flush=True)
 
 
-def run_child(args, caches):
+def run_child(args, caches, **extra_env):
     """caches: (fusion_jit's, Inductor's) cache directories for the child."""
     env = dict(os.environ, FUSION_JIT_CACHE_DIR=os.path.join(caches[0], "fusion_jit"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(caches[1], "inductor"),
-               TRITON_CACHE_DIR=os.path.join(caches[1], "triton"))
+               TRITON_CACHE_DIR=os.path.join(caches[1], "triton"), **extra_env)
     cmd = [sys.executable, __file__] + [str(a) for a in args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -141,8 +159,53 @@ def run_child(args, caches):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+DTYPES = ("float32", "bfloat16")
+
+
+def cold_only(names, settings, dtypes, size, json_path):
+    """The cold first call of Inductor and fusion_jit per model, setting and dtype, each in a fresh process
+    with empty caches; fusion_jit's host compile time and source size beside it."""
+    rows = []
+    for name in names:
+        for setting in settings:
+            suffix = "" if setting == "default" else "-freezing"
+            for dtype in dtypes:
+                row = {"model": name, "setting": setting, "dtype": dtype}
+                for compiler in ("inductor" + suffix, "fusion_jit" + suffix):
+                    with tempfile.TemporaryDirectory(prefix=f"fj-bench-cold-{name}-") as cache:
+                        r = run_child(["--first-call", name, compiler, size, dtype], (cache, cache), CCACHE_DISABLE="1")
+                    row[compiler.split("-")[0]] = r
+                i, f = row["inductor"], row["fusion_jit"]
+                print(f"[bench] {name} {setting} {dtype}: cold first call Inductor {i['first_call_s']:.1f} s, "
+                      f"fusion_jit {f['first_call_s']:.2f} s ({f['first_call_s'] / i['first_call_s']:.3f}x), host "
+                      f"compile {f['compile_ms']:.0f} ms, {f['kernels']} kernels", file=sys.stderr, flush=True)
+                rows.append(row)
+    print("| model | setting | dtype | Inductor cold s | fusion_jit cold s | ratio | fj host compile ms | "
+          "bf16 / f32 host compile | kernels |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    worst, worst_bf = 0.0, 0.0
+    for r in rows:
+        i, f = r["inductor"], r["fusion_jit"]
+        ratio = f["first_call_s"] / i["first_call_s"]
+        worst = max(worst, ratio)
+        f32 = [q for q in rows if q["model"] == r["model"] and q["setting"] == r["setting"] and q["dtype"] == "float32"]
+        rel = ""
+        if r["dtype"] != "float32" and f32 and f32[0]["fusion_jit"]["compile_ms"] > 0:
+            x = f["compile_ms"] / f32[0]["fusion_jit"]["compile_ms"]
+            worst_bf = max(worst_bf, x)
+            rel = f"{x:.2f}"
+        print(f"| {r['model']} | {r['setting']} | {r['dtype']} | {i['first_call_s']:.1f} | {f['first_call_s']:.2f} | "
+              f"{ratio:.3f} | {f['compile_ms']:.0f} | {rel} | {f['kernels']} |")
+    print(f"\ncold first call, fusion_jit / Inductor: worst {worst:.3f} (bar 0.15: {'pass' if worst <= 0.15 else 'FAIL'})")
+    if worst_bf:
+        print(f"host compile, bfloat16 / float32: worst {worst_bf:.2f} (bar 1.5: {'pass' if worst_bf <= 1.5 else 'FAIL'})")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
 def main():
-    from models import MODELS
+    from models import BENCH_MODELS, MODELS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--settings", default="default,freezing", help="default, freezing or both (the default)")
@@ -150,26 +213,38 @@ def main():
     p.add_argument("--size", type=int, default=224, help="image size (default 224)")
     p.add_argument("--json", help="also write the rows to this file (generated output: put it outside the "
                    "source tree, e.g. build/models_results.json)")
-    p.add_argument("--first-call", nargs=3, help=argparse.SUPPRESS)
-    p.add_argument("--race", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="the models' dtype (default float32)")
+    p.add_argument("--cold-only", action="store_true", help="only the cold first call, for each of --dtypes")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="with --cold-only (default float32,bfloat16)")
+    p.add_argument("--first-call", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--race", nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.first_call:
-        name, compiler, size = a.first_call
-        first_call(name, compiler, int(size))
+        name, compiler, size, dtype = a.first_call
+        first_call(name, compiler, int(size), dtype)
         return
     if a.race:
-        name, setting, iters, size = a.race
-        race(name, setting, int(iters), int(size))
+        name, setting, iters, size, dtype = a.race
+        race(name, setting, int(iters), int(size), dtype)
         return
     settings = a.settings.split(",")
     for setting in settings:
         if setting not in ("default", "freezing"):
             sys.exit(f"unknown setting {setting!r} (known: default, freezing)")
+    known = dict(MODELS, **BENCH_MODELS)
+    for name in a.models.split(","):
+        if name not in known:
+            sys.exit(f"unknown model {name!r} (known: {', '.join(known)})")
+    if a.cold_only:
+        dtypes = a.dtypes.split(",")
+        for d in dtypes:
+            if d not in DTYPES:
+                sys.exit(f"unknown dtype {d!r} (known: {', '.join(DTYPES)})")
+        cold_only(a.models.split(","), settings, dtypes, a.size, a.json)
+        return
     rows = []
     for name in a.models.split(","):
-        if name not in MODELS:
-            sys.exit(f"unknown model {name!r} (known: {', '.join(MODELS)})")
-        row = {"model": name}
+        row = {"model": name if a.dtype == "float32" else f"{name} ({a.dtype})"}
         for setting in settings:
             suffix = "" if setting == "default" else "-freezing"
             with tempfile.TemporaryDirectory(prefix=f"fj-bench-{name}{suffix}-") as cache:
@@ -178,10 +253,10 @@ def main():
                 for compiler in ("inductor" + suffix, "fusion_jit" + suffix):
                     caches[compiler] = os.path.join(cache, compiler)
                     pair = (caches[compiler], caches[compiler])
-                    cold = run_child(["--first-call", name, compiler, a.size], pair)
-                    warm = run_child(["--first-call", name, compiler, a.size], pair)
+                    cold = run_child(["--first-call", name, compiler, a.size, a.dtype], pair)
+                    warm = run_child(["--first-call", name, compiler, a.size, a.dtype], pair)
                     row[compiler] = {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"]}
-                times = run_child(["--race", name, setting, a.iters, a.size],
+                times = run_child(["--race", name, setting, a.iters, a.size, a.dtype],
                                   (caches["fusion_jit" + suffix], caches["inductor" + suffix]))
                 for compiler in ("inductor" + suffix, "fusion_jit" + suffix):
                     row[compiler].update(eager_ms=times["eager_ms"], eager_spread=times["eager_spread"],

@@ -59,10 +59,15 @@ MODELS = {
     "llama_tiny": (lambda s: _llama(), tokens),
 }
 
+# Benchmarked (bench/models.py --models) but not part of the test suite's parametrization.
+BENCH_MODELS = {
+    "timm_ghostnet_100": (lambda s: _timm("ghostnet_100"), image),
+}
+
 
 def make(name, size=IMAGE, batch=None):
     """(model, inputs) with a fixed seed."""
-    build, inputs = MODELS[name]
+    build, inputs = MODELS[name] if name in MODELS else BENCH_MODELS[name]
     torch.manual_seed(0)
     model = build(size)
     torch.manual_seed(1)
