@@ -25,18 +25,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
-def _bench_models():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_models", os.path.join(HERE, "models.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def child(name, dtype, iters):
     """Runs in a child process: eager and fusion_jit (default settings) timed in rotating rounds."""
     import torch
     import fusion_jit  # noqa: F401  (registers the backend; FUSION_JIT_LIBRARY picks the build)
+    from model_variants import _bench_models  # bench/models.py as a module (this directory is on the path)
 
     bm = _bench_models()
     model, args = bm._make(name, 224, dtype)
