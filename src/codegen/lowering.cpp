@@ -417,11 +417,12 @@ class Builder {
   // is a relu's or a clone's (bench/RESULTS.md, "bfloat16 compile time").
   bool keeps_held_value(const Node& n, const Operands& a, DType out_t) const {
     if (!n.op()->has(OpFlag::kKeepsValue)) return false;
-    for (const Arg& arg : n.args())
-      if (arg.is_value() && arg.value->is_tensor()) {
-        const DType t = arg.value->tensor_type().dtype;
-        if (t != out_t && t != DType::kBool) return false;
-      }
+    for (const Arg& arg : n.args()) {
+      if (!arg.is_value()) continue;
+      if (!arg.value->is_tensor()) return false;  // a scalar read at run time: its value is not known here
+      const DType t = arg.value->tensor_type().dtype;
+      if (t != out_t && t != DType::kBool) return false;
+    }
     for (const Literal& l : a.lits) {
       if (std::holds_alternative<double>(l)) {
         const double d = std::get<double>(l);
