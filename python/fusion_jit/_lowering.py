@@ -182,6 +182,9 @@ def channels_last_weights(gm, frozen):
     if not convs or not _layout_may_change(gm):
         return set(), None
     written = sum(_value_numel(n) for n, _ in convs)
+    times = [_conv_times(n) for n, _ in convs]
+    timed = [t for t in times if t]
+    estimated = sum(_value_numel(n) for (n, _), t in zip(convs, times) if not t)
     edges = 0
     inputs = set()
     for n, _ in convs:
@@ -190,12 +193,46 @@ def channels_last_weights(gm, frozen):
             inputs.add(x)
             edges += _value_numel(x)
     edges += sum(_value_numel(o) for o in _outputs(gm) if _value_dim(o) == 4)
-    gain_us, cost_us = _native.ops.channels_last_estimate(written, 0, 0, edges)
-    why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
-           f"{cost_us:.1f} us ({edges} copied at the edges; the weights copied once)")
+    gain_us, cost_us = _native.ops.channels_last_estimate(estimated if timed else written, 0, 0, edges)
+    gain = f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s))"
+    if timed:
+        aten, onednn = sum(t[0] for t in timed), sum(t[1] for t in timed)
+        gain_us += aten - onednn
+        others = f"; {estimated} elements written by the others, estimated" if len(timed) < len(convs) else ""
+        gain = (f"gain {gain_us:.1f} us ({len(timed)} of {len(convs)} convolution(s) timed here: ATen's on NCHW "
+                f"{aten:.1f} us, oneDNN's on channels-last {onednn:.1f} us{others})")
+    why = f"{gain}, cost {cost_us:.1f} us ({edges} copied at the edges; the weights copied once)"
     if gain_us <= cost_us:
         return set(), f"layout: NCHW kept, channels-last activations would not pay: {why}\n"
     return {position[w] for _, w in convs}, f"layout: channels-last activations: {why}\n"
+
+
+def _conv_times(n):
+    """The conv probe's times of the convolution node `n` on this machine (Note [Convolutions timed on this
+    machine], src/passes/conv_common.h): [ATen's on NCHW, oneDNN's on channels-last, oneDNN's on NCHW, the
+    copy to NCHW] in microseconds, or None (FUSION_JIT_DISABLE names conv_timing, sizes or arguments that
+    are not numbers, a dtype other than float32 and bfloat16, no oneDNN). Timed once per shape and process;
+    the kernel cache keeps the times."""
+    if "conv_timing" in _native.ops.option("FUSION_JIT_DISABLE").split(","):
+        return None
+    if len(n.args) != 9 or n.kwargs or n.args[6]:
+        return None
+    x, w, b = n.args[0], n.args[1], n.args[2]
+    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    wv = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
+    if not isinstance(xv, torch.Tensor) or not isinstance(wv, torch.Tensor) or xv.dim() != 4 or wv.dim() != 4:
+        return None
+    if xv.dtype not in (torch.float32, torch.bfloat16) or wv.dtype != xv.dtype:
+        return None
+    sizes = [_int_hint(d) for d in xv.shape] + [_int_hint(d) for d in wv.shape]
+    numbers = [a for lst in n.args[3:6] for a in lst] + [n.args[8]]
+    if not all(type(v) is int for v in numbers) or min(sizes) <= 0:
+        return None
+    t = _native.ops.conv_timing(sizes[:4], sizes[4:], list(n.args[3]), list(n.args[4]), list(n.args[5]), n.args[8],
+                                xv.dtype == torch.bfloat16, b is not None)
+    return list(t) or None
+
+
 
 
 def _value_numel(node):

@@ -40,6 +40,9 @@
 //     the accuracy rule of DESIGN.md (torch/tolerance.h), for the Python tests
 //   torch.ops.fusion_jit.channels_last_estimate(written, weights, copied, edges) -> [gain_us, cost_us]
 //     Note [Channels-last activations]: the cost model's estimate on this CPU (cost/cost_model.h)
+//   torch.ops.fusion_jit.conv_timing(x, w, stride, padding, dilation, groups, bfloat16, bias) -> [us x 4] or []
+//     Note [Convolutions timed on this machine] (passes/conv_common.h): ATen's, oneDNN's channels-last and
+//     NCHW calls, the copy to NCHW
 //   torch.ops.fusion_jit.option(name) -> str   the FUSION_JIT_* variable `name` as the option table parses it
 //     from the environment as it is now (Options::value, support/options.h): how the package reads its
 //     options, so that their parsing, checks and errors are the table's
@@ -59,7 +62,9 @@
 #include "fusion_jit/fusion_jit.h"
 #include "fusion_jit/package.h"
 #include "runtime/profile.h"
+#include "passes/passes.h"
 #include "support/options.h"
+#include "torch/executor.h"
 #include "torch/tolerance.h"
 
 extern char** environ;
@@ -378,6 +383,13 @@ TORCH_LIBRARY(fusion_jit, m) {
     static const DeviceDescription cpu = host_cpu_description();
     const LayoutEstimate e = channels_last_estimate(cpu, written, weights, copied, edges);
     return std::vector<double>{e.gain_us, e.cost_us};
+  });
+  m.def("conv_timing", [](std::vector<int64_t> x, std::vector<int64_t> w, std::vector<int64_t> stride,
+                          std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups, bool bfloat16,
+                          bool bias) {
+    const ConvShape shape{x, w, stride, padding, dilation, groups, bfloat16 ? DType::kBFloat16 : DType::kFloat32, bias};
+    const std::optional<ConvTiming> t = time_convolution(shape);
+    return t ? std::vector<double>{t->aten_us, t->onednn_cl_us, t->onednn_nchw_us, t->copy_us} : std::vector<double>{};
   });
   m.def("option", [](const std::string& name) {
     return translate_errors([&] { return Options::value(name, environ); });

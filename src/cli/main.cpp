@@ -101,7 +101,7 @@ int dispatch(int argc, char** argv) {
   add_model_options(run, model);
   run->add_option("--device", model.device, "cpu (default), cuda or cuda:N")->type_name("DEVICE");
   run->add_flag("--check", model.check, "compare every output (and input) with eager's, by the tolerance rule");
-  run->add_option("--bench", model.bench, "time N calls of each, eager and fused (medians)")->type_name("N");
+  run->add_option("--bench", model.bench, "time N calls of each, eager and fused in turn (medians)")->type_name("N");
   run->add_flag("--json", model.json, "print one JSON object instead of text");
   run->add_option("--profile", model.profile,
                   "time each step of the plan over N more calls: its median beside the time model's prediction "

@@ -163,16 +163,31 @@ void write_atomically(const std::string& what, const std::string& path, const ch
   }
 }
 
-double median_ms(int n, const std::function<void()>& fn) {
-  for (int i = 0; i < std::min(n, 3); ++i) fn();
-  std::vector<double> t;
-  for (int i = 0; i < n; ++i) {
+// The medians of `n` calls of `a` and of `b`, called in turn (ABBA...) after a few calls of each, so that
+// the machine's drift and the allocator's state (which memory is still mapped) fall on both alike.
+std::pair<double, double> interleaved_median_ms(int n, const std::function<void()>& a, const std::function<void()>& b) {
+  for (int i = 0; i < std::min(n, 3); ++i) {
+    a();
+    b();
+  }
+  auto ms = [](const std::function<void()>& fn) {
     auto t0 = std::chrono::steady_clock::now();
     fn();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> ta, tb;
+  for (int i = 0; i < n; ++i) {
+    if (i % 2 == 0) {
+      ta.push_back(ms(a));
+      tb.push_back(ms(b));
+    } else {
+      tb.push_back(ms(b));
+      ta.push_back(ms(a));
+    }
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 // "these inputs (input 0 f32[4,4], input 1 f32[5,3])": what eager was given, for its error messages.
@@ -415,8 +430,7 @@ int run(const Args& a) {
   }
   double eager_ms = -1, fused_ms = -1;
   if (bench > 0) {
-    eager_ms = median_ms(bench, [&] { module.forward(inputs); });
-    fused_ms = median_ms(bench, [&] { fused(inputs); });
+    std::tie(eager_ms, fused_ms) = interleaved_median_ms(bench, [&] { module.forward(inputs); }, [&] { fused(inputs); });
   }
   std::string profiled;
   if (profile > 0) {

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "support/options.h"
 
 namespace fusion_jit {
@@ -16,6 +18,10 @@ bool (*g_onednn_bf16_probe)() = nullptr;
 
 // FUSION_JIT_ENABLE=onednn_nchw (Note [Convolution rules], "Layout").
 [[maybe_unused]] const bool kOnednnNchwName = (Options::register_enable_names({"onednn_nchw"}), true);
+// FUSION_JIT_DISABLE=conv_timing (Note [Convolutions timed on this machine]).
+[[maybe_unused]] const bool kConvTimingName = (Options::register_disable_names({"conv_timing"}), true);
+
+ConvProbe g_conv_probe = nullptr;
 
 std::optional<std::vector<int64_t>> int_list(const Arg& a) {
   if (a.is_value() || !std::holds_alternative<SymSizes>(a.literal)) return std::nullopt;
@@ -77,6 +83,26 @@ std::optional<Conv> as_conv(Node* n) {
   if (groups.is_value() || !std::holds_alternative<SymInt>(groups.literal)) return std::nullopt;
   c.groups = std::get<SymInt>(groups.literal);
   return c;
+}
+
+std::optional<ConvShape> conv_shape(const Conv& conv) {
+  const TensorType& x = conv.x->tensor_type();
+  const TensorType& w = conv.weight->tensor_type();
+  if (x.dim() != 4 || w.dim() != 4 || conv.stride.size() != 2 || conv.padding.size() != 2 || conv.dilation.size() != 2)
+    return std::nullopt;
+  ConvShape s;
+  for (const SymInt& d : x.sizes) s.x.push_back(d.hint());  // a shape class's convolution at its hint
+  for (const SymInt& d : w.sizes) {
+    if (d.is_symbolic()) return std::nullopt;
+    s.w.push_back(d);
+  }
+  s.stride = conv.stride;
+  s.padding = conv.padding;
+  s.dilation = conv.dilation;
+  s.groups = conv.groups;
+  s.dtype = x.dtype;
+  s.bias = conv.bias != nullptr;
+  return s;
 }
 
 bool is_channels_last(const TensorType& t) { return t.dim() == 4 && same_strides(t, channels_last_strides(t.sizes)); }
@@ -276,6 +302,14 @@ std::optional<Linear> linear_read_by(const Match& m, const Builder& r, Value** r
 }
 
 }  // namespace conv_rules
+
+ConvProbe set_conv_probe(ConvProbe probe) { return std::exchange(conv_rules::g_conv_probe, probe); }
+
+std::optional<ConvTiming> conv_timing(const ConvShape& shape) {
+  if (!conv_rules::g_conv_probe) return std::nullopt;
+  if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) return std::nullopt;
+  return conv_rules::g_conv_probe(shape);
+}
 
 int64_t size_octave(int64_t n) {
   int64_t octave = 1;

@@ -102,8 +102,27 @@
 // - prepack.nchw_result: contiguous(call(x, reordered W, ...)) with an NCHW x (and NCHW binary operand)
 //   becomes the call on W made NCHW: oneDNN then writes NCHW, eager's layout, itself (reordering the
 //   plain weight at each call, as eager's convolution does). This is a channels-last plan's last
-//   convolution when its result is an output (the demo's conv_bn_relu: one step), and every call of NCHW
-//   plans with the opt-in.
+//   convolution when its result is an output, and every call of NCHW plans with the opt-in. Only where
+//   the convolution, timed (Note [Convolutions timed on this machine]), is faster so than the call on the
+//   reordered weight plus the copy: ATen gives that call's result through oneDNN's own buffer, copied
+//   twice (to_public, then contiguous), and for the demo's conv_bn_relu it was the slower of the two.
+//
+// Note [Convolutions timed on this machine]
+// Which implementation and layout a convolution runs in is decided by its times on this machine, once
+// per shape (input and weight sizes, stride, padding, dilation, groups, dtype, bias) and thread count,
+// kept in the kernel cache (torch/gemm_choice.cpp, the conv probe): ATen's convolution on NCHW (eager's),
+// oneDNN's call on the reordered weight on channels-last, the same call on the plain weight on NCHW, and
+// the copy of a channels-last result to NCHW. oneDNN picks its kernel by layout (on this machine a
+// 16 -> 32 channel 3x3 convolution over 56x56 ran its blocked jit kernel from NCHW, 0.68 ms plus a 0.1 ms
+// reorder, and its brgemm kernel on channels-last, 0.75 ms), so no per-element constant says which layout
+// is faster; the times do. They decide:
+// - the plan's layout (decide_channels_last, torch/capture.h; the Python backend's the same): the gain of
+//   channels-last is the sum over the convolutions of ATen's time less the channels-last call's, against
+//   the cost model's price of the copies at the plan's edges;
+// - prepack.nchw_result (above).
+// Each shape costs a few calls of each form at plan build (about 3 each, fewer for long ones); a
+// restarted process reads the times back. Where nothing was timed (no oneDNN, no probe in tests of the
+// IR alone, FUSION_JIT_DISABLE=conv_timing) the cost model's per-element estimate decides.
 #pragma once
 
 #include <cstdint>
@@ -144,6 +163,10 @@ struct Conv {
 
 // The convolution `n` is, or nullopt where it is not one (literal stride, padding, dilation, groups).
 std::optional<Conv> as_conv(Node* n);
+
+// The shape the conv probe times for `conv` (a shape class's at its hint), or nullopt (not 2-d, a
+// symbolic weight).
+std::optional<ConvShape> conv_shape(const Conv& conv);
 
 // Whether `t` is 4-d and channels-last (NHWC).
 bool is_channels_last(const TensorType& t);

@@ -83,6 +83,33 @@ using GemmProbe = std::optional<GemmTiming> (*)(int64_t rows, int64_t k, int64_t
 // library loads (nullopt: not measured; the rules keep their defaults, ATen's GEMM for a plain weight and
 // MKL's packed one for a frozen float32 weight). Returns the probe set before (tests set their own).
 GemmProbe set_gemm_probe(GemmProbe probe);
+// A 2-d convolution as the conv probe times it: input [N, C, H, W], weight [O, C / groups, kh, kw], literal
+// stride, padding, dilation and groups, float32 or bfloat16, with or without a bias.
+struct ConvShape {
+  std::vector<int64_t> x, w, stride, padding, dilation;
+  int64_t groups = 1;
+  DType dtype = DType::kFloat32;
+  bool bias = false;
+};
+// Median times of one convolution on this machine, in microseconds, for each implementation a plan may
+// give it (Note [Convolutions timed on this machine], passes/conv_common.h): ATen's convolution on an NCHW
+// input (eager's: oneDNN on its blocked layout, the result reordered to NCHW), oneDNN's call on the weight
+// reordered once with a channels-last input and result (a channels-last plan's), the same call on the plain
+// weight with an NCHW input and result (prepack.nchw_result's), and the copy of a channels-last result to
+// NCHW.
+struct ConvTiming {
+  double aten_us = 0;
+  double onednn_cl_us = 0;
+  double onednn_nchw_us = 0;
+  double copy_us = 0;
+};
+using ConvProbe = std::optional<ConvTiming> (*)(const ConvShape& shape);
+// Tells the layout decision and the prepack rules how to time a convolution here; the torch adapter sets it
+// when the library loads. Returns the probe set before (tests set their own).
+ConvProbe set_conv_probe(ConvProbe probe);
+// The probe's times for `shape`; nullopt where nothing was measured (no probe, oneDNN absent, or
+// FUSION_JIT_DISABLE=conv_timing): the decisions then take the cost model's estimates.
+std::optional<ConvTiming> conv_timing(const ConvShape& shape);
 // The next power of two from `n` (n >= 1): the row count a linear is timed at, and the batch-size hint of
 // the oneDNN weight reorders. One decision and one reordered weight per octave, so that the sizes of a
 // dynamic dimension share the measurement, the rewrite and the folded weight.

@@ -3,6 +3,8 @@
 // or MKL's packed GEMM for float32 linears), and NCHW results that oneDNN writes itself.
 #include <string>
 
+#include <fmt/format.h>
+
 #include "passes/conv_common.h"
 
 namespace fusion_jit {
@@ -63,6 +65,30 @@ Replacement conv_prepacked(const Match& m, Builder& r) {
                       {Arg::lit(std::string("none")), Arg::lit(std::vector<int64_t>{}), Arg::lit(None{})})};
 }
 
+// The convolution of a oneDNN call (its weight argument at `w`, the plain weight `weight`) as the conv
+// probe times it.
+std::optional<ConvShape> call_shape(const Node& call, size_t w, const Value* weight) {
+  const auto& a = call.args();
+  if (a.size() < w + 6 || !a[0].is_value() || !weight->is_tensor()) return std::nullopt;
+  Conv c;
+  c.x = a[0].value;
+  c.weight = const_cast<Value*>(weight);
+  c.bias = a[w + 1].is_value() ? a[w + 1].value : nullptr;
+  auto ints = [&](size_t i) -> std::optional<std::vector<int64_t>> {
+    if (a[i].is_value() || !std::holds_alternative<SymSizes>(a[i].literal)) return std::nullopt;
+    return std::get<SymSizes>(a[i].literal);
+  };
+  auto padding = ints(w + 2), stride = ints(w + 3), dilation = ints(w + 4);
+  const Arg& groups = a[w + 5];
+  if (!padding || !stride || !dilation || groups.is_value() || !std::holds_alternative<SymInt>(groups.literal))
+    return std::nullopt;
+  c.padding = *padding;
+  c.stride = *stride;
+  c.dilation = *dilation;
+  c.groups = std::get<SymInt>(groups.literal);
+  return conv_shape(c);
+}
+
 // contiguous(call(x, reorder(W), ...)) where x (and the binary post-op's operand) are NCHW: the call on W
 // itself, made NCHW (constant_fold evaluates that once): oneDNN then writes NCHW, eager's layout, and the
 // copy goes (oneDNN reorders a plain weight at each call, as eager's convolution does).
@@ -82,6 +108,13 @@ Replacement nchw_result(const Match& m, Builder& r) {
     const TensorType& o = call->args()[1].value->tensor_type();
     if (o.strides != contiguous_strides(o.sizes)) return {};
   }
+  // Timed here (Note [Convolutions timed on this machine]): the call on the plain weight only where it is
+  // faster than the call on the reordered weight plus the copy to NCHW that it saves.
+  if (auto shape = call_shape(*call, w, reorder->args()[0].value))
+    if (const std::optional<ConvTiming> t = conv_timing(*shape); t && !(t->onednn_nchw_us < t->onednn_cl_us + t->copy_us))
+      return r.decline(fmt::format("timed here: oneDNN on the plain weight {:.0f} us, on the reordered weight {:.0f} us "
+                                   "and the copy to NCHW {:.0f} us",
+                                   t->onednn_nchw_us, t->onednn_cl_us, t->copy_us));
   // Always through contiguous(): in a channels-last plan the weight is channels-last, and so is one folded
   // from it, whatever its type says (a constant's strides are what ATen gave when it was evaluated).
   Value* weight = reorder->args()[0].value;

@@ -13,6 +13,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "passes/conv_common.h"
+#include "passes/passes.h"
 #include "cost/cost_model.h"
 #include "support/error.h"
 #include "support/options.h"
@@ -461,8 +463,9 @@ LayoutDecision decide_channels_last(const Graph& g) {
   static const std::set<std::string> kConvs = {"aten::conv2d", "aten::convolution", "aten::_convolution"};
   std::set<int> graph_inputs, read;
   for (const Value* v : g.inputs()) graph_inputs.insert(v->id());
-  int64_t written = 0, edges = 0;
-  int convs = 0;
+  int64_t written = 0, edges = 0, estimated = 0;  // estimated: written by the convolutions not timed
+  int convs = 0, timed = 0;
+  double aten_us = 0, onednn_us = 0;  // the timed convolutions' (Note [Convolutions timed on this machine])
   for (const Node* n : g.nodes()) {
     if (!kConvs.count(n->schema()) || n->args().size() < 2 || !n->args()[1].is_value()) continue;
     const Value* w = n->args()[1].value;
@@ -471,6 +474,16 @@ LayoutDecision decide_channels_last(const Graph& g) {
       continue;
     convs++;
     written += n->output()->tensor_type().numel();
+    std::optional<ConvTiming> t;
+    if (auto conv = conv_rules::as_conv(const_cast<Node*>(n)))
+      if (auto shape = conv_rules::conv_shape(*conv)) t = conv_timing(*shape);
+    if (t) {
+      timed++;
+      aten_us += t->aten_us;
+      onednn_us += t->onednn_cl_us;
+    } else {
+      estimated += n->output()->tensor_type().numel();
+    }
     const Value* x = n->args()[0].is_value() ? n->args()[0].value : nullptr;
     if (x && x->is_tensor() && x->tensor_type().dim() == 4 && graph_inputs.count(x->id()) && read.insert(x->id()).second)
       edges += x->tensor_type().numel();
@@ -479,11 +492,17 @@ LayoutDecision decide_channels_last(const Graph& g) {
   for (const Value* o : g.outputs())
     if (o->is_tensor() && o->tensor_type().dim() == 4 && outputs.insert(o->id()).second) edges += o->tensor_type().numel();
   static const DeviceDescription cpu = host_cpu_description();
-  const LayoutEstimate e = channels_last_estimate(cpu, written, /*weights=*/0, /*copied=*/0, edges);
-  const std::string why = fmt::format(
-      "est. gain {:.1f} us ({} elements written by {} convolution(s)), cost {:.1f} us ({} copied at the edges; "
-      "the weights copied once)",
-      e.gain_us, written, convs, e.cost_us, edges);
+  LayoutEstimate e = channels_last_estimate(cpu, estimated, /*weights=*/0, /*copied=*/0, edges);
+  std::string gain = fmt::format("est. gain {:.1f} us ({} elements written by {} convolution(s))", e.gain_us, written, convs);
+  if (timed > 0) {
+    e.gain_us += aten_us - onednn_us;
+    gain = fmt::format("gain {:.1f} us ({} of {} convolution(s) timed here: ATen's on NCHW {:.1f} us, oneDNN's on "
+                       "channels-last {:.1f} us{})",
+                       e.gain_us, timed, convs, aten_us, onednn_us,
+                       timed < convs ? fmt::format("; {} elements written by the others, estimated", estimated) : "");
+  }
+  const std::string why =
+      fmt::format("{}, cost {:.1f} us ({} copied at the edges; the weights copied once)", gain, e.cost_us, edges);
   if (e.gain_us <= e.cost_us) return {false, "layout: NCHW kept, channels-last activations would not pay: " + why};
   return {true, "layout: channels-last activations: " + why};
 }

@@ -174,6 +174,14 @@ bool onednn_bf16_supported();
 // microseconds and nothing else).
 std::string gemm_timing_key(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked, int threads);
 std::optional<GemmTiming> parse_gemm_timing(const std::string& text);
+// The conv probe's entry for a shape's timings (the same parts as the GEMM's), and an entry read back:
+// four positive finite numbers of microseconds and nothing else, or nothing.
+std::string conv_timing_key(const ConvShape& s, int threads);
+std::optional<ConvTiming> parse_conv_timing(const std::string& text);
+// The conv probe's times for `s` (Note [Convolutions timed on this machine], passes/conv_common.h), also
+// where FUSION_JIT_DISABLE has conv_timing (the Python backend reads that option as the environment is at
+// each use); nullopt where oneDNN cannot run it.
+std::optional<ConvTiming> time_convolution(const ConvShape& s);
 // The first line of an exception's message (c10's carry a backtrace).
 std::string message_of(const std::exception& e);
 // Note [Prepacked weights] (passes/passes.h): evaluates, once, each step of `inst.plan` that prepacks a

@@ -1,3 +1,5 @@
+// The conv probe (Note [Convolutions timed on this machine], passes/conv_common.h): a convolution's forms
+// timed once per shape and thread count, kept in the kernel cache as the GEMM times are.
 // The gemm rules' probe (Note [GEMM backend measured on this machine], passes/gemm_rules.cpp): MKL's GEMM
 // against oneDNN's, on a plain weight (ATen's addmm against mkldnn::_linear_pointwise) or on a frozen one
 // (MKL's packed GEMM against oneDNN's reordered weight), timed on this machine once per linear shape and
@@ -11,6 +13,7 @@
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/conv2d.h>
 #include <c10/core/GradMode.h>
 
 #include <torch/version.h>
@@ -19,14 +22,18 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "kernels_cache/kernels_cache.h"
+#include "passes/conv_common.h"
 #include "passes/passes.h"
 #include "support/hash.h"
 #include "support/log.h"
@@ -60,18 +67,19 @@ at::Tensor call(const char* schema, std::vector<c10::IValue> args) {
   return s.at(0).toTensor();
 }
 
+// Values of order 1 made without a random generator: timing at plan build must not move the user's random
+// stream (a seeded model would draw other numbers than eager's).
+at::Tensor probe_values(const std::vector<int64_t>& sizes, at::ScalarType dtype = at::kFloat) {
+  int64_t count = 1;
+  for (int64_t s : sizes) count *= s;
+  return at::arange(count, at::TensorOptions().dtype(at::kFloat)).remainder_(7.0).sub_(3.0).mul_(0.25).reshape(sizes).to(dtype);
+}
+
 std::optional<GemmTiming> measure(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked) {
   if (!at::hasMKLDNN() || (prepacked && !at::hasMKL())) return std::nullopt;
   c10::AutoGradMode no_grad(false);
-  // Values of order 1 made without a random generator: timing at plan build must not move the user's
-  // random stream (a seeded model would draw other numbers than eager's).
-  auto values = [](std::vector<int64_t> sizes) {
-    int64_t count = 1;
-    for (int64_t s : sizes) count *= s;
-    return at::arange(count, at::TensorOptions().dtype(at::kFloat)).remainder_(7.0).sub_(3.0).mul_(0.25).reshape(sizes);
-  };
-  const at::Tensor x = values({rows, k}), w = values({n, k});
-  const c10::IValue b = bias ? c10::IValue(values({n})) : c10::IValue();
+  const at::Tensor x = probe_values({rows, k}), w = probe_values({n, k});
+  const c10::IValue b = bias ? c10::IValue(probe_values({n})) : c10::IValue();
   // The frozen weight's two prepared forms, made once as the plan makes them.
   const at::Tensor mkl_w = prepacked ? call("mkl::_mkl_reorder_linear_weight", {w, rows}) : at::Tensor();
   const at::Tensor onednn_w = prepacked ? call("mkldnn::_reorder_linear_weight", {w, rows}) : w;
@@ -121,45 +129,148 @@ std::optional<GemmTiming> parse_gemm_timing(const std::string& text) {
   return GemmTiming{a, o};
 }
 
+std::string conv_timing_key(const ConvShape& s, int threads) {
+  return cache_key({"conv-timing",
+                    fmt::format("x [{}] w [{}] stride [{}] padding [{}] dilation [{}] groups {} {} bias {}",
+                                fmt::join(s.x, ","), fmt::join(s.w, ","), fmt::join(s.stride, ","),
+                                fmt::join(s.padding, ","), fmt::join(s.dilation, ","), s.groups, dtype_name(s.dtype),
+                                s.bias),
+                    std::string("torch ") + TORCH_VERSION, fmt::format("threads {}", threads), host_cpu_identity()});
+}
+
+std::optional<ConvTiming> parse_conv_timing(const std::string& text) {
+  if (text.size() > 128) return std::nullopt;
+  ConvTiming t;
+  int used = 0;
+  if (std::sscanf(text.c_str(), "%lf %lf %lf %lf\n%n", &t.aten_us, &t.onednn_cl_us, &t.onednn_nchw_us, &t.copy_us,
+                  &used) != 4 ||
+      used != static_cast<int>(text.size()))
+    return std::nullopt;
+  for (double us : {t.aten_us, t.onednn_cl_us, t.onednn_nchw_us, t.copy_us})
+    if (!std::isfinite(us) || us <= 0 || us >= 1e9) return std::nullopt;
+  return t;
+}
+
 namespace {
 
 std::string format_timing(const GemmTiming& t) { return fmt::format("{:.3f} {:.3f}\n", t.mkl_us, t.onednn_us); }
 
-std::optional<GemmTiming> time_linear(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked) {
-  // One measurement at a time (two would time each other), each shape once per process.
+std::string trimmed(std::string s) {
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+// Times `measure` once per process and cache entry (a key of the kernel cache): read back where the cache
+// has a valid entry (`parse`), measured and written (`format`) otherwise. `what` names it in the log.
+// One measurement at a time: two would time each other.
+template <typename T, typename Measure, typename Parse, typename Format>
+std::optional<T> timed_once(const std::string& cache_entry, const std::string& what, const Measure& measure,
+                            const Parse& parse, const Format& format) {
   static std::mutex mu;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, int>, std::optional<GemmTiming>> memo;
+  static std::map<std::string, std::optional<T>> memo;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(rows, k, n, bias, prepacked, at::get_num_threads());
-  if (auto it = memo.find(key); it != memo.end()) return it->second;
+  if (auto it = memo.find(cache_entry); it != memo.end()) return it->second;
   const bool use_cache = !Options::get().is_disabled("cache");
-  const std::string cache_entry = gemm_timing_key(rows, k, n, bias, prepacked, std::get<5>(key));
-  std::optional<GemmTiming> t;
+  std::optional<T> t;
   if (use_cache)
-    if (auto text = KernelsCache::instance().get(cache_entry)) t = parse_gemm_timing(*text);
+    if (auto text = KernelsCache::instance().get(cache_entry)) t = parse(*text);
   if (t) {
-    log_info("gemm: [{}, {}] x [{}, {}]{}: {} {:.1f} us, oneDNN {:.1f} us (from the kernel cache)", rows, k, k, n,
-             bias ? " + bias" : "", prepacked ? "MKL packed" : "ATen", t->mkl_us, t->onednn_us);
-    memo.emplace(key, t);
+    log_info("{}: {} (from the kernel cache)", what, trimmed(format(*t)));
+    memo.emplace(cache_entry, t);
     return t;
   }
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    t = measure(rows, k, n, bias, prepacked);
+    t = measure();
   } catch (const std::exception& e) {
-    log_warn("timing a linear [{}, {}] x [{}, {}] failed, MKL's GEMM kept: {}", rows, k, k, n, e.what());
+    log_warn("timing {} failed, the default kept: {}", what, e.what());
   }
   if (t) {
-    log_info("gemm: [{}, {}] x [{}, {}]{}: {} {:.1f} us, oneDNN {:.1f} us (measured in {:.1f} ms)", rows, k, k, n,
-             bias ? " + bias" : "", prepacked ? "MKL packed" : "ATen", t->mkl_us, t->onednn_us,
+    log_info("{}: {} (measured in {:.1f} ms)", what, trimmed(format(*t)),
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    if (use_cache) KernelsCache::instance().put(cache_entry, format_timing(*t));
+    if (use_cache) KernelsCache::instance().put(cache_entry, format(*t));
   }
-  memo.emplace(key, t);
+  memo.emplace(cache_entry, t);
   return t;
 }
 
+std::optional<GemmTiming> time_linear(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked) {
+  const std::string what = fmt::format("gemm [{}, {}] x [{}, {}]{} ({} against oneDNN, us)", rows, k, k, n,
+                                       bias ? " + bias" : "", prepacked ? "MKL packed" : "ATen");
+  return timed_once<GemmTiming>(
+      gemm_timing_key(rows, k, n, bias, prepacked, at::get_num_threads()), what,
+      [&] { return measure(rows, k, n, bias, prepacked); }, parse_gemm_timing, format_timing);
+}
+
+// ---- Convolutions (Note [Convolutions timed on this machine], passes/conv_common.h) ----
+
+// Timed calls of each form after one warm-up call each, fewer where one round is long.
+constexpr int kConvTimedCalls = 5;
+constexpr double kConvBudgetUs = 60000;
+
+std::optional<ConvTiming> measure_conv(const ConvShape& s) {
+  if (!at::hasMKLDNN() || !conv_rules::onednn_refuses(s.dtype).empty()) return std::nullopt;
+  c10::AutoGradMode no_grad(false);
+  const at::ScalarType dtype = s.dtype == DType::kBFloat16 ? at::kBFloat16 : at::kFloat;
+  const at::Tensor x = probe_values(s.x, dtype), w = probe_values(s.w, dtype);
+  const c10::IValue b = s.bias ? c10::IValue(probe_values({s.w[0]}, dtype)) : c10::IValue();
+  const at::Tensor x_cl = x.contiguous(at::MemoryFormat::ChannelsLast);
+  std::vector<int64_t> hint = s.x;  // the plan's reorder: the batch by octave (conv_rules::onednn_call)
+  hint[0] = size_octave(hint[0]);
+  const at::Tensor packed =
+      call("mkldnn::_reorder_convolution_weight", {w, s.padding, s.stride, s.dilation, s.groups, hint});
+  auto onednn = [&](const at::Tensor& in, const at::Tensor& weight) {
+    return call("mkldnn::_convolution_pointwise", {in, weight, b, s.padding, s.stride, s.dilation, s.groups,
+                                                   std::string("none"), c10::List<std::optional<at::Scalar>>(),
+                                                   c10::IValue()});
+  };
+  const std::optional<at::Tensor> bias = s.bias ? std::optional<at::Tensor>(b.toTensor()) : std::nullopt;
+  const at::Tensor y_cl = onednn(x_cl, packed);
+  std::vector<std::function<void()>> forms = {
+      [&] { at::conv2d(x, w, bias, s.stride, s.padding, s.dilation, s.groups); },
+      [&] { onednn(x_cl, packed); },
+      [&] { onednn(x, w); },
+      [&] { y_cl.contiguous(); },
+  };
+  double first = 0;
+  for (const auto& f : forms) first += time_us(f);
+  const int calls = std::clamp(static_cast<int>(kConvBudgetUs / std::max(first, 1.0)), 1, kConvTimedCalls);
+  std::vector<std::vector<double>> t(forms.size());
+  for (int i = 0; i < calls; ++i)
+    for (size_t j = 0; j < forms.size(); ++j) {
+      const size_t f = i % 2 == 0 ? j : forms.size() - 1 - j;  // ABCD DCBA: the machine's drift on all
+      t[f].push_back(time_us(forms[f]));
+    }
+  return ConvTiming{median(t[0]), median(t[1]), median(t[2]), median(t[3])};
+}
+
+std::string format_conv_timing(const ConvTiming& t) {
+  return fmt::format("{:.3f} {:.3f} {:.3f} {:.3f}\n", t.aten_us, t.onednn_cl_us, t.onednn_nchw_us, t.copy_us);
+}
+
+std::optional<ConvTiming> time_conv(const ConvShape& s) {
+  if (Options::get().is_disabled("conv_timing")) return std::nullopt;
+  return time_convolution(s);
+}
+
+}  // namespace
+
+std::optional<ConvTiming> time_convolution(const ConvShape& s) {
+  if (s.x.size() != 4 || s.w.size() != 4 || (s.dtype != DType::kFloat32 && s.dtype != DType::kBFloat16)) return std::nullopt;
+  const std::string what =
+      fmt::format("conv x [{}] w [{}] stride [{}] padding [{}] dilation [{}] groups {} {}{} (ATen NCHW, oneDNN "
+                  "channels-last, oneDNN NCHW, copy to NCHW, us)",
+                  fmt::join(s.x, ", "), fmt::join(s.w, ", "), fmt::join(s.stride, ", "), fmt::join(s.padding, ", "),
+                  fmt::join(s.dilation, ", "), s.groups, dtype_name(s.dtype), s.bias ? " + bias" : "");
+  return timed_once<ConvTiming>(
+      conv_timing_key(s, at::get_num_threads()), what, [&] { return measure_conv(s); }, parse_conv_timing,
+      format_conv_timing);
+}
+
+namespace {
+
 [[maybe_unused]] const bool g_gemm_probe_registered = (set_gemm_probe(&time_linear), true);
+[[maybe_unused]] const bool g_conv_probe_registered = (set_conv_probe(&time_conv), true);
 
 }  // namespace
 }  // namespace fusion_jit

@@ -3,9 +3,11 @@ and buffers of inference graphs as constants of the plans, rules that need const
 change to a frozen tensor after compilation seen at the next call."""
 
 import copy
+import re
 import warnings
 
 import pytest
+
 import torch
 import torch.nn as nn
 
@@ -420,6 +422,18 @@ def test_freezing_chooses_the_layout_by_cost(net, shape, written, edges, layout)
     torch._dynamo.reset()
     check(m, fusion_jit.compile(m, freezing=True), x, net.__name__)
     assert fusion_jit.stats()["eager_graphs"] == 0
+
+
+def test_freezing_times_the_convolutions_for_the_layout(monkeypatch):
+    # Note [Convolutions timed on this machine]: by default (the suite runs with conv_timing off) the layout
+    # is decided by the convolution's times here, and explain gives them; eager's results either way.
+    monkeypatch.setenv("FUSION_JIT_DISABLE", "")
+    m, x, text = explained(ConvBnRelu, (2, 3, 16, 16), freezing=True)
+    assert re.search(r"layout: .*gain -?[0-9.]+ us \(1 of 1 convolution\(s\) timed here: ATen's on NCHW [0-9.]+ us, "
+                     r"oneDNN's on channels-last [0-9.]+ us\)", text), text
+    fusion_jit.reset()
+    torch._dynamo.reset()
+    check(m, fusion_jit.compile(m, freezing=True), x, "ConvBnRelu timed")
 
 
 def explained(net, shape, **options):

@@ -176,6 +176,107 @@ TEST(ConvRules, ATorchScriptPlanIsChannelsLastWhereTheCostModelSaysItPays) {
   }
 }
 
+// A conv probe of given times (Note [Convolutions timed on this machine]): ATen's on NCHW, oneDNN's on
+// channels-last, oneDNN's on NCHW, the copy to NCHW.
+struct ForcedConvProbe {
+  static inline ConvTiming times;
+  static inline int calls = 0;
+  ConvProbe saved;
+  explicit ForcedConvProbe(ConvTiming t) : saved(set_conv_probe(&time)) {
+    times = t;
+    calls = 0;
+  }
+  ~ForcedConvProbe() { set_conv_probe(saved); }
+  static std::optional<ConvTiming> time(const ConvShape& s) {
+    EXPECT_EQ(s.x.size(), 4u);
+    EXPECT_EQ(s.w.size(), 4u);
+    calls++;
+    return times;
+  }
+};
+
+// The layout follows the convolution's times where they were taken: the block that the estimate makes
+// channels-last (32 channels, ATorchScriptPlanIsChannelsLastWhereTheCostModelSaysItPays) stays NCHW where
+// ATen's convolution timed faster than oneDNN's channels-last one, and either way computes eager's results.
+TEST(ConvRules, TheLayoutFollowsTheConvolutionsTimes) {
+  if (nchw_plans()) GTEST_SKIP() << "FUSION_JIT_DISABLE=channels_last: no layout to decide";
+  for (const bool cl_faster : {false, true}) {
+    ForcedConvProbe probe(cl_faster ? ConvTiming{5000, 100, 6000, 50} : ConvTiming{100, 5000, 6000, 50});
+    const std::string what = cl_faster ? "channels-last timed faster" : "ATen's NCHW timed faster";
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat, /*return_conv=*/true, 32);
+    auto r = run_and_compare(m, {input(at::kFloat)}, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    const std::string ex = r.plan->explain();
+    EXPECT_GT(ForcedConvProbe::calls, 0) << what;
+    const std::string line = fmt::format("{}gain {:.1f} us (1 of 1 convolution(s) timed here: ATen's on NCHW {:.1f} us, "
+                                         "oneDNN's on channels-last {:.1f} us), cost ",
+                                         cl_faster ? "layout: channels-last activations: " : "layout: NCHW kept, channels-last "
+                                                                                          "activations would not pay: ",
+                                         ForcedConvProbe::times.aten_us - ForcedConvProbe::times.onednn_cl_us,
+                                         ForcedConvProbe::times.aten_us, ForcedConvProbe::times.onednn_cl_us);
+    EXPECT_NE(ex.find(line), std::string::npos) << what << "\n" << ex;
+    EXPECT_EQ(r.plan->aten_ops.count("aten::conv2d"), cl_faster ? 0u : 1u) << what << "\n" << ex;
+  }
+}
+
+// prepack.nchw_result takes the call on the plain weight only where it timed faster than the call on the
+// reordered weight plus the copy to NCHW; otherwise the copy stays, and explain gives the times.
+TEST(ConvRules, AnNchwResultIsWrittenByOneDnnOnlyWhereThatTimedFaster) {
+  REQUIRE_ONEDNN_RULES();
+  for (const bool nchw_faster : {true, false}) {
+    ForcedConvProbe probe(nchw_faster ? ConvTiming{5000, 100, 120, 50} : ConvTiming{5000, 100, 400, 50});
+    const std::string what = nchw_faster ? "oneDNN's NCHW call timed faster" : "the call and copy timed faster";
+    auto m = conv_block("torch.relu(y)", /*bn=*/true, at::kFloat);
+    auto r = run_and_compare(m, {input(at::kFloat)}, what);
+    ASSERT_NE(r.plan, nullptr) << what;
+    const std::string ex = r.plan->explain();
+    EXPECT_EQ(ex.find("prepack.nchw_result x1") != std::string::npos, nchw_faster) << what << "\n" << ex;
+    EXPECT_EQ(ex.find("declined: prepack.nchw_result at") != std::string::npos, !nchw_faster) << what << "\n" << ex;
+    if (!nchw_faster) {
+      EXPECT_NE(ex.find("timed here: oneDNN on the plain weight 400 us, on the reordered weight 100 us and the copy "
+                        "to NCHW 50 us"),
+                std::string::npos)
+          << ex;
+    }
+    EXPECT_TRUE(r.fused.at(0).is_contiguous()) << what << ": eager's layout";
+  }
+}
+
+// The adapter's conv probe times every form on this machine, draws no random numbers, and keeps the times
+// in the kernel cache as text read back only when it is four positive finite numbers.
+TEST(ConvRules, TheConvProbeTimesEveryFormAndKeepsTheTimes) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "no oneDNN in this build of torch";
+  const ConvShape shape{{2, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, DType::kFloat32, true};
+  at::manual_seed(7);
+  const at::Tensor expected = at::randn({8});
+  at::manual_seed(7);
+  const std::optional<ConvTiming> t = time_convolution(shape);
+  EXPECT_TRUE(at::equal(at::randn({8}), expected));
+  ASSERT_TRUE(t.has_value());
+  for (double us : {t->aten_us, t->onednn_cl_us, t->onednn_nchw_us, t->copy_us}) EXPECT_GT(us, 0);
+  auto entry = KernelsCache::instance().get(conv_timing_key(shape, at::get_num_threads()));
+  ASSERT_TRUE(entry.has_value());
+  const std::optional<ConvTiming> back = parse_conv_timing(*entry);
+  ASSERT_TRUE(back.has_value()) << *entry;
+  EXPECT_NEAR(back->aten_us, t->aten_us, 1e-3);
+  EXPECT_NEAR(back->copy_us, t->copy_us, 1e-3);
+  // The suite runs with FUSION_JIT_DISABLE=conv_timing (CMakeLists.txt): the registered probe then times
+  // nothing, and the decisions take the estimates.
+  const ConvProbe real = set_conv_probe(nullptr);
+  set_conv_probe(real);
+  ASSERT_NE(real, nullptr);
+  if (Options::get().is_disabled("conv_timing")) {
+    EXPECT_FALSE(real(shape).has_value());
+  }
+  for (const char* bad : {"", "1 2 3\n", "1 2 3 4 5\n", "nan 2 3 4\n", "1 2 3 inf\n", "-1 2 3 4\n", "0 2 3 4\n",
+                          "1 2 3 4\nrm -rf /\n", "1e300 2 3 4\n"})
+    EXPECT_FALSE(parse_conv_timing(bad).has_value()) << bad;
+  ConvShape other = shape;
+  other.dtype = DType::kBFloat16;
+  EXPECT_NE(conv_timing_key(shape, 2), conv_timing_key(other, 2));
+  EXPECT_NE(conv_timing_key(shape, 2), conv_timing_key(shape, 1));
+}
+
 TEST(ConvRules, NearMissesComputeEagerResultsWithoutTheRules) {
   REQUIRE_ONEDNN_RULES();
   {  // the conv's output is returned too: not folded, no post-op; the conv alone is prepacked. 32 output
