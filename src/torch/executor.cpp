@@ -19,6 +19,8 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <unordered_map>
+#include <mutex>
 
 #include "runtime/buffer_pool.h"
 #include "torch/cuda_support.h"
@@ -76,6 +78,83 @@ PoolAllocator& pool_allocator() {
   static auto* a = new PoolAllocator();  // never destroyed: outputs may outlive static destruction
   return *a;
 }
+
+// Note [ATen steps' buffers from the pool]
+// A plan's ATen steps allocate through torch's CPU allocator: a convolution's result, oneDNN's own
+// buffers inside the call, a GEMM's output. On this project's machines each fresh multi-megabyte buffer
+// faults its pages in again at every call (glibc gives freed memory above its trim threshold back to the
+// kernel), and that cost, bimodal with the allocator's state, was larger than the demo's convolution
+// itself (bench/RESULTS.md, issue 70: conv_bn_relu 2.6-3.7 ms per call in some processes, 0.9 ms with
+// memory kept mapped). So while a plan runs on a thread, the CPU allocator serves requests of
+// BufferPool::kMinPooled bytes and more from the buffer pool (the kernels' outputs' pool, up to
+// FUSION_JIT_CPU_POOL_MB; 0 turns both off), and freed buffers go back to it, already mapped. Outside a
+// plan's run (eager code in the same process, other threads) every request goes to the allocator torch
+// had, unchanged: the wrapper is installed once, when the library loads, in its place (c10's
+// SetCPUAllocator, at a higher priority), and holds it. Buffers handed out keep a context equal to their
+// address, as raw_allocate (oneDNN's buffers through ideep) requires, and the raw deleter tells the pool's
+// buffers from the wrapped allocator's by a table of the pool's buffers alive.
+thread_local int t_plan_runs = 0;
+
+class PlanRunAllocator final : public c10::Allocator {
+ public:
+  explicit PlanRunAllocator(c10::Allocator* base) : base_(base), base_raw_deleter_(base->raw_deleter()) {}
+
+  c10::DataPtr allocate(size_t bytes) override {
+    if (t_plan_runs == 0 || bytes < BufferPool::kMinPooled || Options::get().cpu_pool_mb == 0)
+      return base_->allocate(bytes);
+    void* p = BufferPool::instance().acquire(bytes);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      live_[p] = bytes;
+    }
+    return {p, p, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { base_->copy_data(dest, src, count); }
+
+  static PlanRunAllocator* installed;
+
+ private:
+  // The pool's buffer `p` given back, or false where `p` is not one of the pool's.
+  static bool give_back(void* p) {
+    size_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> g(installed->mu_);
+      auto it = installed->live_.find(p);
+      if (it == installed->live_.end()) return false;
+      bytes = it->second;
+      installed->live_.erase(it);
+    }
+    BufferPool::instance().release(p, bytes);
+    return true;
+  }
+  static void release(void* p) { give_back(p); }
+  static void raw_delete(void* p) {
+    if (!give_back(p) && installed->base_raw_deleter_) installed->base_raw_deleter_(p);
+  }
+
+  c10::Allocator* base_;
+  c10::DeleterFnPtr base_raw_deleter_;
+  std::mutex mu_;
+  std::unordered_map<void*, size_t> live_;  // the pool's buffers handed out and not yet freed: their sizes
+};
+PlanRunAllocator* PlanRunAllocator::installed = nullptr;
+
+// Installed when the library loads (Note [ATen steps' buffers from the pool]); never destroyed: tensors
+// may outlive static destruction.
+[[maybe_unused]] const bool g_plan_run_allocator = [] {
+  PlanRunAllocator::installed = new PlanRunAllocator(c10::GetCPUAllocator());
+  c10::SetCPUAllocator(PlanRunAllocator::installed, /*priority=*/1);
+  return true;
+}();
+
+// While it lives, this thread's large CPU allocations come from the buffer pool.
+struct PlanRunScope {
+  PlanRunScope() { ++t_plan_runs; }
+  ~PlanRunScope() { --t_plan_runs; }
+  PlanRunScope(const PlanRunScope&) = delete;
+  PlanRunScope& operator=(const PlanRunScope&) = delete;
+};
 
 // A type's sizes or strides as ATen takes them, without allocating. A plan's types are numbers; a symbolic
 // one is read at its hint, specializing (Note [Symbolic sizes]).
@@ -1200,6 +1279,7 @@ class TorchSteps final : public StepRunner {
 
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts) {
   const Graph& g = *p.plan->graph;
+  PlanRunScope pooled;  // Note [ATen steps' buffers from the pool]
   TorchSteps steps(p, inputs, check_layouts);
   run_steps(*p.plan, p.schedule, p.memory, steps);
   const auto env = [&](int id) -> const c10::IValue& { return steps.value(id); };

@@ -1,5 +1,6 @@
 // Capture, signatures, fallback and tracing, through the public API.
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,12 +9,51 @@
 #include <thread>
 
 #include "cat_corpus.h"
+#include "runtime/buffer_pool.h"
+#include "support/options.h"
 #include "support/error.h"
 #include "test_util.h"
 #include "torch/executor.h"
 
 namespace fusion_jit::testing {
 namespace {
+
+// Note [ATen steps' buffers from the pool]: while a plan runs, torch's CPU allocator serves large requests
+// (here the result of the plan's one ATen step, mm's [512, 1024] float32: 2 MB) from the buffer pool, and
+// they go back to it when freed, already mapped: the next call gets the same buffer. Outside a plan's run
+// the same request goes to torch's allocator, and raw allocations (oneDNN's, through ideep) round-trip.
+TEST(Capture, AtenStepsLargeBuffersComeFromThePoolWhileAPlanRuns) {
+  if (Options::get().cpu_pool_mb == 0) GTEST_SKIP() << "FUSION_JIT_CPU_POOL_MB=0: no pool";
+  auto m = script("x, w", "    return torch.mm(x, w)");
+  std::vector<c10::IValue> in = {at::randn({512, 256}), at::randn({256, 1024})};
+  auto r = run_and_compare(m, in, "mm");
+  ASSERT_NE(r.plan, nullptr);
+  ASSERT_TRUE(r.plan->kernels.empty()) << r.plan->explain();
+  r.fused.clear();
+  BufferPool& pool = BufferPool::instance();
+  const auto requests = [&] { return pool.stats().hits + pool.stats().misses; };
+  const int64_t before = requests();
+  {
+    at::Tensor outside = at::empty({512, 1024});
+    outside.fill_(1);
+    void* raw = c10::GetCPUAllocator()->raw_allocate(size_t{4} << 20);
+    c10::GetCPUAllocator()->raw_deallocate(raw);
+  }
+  EXPECT_EQ(requests(), before) << "requests outside a plan's run";
+  const void* first = nullptr;
+  const int64_t hits = pool.stats().hits;
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor out = flatten((*r.compiled)(in)).at(0);
+    if (i == 0) {
+      first = out.data_ptr();
+    } else {
+      EXPECT_EQ(out.data_ptr(), first) << "call " << i << ": the buffer freed by the call before";
+    }
+    EXPECT_TRUE(at::allclose(out, at::mm(in[0].toTensor(), in[1].toTensor()), 1e-4, 1e-4));
+  }
+  EXPECT_GE(requests() - before, 3);
+  EXPECT_GE(pool.stats().hits - hits, 2);
+}
 
 TEST(Capture, ModuleWithParametersFreezesAndFuses) {
   torch::jit::Module m("Block");
