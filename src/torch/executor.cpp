@@ -148,13 +148,6 @@ PlanRunAllocator* PlanRunAllocator::installed = nullptr;
   return true;
 }();
 
-// While it lives, this thread's large CPU allocations come from the buffer pool.
-struct PlanRunScope {
-  PlanRunScope() { ++t_plan_runs; }
-  ~PlanRunScope() { --t_plan_runs; }
-  PlanRunScope(const PlanRunScope&) = delete;
-  PlanRunScope& operator=(const PlanRunScope&) = delete;
-};
 
 // A type's sizes or strides as ATen takes them, without allocating. A plan's types are numbers; a symbolic
 // one is read at its hint, specializing (Note [Symbolic sizes]).
@@ -1277,9 +1270,12 @@ class TorchSteps final : public StepRunner {
 
 }  // namespace
 
+PooledAllocations::PooledAllocations() { ++t_plan_runs; }
+PooledAllocations::~PooledAllocations() { --t_plan_runs; }
+
 c10::IValue run_plan(const PlanInstance& p, const std::vector<c10::IValue>& inputs, bool check_layouts) {
   const Graph& g = *p.plan->graph;
-  PlanRunScope pooled;  // Note [ATen steps' buffers from the pool]
+  PooledAllocations pooled;  // Note [ATen steps' buffers from the pool]
   TorchSteps steps(p, inputs, check_layouts);
   run_steps(*p.plan, p.schedule, p.memory, steps);
   const auto env = [&](int id) -> const c10::IValue& { return steps.value(id); };

@@ -182,6 +182,16 @@ std::optional<ConvTiming> parse_conv_timing(const std::string& text);
 // where FUSION_JIT_DISABLE has conv_timing (the Python backend reads that option as the environment is at
 // each use); nullopt where oneDNN cannot run it.
 std::optional<ConvTiming> time_convolution(const ConvShape& s);
+// While it lives, this thread's large CPU allocations come from the buffer pool, as during a plan's run
+// (Note [ATen steps' buffers from the pool], executor.cpp): the probes time the library calls as a plan
+// runs them.
+class PooledAllocations {
+ public:
+  PooledAllocations();
+  ~PooledAllocations();
+  PooledAllocations(const PooledAllocations&) = delete;
+  PooledAllocations& operator=(const PooledAllocations&) = delete;
+};
 // The first line of an exception's message (c10's carry a backtrace).
 std::string message_of(const std::exception& e);
 // Note [Prepacked weights] (passes/passes.h): evaluates, once, each step of `inst.plan` that prepacks a

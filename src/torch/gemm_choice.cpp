@@ -78,6 +78,7 @@ at::Tensor probe_values(const std::vector<int64_t>& sizes, at::ScalarType dtype 
 std::optional<GemmTiming> measure(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked) {
   if (!at::hasMKLDNN() || (prepacked && !at::hasMKL())) return std::nullopt;
   c10::AutoGradMode no_grad(false);
+  PooledAllocations pooled;  // as a plan's run allocates
   const at::Tensor x = probe_values({rows, k}), w = probe_values({n, k});
   const c10::IValue b = bias ? c10::IValue(probe_values({n})) : c10::IValue();
   // The frozen weight's two prepared forms, made once as the plan makes them.
@@ -211,6 +212,7 @@ constexpr double kConvBudgetUs = 60000;
 std::optional<ConvTiming> measure_conv(const ConvShape& s) {
   if (!at::hasMKLDNN() || !conv_rules::onednn_refuses(s.dtype).empty()) return std::nullopt;
   c10::AutoGradMode no_grad(false);
+  PooledAllocations pooled;  // as a plan's run allocates
   const at::ScalarType dtype = s.dtype == DType::kBFloat16 ? at::kBFloat16 : at::kFloat;
   const at::Tensor x = probe_values(s.x, dtype), w = probe_values(s.w, dtype);
   const c10::IValue b = s.bias ? c10::IValue(probe_values({s.w[0]}, dtype)) : c10::IValue();
