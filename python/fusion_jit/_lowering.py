@@ -194,17 +194,24 @@ def channels_last_weights(gm, frozen):
             edges += _value_numel(x)
     edges += sum(_value_numel(o) for o in _outputs(gm) if _value_dim(o) == 4)
     gain_us, cost_us = _native.ops.channels_last_estimate(estimated if timed else written, 0, 0, edges)
-    gain = f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s))"
-    if timed:
-        aten, onednn = sum(t[0] for t in timed), sum(t[1] for t in timed)
-        gain_us += aten - onednn
-        others = f"; {estimated} elements written by the others, estimated" if len(timed) < len(convs) else ""
-        gain = (f"gain {gain_us:.1f} us ({len(timed)} of {len(convs)} convolution(s) timed here: ATen's on NCHW "
-                f"{aten:.1f} us, oneDNN's on channels-last {onednn:.1f} us{others})")
+    gain_us, gain = _layout_gain(gain_us, timed, len(convs), written, estimated)
     why = f"{gain}, cost {cost_us:.1f} us ({edges} copied at the edges; the weights copied once)"
     if gain_us <= cost_us:
         return set(), f"layout: NCHW kept, channels-last activations would not pay: {why}\n"
     return {position[w] for _, w in convs}, f"layout: channels-last activations: {why}\n"
+
+
+def _layout_gain(estimate_us, timed, convs, written, estimated):
+    """The channels-last layout's gain and its words for explain: the estimate over what was not timed plus,
+    for the convolutions timed here, ATen's time on NCHW less oneDNN's on channels-last (as
+    decide_channels_last in src/torch/capture.cpp)."""
+    if not timed:
+        return estimate_us, f"est. gain {estimate_us:.1f} us ({written} elements written by {convs} convolution(s))"
+    aten, onednn = sum(t[0] for t in timed), sum(t[1] for t in timed)
+    gain_us = estimate_us + aten - onednn
+    others = f"; {estimated} elements written by the others, estimated" if len(timed) < convs else ""
+    return gain_us, (f"gain {gain_us:.1f} us ({len(timed)} of {convs} convolution(s) timed here: ATen's on NCHW "
+                     f"{aten:.1f} us, oneDNN's on channels-last {onednn:.1f} us{others})")
 
 
 def _conv_times(n):
@@ -334,10 +341,16 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
     placeholders = set(gm.graph.find_nodes(op="placeholder"))
     graph_inputs = {p for i, p in enumerate(gm.graph.find_nodes(op="placeholder")) if i not in frozen}
 
-    weights = copied = written = edges = memo = 0
+    weights = copied = written = edges = memo = estimated = 0
+    timed = []  # the probe's times of the convolutions timed (Note [Convolutions timed on this machine])
     inputs = set()
     for n, w, val in convs:
         written += _value_numel(n)
+        t = _conv_times(n)
+        if t:
+            timed.append(t)
+        else:
+            estimated += _value_numel(n)
         if memo_weights and _memo_conv(n, graph_inputs):
             memo += 1
             continue
@@ -349,10 +362,10 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
             inputs.add(x)
             edges += _value_numel(x)
     edges += sum(_value_numel(o) for o in _outputs(gm) if _value_dim(o) == 4)
-    gain_us, cost_us = _native.ops.channels_last_estimate(written, weights, copied, edges)
-    why = (f"est. gain {gain_us:.1f} us ({written} elements written by {len(convs)} convolution(s)), cost "
-           f"{cost_us:.1f} us ({weights} weight elements, {copied} of them copied per call, {edges} copied at "
-           f"the edges{f'; {memo} weight(s) reordered once per content' if memo else ''})")
+    gain_us, cost_us = _native.ops.channels_last_estimate(estimated if timed else written, weights, copied, edges)
+    gain_us, gain = _layout_gain(gain_us, timed, len(convs), written, estimated)
+    why = (f"{gain}, cost {cost_us:.1f} us ({weights} weight elements, {copied} of them copied per call, {edges} "
+           f"copied at the edges{f'; {memo} weight(s) reordered once per content' if memo else ''})")
     if gain_us <= cost_us:
         return set(), f"layout: NCHW kept, channels-last activations would not pay: {why}\n"
     return {n for n, _, _ in convs}, f"layout: channels-last activations: {why}\n"

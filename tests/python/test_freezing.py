@@ -424,16 +424,18 @@ def test_freezing_chooses_the_layout_by_cost(net, shape, written, edges, layout)
     assert fusion_jit.stats()["eager_graphs"] == 0
 
 
-def test_freezing_times_the_convolutions_for_the_layout(monkeypatch):
+@pytest.mark.parametrize("freezing", [True, False])
+def test_the_layout_is_decided_by_the_convolutions_times(monkeypatch, freezing):
     # Note [Convolutions timed on this machine]: by default (the suite runs with conv_timing off) the layout
-    # is decided by the convolution's times here, and explain gives them; eager's results either way.
+    # is decided by the convolution's times here, with freezing and with default settings, and explain
+    # gives them; eager's results either way.
     monkeypatch.setenv("FUSION_JIT_DISABLE", "")
-    m, x, text = explained(ConvBnRelu, (2, 3, 16, 16), freezing=True)
+    m, x, text = explained(ConvBnRelu, (2, 3, 16, 16), freezing=freezing)
     assert re.search(r"layout: .*gain -?[0-9.]+ us \(1 of 1 convolution\(s\) timed here: ATen's on NCHW [0-9.]+ us, "
                      r"oneDNN's on channels-last [0-9.]+ us\)", text), text
     fusion_jit.reset()
     torch._dynamo.reset()
-    check(m, fusion_jit.compile(m, freezing=True), x, "ConvBnRelu timed")
+    check(m, fusion_jit.compile(m, freezing=freezing), x, f"ConvBnRelu timed, freezing={freezing}")
 
 
 def explained(net, shape, **options):
