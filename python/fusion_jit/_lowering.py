@@ -351,16 +351,18 @@ def channels_last_activations(gm, memo_weights=False, frozen=()):
             timed.append(t)
         else:
             estimated += _value_numel(n)
+        # The input's copy at the plan's edge is paid whatever becomes of the weight (a weight reordered once
+        # per content skipped it here, and a 256-channel image's copy went uncounted).
+        x = n.args[0]
+        if x in placeholders and x not in inputs:
+            inputs.add(x)
+            edges += _value_numel(x)
         if memo_weights and _memo_conv(n, graph_inputs):
             memo += 1
             continue
         weights += _numel_hint(val)
         if not val.is_contiguous(memory_format=torch.channels_last):
             copied += _numel_hint(val)
-        x = n.args[0]
-        if x in placeholders and x not in inputs:
-            inputs.add(x)
-            edges += _value_numel(x)
     edges += sum(_value_numel(o) for o in _outputs(gm) if _value_dim(o) == 4)
     gain_us, cost_us = _native.ops.channels_last_estimate(estimated if timed else written, weights, copied, edges)
     gain_us, gain = _layout_gain(gain_us, timed, len(convs), written, estimated)
