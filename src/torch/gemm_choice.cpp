@@ -75,6 +75,25 @@ at::Tensor probe_values(const std::vector<int64_t>& sizes, at::ScalarType dtype 
   return at::arange(count, at::TensorOptions().dtype(at::kFloat)).remainder_(7.0).sub_(3.0).mul_(0.25).reshape(sizes).to(dtype);
 }
 
+// The median time of each of `forms` (microseconds): each called once untimed, then in turn, ABC CBA ...,
+// so that the machine's drift falls on all alike; as many rounds as fit `budget_us` after the
+// first, within [min_calls, max_calls].
+std::vector<double> interleaved_medians(const std::vector<std::function<void()>>& forms, double budget_us,
+                                        int min_calls, int max_calls) {
+  double first = 0;
+  for (const auto& f : forms) first += time_us(f);
+  const int calls = std::clamp(static_cast<int>(budget_us / std::max(first, 1.0)), min_calls, max_calls);
+  std::vector<std::vector<double>> t(forms.size());
+  for (int i = 0; i < calls; ++i)
+    for (size_t j = 0; j < forms.size(); ++j) {
+      const size_t f = i % 2 == 0 ? j : forms.size() - 1 - j;
+      t[f].push_back(time_us(forms[f]));
+    }
+  std::vector<double> medians;
+  for (auto& v : t) medians.push_back(median(std::move(v)));
+  return medians;
+}
+
 std::optional<GemmTiming> measure(int64_t rows, int64_t k, int64_t n, bool bias, bool prepacked) {
   if (!at::hasMKLDNN() || (prepacked && !at::hasMKL())) return std::nullopt;
   c10::AutoGradMode no_grad(false);
@@ -92,19 +111,8 @@ std::optional<GemmTiming> measure(int64_t rows, int64_t k, int64_t n, bool bias,
     return call("mkldnn::_linear_pointwise",
                 {x, onednn_w, b, std::string("none"), c10::List<std::optional<at::Scalar>>(), c10::IValue()});
   };
-  const double first = time_us(mkl) + time_us(onednn);
-  const int calls = std::clamp(static_cast<int>(kBudgetUs / std::max(first, 1.0)), 3, kTimedCalls);
-  std::vector<double> a, o;
-  for (int i = 0; i < calls; ++i) {
-    if (i % 2 == 0) {
-      a.push_back(time_us(mkl));
-      o.push_back(time_us(onednn));
-    } else {
-      o.push_back(time_us(onednn));
-      a.push_back(time_us(mkl));
-    }
-  }
-  return GemmTiming{median(a), median(o)};
+  const std::vector<double> t = interleaved_medians({[&] { mkl(); }, [&] { onednn(); }}, kBudgetUs, 3, kTimedCalls);
+  return GemmTiming{t[0], t[1]};
 }
 
 }  // namespace
@@ -228,22 +236,14 @@ std::optional<ConvTiming> measure_conv(const ConvShape& s) {
   };
   const std::optional<at::Tensor> bias = s.bias ? std::optional<at::Tensor>(b.toTensor()) : std::nullopt;
   const at::Tensor y_cl = onednn(x_cl, packed);
-  std::vector<std::function<void()>> forms = {
+  const std::vector<std::function<void()>> forms = {
       [&] { at::conv2d(x, w, bias, s.stride, s.padding, s.dilation, s.groups); },
       [&] { onednn(x_cl, packed); },
       [&] { onednn(x, w); },
       [&] { y_cl.contiguous(); },
   };
-  double first = 0;
-  for (const auto& f : forms) first += time_us(f);
-  const int calls = std::clamp(static_cast<int>(kConvBudgetUs / std::max(first, 1.0)), 1, kConvTimedCalls);
-  std::vector<std::vector<double>> t(forms.size());
-  for (int i = 0; i < calls; ++i)
-    for (size_t j = 0; j < forms.size(); ++j) {
-      const size_t f = i % 2 == 0 ? j : forms.size() - 1 - j;  // ABCD DCBA: the machine's drift on all
-      t[f].push_back(time_us(forms[f]));
-    }
-  return ConvTiming{median(t[0]), median(t[1]), median(t[2]), median(t[3])};
+  const std::vector<double> t = interleaved_medians(forms, kConvBudgetUs, 1, kConvTimedCalls);
+  return ConvTiming{t[0], t[1], t[2], t[3]};
 }
 
 std::string format_conv_timing(const ConvTiming& t) {
