@@ -72,6 +72,9 @@ struct Stmt {
   int output = -1;      // Output: o<output>
   ExprRef value;
   std::string comment;  // Let: the IR node's schema
+  // Let of a float16 or bfloat16 type: its value is one the type holds (rounded to it, loaded from it, or
+  // kept: Note [Results that need no rounding]), so that a store of it need not round again.
+  bool held = false;
 
   static Stmt let(std::string name, DType type, ExprRef value, std::string comment);
   static Stmt out(int output, ExprRef value);

@@ -302,6 +302,7 @@ class Builder {
     const Value* out = n.output();
     std::string name = fmt::format("t{}", out->id());
     Stmt stmt = Stmt::let(name, out->tensor_type().dtype, Expr::load(tb), n.schema());
+    stmt.held = out->tensor_type().dtype == tt.dtype && is_reduced_float(tt.dtype);  // a load of the table
     if (g_.reduction) stmt_[out] = stmt;
     else body().push_back(stmt);
     var_[out] = name;
@@ -348,6 +349,7 @@ class Builder {
     if (is_reduced_float(out_t) && !keeps_held_value(n, a, out_t)) value = Expr::round(out_t, value);
     std::string name = fmt::format("t{}", out->id());
     Stmt stmt = Stmt::let(name, out_t, value, n.schema());
+    stmt.held = is_reduced_float(out_t);  // rounded, or a value the dtype holds already
     if (g_.reduction) stmt_[out] = stmt;
     else body().push_back(stmt);
     var_[out] = name;
@@ -572,7 +574,9 @@ class Builder {
       else if (kind == "var") r = Expr::call("fj_welford_var", {acc, Expr::lit(correction, acc_t)});
       ExprRef value = Expr::convert(out_t, r);
       if (is_reduced_float(out_t)) value = Expr::round(out_t, value);
-      return Stmt::let(name, out_t, value, schema);
+      Stmt s = Stmt::let(name, out_t, value, schema);
+      s.held = is_reduced_float(out_t);
+      return s;
     };
     var_[out] = name;
   }

@@ -106,12 +106,9 @@ extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_,
   const uint16_t* __restrict__ p0 = (const uint16_t*)buf[0];
   const float* __restrict__ p1 = (const float*)buf[1];
   uint16_t* __restrict__ p2 = (uint16_t*)buf[2];
-  I i = (I)begin_;
-  const I end = (I)end_;
-  while (i < end) {
-    const I row = i / 12, col = i - row * 12;
-    I n = 12 - col;
-    if (n > end - i) n = end - i;
+  const I fb_ = (I)((begin_ + 12 - 1) / 12), fe_ = (I)((end_ + 12 - 1) / 12);
+  for (I row = fb_; row < fe_; ++row) {
+    const I col = 0, n = 12;
     I off0 = 0;
     I off1 = 0;
     I off2 = 0;
@@ -121,9 +118,9 @@ extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_,
       off0 += c * 1;
       off2 += c * 12;
     }
-    const uint16_t* __restrict__ r0 = p0 + off0 + col * 3;
+    const uint16_t* __restrict__ r0 = p0 + off0;
     const float* __restrict__ r1 = p1 + off1;
-    uint16_t* __restrict__ r2 = p2 + off2 + col;
+    uint16_t* __restrict__ r2 = p2 + off2;
 #pragma omp simd
     for (I j = 0; j < n; ++j) {
       const float b0 = fj_h2f(r0[j * 3]);
@@ -133,7 +130,6 @@ extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_,
       o0 = t2;
       r2[j] = fj_f2h(o0);
     }
-    i += n;
   }
 }
 )");
@@ -141,8 +137,9 @@ extern "C" void fj_kernel_0(void* const* buf, const int64_t* z_, int64_t begin_,
 
 // Note [Short rows]: a channels-last copy of a [2,3,5,7] image plus a per-channel bias (the kernel's rows
 // are its 3 channels, read 35 apart), and a [6,2] tensor times a [2] scale: the whole rows run in a loop
-// along the next dim with the row's elements written out, partial rows in the row loop. Each kernel runs
-// over every split of its range into two (as the thread pool may split it) against values computed here.
+// along the next dim with the row's elements written out, each split running the rows that start in its
+// range (Note [Whole rows]). Each kernel runs over every split of its range into two (as the thread pool
+// may split it) against values computed here.
 TEST(Codegen, ShortRowsRunAlongTheNextDim) {
   struct Case {
     std::string ir;
@@ -170,6 +167,7 @@ TEST(Codegen, ShortRowsRunAlongTheNextDim) {
     ASSERT_EQ(b.specs.size(), 1u) << k.ir;
     ASSERT_EQ(static_cast<int64_t>(b.specs[0].sizes.back()), k.inner) << k.ir;
     EXPECT_NE(b.source.find("for (I r_ = fb_; r_ < fe_;)"), std::string::npos) << b.source;
+    EXPECT_EQ(b.source.find("part_"), std::string::npos) << "no partial rows\n" << b.source;
     auto lib = compile_cpu_source(b.source);
     auto fn = reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"));
     std::vector<float> x(k.numel), small(k.inner);
@@ -182,6 +180,67 @@ TEST(Codegen, ShortRowsRunAlongTheNextDim) {
       fn(bufs, nullptr, split, k.numel);
       for (int64_t i = 0; i < k.numel; ++i)
         ASSERT_EQ(out[i], k.want(x, small, i)) << "split " << split << ", element " << i;
+    }
+  }
+}
+
+// Note [Whole rows]: a kernel whose rows are at most kWholeRow long runs the rows that start in its range,
+// each whole, so that any split of the range runs every row: a [7,33] product with a per-column scale, a
+// cat of unequal items (pieces along the row: 3 * cat(-x, y)), each over every split into two and into
+// three; a row longer than kWholeRow keeps element ranges and is split inside rows.
+TEST(Codegen, WholeRowsRunEveryRowWhateverTheSplit) {
+  struct Case {
+    std::string ir;
+    int64_t numel, x_numel, y_numel;
+    bool whole, pieces;
+    std::function<float(const std::vector<float>&, const std::vector<float>&, int64_t)> want;
+  } cases[] = {
+      {R"(graph(%0 : f32[7,33], %1 : f32[33]):
+  %2 : f32[7,33] = aten::mul.Tensor(%0, %1)
+  return (%2)
+)",
+       231, 231, 33, true, false, [](const std::vector<float>& x, const std::vector<float>& y, int64_t i) { return x[i] * y[i % 33]; }},
+      {R"(graph(%0 : f32[4,5], %1 : f32[4,7]):
+  %2 : f32[4,5] = aten::neg(%0)
+  %3 : Tensor[] = prim::ListConstruct(%2, %1)
+  %4 : f32[4,12] = aten::cat(%3, 1)
+  %5 : f32[4,12] = aten::mul.Scalar(%4, 3.0)
+  return (%5)
+)",
+       48, 20, 28, true, true,
+       [](const std::vector<float>& x, const std::vector<float>& y, int64_t i) {
+         const int64_t r = i / 12, c = i % 12;
+         return 3.0f * (c < 5 ? -x[r * 5 + c] : y[r * 7 + c - 5]);
+       }},
+      {R"(graph(%0 : f32[2,5000], %1 : f32[5000]):
+  %2 : f32[2,5000] = aten::mul.Tensor(%0, %1)
+  return (%2)
+)",
+       10000, 10000, 5000, false, false, [](const std::vector<float>& x, const std::vector<float>& y, int64_t i) { return x[i] * y[i % 5000]; }},
+  };
+  for (const Case& k : cases) {
+    Built b = build(k.ir);
+    ASSERT_EQ(b.specs.size(), 1u) << k.ir;
+    EXPECT_EQ(b.source.find("for (I row = fb_; row < fe_; ++row)") != std::string::npos, k.whole) << b.source;
+    EXPECT_EQ(b.source.find("while (i < end)") != std::string::npos, !k.whole) << b.source;
+    EXPECT_EQ(b.source.find("I lo_ = 0, hi_ = n;") != std::string::npos, k.pieces) << "pieces along the row\n" << b.source;
+    auto lib = compile_cpu_source(b.source);
+    auto fn = reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"));
+    std::vector<float> x(k.x_numel), y(k.y_numel);
+    for (int64_t i = 0; i < k.x_numel; ++i) x[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    for (int64_t i = 0; i < k.y_numel; ++i) y[i] = 0.5f + static_cast<float>(i % 17);
+    auto check = [&](std::vector<int64_t> cuts) {
+      std::vector<float> out(k.numel, -100.0f);
+      void* bufs[] = {x.data(), y.data(), out.data()};
+      cuts.insert(cuts.begin(), 0);
+      cuts.push_back(k.numel);
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) fn(bufs, nullptr, cuts[c], cuts[c + 1]);
+      for (int64_t i = 0; i < k.numel; ++i) ASSERT_EQ(out[i], k.want(x, y, i)) << "cuts at " << cuts[1] << ", element " << i;
+    };
+    const int64_t step = k.numel > 1000 ? 997 : 1;
+    for (int64_t a = 0; a <= k.numel; a += step) {
+      check({a});
+      check({a / 3, a});
     }
   }
 }
@@ -261,6 +320,89 @@ TEST(Codegen, ResultsTheDtypeHoldsAreNotRoundedAgain) {
   for (size_t at = hardtanh.find("fj_round_bf16"); at != std::string::npos; at = hardtanh.find("fj_round_bf16", at + 1)) ++rounded;
   EXPECT_EQ(rounded, 1u) << "only the hardtanh to 0.1 and 0.9 is rounded\n" << hardtanh;
   EXPECT_NE(hardtanh.find("fj_round_bf16(((float)(fj_hardtanh(((float)t6), ((float)0x1.99999"), std::string::npos) << hardtanh;
+}
+
+// Note [Stores of held values]: bfloat16 outputs whose values the dtype holds (a rounded product, a relu
+// of it, a clone of an input) are stored as their upper 16 bits, with the bits the rounding store gave
+// for every one of the 65536 bfloat16 inputs, and a signalling NaN cloned keeps its bits, as eager's copy
+// does; float16 stores are left as they were.
+TEST(Codegen, StoresOfHeldBfloat16ValuesAreTheirUpperHalves) {
+  Built b = build(R"(graph(%0 : bf16[256,256]):
+  %2 : bf16[256,256] = aten::mul.Scalar(%0, 3.0)
+  %3 : bf16[256,256] = aten::relu(%2)
+  %4 : bf16[256,256] = aten::clone(%0, None)
+  return (%2, %3, %4)
+)");
+  ASSERT_EQ(b.specs.size(), 1u) << b.source;
+  for (int o = 0; o < 3; ++o)
+    EXPECT_NE(b.source.find(fmt::format("fj_bf16_bits(o{})", o)), std::string::npos) << o << "\n" << b.source;
+  EXPECT_EQ(b.source.find("fj_f2bf(o"), std::string::npos) << b.source;
+  std::string rounding = b.source;  // the same kernel storing through the rounding conversion
+  for (size_t at = rounding.find("fj_bf16_bits(o"); at != std::string::npos; at = rounding.find("fj_bf16_bits(o", at))
+    rounding.replace(at, 13, "fj_f2bf(");
+  auto lib = compile_cpu_source(b.source), old = compile_cpu_source(rounding);
+  constexpr int64_t n = 65536;
+  std::vector<uint16_t> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<uint16_t>(i);
+  std::vector<std::vector<uint16_t>> got(3, std::vector<uint16_t>(n)), want(3, std::vector<uint16_t>(n));
+  void* bufs[] = {x.data(), got[0].data(), got[1].data(), got[2].data()};
+  void* old_bufs[] = {x.data(), want[0].data(), want[1].data(), want[2].data()};
+  reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"))(bufs, nullptr, 0, n);
+  reinterpret_cast<CpuKernelFn>(old->symbol("fj_kernel_0"))(old_bufs, nullptr, 0, n);
+  for (int o = 0; o < 2; ++o)
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[o][i], want[o][i]) << "output " << o << ", input bits " << i;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[2][i], x[i]) << "the clone keeps the input's bits " << i;
+    const bool nan = (i & 0x7f80) == 0x7f80 && (i & 0x7f) != 0;
+    if (!nan) {
+      ASSERT_EQ(got[2][i], want[2][i]) << i;
+    }
+  }
+  Built h = build(R"(graph(%0 : f16[4,8]):
+  %1 : f16[4,8] = aten::mul.Scalar(%0, 3.0)
+  return (%1)
+)");
+  EXPECT_NE(h.source.find("fj_f2h(o0)"), std::string::npos) << h.source;
+}
+
+// The same for a reduction kernel's stores: a bfloat16 softmax's row sums (a row store) and its results
+// (a pass's element stores), against the kernel storing through the rounding conversion.
+TEST(Codegen, ReductionStoresOfHeldBfloat16ValuesAreTheirUpperHalves) {
+  Built b = build(R"(graph(%0 : bf16[64,256]):
+  %1 : bf16[64,1] = aten::amax(%0, [1], True)
+  %2 : bf16[64,256] = aten::sub.Tensor(%0, %1, 1)
+  %3 : bf16[64,256] = aten::exp(%2)
+  %4 : bf16[64,1] = aten::sum.dim_IntList(%3, [1], True, None)
+  %5 : bf16[64,256] = aten::div.Tensor(%3, %4)
+  return (%4, %5)
+)");
+  ASSERT_EQ(b.specs.size(), 1u) << b.source;
+  ASSERT_TRUE(b.specs[0].is_reduction());
+  const std::string kernel = b.source.substr(b.source.find("// group 0"));
+  EXPECT_EQ(kernel.find("fj_f2bf("), std::string::npos) << kernel;
+  std::string rounding = b.source;
+  size_t replaced = 0;
+  for (size_t at = rounding.find("fj_bf16_bits(", rounding.find("// group 0")); at != std::string::npos;
+       at = rounding.find("fj_bf16_bits(", at), ++replaced)
+    rounding.replace(at, 13, "fj_f2bf(");
+  EXPECT_GE(replaced, 2u) << kernel;
+  auto lib = compile_cpu_source(b.source), old = compile_cpu_source(rounding);
+  constexpr int64_t rows = 64, cols = 256;
+  std::vector<uint16_t> x(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float f = std::sin(static_cast<float>(i) * 0.37f) * 6.0f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    x[i] = static_cast<uint16_t>(u >> 16);
+  }
+  std::vector<uint16_t> sums(rows), out(rows * cols), old_sums(rows), old_out(rows * cols);
+  void* bufs[] = {x.data(), sums.data(), out.data()};
+  void* old_bufs[] = {x.data(), old_sums.data(), old_out.data()};
+  reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"))(bufs, nullptr, 0, rows);
+  reinterpret_cast<CpuKernelFn>(old->symbol("fj_kernel_0"))(old_bufs, nullptr, 0, rows);
+  EXPECT_EQ(sums, old_sums);
+  EXPECT_EQ(out, old_out);
+  EXPECT_NE(std::count(out.begin(), out.end(), uint16_t{0}), rows * cols) << "the kernel ran";
 }
 
 TEST(Codegen, SourceIsDeterministic) { EXPECT_EQ(build(kChain).source, build(kChain).source); }
@@ -526,6 +668,43 @@ TEST(Codegen, BatchNormsPerChannelValuesInAReductionKernelAreComputedOncePerRow)
     }
     for (int64_t r = 0; r < n * c; ++r)
       EXPECT_NEAR(avg[r], sums[r] / (h * w), 1e-5) << what << " row " << r;
+  }
+}
+
+// Note [Whole column tiles]: a channels-last mean over the image (a column kernel) runs whole tiles of the
+// largest height of 8 to 32 rows, a multiple of 8, that divides the channels (64: 32, 48: 24, 40: 8; 5: none,
+// tiles clipped at run time), each started by the range it starts in: over every split of the rows into two
+// ranges, every channel's mean against values computed here.
+TEST(Codegen, ColumnKernelsRunWholeTilesWhateverTheSplit) {
+  for (auto [c, tile] : {std::pair<int64_t, int64_t>{64, 32}, {48, 24}, {40, 8}, {5, 0}}) {
+    const int64_t n = 2, h = 3, w = 5, numel = n * c * h * w;
+    Built b = build(fmt::format(R"(graph(%0 : f32[{0},{1},{2},{3}]{{{4},1,{5},{1}}}):
+  %1 : f32[{0},{1},1,1]{{{1},1,{1},{1}}} = aten::mean.dim(%0, [2, 3], True, None)
+  return (%1)
+)",
+                                n, c, h, w, c * h * w, w * c));
+    ASSERT_EQ(b.specs.size(), 1u) << b.source;
+    ASSERT_TRUE(b.specs[0].is_reduction() && reduction_is_column(b.specs[0])) << b.source;
+    if (tile) {
+      EXPECT_NE(b.source.find(fmt::format("column tiles of {} rows, whole", tile)), std::string::npos) << b.source;
+      EXPECT_NE(b.source.find(fmt::format("const int n_ = {};", tile)), std::string::npos) << b.source;
+    } else {
+      EXPECT_NE(b.source.find("if (n_ > end_ - row0_) n_ = end_ - row0_;"), std::string::npos) << b.source;
+    }
+    auto lib = compile_cpu_source(b.source);
+    auto fn = reinterpret_cast<CpuKernelFn>(lib->symbol("fj_kernel_0"));
+    std::vector<float> x(numel);
+    for (int64_t i = 0; i < numel; ++i) x[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    std::vector<double> want(n * c, 0.0);
+    for (int64_t i = 0; i < numel; ++i) want[i / (c * h * w) * c + i % c] += x[i];
+    for (int64_t split = 0; split <= n * c; ++split) {
+      std::vector<float> avg(n * c, -100.0f);
+      void* bufs[] = {x.data(), avg.data()};
+      fn(bufs, nullptr, 0, split);
+      fn(bufs, nullptr, split, n * c);
+      for (int64_t r = 0; r < n * c; ++r)
+        ASSERT_NEAR(avg[r], want[r] / (h * w), 1e-5) << "c " << c << ", split " << split << ", row " << r;
+    }
   }
 }
 

@@ -100,6 +100,71 @@ std::vector<Reach> statement_reach(const KernelSpec& k) {
   return out;
 }
 
+// Note [Stores of held values]
+// A float16 or bfloat16 output is stored through a rounding conversion, which in bfloat16 is about seven
+// vector instructions per vector (the rounding bias, the NaN test, the narrowing), where the value stored
+// is usually one the dtype holds already: a result rounded to it where eager rounds it, a load of it, or
+// a value kept (Note [Results that need no rounding]). Such a value's bits are its upper half, so its
+// store is a shift (fj_bf16_bits), the same bits: the rounding of a held value changes nothing, and a
+// NaN was made quiet where it was rounded, or is stored as it was loaded (eager copies it as it is). In a
+// GhostNet plan every one of the 193 bfloat16 stores is of a held value; the plan's source, compiled as
+// one unit, took 3.0 s instead of 3.5 s.
+// (float16's conversion is one instruction: stores of float16 are left as they are.)
+
+// The statement that sets variable `name`: in the body, a reduction's row prologue, or a pass.
+const Stmt* let_of(const KernelSpec& k, const std::string& name) {
+  auto find = [&](const std::vector<Stmt>& sts) -> const Stmt* {
+    for (const Stmt& st : sts)
+      if (st.kind == Stmt::kLet && st.name == name) return &st;
+    return nullptr;
+  };
+  const Stmt* st = find(k.body);
+  if (!st) st = find(k.row_prologue);
+  for (size_t p = 0; !st && p < k.passes.size(); ++p) {
+    st = find(k.passes[p].body);
+    if (!st) st = find(k.passes[p].after);
+  }
+  return st;
+}
+
+// Whether `e` is a value that dtype `t` holds exactly: a rounding to `t`, a load of a buffer of `t`, a
+// variable whose statement holds one (Stmt::held), or one of these converted to float.
+bool holds_value(const KernelSpec& k, const Expr& e, DType t, int depth = 0) {
+  if (depth > 64) return false;
+  switch (e.kind) {
+    case ExprKind::kRound: return e.type == t;
+    case ExprKind::kLoad: return e.buffer >= 0 && k.buffers.at(static_cast<size_t>(e.buffer)).dtype == t;
+    case ExprKind::kCast:
+    case ExprKind::kConvert:
+      return (e.type == t || e.type == DType::kFloat32) && holds_value(k, *e.args.at(0), t, depth + 1);
+    case ExprKind::kVar: {
+      const Stmt* st = let_of(k, e.name);
+      return st && st->held && st->type == t;
+    }
+    default: return false;
+  }
+}
+
+// The store into buffer `b` of a reduction kernel's variable `var`, read as `v`.
+std::string store_var(const KernelSpec& k, size_t b, const std::string& var, const std::string& v) {
+  const DType t = k.buffers[b].dtype;
+  return t == DType::kBFloat16 && holds_value(k, *Expr::var(var), t) ? "fj_bf16_bits(" + v + ")" : store_expr(t, v);
+}
+
+// The store of output `o` (buffer `b`) of a pointwise kernel without pieces from its variable `o<o>`.
+std::string store_output(const KernelSpec& k, size_t b, size_t o) {
+  const DType t = k.buffers[b].dtype;
+  const std::string v = fmt::format("o{}", o);
+  if (t != DType::kBFloat16 || !k.pieces.empty()) return store_expr(t, v);
+  const Stmt* set = nullptr;
+  for (const Stmt& st : k.body)
+    if (st.kind == Stmt::kOutput && st.output == static_cast<int>(o)) {
+      if (set) return store_expr(t, v);  // set twice: not judged here
+      set = &st;
+    }
+  return set && holds_value(k, *set->value, t) ? "fj_bf16_bits(" + v + ")" : store_expr(t, v);
+}
+
 // Whether an expression computes something (a call or a division), not only loads, converts or names a value.
 bool computes(const Expr& e) {
   if (e.kind == ExprKind::kCall || e.kind == ExprKind::kDiv) return true;
@@ -132,6 +197,20 @@ constexpr int64_t kShortRow = 8, kShortRowStatements = 256;
 // 0.2 s and ran 2.5 times faster, and float32's scattered form 1.5 times faster (bench/RESULTS.md, "bfloat16
 // compile time").
 constexpr int64_t kTileRows = 64;
+
+// Note [Whole rows]
+// A pointwise kernel takes a range of elements, [begin_, end_), which the launch splits across threads
+// wherever its chunks fall, so that the row loop ran from a column to the row's end at a length known
+// only at run time: GCC wrote each row's vector loop with its run-time checks and a chain of vectorized
+// epilogues (vectors of 16, then 8, ... elements), the most code of a simple kernel and, in bfloat16,
+// where every load widens and every store narrows, most of its compile time. A kernel whose rows are
+// short and whose sizes are literals runs whole rows instead: those that start in its range, so that
+// each row is run by exactly one chunk whatever the split, and every row loop has a literal trip count,
+// which GCC vectorizes with no checks and at most one epilogue. A chunk runs at most one row more or
+// less than its elements' share: kWholeRow elements, an eighth of the default grain. A GhostNet plan's
+// source, compiled as one unit, took 4.2 s in bfloat16 and 2.4 s in float32 before, 3.5 and 1.7 s after
+// (bench/RESULTS.md, "bfloat16 compile time").
+constexpr int64_t kWholeRow = 4096;
 
 // Whether output `kb` of a short-row kernel goes through a tile: its rows are dense, but not end to end.
 bool tiled_output(const KernelBuffer& kb, size_t nd, int64_t inner) {
@@ -193,7 +272,7 @@ void print_short_rows(const KernelSpec& k, std::string& s, const KernelNumbers& 
       s += fmt::format("{}  {} o{};\n", ind, compute_c_type(k.buffers[b].dtype), b - first_out);
     for (const Stmt& st : k.body) s += ind + "  " + print_stmt(st, z.fn()) + "\n";
     for (size_t b = first_out; b < k.buffers.size(); ++b)
-      s += fmt::format("{}  {} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, fmt::format("o{}", b - first_out)));
+      s += fmt::format("{}  {} = {};\n", ind, ref(b), store_output(k, b, b - first_out));
     s += ind + "}\n";
   }
   if (any_tiled) {
@@ -278,7 +357,18 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     s += "  }\n";
   }
   const std::string row_len = z(inner);
-  if (short_kernel) {
+  // Note [Whole rows]: the rows that start in [begin_, end_), each with its literal length.
+  const bool whole = !z.arguments() && static_cast<int64_t>(inner) <= kWholeRow;
+  if (whole) {
+    s += fmt::format("  const I fb_ = (I)((begin_ + {0} - 1) / {0}), fe_ = (I)((end_ + {0} - 1) / {0});\n", row_len);
+    if (short_kernel) {
+      print_short_rows(k, s, z);
+      s += "}\n";
+      s.insert(decl_at, z.declarations());
+      return;
+    }
+    s += fmt::format("  for (I row = fb_; row < fe_; ++row) {{\n    const I col = 0, n = {};\n", row_len);
+  } else if (short_kernel) {
     // Note [Short rows]: the range's partial first row, then (part_ 1) its partial last row, in the row
     // loop; the whole rows between after it.
     s += fmt::format("  const I fb_ = ((I)begin_ + {0} - 1) / {0}, fe_ = (I)end_ / {0};\n", row_len);
@@ -288,9 +378,11 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
   } else {
     s += "  I i = (I)begin_;\n  const I end = (I)end_;\n  while (i < end) {\n";
   }
-  if (nd > 1) s += fmt::format("    const I row = i / {0}, col = i - row * {0};\n", row_len);
-  else s += "    const I row = 0, col = i;\n";
-  s += fmt::format("    I n = {} - col;\n    if (n > end - i) n = end - i;\n", row_len);
+  if (!whole) {
+    if (nd > 1) s += fmt::format("    const I row = i / {0}, col = i - row * {0};\n", row_len);
+    else s += "    const I row = 0, col = i;\n";
+    s += fmt::format("    I n = {} - col;\n    if (n > end - i) n = end - i;\n", row_len);
+  }
   // Offsets of the row: decompose row over the outer dims, innermost first.
   for (size_t b = 0; b < k.buffers.size(); ++b) s += fmt::format("    I off{} = 0;\n", b);
   if (nd > 1) {
@@ -306,7 +398,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     const SymInt& st = kb.strides[nd - 1];
     std::string cst = kb.is_output ? "" : "const ";
     s += fmt::format("    {}{}* __restrict__ r{} = p{} + off{}{};\n", cst, ty, b, b, b,
-                     st == 0 ? "" : " + " + index_expr("col", st, z));
+                     st == 0 || whole ? "" : " + " + index_expr("col", st, z));
   }
   // Row-invariant statements: once per row, before its loop (Note [Row-invariant values]).
   bool per_row = false;
@@ -356,7 +448,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     for (size_t b = first_out; b < k.buffers.size(); ++b) {
       const auto& kb = k.buffers[b];
       s += fmt::format("{}  {}{}[{}] = {};\n", ind, r, b, index_expr("j", kb.strides[nd - 1], z),
-                       store_expr(kb.dtype, fmt::format("o{}", b - first_out)));
+                       store_output(k, b, b - first_out));
     }
     s += ind + "}\n";
   };
@@ -400,7 +492,7 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
       s += "      }\n    }\n";
     }
   }
-  s += "    i += n;\n  }\n";
+  s += whole ? "  }\n" : "    i += n;\n  }\n";
   if (short_kernel) {
     s += "  }\n";
     print_short_rows(k, s, z);
@@ -563,7 +655,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const KernelNum
                            ind, ty, in, i);
       }
       for (const auto& [b, var] : pass.stores)
-        t += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
+        t += fmt::format("{}{} = {};\n", ind, ref(b), store_var(k, b, var, var));
       return t;
     };
     s += fmt::format("    // pass {}\n", &pass - &k.passes[0]);
@@ -635,7 +727,7 @@ void print_reduction_kernel(const KernelSpec& k, std::string& s, const KernelNum
     for (const auto& st : pass.after) s += "    " + print_stmt(st, z.fn()) + "\n";
   }
   for (const auto& [b, var] : k.row_stores)
-    s += fmt::format("    q{0}[0] = {1};\n", b, store_expr(k.buffers[b].dtype, var));
+    s += fmt::format("    q{0}[0] = {1};\n", b, store_var(k, b, var, var));
   s += "  }\n";
   for (const auto& sc : k.scratch) s += fmt::format("  free(st_{});\n", sc.first);
   s += "}\n";
@@ -675,6 +767,22 @@ struct Reads {
 // in float lost 1e-4 of a 16385-element layer norm's variance where eager's lanes lose 1e-7). Row values are
 // arrays over the tile; the `after` statements run once per row.
 constexpr int kTile = 32;
+
+// Note [Whole column tiles]
+// As pointwise kernels run whole rows (Note [Whole rows]), a column kernel with literal sizes whose kept
+// inner extent a tile height of 8 to kTile rows, a multiple of 8, divides runs the whole tiles of that
+// height that start in its range of rows: every tile loop then has a literal trip count instead of one
+// clipped at run time to the range and the extent, which GCC wrote with run-time checks and vectorized
+// epilogues in each of the tile's loops (row values, accumulators, the element loop, the stores). The
+// height is the largest such divisor (960 rows: 32; 120 and 72: 24); other extents keep clipped tiles.
+// With it a GhostNet plan's source, compiled as one unit, took 1.9 s instead of 3.0 s in bfloat16 and
+// 1.05 s instead of 1.7 s in float32 (its eight column kernels had half of bfloat16's difference).
+int64_t whole_tile_rows(const SymInt& kin, const KernelNumbers& z) {
+  if (z.arguments() || kin.is_symbolic()) return 0;
+  for (int64_t t = kTile; t >= 8; t -= 8)
+    if (static_cast<int64_t>(kin) % t == 0) return t;
+  return 0;
+}
 
 // The type a column tile's Welford accumulator runs in: double for float32 (Note [CPU column schedule]).
 const char* column_welford_type(const KernelAccumulator& a) {
@@ -727,8 +835,9 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumber
   auto ctype = [](DType t) { return std::string(compute_c_type(t)); };
   const auto rows = row_value_decls(k);
   auto scratch_type = [&](const std::string& var) { return std::string(scratch_c_type(k, var)); };
-  s += fmt::format("\n// {}, {} passes, column tiles of {} rows, {} offsets\n", reduction_summary(k, !z.arguments()),
-                   k.passes.size(), kTile, I);
+  const int64_t whole = whole_tile_rows(kin, z);  // Note [Whole column tiles]
+  s += fmt::format("\n// {}, {} passes, column tiles of {} rows{}, {} offsets\n", reduction_summary(k, !z.arguments()),
+                   k.passes.size(), whole ? whole : kTile, whole ? ", whole" : "", I);
   size_t decl_at = 0;
   print_signature(k, s, &decl_at);
   print_buffer_pointers(k, s);
@@ -737,9 +846,14 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumber
   for (const auto& [var, ty] : k.scratch)
     s += fmt::format("  {0}* __restrict__ st_{1} = ({0}*)malloc(sizeof({0}) * {2} * {3});\n", compute_c_type(ty), var, row_len,
                      kTile);
-  s += "  for (int64_t row0_ = begin_; row0_ < end_;) {\n";
-  s += fmt::format("    const int64_t kin_ = row0_ % {0};\n    int64_t n_ = {0} - kin_;\n", kept_inner);
-  s += fmt::format("    if (n_ > {0}) n_ = {0};\n    if (n_ > end_ - row0_) n_ = end_ - row0_;\n", kTile);
+  if (whole) {
+    s += fmt::format("  for (int64_t row0_ = (begin_ + {0} - 1) / {0} * {0}; row0_ < end_; row0_ += {0}) {{\n", whole);
+    s += fmt::format("    const int64_t kin_ = row0_ % {};\n    const int n_ = {};\n", kept_inner, whole);
+  } else {
+    s += "  for (int64_t row0_ = begin_; row0_ < end_;) {\n";
+    s += fmt::format("    const int64_t kin_ = row0_ % {0};\n    int64_t n_ = {0} - kin_;\n", kept_inner);
+    s += fmt::format("    if (n_ > {0}) n_ = {0};\n    if (n_ > end_ - row0_) n_ = end_ - row0_;\n", kTile);
+  }
   s += fmt::format("    I r_ = (I)(row0_ / {}), c_;\n", kept_inner);
   for (size_t b = 0; b < k.buffers.size(); ++b)
     s += fmt::format("    I roff{} = (I)kin_ * {};\n", b, z(k.buffers[b].strides[kd - 1]));
@@ -827,7 +941,7 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumber
                          "wq{3}[r_] += d_ * (x_ - wm{3}[r_]); }}\n",
                          ind, column_welford_type(a), in, i);
     }
-    for (const auto& [b, var] : pass.stores) s += fmt::format("{}{} = {};\n", ind, ref(b), store_expr(k.buffers[b].dtype, var));
+    for (const auto& [b, var] : pass.stores) s += fmt::format("{}{} = {};\n", ind, ref(b), store_var(k, b, var, var));
     s += "        }\n      }\n";
     for (size_t i = 0; i < na; ++i) {
       if (pass.accs[i].kind == AccKind::kKahanSum)
@@ -846,8 +960,8 @@ void print_column_kernel(const KernelSpec& k, std::string& s, const KernelNumber
   }
   for (const auto& [b, var] : k.row_stores)
     s += fmt::format("    for (int r_ = 0; r_ < n_; ++r_) q{0}[r_ * {1}] = {2};\n", b, z(k.buffers[b].strides[kd - 1]),
-                     store_expr(k.buffers[b].dtype, fmt::format("rv_{}[r_]", var)));
-  s += "    row0_ += n_;\n  }\n";
+                     store_var(k, b, var, fmt::format("rv_{}[r_]", var)));
+  s += whole ? "  }\n" : "    row0_ += n_;\n  }\n";
   for (const auto& sc : k.scratch) s += fmt::format("  free(st_{});\n", sc.first);
   s += "}\n";
   s.insert(decl_at, z.declarations());

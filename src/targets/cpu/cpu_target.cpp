@@ -199,7 +199,7 @@ class CpuTarget final : public Target {
     if (!ks.is_reduction()) return "";
     return fmt::format("cpu {}: {} rows of {}, {} pass{}, {}{}", ks.name, ks.rows.str(), ks.row_len.str(), ks.passes.size(),
                        ks.passes.size() == 1 ? "" : "es",
-                       reduction_is_column(ks) ? "column tiles of 32 rows vectorized across rows"
+                       reduction_is_column(ks) ? "column tiles of up to 32 rows vectorized across rows"
                                                : "rows over threads, 16 lanes per row",
                        ks.scratch.empty() ? "" : fmt::format(", {} value(s) kept in a scratch row", ks.scratch.size()));
   }
