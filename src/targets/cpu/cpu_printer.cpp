@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "support/error.h"
 #include "targets/cpu/host_compiler.h"
 
 namespace fusion_jit {
@@ -181,7 +182,7 @@ bool computes(const Expr& e) {
 // dim instead, the vector loop over rows (each buffer stepping by its stride there) and the row's few
 // elements written out in its body, which GCC vectorizes as interleaved loads and stores (the image's
 // copy about 14 times faster: bench/RESULTS.md, "Figures moved out of Notes"). A
-// thread's range need not start or end on a row: its partial first and last rows take the row loop.
+// thread's range runs the rows that start in it (Note [Whole rows]).
 // Taken for an innermost extent of 2 to kShortRow, without cat pieces, while the body written out stays
 // small (kShortRowStatements, so that compile time stays as it was), and with literal sizes only: a
 // kernel with sizes as arguments has one text for every size of its class, a row of 3 or of 300.
@@ -362,8 +363,10 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     s += "  }\n";
   }
   const std::string row_len = z(inner);
-  // Note [Whole rows]: the rows that start in [begin_, end_), each with its literal length.
+  // Note [Whole rows]: the rows that start in [begin_, end_), each with its literal length. Short rows
+  // (literal sizes only) are always whole.
   const bool whole = !z.arguments() && static_cast<int64_t>(inner) <= kWholeRow;
+  FJ_INTERNAL_ASSERT(whole || !short_kernel, "{}: short rows of {} elements not whole", k.name, row_len);
   if (whole) {
     s += fmt::format("  const I fb_ = (I)((begin_ + {0} - 1) / {0}), fe_ = (I)((end_ + {0} - 1) / {0});\n", row_len);
     if (short_kernel) {
@@ -373,13 +376,6 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
       return;
     }
     s += fmt::format("  for (I row = fb_; row < fe_; ++row) {{\n    const I col = 0, n = {};\n", row_len);
-  } else if (short_kernel) {
-    // Note [Short rows]: the range's partial first row, then (part_ 1) its partial last row, in the row
-    // loop; the whole rows between after it.
-    s += fmt::format("  const I fb_ = ((I)begin_ + {0} - 1) / {0}, fe_ = (I)end_ / {0};\n", row_len);
-    s += "  for (int part_ = 0; part_ < 2; ++part_) {\n";
-    s += fmt::format("  I i = part_ == 0 ? (I)begin_ : fb_ < fe_ ? fe_ * {0} : (I)end_;\n", row_len);
-    s += fmt::format("  const I end = part_ == 0 && fb_ < fe_ ? fb_ * {0} : (I)end_;\n  while (i < end) {{\n", row_len);
   } else {
     s += "  I i = (I)begin_;\n  const I end = (I)end_;\n  while (i < end) {\n";
   }
@@ -498,10 +494,6 @@ void print_kernel(const KernelSpec& k, std::string& s, const KernelNumbers& z) {
     }
   }
   s += whole ? "  }\n" : "    i += n;\n  }\n";
-  if (short_kernel) {
-    s += "  }\n";
-    print_short_rows(k, s, z);
-  }
   s += "}\n";
   s.insert(decl_at, z.declarations());
 }
