@@ -130,14 +130,13 @@ const Stmt* let_of(const KernelSpec& k, const std::string& name) {
 
 // Whether `e` is a value that dtype `t` holds exactly: a rounding to `t`, a load of a buffer of `t`, a
 // variable whose statement holds one (Stmt::held), or one of these converted to float.
-bool holds_value(const KernelSpec& k, const Expr& e, DType t, int depth = 0) {
-  if (depth > 64) return false;
+bool holds_value(const KernelSpec& k, const Expr& e, DType t) {
   switch (e.kind) {
     case ExprKind::kRound: return e.type == t;
     case ExprKind::kLoad: return e.buffer >= 0 && k.buffers.at(static_cast<size_t>(e.buffer)).dtype == t;
     case ExprKind::kCast:
     case ExprKind::kConvert:
-      return (e.type == t || e.type == DType::kFloat32) && holds_value(k, *e.args.at(0), t, depth + 1);
+      return (e.type == t || e.type == DType::kFloat32) && holds_value(k, *e.args.at(0), t);
     case ExprKind::kVar: {
       const Stmt* st = let_of(k, e.name);
       return st && st->held && st->type == t;
@@ -146,24 +145,26 @@ bool holds_value(const KernelSpec& k, const Expr& e, DType t, int depth = 0) {
   }
 }
 
-// The store into buffer `b` of a reduction kernel's variable `var`, read as `v`.
-std::string store_var(const KernelSpec& k, size_t b, const std::string& var, const std::string& v) {
+// The store into buffer `b` of `v`, whose value is `value` (null: not known here).
+std::string store_of(const KernelSpec& k, size_t b, const Expr* value, const std::string& v) {
   const DType t = k.buffers[b].dtype;
-  return t == DType::kBFloat16 && holds_value(k, *Expr::var(var), t) ? "fj_bf16_bits(" + v + ")" : store_expr(t, v);
+  return t == DType::kBFloat16 && value && holds_value(k, *value, t) ? "fj_bf16_bits(" + v + ")" : store_expr(t, v);
 }
 
-// The store of output `o` (buffer `b`) of a pointwise kernel without pieces from its variable `o<o>`.
+// The store into buffer `b` of a reduction kernel's variable `var`, read as `v`.
+std::string store_var(const KernelSpec& k, size_t b, const std::string& var, const std::string& v) {
+  return store_of(k, b, Expr::var(var).get(), v);
+}
+
+// The store of output `o` (buffer `b`) of a pointwise kernel from its variable `o<o>`: its value is known
+// where the body sets it once (a kernel with pieces sets it per piece).
 std::string store_output(const KernelSpec& k, size_t b, size_t o) {
-  const DType t = k.buffers[b].dtype;
-  const std::string v = fmt::format("o{}", o);
-  if (t != DType::kBFloat16 || !k.pieces.empty()) return store_expr(t, v);
   const Stmt* set = nullptr;
+  int sets = 0;
   for (const Stmt& st : k.body)
-    if (st.kind == Stmt::kOutput && st.output == static_cast<int>(o)) {
-      if (set) return store_expr(t, v);  // set twice: not judged here
-      set = &st;
-    }
-  return set && holds_value(k, *set->value, t) ? "fj_bf16_bits(" + v + ")" : store_expr(t, v);
+    if (st.kind == Stmt::kOutput && st.output == static_cast<int>(o)) set = &st, ++sets;
+  const bool once = sets == 1 && k.pieces.empty();
+  return store_of(k, b, once ? set->value.get() : nullptr, fmt::format("o{}", o));
 }
 
 // Whether an expression computes something (a call or a division), not only loads, converts or names a value.
